@@ -1,0 +1,50 @@
+// swift-tools-version:6.2
+// Marquee: APNs broadcast channels for Live Activities, backed by PostgreSQL.
+// No third-party packages: the C libraries come from Debian (see Scripts/bootstrap).
+import PackageDescription
+
+let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
+
+let package = Package(
+    name: "Marquee",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "marquee", targets: ["marquee"]),
+    ],
+    dependencies: [],
+    targets: [
+        // System libraries, imported only by the wrapper modules (Postgres, Crypto, Network).
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CLibEvent", pkgConfig: "libevent", providers: [.apt(["libevent-dev"])]),
+        // Function-like macros and other corners Swift cannot call directly.
+        .target(name: "CShims", dependencies: ["COpenSSL", "CLibEvent", "CLibPQ"]),
+
+        // Wrappers: the only modules that touch C, always behind `internal import`.
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CShims"], swiftSettings: strict),
+        .target(name: "Crypto", dependencies: ["COpenSSL", "CShims"], swiftSettings: strict),
+        .target(name: "Network", dependencies: ["CLibEvent", "CNGHTTP2", "COpenSSL", "CShims", "Crypto"], swiftSettings: strict),
+
+        // Marquee itself.
+        .target(name: "MarqueeCore", swiftSettings: strict),
+        .target(name: "APNs", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
+        .target(name: "MarqueeStore", dependencies: ["Postgres", "MarqueeCore"], swiftSettings: strict,
+                plugins: ["EmbedMigrations"]),
+        .target(name: "MarqueeService", dependencies: ["MarqueeStore", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
+        .target(name: "APNsSimulator", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
+        .executableTarget(name: "marquee", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
+
+        // Sql/*.sql becomes a generated Swift source of MarqueeStore, so the binary is self-contained.
+        .executableTarget(name: "SqlEmbedder", path: "Plugins/SqlEmbedder"),
+        .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SqlEmbedder"]),
+
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres"], swiftSettings: strict),
+        .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
+        .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto"], swiftSettings: strict),
+        .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "Crypto", "Network"], swiftSettings: strict),
+        .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres"], swiftSettings: strict),
+        .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+    ]
+)

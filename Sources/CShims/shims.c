@@ -1,0 +1,1 @@
+// The shims are static inline functions in include/; this file gives the target a source.

@@ -1,0 +1,2 @@
+-- placeholder, replaced by the foundation schema
+SELECT 1;
