@@ -129,12 +129,16 @@ public final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// Must not be called on the loop thread.
     public func shutdown() {
         precondition(!inEventLoop, "EventLoop.shutdown() called on its own thread")
+        // The break is queued rather than called here: event_base_loop clears a break requested
+        // before it started, and the loop thread may not have started yet.
         let first = pending.withLock { pending -> Bool in
-            defer { pending.shuttingDown = true }
-            return !pending.shuttingDown
+            guard !pending.shuttingDown else { return false }
+            pending.shuttingDown = true
+            pending.closures.append { [self] in _ = event_base_loopbreak(self.base) }
+            return true
         }
         guard first else { return }
-        event_base_loopbreak(base)
+        event_active(wakeup, EV_READ, 0)
         stopped.wait()
     }
 }

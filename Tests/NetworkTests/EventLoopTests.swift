@@ -76,3 +76,20 @@ private actor LoopBoundCounter {
         #expect(picked[0] != picked[1] && picked[1] != picked[2] && picked[0] == picked[3])
     }
 }
+
+@Suite struct EventLoopShutdownTests {
+    /// A shutdown that races the loop thread's start must still stop it (and not hang).
+    @Test func shutdownRightAfterStartStopsTheLoop() {
+        for index in 0..<50 {
+            EventLoop(name: "test-shutdown-\(index)").shutdown()
+        }
+    }
+
+    @Test func shutdownRunsWorkQueuedBeforeIt() {
+        let loop = EventLoop(name: "test-shutdown-drain")
+        let ran = Mutex(0)
+        for _ in 0..<10 { loop.execute { ran.withLock { $0 += 1 } } }
+        loop.shutdown()
+        #expect(ran.withLock { $0 } == 10)
+    }
+}
