@@ -151,23 +151,19 @@ public final class ProviderTokenSigner: Sendable {
     /// The current token for `key`, signing a new one only when there is none or it reached `refreshAge`.
     /// Cheap: call it for every request.
     public func token(for key: APNsSigningKey) throws(ProviderTokenError) -> ProviderToken {
-        try tokens.withLock { tokens throws(ProviderTokenError) -> ProviderToken in
-            let now = clock.now()
-            if let token = tokens[key.identity], now.timeIntervalSince(token.issuedAt) < refreshAge {
-                return token
-            }
-            let token = try ProviderToken(signingKey: key, issuedAt: now)
-            tokens[key.identity] = token
-            return token
-        }
+        try token(for: key, replacing: nil)
     }
 
     /// After APNs answered `ExpiredProviderToken` to a request sent with `expired`: a new token issued now,
     /// unless another caller already replaced `expired`, in which case that replacement is returned.
     public func tokenAfterExpiry(of expired: ProviderToken, for key: APNsSigningKey) throws(ProviderTokenError) -> ProviderToken {
+        try token(for: key, replacing: expired)
+    }
+
+    private func token(for key: APNsSigningKey, replacing expired: ProviderToken?) throws(ProviderTokenError) -> ProviderToken {
         try tokens.withLock { tokens throws(ProviderTokenError) -> ProviderToken in
             let now = clock.now()
-            if let current = tokens[key.identity], current.jwt != expired.jwt,
+            if let current = tokens[key.identity], current.jwt != expired?.jwt,
                now.timeIntervalSince(current.issuedAt) < refreshAge {
                 return current
             }
