@@ -22,6 +22,7 @@ public enum APNsOperation: String, Sendable, Hashable, CaseIterable {
 
 /// One APNs HTTP/2 request, ready to send once `authorization` is added.
 public struct APNsRequest: Sendable, Hashable {
+    /// The HTTP methods APNs uses.
     public enum Method: String, Sendable, Hashable {
         case get = "GET"
         case post = "POST"
@@ -131,13 +132,11 @@ public struct APNsRequest: Sendable, Hashable {
         guard payload.count <= limit else { throw .payloadTooLarge(size: payload.count, limit: limit) }
     }
 
+    private static let bundleIDBytes = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-.".utf8)
+
     /// A reverse-DNS bundle id; the `.push-type.liveactivity` suffix belongs only in a device push's topic.
     static func validBundleID(_ bundleID: String) throws(APNsRequestError) -> String {
-        let allowed = bundleID.utf8.allSatisfy { byte in
-            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
-        }
-        guard allowed, !bundleID.isEmpty, bundleID.utf8.count <= 255, !bundleID.hasPrefix("."), !bundleID.hasSuffix("."),
+        guard bundleID.utf8.allSatisfy(bundleIDBytes.contains), !bundleID.isEmpty, bundleID.utf8.count <= 255, !bundleID.hasPrefix("."), !bundleID.hasSuffix("."),
               !bundleID.hasSuffix(APNsProtocol.liveActivityTopicSuffix) else {
             throw .invalidBundleID(bundleID)
         }

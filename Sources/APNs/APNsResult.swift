@@ -59,6 +59,7 @@ public struct APNsChannelConfiguration: Sendable, Hashable {
 
 /// A request APNs did not accept, or that got no answer; `APNsResult` says what to do about it.
 public struct APNsFailure: Error, Sendable, Hashable, CustomStringConvertible {
+    /// Why the request was not accepted.
     public enum Cause: Sendable, Hashable {
         /// APNs answered with an error status and (usually) a reason.
         case answer(status: Int, reason: APNsReason?)

@@ -42,10 +42,12 @@ public struct APNsRequestID: Sendable, Hashable, CustomStringConvertible {
         let utf8 = Array(text.utf8)
         let dashes = [8, 13, 18, 23]
         guard utf8.count == 36, utf8.indices.allSatisfy({ index in
-            dashes.contains(index) ? utf8[index] == UInt8(ascii: "-") : Hex.decode(String(UnicodeScalar(utf8[index])) + "0") != nil
+            dashes.contains(index) ? utf8[index] == UInt8(ascii: "-") : Self.hexDigits.contains(utf8[index])
         }) else { throw .invalidRequestID(text) }
         value = text.lowercased()
     }
+
+    private static let hexDigits = Set("0123456789abcdefABCDEF".utf8)
 
     /// A new random id.
     public static func random() -> APNsRequestID { APNsRequestID(UUID()) }

@@ -7,7 +7,12 @@ func withReadBIO<Result>(_ text: String, _ body: (OpaquePointer) throws(CryptoEr
     let bytes = Array(text.utf8)
     return try bytes.withUnsafeBufferPointer { buffer throws(CryptoError) in
         let bio = try check(BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)), "BIO_new_mem_buf")
-        defer { BIO_free(bio) }
+        defer {
+            BIO_free(bio)
+            // OpenSSL 3's decoders try several formats and may leave errors behind even on success;
+            // a stale queue would confuse the next SSL_get_error on this thread.
+            ERR_clear_error()
+        }
         return try body(bio)
     }
 }

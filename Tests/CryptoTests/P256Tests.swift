@@ -132,4 +132,21 @@ import Testing
         let der = try P256.derSignature(fromRaw: raw)
         #expect(try P256.rawSignature(fromDER: der) == raw)
     }
+
+    @Test func oneKeySignsAndVerifiesFromManyTasksAtOnce() async throws {
+        let key = try P256.SigningKey.generate()
+        let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for index in 0..<64 {
+                group.addTask {
+                    let message = Array("message \(index)".utf8)
+                    let signature = try key.signature(for: message)
+                    return key.publicKey.isValidSignature(signature, for: message)
+                        && !key.publicKey.isValidSignature(signature, for: message + [1])
+                }
+            }
+            return try await group.reduce(into: [Bool]()) { $0.append($1) }
+        }
+        #expect(results.count == 64)
+        #expect(results.allSatisfy { $0 })
+    }
 }
