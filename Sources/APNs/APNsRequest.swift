@@ -40,6 +40,11 @@ public struct APNsRequest: Sendable, Hashable {
     /// The service to send it to.
     public var hostKind: APNsHostKind { operation.hostKind }
 
+    /// The headers to send: these plus `authorization: bearer <jwt>`.
+    public func headers(authorizedBy token: ProviderToken) -> [String: String] {
+        headers.merging([APNsHeader.authorization: token.authorization]) { _, new in new }
+    }
+
     /// `POST /1/apps/{bundle}/channels` with `{"message-storage-policy": 0|1, "push-type": "LiveActivity"}`.
     public static func createChannel(
         bundleID: String, storagePolicy: APNsMessageStoragePolicy, requestID: APNsRequestID? = nil

@@ -56,7 +56,7 @@ public struct APNsRequestID: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// A broadcast channel id: the base64 string APNs returned on create. Its length is not assumed.
-public struct APNsChannelID: Sendable, Hashable, Codable, CustomStringConvertible {
+public struct APNsChannelID: Sendable, Hashable, CustomStringConvertible {
     public let value: String
 
     /// Accepts standard base64 (padding included), as APNs issues channel ids.

@@ -34,6 +34,8 @@ import Testing
 
         #expect(token.issuedAt == Date(timeIntervalSince1970: 1_700_000_000))
         #expect(token.authorization == "bearer " + token.jwt)
+        let request = try APNsRequest.listChannels(bundleID: "com.example.app")
+        #expect(request.headers(authorizedBy: token) == ["authorization": "bearer " + token.jwt])
         #expect(!token.description.contains(token.jwt))
         #expect(!"\(token)".contains(String(parts[2])))
     }
