@@ -40,7 +40,7 @@ public struct CertificateAuthority: Sendable {
     /// Loads an existing CA from its certificate and PKCS#8 key PEM; fails if they do not belong together.
     public init(certificatePEM: String, keyPEM: String) throws(CryptoError) {
         let pointer = try withReadBIO(certificatePEM) { bio throws(CryptoError) in
-            guard let pointer = PEM_read_bio_X509(bio, nil, nil, nil) else {
+            guard let pointer = PEM_read_bio_X509(bio, nil, refusePassphrase, nil) else {
                 throw .invalidCertificate("no PEM certificate: \(openSSLErrorText())")
             }
             return pointer

@@ -26,6 +26,9 @@ final class EVPKey: @unchecked Sendable {
     }
 }
 
+/// A passphrase callback that supplies none: without it OpenSSL would prompt on the terminal for an encrypted key.
+let refusePassphrase: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32 = { _, _, _, _ in 0 }
+
 /// The NIST P-256 curve: ES256 keys and signatures.
 public enum P256 {
     /// The byte length of a raw r‖s signature.
@@ -51,7 +54,7 @@ public enum P256 {
         /// Loads a PEM private key: PKCS#8 (`BEGIN PRIVATE KEY`, Apple's `.p8`) or SEC1 (`BEGIN EC PRIVATE KEY`).
         public init(pemRepresentation pem: String) throws(CryptoError) {
             let pointer = try withReadBIO(pem) { bio throws(CryptoError) in
-                guard let pointer = PEM_read_bio_PrivateKey(bio, nil, nil, nil) else {
+                guard let pointer = PEM_read_bio_PrivateKey(bio, nil, refusePassphrase, nil) else {
                     throw .invalidKey("no PEM private key: \(openSSLErrorText())")
                 }
                 return pointer
@@ -96,7 +99,7 @@ public enum P256 {
         /// Loads a PEM public key (SubjectPublicKeyInfo, `BEGIN PUBLIC KEY`).
         public init(pemRepresentation pem: String) throws(CryptoError) {
             let pointer = try withReadBIO(pem) { bio throws(CryptoError) in
-                guard let pointer = PEM_read_bio_PUBKEY(bio, nil, nil, nil) else {
+                guard let pointer = PEM_read_bio_PUBKEY(bio, nil, refusePassphrase, nil) else {
                     throw .invalidKey("no PEM public key: \(openSSLErrorText())")
                 }
                 return pointer

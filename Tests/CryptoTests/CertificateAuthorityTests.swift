@@ -22,7 +22,11 @@ import Testing
             #expect(names.output.contains(expected), "\(names.output)")
         }
         let hosts = try cli.run("x509", "-in", "server.pem", "-noout", "-checkhost", "localhost", "-checkip", "127.0.0.1")
+        #expect(hosts.output.contains("does match"), "\(hosts.output)")
         #expect(!hosts.output.contains("NOT"), "\(hosts.output)")
+        let strangers = try cli.run("x509", "-in", "server.pem", "-noout", "-checkhost", "other.example", "-checkip", "10.0.0.1")
+        #expect(strangers.output.contains("Hostname other.example does NOT match"), "\(strangers.output)")
+        #expect(strangers.output.contains("IP 10.0.0.1 does NOT match"), "\(strangers.output)")
 
         let text = try cli.run("x509", "-in", "server.pem", "-noout", "-text")
         #expect(text.output.contains("ecdsa-with-SHA256"))

@@ -64,6 +64,17 @@ import Testing
         #expect(try key.pemRepresentation.hasPrefix("-----BEGIN PRIVATE KEY-----"))
     }
 
+    @Test func encryptedKeysAreRefusedWithoutPrompting() throws {
+        let cli = try OpenSSLCLI()
+        defer { cli.remove() }
+        let made = try cli.run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                               "-aes-256-cbc", "-pass", "pass:secret", "-out", "encrypted.p8")
+        #expect(made.status == 0, "\(made.output)")
+        let pem = try cli.readText("encrypted.p8")
+        #expect(pem.contains("BEGIN ENCRYPTED PRIVATE KEY"))
+        #expect(throws: CryptoError.self) { try P256.SigningKey(pemRepresentation: pem) }
+    }
+
     @Test func pemRoundTripKeepsTheKey() throws {
         let key = try P256.SigningKey.generate()
         let loaded = try P256.SigningKey(pemRepresentation: try key.pemRepresentation)
