@@ -21,7 +21,7 @@ public enum APNsOperation: String, Sendable, Hashable, CaseIterable {
 }
 
 /// One APNs HTTP/2 request, ready to send once `authorization` is added.
-public struct APNsRequest: Sendable, Hashable {
+public struct APNsRequest: Sendable, Hashable, CustomStringConvertible {
     /// The HTTP methods APNs uses.
     public enum Method: String, Sendable, Hashable {
         case get = "GET"
@@ -39,6 +39,13 @@ public struct APNsRequest: Sendable, Hashable {
 
     /// The service to send it to.
     public var hostKind: APNsHostKind { operation.hostKind }
+
+    /// `METHOD path` for logs, with a device token cut to its first 8 characters.
+    public var description: String {
+        let prefix = "/3/device/"
+        let shown = operation == .devicePush && path.hasPrefix(prefix) ? prefix + path.dropFirst(prefix.count).prefix(8) + "…" : path
+        return "\(method.rawValue) \(shown)"
+    }
 
     /// The headers to send: these plus `authorization: bearer <jwt>`.
     public func headers(authorizedBy token: ProviderToken) -> [String: String] {

@@ -93,6 +93,7 @@ import Testing
             "apns-priority": "5",
         ])
         #expect(minimal.body == payload)
+        #expect("\(minimal)" == "POST /3/device/ab01ab01…")
 
         let full = try APNsRequest.devicePush(
             bundleID: bundle, deviceToken: token, payload: payload, priority: .immediate,

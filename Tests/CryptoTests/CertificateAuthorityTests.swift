@@ -16,6 +16,13 @@ import Testing
         #expect(verify.status == 0, "\(verify.output)")
         #expect(verify.output.contains("server.pem: OK"))
 
+        // What a TLS client checks: chain, server purpose, and the name or address it connected to.
+        for target in [["-verify_hostname", "localhost"], ["-verify_ip", "127.0.0.1"], ["-verify_ip", "::1"]] {
+            let check = try cli.run(["verify", "-purpose", "sslserver", "-CAfile", "ca.pem"] + target + ["server.pem"])
+            #expect(check.status == 0, "\(target): \(check.output)")
+        }
+        #expect(try cli.run(["verify", "-CAfile", "ca.pem", "-verify_hostname", "other.example", "server.pem"]).status != 0)
+
         let names = try cli.run("x509", "-in", "server.pem", "-noout", "-ext", "subjectAltName")
         #expect(names.status == 0, "\(names.output)")
         for expected in ["DNS:localhost", "DNS:apns.test", "IP Address:127.0.0.1", "IP Address:0:0:0:0:0:0:0:1"] {

@@ -25,7 +25,10 @@ struct OpenSSLCLI {
 
     /// Runs `openssl arguments...` with the folder as working directory; output is stdout and stderr together.
     @discardableResult
-    func run(_ arguments: String...) throws -> Outcome {
+    func run(_ arguments: String...) throws -> Outcome { try run(arguments) }
+
+    @discardableResult
+    func run(_ arguments: [String]) throws -> Outcome {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["openssl"] + arguments
