@@ -16,8 +16,7 @@ public struct ActivityType: Sendable, Equatable {
     }
 }
 
-/// The ordered fields of one Swift struct (the order is the struct's declaration order, which is the
-/// order Swift's synthesized `Codable` writes keys in).
+/// The ordered fields of one Swift struct; encoded values list keys in this order.
 public struct ObjectSchema: Sendable, Equatable {
     /// One stored property.
     public struct Field: Sendable, Equatable {

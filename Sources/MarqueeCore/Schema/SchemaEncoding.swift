@@ -49,7 +49,7 @@ public struct ValidationError: Error, Equatable, CustomStringConvertible {
 }
 
 extension ObjectSchema {
-    /// Validates a complete value and returns it in app form (fields in declaration order, absent
+    /// Validates a complete value and returns it in app form (fields in schema order, absent
     /// optionals omitted, dates as reference-date seconds, ranges as `[lower, upper]`).
     /// `path` prefixes error paths, e.g. `["contentState"]`.
     public func encode(
