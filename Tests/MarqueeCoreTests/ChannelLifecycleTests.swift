@@ -3,28 +3,6 @@ import Testing
 
 @testable import MarqueeCore
 
-/// Sends any event to the machine by name, so tests can walk every state × event pair.
-private func apply(_ event: ChannelLifecycle.Event, to lifecycle: inout ChannelLifecycle) throws(ChannelLifecycleError) -> ChannelLifecycle.Action {
-    switch event {
-    case .leadTimeReached: try lifecycle.leadTimeReached()
-    case .firstUpdate: try lifecycle.firstUpdate()
-    case .createSucceeded: try lifecycle.createSucceeded()
-    case .createFailedRetryable: try lifecycle.createFailedRetryable()
-    case .createFailedPermanently: try lifecycle.createFailedPermanently()
-    case .createTimedOut: try lifecycle.createTimedOut()
-    case .retryDue: lifecycle.retryDue()
-    case .retryCreateRequested: try lifecycle.retryCreateRequested()
-    case .endRequested: try lifecycle.endRequested()
-    case .endSent: try lifecycle.endSent()
-    case .deleteDelayElapsed: try lifecycle.deleteDelayElapsed()
-    case .deleteSucceeded: try lifecycle.deleteSucceeded()
-    case .deleteFailed: try lifecycle.deleteFailed()
-    case .channelNotRegistered: try lifecycle.channelNotRegistered()
-    case .reconcileFound: try lifecycle.reconcileFound()
-    case .reconcileNotFound: try lifecycle.reconcileNotFound()
-    }
-}
-
 @Suite struct ChannelLifecycleTests {
     @Test func rawStatesAreStable() {
         #expect(ChannelLifecycle.State.allCases.map(\.rawValue) == [
@@ -157,7 +135,7 @@ private func apply(_ event: ChannelLifecycle.Event, to lifecycle: inout ChannelL
     ])
     func invalidTransitionsThrowAndChangeNothing(state: ChannelLifecycle.State, event: ChannelLifecycle.Event) {
         var channel = ChannelLifecycle(state: state, attempt: 3)
-        #expect(throws: ChannelLifecycleError(state: state, event: event)) { try apply(event, to: &channel) }
+        #expect(throws: ChannelLifecycleError(state: state, event: event)) { try channel.handle(event) }
         #expect(channel == ChannelLifecycle(state: state, attempt: 3))
     }
 
@@ -168,7 +146,7 @@ private func apply(_ event: ChannelLifecycle.Event, to lifecycle: inout ChannelL
             for event in ChannelLifecycle.Event.allCases {
                 var channel = ChannelLifecycle(state: state, attempt: 1)
                 do {
-                    _ = try apply(event, to: &channel)
+                    _ = try channel.handle(event)
                     #expect(channel.attempt >= 0)
                 } catch {
                     refused += 1

@@ -95,3 +95,37 @@ import Testing
         #expect(throws: PayloadTooLarge.self) { try wide.body(within: .device) }
     }
 }
+
+@Suite struct AlertInputTests {
+    @Test func readsPlainAndLocalizedAlerts() throws {
+        let plain = try LiveActivityAlert(json: ["title": "Goal!", "body": "Saka 12'", "sound": "default"])
+        #expect(plain == LiveActivityAlert(title: .plain("Goal!"), body: .plain("Saka 12'"), sound: "default"))
+        #expect(try LiveActivityAlert(json: plain.json) == plain)
+
+        let localized = try LiveActivityAlert(json: [
+            "title": ["loc-key": "GOAL", "loc-args": ["Saka"]], "body": ["loc-key": "SCORE"], "sound": nil,
+        ])
+        #expect(localized == LiveActivityAlert(title: .localized(key: "GOAL", arguments: ["Saka"]), body: .localized(key: "SCORE")))
+    }
+
+    static let badAlerts: [(JSONValue, String, ValidationError.Kind)] = [
+        (["body": "b"], "alert.title", .missingField),
+        (["title": "t", "body": "b", "badge": 1], "alert.badge", .unknownField),
+        (["title": 1, "body": "b"], "alert.title", .wrongType(expected: #"string or {"loc-key", "loc-args"}"#, found: "int")),
+        (["title": "t", "body": ["loc-args": []]], "alert.body.loc-key", .missingField),
+        (["title": "t", "body": ["loc-key": "K", "loc-args": [1]]], "alert.body.loc-args[0]", .wrongType(expected: "string", found: "int")),
+        (["title": "t", "body": "b", "sound": ["critical": 1]], "alert.sound", .wrongType(expected: "string", found: "object")),
+        ("text", "alert", .wrongType(expected: "object", found: "string")),
+    ]
+
+    @Test(arguments: badAlerts)
+    func refusesBadAlerts(json: JSONValue, path: String, kind: ValidationError.Kind) {
+        do {
+            _ = try LiveActivityAlert(json: json)
+            Issue.record("accepted \(json)")
+        } catch {
+            #expect(error.path.description == path)
+            #expect(error.kind == kind)
+        }
+    }
+}

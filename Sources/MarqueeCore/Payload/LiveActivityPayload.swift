@@ -17,7 +17,8 @@ public enum AlertText: Sendable, Equatable {
     case plain(String)
     case localized(key: String, arguments: [String] = [])
 
-    var json: JSONValue {
+    /// A string, or `{"loc-key": ..., "loc-args": [...]}`.
+    public var json: JSONValue {
         switch self {
         case .plain(let text): .string(text)
         case .localized(let key, let arguments): ["loc-key": .string(key), "loc-args": .array(arguments.map(JSONValue.string))]
@@ -38,10 +39,66 @@ public struct LiveActivityAlert: Sendable, Equatable {
         self.sound = sound
     }
 
-    var json: JSONValue {
+    /// `{"title": ..., "body": ..., "sound": ...}` as it appears inside `aps`.
+    public var json: JSONValue {
         var object: JSONObject = ["title": title.json, "body": body.json]
         if let sound { object["sound"] = .string(sound) }
         return .object(object)
+    }
+}
+
+extension LiveActivityAlert {
+    /// Reads an alert as an ingester sends it, in the same shape as `json`: `title` and `body` are
+    /// strings or `{"loc-key": string, "loc-args": [string]}` (`loc-args` optional); `sound` is optional.
+    public init(json: JSONValue, at path: JSONPath = ["alert"]) throws(ValidationError) {
+        guard case .object(let object) = json else {
+            throw ValidationError(.wrongType(expected: "object", found: json.typeName), at: path)
+        }
+        try Self.refuseUnknownKeys(object, allowed: ["title", "body", "sound"], at: path)
+        let title = try Self.text(object["title"], at: path.appending(key: "title"))
+        let body = try Self.text(object["body"], at: path.appending(key: "body"))
+        var sound: String?
+        switch object["sound"] {
+        case nil, .null?: sound = nil
+        case .string(let name)?: sound = name
+        case let other?: throw ValidationError(.wrongType(expected: "string", found: other.typeName), at: path.appending(key: "sound"))
+        }
+        self.init(title: title, body: body, sound: sound)
+    }
+
+    private static func text(_ value: JSONValue?, at path: JSONPath) throws(ValidationError) -> AlertText {
+        switch value {
+        case nil: throw ValidationError(.missingField, at: path)
+        case .string(let text)?: return .plain(text)
+        case .object(let object)?:
+            try refuseUnknownKeys(object, allowed: ["loc-key", "loc-args"], at: path)
+            guard let keyValue = object["loc-key"] else { throw ValidationError(.missingField, at: path.appending(key: "loc-key")) }
+            guard case .string(let key) = keyValue else {
+                throw ValidationError(.wrongType(expected: "string", found: keyValue.typeName), at: path.appending(key: "loc-key"))
+            }
+            var arguments: [String] = []
+            if let argumentsValue = object["loc-args"] {
+                guard case .array(let elements) = argumentsValue else {
+                    throw ValidationError(.wrongType(expected: "array", found: argumentsValue.typeName), at: path.appending(key: "loc-args"))
+                }
+                for (index, element) in elements.enumerated() {
+                    guard case .string(let argument) = element else {
+                        throw ValidationError(
+                            .wrongType(expected: "string", found: element.typeName), at: path.appending(key: "loc-args").appending(index: index))
+                    }
+                    arguments.append(argument)
+                }
+            }
+            return .localized(key: key, arguments: arguments)
+        case let other?:
+            throw ValidationError(.wrongType(expected: "string or {\"loc-key\", \"loc-args\"}", found: other.typeName), at: path)
+        }
+    }
+
+    private static func refuseUnknownKeys(_ object: JSONObject, allowed: Set<String>, at path: JSONPath) throws(ValidationError) {
+        for key in object.keys where !allowed.contains(key) {
+            throw ValidationError(.unknownField, at: path.appending(key: key))
+        }
     }
 }
 

@@ -266,6 +266,31 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         }
     }
 
+    // MARK: by name
+
+    /// Delivers an event by name (for events read back from storage or a queue); the same as
+    /// calling its method.
+    public mutating func handle(_ event: Event) throws(ChannelLifecycleError) -> Action {
+        switch event {
+        case .leadTimeReached: try leadTimeReached()
+        case .firstUpdate: try firstUpdate()
+        case .createSucceeded: try createSucceeded()
+        case .createFailedRetryable: try createFailedRetryable()
+        case .createFailedPermanently: try createFailedPermanently()
+        case .createTimedOut: try createTimedOut()
+        case .retryDue: retryDue()
+        case .retryCreateRequested: try retryCreateRequested()
+        case .endRequested: try endRequested()
+        case .endSent: try endSent()
+        case .deleteDelayElapsed: try deleteDelayElapsed()
+        case .deleteSucceeded: try deleteSucceeded()
+        case .deleteFailed: try deleteFailed()
+        case .channelNotRegistered: try channelNotRegistered()
+        case .reconcileFound: try reconcileFound()
+        case .reconcileNotFound: try reconcileNotFound()
+        }
+    }
+
     // MARK: helpers
 
     private mutating func startCreate() -> Action {
