@@ -172,9 +172,15 @@ struct JSONParser {
             let byte = bytes[position]
             switch byte {
             case UInt8(ascii: "\""):
-                buffer.append(contentsOf: bytes[segmentStart..<position])
+                let string: String?
+                if buffer.isEmpty {
+                    string = String(validating: bytes[segmentStart..<position], as: UTF8.self)
+                } else {
+                    buffer.append(contentsOf: bytes[segmentStart..<position])
+                    string = String(validating: buffer, as: UTF8.self)
+                }
                 position += 1
-                guard let string = String(validating: buffer, as: UTF8.self) else { throw error(.invalidUTF8, at: start) }
+                guard let string else { throw error(.invalidUTF8, at: start) }
                 return string
             case UInt8(ascii: "\\"):
                 buffer.append(contentsOf: bytes[segmentStart..<position])
@@ -269,6 +275,15 @@ struct JSONParser {
         // A digit straight after a leading zero ("01") is not a number.
         if position < bytes.count, isDigit(bytes[position]) { throw error(.invalidNumber, at: start) }
 
+        // Up to 18 digits always fit an Int64: no text needed.
+        let negative = bytes[start] == UInt8(ascii: "-")
+        if isInteger, position - start - (negative ? 1 : 0) <= 18 {
+            var magnitude: Int64 = 0
+            for byte in bytes[(negative ? start + 1 : start)..<position] {
+                magnitude = magnitude * 10 + Int64(byte - UInt8(ascii: "0"))
+            }
+            return .int(negative ? -magnitude : magnitude)
+        }
         let text = String(decoding: bytes[start..<position], as: UTF8.self)
         if isInteger, let integer = Int64(text) { return .int(integer) }
         guard let double = Double(text), double.isFinite else { throw error(.numberOutOfRange, at: start) }

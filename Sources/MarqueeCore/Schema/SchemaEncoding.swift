@@ -142,7 +142,7 @@ private struct ValueEncoder {
     }
 
     func encode(_ value: JSONValue, as type: FieldType, at path: JSONPath) throws(ValidationError) -> JSONValue {
-        let wrongType = ValidationError(.wrongType(expected: type.name, found: value.typeName), at: path)
+        var wrongType: ValidationError { ValidationError(.wrongType(expected: type.name, found: value.typeName), at: path) }
         switch type {
         case .string:
             guard case .string = value else { throw wrongType }
