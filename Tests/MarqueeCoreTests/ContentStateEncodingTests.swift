@@ -223,6 +223,25 @@ import Testing
                 == [["score", "home"], ["cards"]])
     }
 
+    @Test func nestedObjectsMergeFieldByField() throws {
+        let type = ActivityType(
+            name: "Scoreboard", attributes: ObjectSchema([]),
+            contentState: try ObjectSchema(json: Fixtures.json(#"""
+                {"score": {"type": "object", "fields": {"home": {"type": "int", "significant": true}, "note": "string?"}},
+                 "updated": "date"}
+                """#)))
+        let previous = try type.encodeContentState(["score": ["home": 1, "note": "x"], "updated": "2026-11-29T18:30:00Z"])
+        let next = try type.patchContentState(previous, with: ["score": ["home": 2]])
+        #expect(next == ["score": ["home": 2, "note": "x"], "updated": previous["updated"]!])
+        #expect(type.significantChanges(from: previous, to: next) == [["contentState", "score", "home"]])
+        #expect(throws: ValidationError(.wrongType(expected: "int", found: "string"), at: ["contentState", "score", "home"])) {
+            try type.patchContentState(previous, with: ["score": ["home": "2"]])
+        }
+        #expect(throws: ValidationError(.unknownField, at: ["contentState", "score", "away"])) {
+            try type.patchContentState(previous, with: ["score": ["away": 2]])
+        }
+    }
+
     @Test func optionalArrayItemsAcceptNull() throws {
         let schema = try ObjectSchema(json: ["list": ["type": "array", "items": "int?"]])
         #expect(try schema.encode(["list": [1, nil, 3.0]]) == ["list": [1, nil, 3]])

@@ -27,6 +27,10 @@ import Testing
         // Past Int64 an integer becomes a double.
         #expect(try JSONValue(parsing: "9223372036854775808") == .double(9_223_372_036_854_775_808))
         #expect(try JSONValue(parsing: "-0") == .int(0))
+        #expect(try JSONValue(parsing: "999999999999999999") == .int(999_999_999_999_999_999))
+        #expect(try JSONValue(parsing: "-999999999999999999") == .int(-999_999_999_999_999_999))
+        #expect(try JSONValue(parsing: "1000000000000000000") == .int(1_000_000_000_000_000_000))
+        #expect(try JSONValue(parsing: "[0,-1,10]") == [0, -1, 10])
         #expect(try JSONValue(parsing: "1E2") == .double(100))
         #expect(try JSONValue(parsing: "1e-400") == .double(0))
     }
@@ -34,6 +38,9 @@ import Testing
     @Test func stringEscapesAndUnicode() throws {
         let value = try JSONValue(parsing: #""a\"b\\c\/d\b\f\n\r\t\u00e9\u20AC\ud83d\ude00 é😀""#)
         #expect(value == .string("a\"b\\c/d\u{8}\u{c}\n\r\té€😀 é😀"))
+        let nul = try JSONValue(parsing: #""a\u0000b""#)
+        #expect(nul == .string("a\u{0}b"))
+        #expect(nul.jsonString == #""a\u0000b""#)
     }
 
     @Test(arguments: [
