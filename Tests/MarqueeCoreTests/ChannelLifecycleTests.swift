@@ -10,6 +10,11 @@ import Testing
         ])
     }
 
+    @Test func quotaCountsStatesThatMayHoldAChannel() {
+        #expect(ChannelLifecycle.State.allCases.filter(\.countsAgainstQuota).map(\.rawValue)
+                == ["creating", "create_unknown", "open", "ending", "ended", "deleting"])
+    }
+
     @Test func happyPath() throws {
         var channel = ChannelLifecycle()
         #expect(channel.state == .planned)

@@ -32,7 +32,19 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         case deleted
         /// APNs no longer knows the channel (ChannelNotRegistered) while activities may still listen on it.
         case lost
+
+        /// States in which a channel may exist at APNs (an in-flight or unresolved create included):
+        /// these count against the 10,000-channel quota.
+        public var countsAgainstQuota: Bool {
+            switch self {
+            case .creating, .createUnknown, .open, .ending, .ended, .deleting: true
+            case .planned, .createFailed, .deleted, .lost: false
+            }
+        }
     }
+
+    /// True when broadcasts may be sent on the channel.
+    public var isOpen: Bool { state == .open }
 
     /// What happened; named in errors and logs.
     public enum Event: String, Sendable, Codable, CaseIterable {
@@ -78,9 +90,6 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         self.state = state
         self.attempt = attempt
     }
-
-    /// True when broadcasts may be sent on the channel.
-    public var isOpen: Bool { state == .open }
 
     // MARK: opening
 
