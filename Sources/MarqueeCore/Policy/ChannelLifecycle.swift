@@ -43,9 +43,6 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         }
     }
 
-    /// True when broadcasts may be sent on the channel.
-    public var isOpen: Bool { state == .open }
-
     /// What happened; named in errors and logs.
     public enum Event: String, Sendable, Codable, CaseIterable {
         case leadTimeReached, firstUpdate
@@ -90,6 +87,9 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         self.state = state
         self.attempt = attempt
     }
+
+    /// True when broadcasts may be sent on the channel.
+    public var isOpen: Bool { state == .open }
 
     // MARK: opening
 
