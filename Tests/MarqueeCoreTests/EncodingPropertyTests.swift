@@ -56,6 +56,28 @@ import Testing
         }
     }
 
+    /// Arbitrary JSON, including near-misses of a valid state, is refused with a path or accepted and decodable.
+    @Test func arbitraryInputNeverCrashes() throws {
+        var random = SplitMix64(seed: 9)
+        let valid = Fixtures.json(#"""
+            {"homeScore": 1, "awayScore": 0, "period": "firstHalf", "minute": 3, "kickoff": 1795977000,
+             "halfWindow": [1795977000, 1795979700], "goals": [{"scorer": "A", "minute": 2, "side": "home"}]}
+            """#)
+        var accepted = 0
+        for round in 0..<2000 {
+            var input = valid.objectValue!
+            let key = input.keys[Int(random.next() % UInt64(input.count))]
+            input[key] = round % 5 == 0 ? nil : randomValue(depth: 3, &random)
+            let candidate: JSONValue = round % 50 == 0 ? randomValue(depth: 0, &random) : .object(input)
+            if let encoded = try? Fixtures.match.encodeContentState(candidate) {
+                accepted += 1
+                #expect(throws: Never.self) { try JSONDecoder().decode(MatchAttributes.ContentState.self, from: encoded.jsonData) }
+            }
+            _ = try? Fixtures.match.patchContentState(valid, with: candidate)
+        }
+        #expect(accepted > 50 && accepted < 1950, "accepted \(accepted)")
+    }
+
     @Test func iso8601AgreesWithFoundation() {
         var random = SplitMix64(seed: 5)
         let formatter = ISO8601DateFormatter()
