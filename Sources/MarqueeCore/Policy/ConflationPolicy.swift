@@ -1,0 +1,67 @@
+// Conflation: a channel carries state, not a log, so when updates arrive faster than Marquee should
+// broadcast (about one per second per channel) only the newest pending state is sent and the older
+// ones are recorded as conflated. An urgent update (explicit high priority or an alert) may go at once.
+
+import Foundation
+
+/// One accepted update waiting to be broadcast on a channel.
+public struct PendingBroadcast<ID: Hashable & Sendable>: Sendable, Hashable {
+    public var id: ID
+    /// The ingester asked for `high` priority.
+    public var isHighPriority: Bool
+    public var hasAlert: Bool
+
+    public init(id: ID, isHighPriority: Bool = false, hasAlert: Bool = false) {
+        self.id = id
+        self.isHighPriority = isHighPriority
+        self.hasAlert = hasAlert
+    }
+
+    var isUrgent: Bool { isHighPriority || hasAlert }
+}
+
+/// What to broadcast now on a channel.
+public struct BroadcastPlan<ID: Hashable & Sendable>: Sendable, Hashable {
+    /// The newest pending update: its state is the one sent.
+    public var send: ID
+    /// Older pending updates superseded by `send`, oldest first: record them as conflated.
+    public var conflated: [ID]
+    /// The newest pending update with an alert, when that is not `send` itself: carry its alert along
+    /// with the newest state so the user still hears about it.
+    public var alertFrom: ID?
+    /// Some pending update asked for `high` priority.
+    public var wantsHighPriority: Bool
+}
+
+/// The conflation decision for one channel.
+public enum ConflationDecision<ID: Hashable & Sendable>: Sendable, Hashable {
+    /// Nothing is pending.
+    case idle
+    /// Send now.
+    case send(BroadcastPlan<ID>)
+    /// Too soon after the last broadcast; decide again at this time.
+    case wait(until: Date)
+}
+
+/// Per channel: only the newest pending state is sent, at most one broadcast per `minimumInterval`,
+/// except that an urgent update goes at once.
+public struct ConflationPolicy: Sendable, Equatable {
+    public var minimumInterval: TimeInterval
+
+    public init(minimumInterval: TimeInterval = 1) { self.minimumInterval = minimumInterval }
+
+    /// Decides for a channel given its pending updates in arrival order (oldest first).
+    public func decide<ID>(pending: [PendingBroadcast<ID>], lastSentAt: Date?, now: Date) -> ConflationDecision<ID> {
+        guard let newest = pending.last else { return .idle }
+        if let lastSentAt, now < lastSentAt.addingTimeInterval(minimumInterval), !pending.contains(where: \.isUrgent) {
+            return .wait(until: lastSentAt.addingTimeInterval(minimumInterval))
+        }
+        let alertSource = pending.last(where: \.hasAlert)
+        return .send(
+            BroadcastPlan(
+                send: newest.id,
+                conflated: pending.dropLast().map(\.id),
+                alertFrom: alertSource.flatMap { $0.id == newest.id ? nil : $0.id },
+                wantsHighPriority: pending.contains(where: \.isHighPriority)))
+    }
+}
