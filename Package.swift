@@ -32,7 +32,7 @@ let package = Package(
         .target(name: "MarqueeStore", dependencies: ["Postgres", "MarqueeCore"], swiftSettings: strict,
                 plugins: ["EmbedMigrations"]),
         .target(name: "MarqueeService", dependencies: ["MarqueeStore", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
-        .target(name: "APNsSimulator", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
+        .target(name: "APNsSimulator", dependencies: ["APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .executableTarget(name: "marquee", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
 
         // Sql/*.sql becomes a generated Swift source of MarqueeStore, so the binary is self-contained.
@@ -43,7 +43,7 @@ let package = Package(
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
         .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto"], swiftSettings: strict),
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "Crypto", "Network"], swiftSettings: strict),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
     ]

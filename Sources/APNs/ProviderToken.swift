@@ -4,30 +4,8 @@
 // each says which token failed, and only a caller holding the current one replaces it.
 import Crypto
 import Foundation
+import MarqueeCore
 import Synchronization
-
-/// A source of wall-clock time, injectable so tests can move time.
-public protocol WallClock: Sendable {
-    func now() -> Date
-}
-
-/// The system's wall clock.
-public struct SystemWallClock: WallClock {
-    public init() {}
-    public func now() -> Date { Date() }
-}
-
-/// A wall clock that moves only when told to, for tests.
-public final class ManualWallClock: WallClock {
-    private let current: Mutex<Date>
-
-    public init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) { current = Mutex(start) }
-
-    public func now() -> Date { current.withLock { $0 } }
-
-    /// Moves the clock forward by `seconds`.
-    public func advance(by seconds: TimeInterval) { current.withLock { $0 += seconds } }
-}
 
 /// A provider token could not be made or read; fix the key or its ids.
 public enum ProviderTokenError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -162,7 +140,7 @@ public final class ProviderTokenSigner: Sendable {
 
     private func token(for key: APNsSigningKey, replacing expired: ProviderToken?) throws(ProviderTokenError) -> ProviderToken {
         try tokens.withLock { tokens throws(ProviderTokenError) -> ProviderToken in
-            let now = clock.now()
+            let now = clock.now
             if let current = tokens[key.identity], current.jwt != expired?.jwt,
                now.timeIntervalSince(current.issuedAt) < refreshAge {
                 return current

@@ -1,6 +1,7 @@
 @testable import APNs
 import Crypto
 import Foundation
+import MarqueeCore
 import Testing
 
 @Suite struct ProviderTokenTests {
@@ -81,7 +82,7 @@ import Testing
                 let first = try signer.token(for: key)
                 let second = try signer.token(for: key)
                 #expect(first == second)
-                let age = clock.now().timeIntervalSince(first.issuedAt)
+                let age = clock.now.timeIntervalSince(first.issuedAt)
                 #expect(age >= 0 && age < 60 * 60)
                 if issued.last != first { issued.append(first) }
                 #expect(try signer.token(for: otherKey).keyID == "ZZZ999YYYY")
@@ -115,7 +116,7 @@ import Testing
         #expect(distinct.count == 1)
         let fresh = try #require(distinct.first)
         #expect(fresh != expired)
-        #expect(fresh.issuedAt == clock.now())
+        #expect(fresh.issuedAt == clock.now)
         #expect(try signer.token(for: key) == fresh)
         // A caller that still reports the old token later gets the replacement, not another refresh.
         clock.advance(by: 60)
@@ -123,7 +124,7 @@ import Testing
         // A caller whose request failed with the current token does refresh.
         let next = try signer.tokenAfterExpiry(of: fresh, for: key)
         #expect(next != fresh)
-        #expect(next.issuedAt == clock.now())
+        #expect(next.issuedAt == clock.now)
     }
 
     @Test func refreshAgeIsClampedToWhatAPNsAccepts() {
