@@ -1,0 +1,128 @@
+// timestamptz in text form, exact to the microsecond (PostgreSQL's resolution). Dates are written as
+// UTC ("2024-05-01 12:30:00.123456+00") and parsed with any offset, so the session time zone only
+// changes how the server prints, never the instant. No DateFormatter: it rounds to milliseconds.
+import Foundation
+
+extension Date: PostgresCodable {
+    public var postgresData: PostgresData {
+        PostgresData(text: formatTimestamp(microseconds: postgresMicroseconds), oid: PostgresOID.timestamptz)
+    }
+
+    public init?(postgresText text: String) {
+        guard let micros = parseTimestamp(text) else { return nil }
+        self.init(postgresMicroseconds: micros)
+    }
+
+    /// Microseconds since 1970-01-01 UTC, rounded to the nearest one.
+    var postgresMicroseconds: Int64 {
+        Int64((timeIntervalSince1970 * 1_000_000).rounded())
+    }
+
+    init(postgresMicroseconds micros: Int64) {
+        // Seconds and fraction apart, so large values keep their microseconds exact.
+        let seconds = micros.quotientRoundingDown(by: 1_000_000)
+        let fraction = micros - seconds * 1_000_000
+        self.init(timeIntervalSince1970: Double(seconds) + Double(fraction) / 1_000_000)
+    }
+}
+
+extension Int64 {
+    fileprivate func quotientRoundingDown(by divisor: Int64) -> Int64 {
+        let quotient = self / divisor
+        return (self % divisor < 0) ? quotient - 1 : quotient
+    }
+}
+
+/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm, proleptic Gregorian).
+private func civilDate(days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+    let z = days + 719_468
+    let era = (z >= 0 ? z : z - 146_096) / 146_097
+    let doe = z - era * 146_097
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+    let mp = (5 * doy + 2) / 153
+    let day = doy - (153 * mp + 2) / 5 + 1
+    let month = mp < 10 ? mp + 3 : mp - 9
+    return (yoe + era * 400 + (month <= 2 ? 1 : 0), month, day)
+}
+
+/// A civil date to days since 1970-01-01.
+private func daysFromCivil(year: Int64, month: Int64, day: Int64) -> Int64 {
+    let y = month <= 2 ? year - 1 : year
+    let era = (y >= 0 ? y : y - 399) / 400
+    let yoe = y - era * 400
+    let doy = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+    return era * 146_097 + doe - 719_468
+}
+
+func formatTimestamp(microseconds micros: Int64) -> String {
+    let seconds = micros.quotientRoundingDown(by: 1_000_000)
+    let fraction = micros - seconds * 1_000_000
+    let days = seconds.quotientRoundingDown(by: 86_400)
+    let secondOfDay = seconds - days * 86_400
+    let (year, month, day) = civilDate(days: days)
+    func pad(_ value: Int64, _ width: Int) -> String {
+        let digits = String(value)
+        return String(repeating: "0", count: max(0, width - digits.count)) + digits
+    }
+    // Years before 1 AD would need " BC"; Marquee never stores them, so they are written as is.
+    var text = "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2)) "
+    text += "\(pad(secondOfDay / 3600, 2)):\(pad(secondOfDay / 60 % 60, 2)):\(pad(secondOfDay % 60, 2))"
+    text += ".\(pad(fraction, 6))+00"
+    return text
+}
+
+/// Parses ISO-style output: `YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM[:SS]]]`. A value without an
+/// offset (timestamp without time zone) is taken as UTC. Returns microseconds since 1970 UTC.
+func parseTimestamp(_ text: String) -> Int64? {
+    let bytes = Array(text.utf8)
+    var index = 0
+    func number(maxDigits: Int = 9) -> Int64? {
+        var value: Int64 = 0
+        let start = index
+        while index < bytes.count, index - start < maxDigits, bytes[index] >= 48, bytes[index] <= 57 {
+            value = value * 10 + Int64(bytes[index] - 48)
+            index += 1
+        }
+        return index > start ? value : nil
+    }
+    func expect(_ char: Character) -> Bool {
+        guard index < bytes.count, bytes[index] == char.asciiValue! else { return false }
+        index += 1
+        return true
+    }
+    guard let year = number(), expect("-"), let month = number(maxDigits: 2), expect("-"),
+          let day = number(maxDigits: 2), expect(" ") || expect("T"),
+          let hour = number(maxDigits: 2), expect(":"), let minute = number(maxDigits: 2), expect(":"),
+          let second = number(maxDigits: 2),
+          (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+    else { return nil }
+    var micros: Int64 = 0
+    if expect(".") {
+        let start = index
+        guard let fraction = number(maxDigits: 6) else { return nil }
+        micros = fraction
+        for _ in 0..<(6 - (index - start)) { micros *= 10 }
+    }
+    var offsetSeconds: Int64 = 0
+    if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
+        let sign: Int64 = bytes[index] == UInt8(ascii: "-") ? -1 : 1
+        index += 1
+        guard let hours = number(maxDigits: 2) else { return nil }
+        var total = hours * 3600
+        if expect(":") {
+            guard let minutes = number(maxDigits: 2) else { return nil }
+            total += minutes * 60
+            if expect(":") {
+                guard let seconds = number(maxDigits: 2) else { return nil }
+                total += seconds
+            }
+        }
+        offsetSeconds = sign * total
+    }
+    guard index == bytes.count else { return nil }  // " BC", "infinity" and the like are refused
+    let days = daysFromCivil(year: year, month: month, day: day)
+    let localSeconds = days * 86_400 + hour * 3600 + minute * 60 + second
+    return (localSeconds - offsetSeconds) * 1_000_000 + micros
+}

@@ -1,0 +1,208 @@
+// A bounded pool. Its bookkeeping is a value-type state machine (PoolState) whose event methods
+// return actions; PostgresPool performs them outside the lock. A connection found dead is dropped
+// on check-in and its slot reused for a fresh one, which is how the pool recovers after a restart.
+import Synchronization
+
+/// The pool's bookkeeping, free of I/O: which connections are idle, how many exist, who waits.
+struct PoolState<Connection> {
+    enum Action {
+        case none
+        /// Hand this connection to this waiter.
+        case lend(Connection, to: Int)
+        /// Open a new connection (a slot is already reserved for it).
+        case connect
+        /// Fail these waiters.
+        case fail([Int], PostgresError)
+        /// Close these connections (pool closing or connection dead).
+        case close([Connection])
+    }
+
+    let capacity: Int
+    private(set) var idle: [Connection] = []
+    /// Connections open or being opened; never above `capacity`.
+    private(set) var open = 0
+    private(set) var waiters: [Int] = []
+    private(set) var closed = false
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    /// A task asks for a connection.
+    mutating func checkout(waiter: Int) -> Action {
+        if closed { return .fail([waiter], PostgresError(kind: .poolClosed, message: "the pool is closed")) }
+        if let connection = idle.popLast() { return .lend(connection, to: waiter) }
+        waiters.append(waiter)
+        if open < capacity {
+            open += 1
+            return .connect
+        }
+        return .none
+    }
+
+    /// A task gives its connection back; `alive` is false when it broke.
+    mutating func checkin(_ connection: Connection, alive: Bool) -> Action {
+        guard alive, !closed else {
+            open -= 1
+            if !closed, !waiters.isEmpty, open < capacity {
+                open += 1
+                return .connect  // the closed connection is dropped; a fresh one replaces it
+            }
+            return .close([connection])
+        }
+        if !waiters.isEmpty { return .lend(connection, to: waiters.removeFirst()) }
+        idle.append(connection)
+        return .none
+    }
+
+    /// A connection opened for the reserved slot.
+    mutating func connected(_ connection: Connection) -> Action {
+        checkin(connection, alive: true)
+    }
+
+    /// Opening a connection failed: the slot is freed and the oldest waiter gets the error.
+    mutating func connectFailed(_ error: PostgresError) -> Action {
+        open -= 1
+        guard !waiters.isEmpty else { return .none }
+        return .fail([waiters.removeFirst()], error)
+    }
+
+    /// A waiting task was cancelled.
+    mutating func cancel(waiter: Int) -> Action {
+        guard let index = waiters.firstIndex(of: waiter) else { return .none }
+        waiters.remove(at: index)
+        return .fail([waiter], PostgresError(kind: .poolClosed, message: "cancelled while waiting for a connection"))
+    }
+
+    /// The pool shuts down: waiters fail, idle connections close, lent ones close on check-in.
+    mutating func close() -> (failed: Action, closing: Action) {
+        closed = true
+        let failed = waiters
+        waiters = []
+        let closing = idle
+        open -= idle.count
+        idle = []
+        return (.fail(failed, PostgresError(kind: .poolClosed, message: "the pool is closed")), .close(closing))
+    }
+}
+
+/// A bounded set of connections, each lent to one task at a time.
+public final class PostgresPool: Sendable {
+    private struct Locked {
+        var state: PoolState<PostgresConnection>
+        var continuations: [Int: CheckedContinuation<PostgresConnection, Error>] = [:]
+        var nextWaiter = 0
+    }
+
+    private let configuration: PostgresConfiguration
+    private let locked: Mutex<Locked>
+
+    /// A pool that opens at most `maxConnections` connections, lazily.
+    public init(configuration: PostgresConfiguration, maxConnections: Int = 10) {
+        precondition(maxConnections > 0, "a pool needs at least one connection")
+        self.configuration = configuration
+        self.locked = Mutex(Locked(state: PoolState(capacity: maxConnections)))
+    }
+
+    /// Lends a connection to `body` and takes it back afterwards (a broken one is replaced).
+    public func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        let connection = try await checkout()
+        do {
+            let value = try await body(connection)
+            checkin(connection)
+            return value
+        } catch {
+            checkin(connection)
+            throw error
+        }
+    }
+
+    /// Runs `body` in a transaction on a pooled connection: COMMIT on return, ROLLBACK on throw.
+    public func withTransaction<T: Sendable>(
+        isolation: PostgresIsolation? = nil,
+        _ body: (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        try await withConnection { try await $0.withTransaction(isolation: isolation, body) }
+    }
+
+    /// Runs one statement on a pooled connection. If the connection turns out to have died before
+    /// the statement was sent (e.g. after a server restart), it is retried once on a fresh one.
+    @discardableResult
+    public func query(_ query: PostgresQuery) async throws -> PostgresRows {
+        do {
+            return try await withConnection { try await $0.query(query) }
+        } catch let error as PostgresError where error.notSent {
+            return try await withConnection { try await $0.query(query) }
+        }
+    }
+
+    /// Runs one statement and returns the number of rows it affected.
+    @discardableResult
+    public func execute(_ query: PostgresQuery) async throws -> Int {
+        try await self.query(query).affectedRows ?? 0
+    }
+
+    /// Closes idle connections and fails waiters; connections in use close when returned.
+    public func close() {
+        let actions = locked.withLock { $0.state.close() }
+        perform(actions.failed)
+        perform(actions.closing)
+    }
+
+    /// Counts for tests and metrics: connections open (or opening), idle, and tasks waiting.
+    public var statistics: (open: Int, idle: Int, waiting: Int) {
+        locked.withLock { ($0.state.open, $0.state.idle.count, $0.state.waiters.count) }
+    }
+
+    // MARK: Internals
+
+    private func checkout() async throws -> PostgresConnection {
+        let waiter = locked.withLock { locked in
+            locked.nextWaiter += 1
+            return locked.nextWaiter
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let action = locked.withLock { locked in
+                    locked.continuations[waiter] = continuation
+                    return locked.state.checkout(waiter: waiter)
+                }
+                perform(action)
+            }
+        } onCancel: {
+            perform(locked.withLock { $0.state.cancel(waiter: waiter) })
+        }
+    }
+
+    private func checkin(_ connection: PostgresConnection) {
+        perform(locked.withLock { $0.state.checkin(connection, alive: !connection.isBroken) })
+    }
+
+    private func perform(_ action: PoolState<PostgresConnection>.Action) {
+        switch action {
+        case .none, .close:
+            break  // a connection closes when its last reference goes
+        case .lend(let connection, let waiter):
+            let continuation = locked.withLock { $0.continuations.removeValue(forKey: waiter) }
+            continuation?.resume(returning: connection)
+        case .fail(let waiters, let error):
+            let continuations = locked.withLock { locked in waiters.compactMap { locked.continuations.removeValue(forKey: $0) } }
+            for continuation in continuations {
+                continuation.resume(throwing: error.kind == .poolClosed && error.message.hasPrefix("cancelled")
+                                    ? CancellationError() : error)
+            }
+        case .connect:
+            let configuration = self.configuration
+            Task {
+                let action: PoolState<PostgresConnection>.Action
+                do {
+                    let connection = try await PostgresConnection.connect(configuration)
+                    action = locked.withLock { $0.state.connected(connection) }
+                } catch {
+                    let failure = error as? PostgresError
+                        ?? PostgresError(kind: .connectionFailed, message: String(describing: error))
+                    action = locked.withLock { $0.state.connectFailed(failure) }
+                }
+                perform(action)
+            }
+        }
+    }
+}
