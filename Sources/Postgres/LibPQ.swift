@@ -45,8 +45,9 @@ final class LibPQConnection {
 
     /// Reads what the server sent while idle (without blocking), so a connection the server closed
     /// (restart, idle timeout) is known to be dead before a statement is sent on it.
+    /// Two reads: the first may return the server's goodbye message, only the next one sees EOF.
     func checkAlive() throws {
-        if PQconsumeInput(handle) == 0 || isBroken {
+        if PQconsumeInput(handle) == 0 || PQconsumeInput(handle) == 0 || isBroken {
             var error = PostgresError(kind: .connectionLost, sqlState: .connectionFailure,
                                       message: "connection lost: \(lastErrorMessage)")
             error.notSent = true

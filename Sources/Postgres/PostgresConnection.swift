@@ -128,6 +128,7 @@ public final class PostgresConnection: Sendable {
     }
 
     /// Runs `body` in a transaction: COMMIT when it returns, ROLLBACK when it throws (then rethrows).
+    @discardableResult
     public func withTransaction<T: Sendable>(
         isolation: PostgresIsolation? = nil,
         _ body: (PostgresConnection) async throws -> T

@@ -103,6 +103,7 @@ public final class PostgresPool: Sendable {
     }
 
     /// Lends a connection to `body` and takes it back afterwards (a broken one is replaced).
+    @discardableResult
     public func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         let connection = try await checkout()
         do {
@@ -116,6 +117,7 @@ public final class PostgresPool: Sendable {
     }
 
     /// Runs `body` in a transaction on a pooled connection: COMMIT on return, ROLLBACK on throw.
+    @discardableResult
     public func withTransaction<T: Sendable>(
         isolation: PostgresIsolation? = nil,
         _ body: (PostgresConnection) async throws -> T

@@ -52,6 +52,12 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
             sql += "$\(binds.count)"
         }
 
+        /// Binds an optional value; nil is bound as NULL.
+        public mutating func appendInterpolation<Value: PostgresEncodable>(_ value: Value?) {
+            binds.append(value.postgresData)
+            sql += "$\(binds.count)"
+        }
+
         /// Inserts a quoted identifier (table, column, channel name): `"name"` with `"` doubled.
         public mutating func appendInterpolation(identifier: String) {
             sql += quoteIdentifier(identifier)

@@ -1,0 +1,82 @@
+import Foundation
+import Postgres
+import Synchronization
+import Testing
+
+@Suite(.enabled(if: TestDatabase.available))
+struct PoolTests {
+    @Test func tenConnectionsServeFiftyTasks() async throws {
+        let pool = PostgresPool(configuration: TestDatabase.shared, maxConnections: 10)
+        defer { pool.close() }
+        let inUse = Shared((now: 0, peak: 0))
+        let pids = Shared(Set<Int32>())
+        let finished = try await withThrowingTaskGroup(of: Int.self) { group in
+            for task in 0..<50 {
+                group.addTask {
+                    try await pool.withConnection { connection in
+                        inUse.withLock { $0.now += 1; $0.peak = max($0.peak, $0.now) }
+                        defer { inUse.withLock { $0.now -= 1 } }
+                        pids.withLock { _ = $0.insert(connection.backendPID) }
+                        let row = try await connection.query("SELECT \(task) AS task, pg_sleep(0.02)")[0]
+                        return try row.decode(Int.self, column: "task")
+                    }
+                }
+            }
+            var seen: [Int] = []
+            for try await task in group { seen.append(task) }
+            return seen.sorted()
+        }
+        #expect(finished == Array(0..<50))
+        #expect(inUse.withLock { $0.peak } <= 10)
+        #expect(inUse.withLock { $0.peak } > 1)
+        #expect(pids.withLock { $0.count } <= 10)
+        #expect(pool.statistics.open <= 10)
+        // The server agrees: at most 10 sessions belonged to this pool.
+        let active = try await pool.query("SELECT count(*) AS n FROM pg_stat_activity WHERE pid = ANY(\(pids.withLock { $0.map(String.init) }.sorted())::int[])")
+        #expect(try active[0].decode(Int.self, column: "n") <= 10)
+    }
+
+    @Test func closedPoolRefusesWork() async throws {
+        let pool = PostgresPool(configuration: TestDatabase.shared, maxConnections: 1)
+        pool.close()
+        let error = try await #require(throws: PostgresError.self) { try await pool.query("SELECT 1") }
+        #expect(error.kind == .poolClosed)
+    }
+
+    @Test func unreachableServerFailsTheWaiterInsteadOfHanging() async throws {
+        let pool = PostgresPool(configuration: PostgresConfiguration(url: "postgresql://x@127.0.0.1:1/x?connect_timeout=2"),
+                                maxConnections: 2)
+        defer { pool.close() }
+        let error = try await #require(throws: PostgresError.self) { try await pool.query("SELECT 1") }
+        #expect(error.kind == .connectionFailed)
+        #expect(pool.statistics.open == 0)
+    }
+
+    @Test func cancelledWaiterLeavesTheQueue() async throws {
+        let pool = PostgresPool(configuration: TestDatabase.shared, maxConnections: 1)
+        defer { pool.close() }
+        let holding = AsyncStream.makeStream(of: Void.self)
+        let release = AsyncStream.makeStream(of: Void.self)
+        let holder = Task {
+            try await pool.withConnection { _ in
+                holding.continuation.yield()
+                for await _ in release.stream { break }
+            }
+        }
+        for await _ in holding.stream { break }
+        let waiter = Task { try await pool.query("SELECT 1") }
+        while pool.statistics.waiting == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        waiter.cancel()
+        await #expect(throws: CancellationError.self) { try await waiter.value }
+        release.continuation.yield()
+        try await holder.value
+        #expect(try await pool.query("SELECT 2 AS n")[0].decode(Int.self, column: "n") == 2)
+    }
+}
+
+/// A Mutex in a class, so concurrently running closures can share it.
+final class Shared<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    func withLock<T: Sendable>(_ body: (inout Value) -> T) -> T { mutex.withLock { body(&$0) } }
+}
