@@ -55,7 +55,19 @@ final class LibPQConnection {
         }
     }
 
-    /// Runs one statement with `$n` parameters (extended protocol, text results).
+    /// Statements prepared on this session, by SQL text and parameter types.
+    private var prepared: [StatementKey: String] = [:]
+    private var preparedCount = 0
+    private static let preparedLimit = 256
+
+    private struct StatementKey: Hashable {
+        let sql: String
+        let types: [Oid]
+    }
+
+    /// Runs one statement with `$n` parameters (extended protocol, text results). A statement is
+    /// prepared on first use and then only bound and executed, which saves the server a parse and
+    /// plan per call (the first 256 distinct statements of a session; the rest go unnamed).
     func execute(_ query: PostgresQuery) throws -> PostgresResultStorage {
         try checkAlive()
         let count = query.binds.count
@@ -69,27 +81,55 @@ final class LibPQConnection {
             switch bind.storage {
             case .null:
                 break
-            case .text(let text):
-                offsets[index] = storage.count
-                storage.append(contentsOf: text.utf8)
-                lengths[index] = Int32(storage.count - offsets[index]!)
-                storage.append(0)
             case .bytes(let bytes):
                 offsets[index] = storage.count
                 storage.append(contentsOf: bytes)
                 lengths[index] = Int32(bytes.count)
                 formats[index] = 1
+            default:
+                offsets[index] = storage.count
+                bind.appendText(to: &storage)
+                lengths[index] = Int32(storage.count - offsets[index]!)
+                storage.append(0)
             }
         }
         storage.append(0)  // never empty, so baseAddress is never nil
-        let result = storage.withUnsafeBytes { buffer -> OpaquePointer? in
-            let base = buffer.baseAddress!
-            let values: [UnsafePointer<CChar>?] = offsets.map { offset in
-                offset.map { base.advanced(by: $0).assumingMemoryBound(to: CChar.self) }
-            }
-            return PQexecParams(handle, query.sql, Int32(count), types, values, lengths, formats, 0)
+        let key = StatementKey(sql: query.sql, types: types)
+        var name = prepared[key]
+        if name == nil, prepared.count < Self.preparedLimit {
+            preparedCount += 1
+            let newName = "marquee_\(preparedCount)"
+            _ = try check(PQprepare(handle, newName, query.sql, Int32(count), types))
+            prepared[key] = newName
+            name = newName
         }
-        return try check(result)
+        func run() -> OpaquePointer? {
+            storage.withUnsafeBytes { buffer -> OpaquePointer? in
+                let base = buffer.baseAddress!
+                let values: [UnsafePointer<CChar>?] = offsets.map { offset in
+                    offset.map { base.advanced(by: $0).assumingMemoryBound(to: CChar.self) }
+                }
+                if let name {
+                    return PQexecPrepared(handle, name, Int32(count), values, lengths, formats, 0)
+                }
+                return PQexecParams(handle, query.sql, Int32(count), types, values, lengths, formats, 0)
+            }
+        }
+        do {
+            return try check(run())
+        } catch let error as PostgresError where name != nil && Self.invalidatesPrepared(error) {
+            // The session lost its statements (DISCARD ALL) or a table changed shape under a cached
+            // plan. Forget them; outside a transaction the statement can simply run again.
+            if error.sqlState == .invalidSQLStatementName { prepared.removeAll() } else { prepared[key] = nil }
+            guard PQtransactionStatus(handle) == PQTRANS_IDLE else { throw error }
+            name = nil
+            return try check(run())
+        }
+    }
+
+    private static func invalidatesPrepared(_ error: PostgresError) -> Bool {
+        error.sqlState == .invalidSQLStatementName
+            || (error.sqlState == .featureNotSupported && error.message.contains("cached plan"))
     }
 
     /// Runs SQL that may hold several statements (simple protocol, no parameters), e.g. a migration.

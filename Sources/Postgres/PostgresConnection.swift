@@ -168,8 +168,9 @@ public final class PostgresConnection: Sendable {
         let writer = PostgresCopyWriter(connection: self, bufferSize: bufferSize)
         do {
             try await body(writer)
-            try await writer.flush()
+            try await writer.finish()
         } catch {
+            try? await writer.drain()
             if !isBroken {
                 _ = try? await withLibPQ { try $0.endCopy(abortMessage: "aborted by the client: \(error)") }
             }

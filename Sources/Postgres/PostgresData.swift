@@ -9,7 +9,12 @@ public struct PostgresData: Sendable, Equatable {
     enum Storage: Sendable, Equatable {
         case null
         case text(String)
+        /// Raw bytes, sent as a binary parameter (bytea).
         case bytes([UInt8])
+        // Values kept unformatted, so COPY writes their text straight into its buffer.
+        case integer(Int64)
+        case bool(Bool)
+        case timestamp(microseconds: Int64)
     }
 
     let storage: Storage
@@ -31,6 +36,35 @@ public struct PostgresData: Sendable, Equatable {
 
     init(text: String, oid: UInt32) {
         self.init(storage: .text(text), oid: oid)
+    }
+
+    /// Appends the text form of a non-NULL, non-bytes value (no COPY escaping).
+    func appendText(to buffer: inout [UInt8]) {
+        switch storage {
+        case .null, .bytes: break
+        case .text(let text): buffer.append(contentsOf: text.utf8)
+        case .integer(let value): appendDecimal(value, to: &buffer)
+        case .bool(let value): buffer.append(value ? UInt8(ascii: "t") : UInt8(ascii: "f"))
+        case .timestamp(let micros): appendTimestamp(microseconds: micros, to: &buffer)
+        }
+    }
+}
+
+/// Appends the decimal digits of `value`, without allocating a String.
+func appendDecimal(_ value: Int64, to buffer: inout [UInt8]) {
+    if value < 0 { buffer.append(UInt8(ascii: "-")) }
+    var magnitude = value.magnitude
+    var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                 UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+        (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    var count = 0
+    withUnsafeMutableBytes(of: &digits) { scratch in
+        repeat {
+            scratch[count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+            magnitude /= 10
+            count += 1
+        } while magnitude > 0
+        for index in stride(from: count - 1, through: 0, by: -1) { buffer.append(scratch[index]) }
     }
 }
 
@@ -130,27 +164,27 @@ extension String: PostgresCodable {
 }
 
 extension Int: PostgresCodable {
-    public var postgresData: PostgresData { PostgresData(text: String(self), oid: PostgresOID.int8) }
+    public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: PostgresOID.int8) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Int64: PostgresCodable {
-    public var postgresData: PostgresData { PostgresData(text: String(self), oid: PostgresOID.int8) }
+    public var postgresData: PostgresData { PostgresData(storage: .integer(self), oid: PostgresOID.int8) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Int32: PostgresCodable {
-    public var postgresData: PostgresData { PostgresData(text: String(self), oid: PostgresOID.int4) }
+    public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: PostgresOID.int4) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Int16: PostgresCodable {
-    public var postgresData: PostgresData { PostgresData(text: String(self), oid: PostgresOID.int2) }
+    public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: PostgresOID.int2) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Bool: PostgresCodable {
-    public var postgresData: PostgresData { PostgresData(text: self ? "t" : "f", oid: PostgresOID.bool) }
+    public var postgresData: PostgresData { PostgresData(storage: .bool(self), oid: PostgresOID.bool) }
     public init?(postgresText text: String) {
         switch text {
         case "t", "true": self = true

@@ -5,7 +5,7 @@ import Foundation
 
 extension Date: PostgresCodable {
     public var postgresData: PostgresData {
-        PostgresData(text: formatTimestamp(microseconds: postgresMicroseconds), oid: PostgresOID.timestamptz)
+        PostgresData(storage: .timestamp(microseconds: postgresMicroseconds), oid: PostgresOID.timestamptz)
     }
 
     public init?(postgresText text: String) {
@@ -56,21 +56,33 @@ private func daysFromCivil(year: Int64, month: Int64, day: Int64) -> Int64 {
     return era * 146_097 + doe - 719_468
 }
 
-func formatTimestamp(microseconds micros: Int64) -> String {
+/// Writes `YYYY-MM-DD HH:MM:SS.ffffff+00` (UTC) into `buffer`, without allocating.
+func appendTimestamp(microseconds micros: Int64, to buffer: inout [UInt8]) {
     let seconds = micros.quotientRoundingDown(by: 1_000_000)
     let fraction = micros - seconds * 1_000_000
     let days = seconds.quotientRoundingDown(by: 86_400)
     let secondOfDay = seconds - days * 86_400
     let (year, month, day) = civilDate(days: days)
-    func pad(_ value: Int64, _ width: Int) -> String {
-        let digits = String(value)
-        return String(repeating: "0", count: max(0, width - digits.count)) + digits
+    func put(_ value: Int64, width: Int) {
+        var divisor: Int64 = 1
+        for _ in 1..<width { divisor *= 10 }
+        if value >= divisor * 10 { appendDecimal(value, to: &buffer); return }  // years past 9999
+        var rest = value
+        while divisor > 0 {
+            buffer.append(UInt8(ascii: "0") + UInt8(rest / divisor))
+            rest %= divisor
+            divisor /= 10
+        }
     }
-    // Years before 1 AD would need " BC"; Marquee never stores them, so they are written as is.
-    var text = "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2)) "
-    text += "\(pad(secondOfDay / 3600, 2)):\(pad(secondOfDay / 60 % 60, 2)):\(pad(secondOfDay % 60, 2))"
-    text += ".\(pad(fraction, 6))+00"
-    return text
+    // Years before 1 AD would need " BC"; Marquee never stores them.
+    put(year, width: 4); buffer.append(UInt8(ascii: "-"))
+    put(month, width: 2); buffer.append(UInt8(ascii: "-"))
+    put(day, width: 2); buffer.append(UInt8(ascii: " "))
+    put(secondOfDay / 3600, width: 2); buffer.append(UInt8(ascii: ":"))
+    put(secondOfDay / 60 % 60, width: 2); buffer.append(UInt8(ascii: ":"))
+    put(secondOfDay % 60, width: 2); buffer.append(UInt8(ascii: "."))
+    put(fraction, width: 6)
+    buffer.append(contentsOf: [UInt8(ascii: "+"), UInt8(ascii: "0"), UInt8(ascii: "0")])
 }
 
 /// Parses ISO-style output: `YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM[:SS]]]`. A value without an

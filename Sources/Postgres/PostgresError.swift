@@ -43,6 +43,9 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let adminShutdown = SQLState(rawValue: "57P01")
     public static let crashShutdown = SQLState(rawValue: "57P02")
     public static let cannotConnectNow = SQLState(rawValue: "57P03")
+    // Class 0A / 26: statements the session no longer has or cannot run.
+    public static let featureNotSupported = SQLState(rawValue: "0A000")
+    public static let invalidSQLStatementName = SQLState(rawValue: "26000")
     // Class XX: internal errors.
     public static let internalError = SQLState(rawValue: "XX000")
 

@@ -136,4 +136,20 @@ struct RoundTripTests {
         let missing = try #require(throws: PostgresError.self) { try row.decode(Int.self, column: "nope") }
         #expect(missing.kind == .misuse)
     }
+
+    @Test func preparedStatementsSurviveDiscardAndTableChanges() async throws {
+        let connection = try await PostgresConnection.connect(try await TestDatabase.fresh())
+        try await connection.executeScript("CREATE TABLE shapes (a int); INSERT INTO shapes VALUES (1)")
+        let select: PostgresQuery = "SELECT * FROM shapes WHERE a >= \(0)"
+        #expect(try await connection.query(select).columns == ["a"])
+        try await connection.executeScript("ALTER TABLE shapes ADD COLUMN b text DEFAULT 'x'")
+        #expect(try await connection.query(select).columns == ["a", "b"])
+        try await connection.executeScript("DISCARD ALL")
+        #expect(try await connection.query(select).count == 1)
+        try await connection.executeScript("SET TimeZone TO 'UTC'")
+        for value in 0..<300 {  // past the prepared-statement limit: the rest run unnamed
+            let row = try await connection.query(PostgresQuery(unsafeSQL: "SELECT \(value) AS v"))[0]
+            #expect(try row.decode(Int.self, column: "v") == value)
+        }
+    }
 }
