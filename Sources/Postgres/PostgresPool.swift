@@ -103,11 +103,13 @@ public final class PostgresPool: Sendable {
     }
 
     /// Lends a connection to `body` and takes it back afterwards (a broken one is replaced).
+    /// Nonisolated code in `body` runs on the connection's own thread (it is idle while lent), so
+    /// its statements cost no thread hop; actor-isolated code keeps its actor.
     @discardableResult
     public func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         let connection = try await checkout()
         do {
-            let value = try await body(connection)
+            let value = try await withTaskExecutorPreference(connection.taskExecutor) { try await body(connection) }
             checkin(connection)
             return value
         } catch {

@@ -13,26 +13,32 @@ guard arguments.count == 4, let amount = Int(arguments[3]) else {
 let connection = try await PostgresConnection.connect(url: arguments[2])
 let clock = ContinuousClock()
 
-func seconds(_ duration: Duration) -> Double {
+@Sendable func seconds(_ duration: Duration) -> Double {
     Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
 }
 
 switch arguments[1] {
 case "inserts":
     // The same statement as the pgbench script: INSERT INTO bench_insert (id, payload) VALUES (:id, 'payload')
-    let payload = "payload"
-    let start = clock.now
-    let deadline = start + .seconds(amount)
-    var count = 0
-    while clock.now < deadline {
-        for _ in 0..<100 {
-            try await connection.execute("INSERT INTO bench_insert (id, payload) VALUES (\(Int.random(in: 1...1_000_000_000)), \(payload))")
+    // First from the cooperative pool (two thread hops per statement), then on the connection's own
+    // thread through its task executor (no hop), each for the given number of seconds.
+    @Sendable func insertLoop() async throws -> Double {
+        let payload = "payload"
+        let start = clock.now
+        let deadline = start + .seconds(amount)
+        var count = 0
+        while clock.now < deadline {
+            for _ in 0..<100 {
+                try await connection.execute("INSERT INTO bench_insert (id, payload) VALUES (\(Int.random(in: 1...1_000_000_000)), \(payload))")
+            }
+            count += 100
         }
-        count += 100
+        return Double(count) / seconds(clock.now - start)
     }
-    let elapsed = seconds(clock.now - start)
-    print("inserts=\(count)")
-    print("inserts_per_second=\(Int(Double(count) / elapsed))")
+    let pooled = try await Task.detached { try await insertLoop() }.value
+    let pinned = try await withTaskExecutorPreference(connection.taskExecutor) { try await insertLoop() }
+    print("inserts_per_second_cooperative=\(Int(pooled))")
+    print("inserts_per_second=\(Int(pinned))")
 case "copy":
     // Rows as the script's psql export writes them: n, 'label-' || n, 2024-01-01 + n seconds, n % 2 = 0
     let base = Date(timeIntervalSince1970: 1_704_067_200)
