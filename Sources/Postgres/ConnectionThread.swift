@@ -14,6 +14,7 @@ final class ConnectionThread: TaskExecutor, @unchecked Sendable {
     private var jobs: [@Sendable () -> Void] = []
     private var stopping = false
     private var sleeping = false
+    private var exited = false
     private let queued = Atomic<Int>(0)
 
     /// How many times the idle thread yields the CPU, looking for a new job, before it sleeps.
@@ -22,13 +23,19 @@ final class ConnectionThread: TaskExecutor, @unchecked Sendable {
     init(name: String) {
         let thread = Thread { [self] in run() }
         thread.name = name
-        thread.stackSize = 1 << 20
         thread.start()
     }
 
     /// Queues a job; jobs run one at a time, in order.
     func submit(_ job: @escaping @Sendable () -> Void) {
         condition.lock()
+        if exited {
+            // Too late for this thread (e.g. a task kept the executor of a closed connection):
+            // run it on a thread of its own rather than never.
+            condition.unlock()
+            Thread.detachNewThread(job)
+            return
+        }
         jobs.append(job)
         queued.add(1, ordering: .releasing)
         if sleeping { condition.signal() }
@@ -37,7 +44,8 @@ final class ConnectionThread: TaskExecutor, @unchecked Sendable {
 
     /// Runs `body` on the thread and returns its result to the awaiting task.
     func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
+        // Unsafe (unchecked) continuation: the job resumes it exactly once, and it saves an allocation.
+        try await withUnsafeThrowingContinuation { continuation in
             submit { continuation.resume(with: Result { try body() }) }
         }
     }
@@ -72,6 +80,7 @@ final class ConnectionThread: TaskExecutor, @unchecked Sendable {
             jobs.removeAll(keepingCapacity: true)
             queued.subtract(batch.count, ordering: .relaxed)
             let done = batch.isEmpty && stopping
+            if done { exited = true }
             condition.unlock()
             if done { return }
             for job in batch { job() }

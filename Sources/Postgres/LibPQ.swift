@@ -45,8 +45,11 @@ final class LibPQConnection {
 
     /// Reads what the server sent while idle (without blocking), so a connection the server closed
     /// (restart, idle timeout) is known to be dead before a statement is sent on it.
-    /// Two reads: the first may return the server's goodbye message, only the next one sees EOF.
+    /// A zero-timeout poll first: a healthy idle connection has nothing to read, and that costs one
+    /// syscall. Otherwise two reads: the first may return the server's goodbye, only the next sees EOF.
     func checkAlive() throws {
+        var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+        if !isBroken, poll(&descriptor, 1, 0) == 0 { return }
         if PQconsumeInput(handle) == 0 || PQconsumeInput(handle) == 0 || isBroken {
             var error = PostgresError(kind: .connectionLost, sqlState: .connectionFailure,
                                       message: "connection lost: \(lastErrorMessage)")

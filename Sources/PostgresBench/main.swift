@@ -2,6 +2,7 @@
 // pgbench and psql, measured on the same cluster in the same run.
 //   PostgresBench inserts URL SECONDS     single-row INSERTs over one connection
 //   PostgresBench copy URL ROWS           COPY ROWS generated rows (same as the script's psql file)
+// PG_BENCH_ONLY_PINNED=1 skips the insert loop from the cooperative pool (for profiling).
 import Foundation
 import Postgres
 
@@ -27,15 +28,19 @@ case "inserts":
         let start = clock.now
         let deadline = start + .seconds(amount)
         var count = 0
+        var random = UInt64.random(in: 1...UInt64.max)  // xorshift, like pgbench's user-space generator
         while clock.now < deadline {
             for _ in 0..<100 {
-                try await connection.execute("INSERT INTO bench_insert (id, payload) VALUES (\(Int.random(in: 1...1_000_000_000)), \(payload))")
+                random ^= random << 13; random ^= random >> 7; random ^= random << 17
+                let id = Int(random % 1_000_000_000) + 1
+                try await connection.execute("INSERT INTO bench_insert (id, payload) VALUES (\(id), \(payload))")
             }
             count += 100
         }
         return Double(count) / seconds(clock.now - start)
     }
-    let pooled = try await Task.detached { try await insertLoop() }.value
+    let pooled = ProcessInfo.processInfo.environment["PG_BENCH_ONLY_PINNED"] == nil
+        ? try await Task.detached { try await insertLoop() }.value : 0
     let pinned = try await withTaskExecutorPreference(connection.taskExecutor) { try await insertLoop() }
     print("inserts_per_second_cooperative=\(Int(pooled))")
     print("inserts_per_second=\(Int(pinned))")
