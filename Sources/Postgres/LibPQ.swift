@@ -41,6 +41,9 @@ final class LibPQConnection {
 
     var isBroken: Bool { PQstatus(handle) != CONNECTION_OK }
 
+    /// True when no transaction block is open (nor a failed one).
+    var isIdle: Bool { PQtransactionStatus(handle) == PQTRANS_IDLE }
+
     var backendPID: Int32 { PQbackendPID(handle) }
 
     /// Reads what the server sent while idle (without blocking), so a connection the server closed

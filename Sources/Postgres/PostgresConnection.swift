@@ -54,6 +54,7 @@ public final class PostgresConnection: Sendable {
     // Touched only by jobs on `thread`, one at a time.
     nonisolated(unsafe) private let connection: LibPQConnection
     private let broken = Atomic<Bool>(false)
+    private let inTransaction = Atomic<Bool>(false)
     /// The server process serving this session.
     public let backendPID: Int32
 
@@ -94,6 +95,9 @@ public final class PostgresConnection: Sendable {
     /// each statement then costs no thread hop. Keep CPU-heavy work off it; it serves only this connection.
     public var taskExecutor: any TaskExecutor { thread }
 
+    /// True while a transaction block (BEGIN without COMMIT/ROLLBACK) is open, failed or not.
+    public var isInTransaction: Bool { inTransaction.load(ordering: .relaxed) }
+
     /// True once a call found the connection dead; a pool then replaces it.
     public var isBroken: Bool { broken.load(ordering: .relaxed) }
 
@@ -101,7 +105,10 @@ public final class PostgresConnection: Sendable {
     private func withLibPQ<T: Sendable>(_ body: @escaping @Sendable (LibPQConnection) throws -> T) async throws -> T {
         let connection = UncheckedBox(self.connection)
         do {
-            return try await thread.run { try body(connection.value) }
+            return try await thread.run { [self] in
+                defer { inTransaction.store(!connection.value.isIdle, ordering: .relaxed) }
+                return try body(connection.value)
+            }
         } catch let error as PostgresError where error.kind == .connectionLost {
             broken.store(true, ordering: .relaxed)
             throw error

@@ -110,10 +110,10 @@ public final class PostgresPool: Sendable {
         let connection = try await checkout()
         do {
             let value = try await withTaskExecutorPreference(connection.taskExecutor) { try await body(connection) }
-            checkin(connection)
+            await checkin(connection)
             return value
         } catch {
-            checkin(connection)
+            await checkin(connection)
             throw error
         }
     }
@@ -176,8 +176,14 @@ public final class PostgresPool: Sendable {
         }
     }
 
-    private func checkin(_ connection: PostgresConnection) {
-        perform(locked.withLock { $0.state.checkin(connection, alive: !connection.isBroken) })
+    /// Takes a connection back; a transaction its borrower left open is rolled back first, so the
+    /// next borrower never inherits it.
+    private func checkin(_ connection: PostgresConnection) async {
+        if connection.isInTransaction, !connection.isBroken {
+            try? await connection.executeScript("ROLLBACK")
+        }
+        let alive = !connection.isBroken && !connection.isInTransaction
+        perform(locked.withLock { $0.state.checkin(connection, alive: alive) })
     }
 
     private func perform(_ action: PoolState<PostgresConnection>.Action) {

@@ -25,6 +25,14 @@ struct NotifyAndCopyTests {
         #expect(received.allSatisfy { $0.backendPID == sender.backendPID })
     }
 
+    @Test func stoppingTheListenerFinishesItsEvents() async throws {
+        let listener = PostgresListener(configuration: TestDatabase.shared, channels: ["quiet"])
+        var events = listener.events.makeAsyncIterator()
+        #expect(await events.next() == .listening)
+        listener.stop()
+        #expect(await events.next() == nil)
+    }
+
     @Test func copyStreamsOneHundredThousandRowsWithEscaping() async throws {
         let connection = try await PostgresConnection.connect(try await TestDatabase.fresh())
         try await connection.executeScript("""

@@ -36,6 +36,34 @@ struct PoolTests {
         #expect(try active[0].decode(Int.self, column: "n") <= 10)
     }
 
+    struct Abort: Error {}
+
+    @Test func aTransactionLeftOpenIsRolledBackBeforeReuse() async throws {
+        let pool = PostgresPool(configuration: try await TestDatabase.fresh(), maxConnections: 1)
+        defer { pool.close() }
+        try await pool.execute("CREATE TABLE items (id int)")
+        await #expect(throws: Abort.self) {
+            try await pool.withConnection { connection in
+                try await connection.executeScript("BEGIN")
+                try await connection.execute("INSERT INTO items VALUES (\(Int32(1)))")
+                #expect(connection.isInTransaction)
+                throw Abort()
+            }
+        }
+        let leftOpen = try await pool.withConnection { connection in
+            try await connection.executeScript("BEGIN")
+            try await connection.execute("INSERT INTO items VALUES (\(Int32(2)))")
+            return connection.backendPID
+        }
+        let (count, pid, inTransaction) = try await pool.withConnection { connection in
+            let count = try await connection.query("SELECT count(*) AS n FROM items")[0].decode(Int.self, column: "n")
+            return (count, connection.backendPID, connection.isInTransaction)
+        }
+        #expect(count == 0)
+        #expect(pid == leftOpen)  // the same session, reused after its rollback
+        #expect(!inTransaction)
+    }
+
     @Test func closedPoolRefusesWork() async throws {
         let pool = PostgresPool(configuration: TestDatabase.shared, maxConnections: 1)
         pool.close()

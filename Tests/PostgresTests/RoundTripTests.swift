@@ -125,6 +125,14 @@ struct RoundTripTests {
         #expect(try direct.map { try $0.decode(Int.self, column: "x") } == [2, 3, 4])
     }
 
+    @Test func textArraysWithNullElementsAreRefusedNotMangled() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.shared)
+        let row = try #require(try await connection.query("SELECT ARRAY['a', NULL]::text[] AS tags, '{}'::text[] AS empty").first)
+        let error = try #require(throws: PostgresError.self) { try row.decode([String].self, column: "tags") }
+        #expect(error.column == "tags")
+        #expect(try row.decode([String].self, column: "empty") == [])
+    }
+
     @Test func decodingErrorsNameTheColumnAndType() async throws {
         let connection = try await PostgresConnection.connect(TestDatabase.shared)
         let row = try #require(try await connection.query("SELECT 'abc'::text AS label").first)
