@@ -3,84 +3,94 @@
 // on check-in and its slot reused for a fresh one, which is how the pool recovers after a restart.
 import Synchronization
 
-/// The pool's bookkeeping, free of I/O: which connections are idle, how many exist, who waits.
+/// The pool's bookkeeping, free of I/O: which connections are idle, lent or being opened, and who waits.
 struct PoolState<Connection> {
     enum Action {
-        case none
         /// Hand this connection to this waiter.
         case lend(Connection, to: Int)
-        /// Open a new connection (a slot is already reserved for it).
+        /// Open a new connection (its slot is already counted in `connecting`).
         case connect
         /// Fail these waiters.
         case fail([Int], PostgresError)
-        /// Close these connections (pool closing or connection dead).
+        /// Drop these connections (dead, or the pool is closing).
         case close([Connection])
     }
 
     let capacity: Int
     private(set) var idle: [Connection] = []
-    /// Connections open or being opened; never above `capacity`.
-    private(set) var open = 0
+    private(set) var lent = 0
+    private(set) var connecting = 0
     private(set) var waiters: [Int] = []
     private(set) var closed = false
+
+    /// Connections open or being opened; never above `capacity`.
+    var open: Int { idle.count + lent + connecting }
 
     init(capacity: Int) { self.capacity = capacity }
 
     /// A task asks for a connection.
-    mutating func checkout(waiter: Int) -> Action {
-        if closed { return .fail([waiter], PostgresError(kind: .poolClosed, message: "the pool is closed")) }
-        if let connection = idle.popLast() { return .lend(connection, to: waiter) }
-        waiters.append(waiter)
-        if open < capacity {
-            open += 1
-            return .connect
+    mutating func checkout(waiter: Int) -> [Action] {
+        if closed { return [.fail([waiter], PostgresError(kind: .poolClosed, message: "the pool is closed"))] }
+        if let connection = idle.popLast() {
+            lent += 1
+            return [.lend(connection, to: waiter)]
         }
-        return .none
+        waiters.append(waiter)
+        return connectIfNeeded()
     }
 
     /// A task gives its connection back; `alive` is false when it broke.
-    mutating func checkin(_ connection: Connection, alive: Bool) -> Action {
-        guard alive, !closed else {
-            open -= 1
-            if !closed, !waiters.isEmpty, open < capacity {
-                open += 1
-                return .connect  // the closed connection is dropped; a fresh one replaces it
-            }
-            return .close([connection])
-        }
-        if !waiters.isEmpty { return .lend(connection, to: waiters.removeFirst()) }
-        idle.append(connection)
-        return .none
+    mutating func checkin(_ connection: Connection, alive: Bool) -> [Action] {
+        lent -= 1
+        guard alive, !closed else { return [.close([connection])] + connectIfNeeded() }
+        return offer(connection)
     }
 
-    /// A connection opened for the reserved slot.
-    mutating func connected(_ connection: Connection) -> Action {
-        checkin(connection, alive: true)
+    /// A connection opened.
+    mutating func connected(_ connection: Connection) -> [Action] {
+        connecting -= 1
+        if closed { return [.close([connection])] }
+        return offer(connection)
     }
 
-    /// Opening a connection failed: the slot is freed and the oldest waiter gets the error.
-    mutating func connectFailed(_ error: PostgresError) -> Action {
-        open -= 1
-        guard !waiters.isEmpty else { return .none }
-        return .fail([waiters.removeFirst()], error)
+    /// Opening a connection failed: the oldest waiter gets the error, and if more wait than
+    /// connections are being opened, another attempt starts (so no waiter waits forever).
+    mutating func connectFailed(_ error: PostgresError) -> [Action] {
+        connecting -= 1
+        guard !waiters.isEmpty else { return [] }
+        return [.fail([waiters.removeFirst()], error)] + connectIfNeeded()
     }
 
     /// A waiting task was cancelled.
-    mutating func cancel(waiter: Int) -> Action {
-        guard let index = waiters.firstIndex(of: waiter) else { return .none }
+    mutating func cancel(waiter: Int) -> [Action] {
+        guard let index = waiters.firstIndex(of: waiter) else { return [] }
         waiters.remove(at: index)
-        return .fail([waiter], PostgresError(kind: .poolClosed, message: "cancelled while waiting for a connection"))
+        return [.fail([waiter], PostgresError(kind: .poolClosed, message: "cancelled while waiting for a connection"))]
     }
 
     /// The pool shuts down: waiters fail, idle connections close, lent ones close on check-in.
-    mutating func close() -> (failed: Action, closing: Action) {
+    mutating func close() -> [Action] {
         closed = true
         let failed = waiters
-        waiters = []
         let closing = idle
-        open -= idle.count
+        waiters = []
         idle = []
-        return (.fail(failed, PostgresError(kind: .poolClosed, message: "the pool is closed")), .close(closing))
+        return [.fail(failed, PostgresError(kind: .poolClosed, message: "the pool is closed")), .close(closing)]
+    }
+
+    private mutating func offer(_ connection: Connection) -> [Action] {
+        if waiters.isEmpty {
+            idle.append(connection)
+            return []
+        }
+        lent += 1
+        return [.lend(connection, to: waiters.removeFirst())]
+    }
+
+    private mutating func connectIfNeeded() -> [Action] {
+        guard !closed, waiters.count > connecting, open < capacity else { return [] }
+        connecting += 1
+        return [.connect]
     }
 }
 
@@ -146,9 +156,7 @@ public final class PostgresPool: Sendable {
 
     /// Closes idle connections and fails waiters; connections in use close when returned.
     public func close() {
-        let actions = locked.withLock { $0.state.close() }
-        perform(actions.failed)
-        perform(actions.closing)
+        perform(locked.withLock { $0.state.close() })
     }
 
     /// Counts for tests and metrics: connections open (or opening), idle, and tasks waiting.
@@ -186,9 +194,13 @@ public final class PostgresPool: Sendable {
         perform(locked.withLock { $0.state.checkin(connection, alive: alive) })
     }
 
+    private func perform(_ actions: [PoolState<PostgresConnection>.Action]) {
+        for action in actions { perform(action) }
+    }
+
     private func perform(_ action: PoolState<PostgresConnection>.Action) {
         switch action {
-        case .none, .close:
+        case .close:
             break  // a connection closes when its last reference goes
         case .lend(let connection, let waiter):
             let continuation = locked.withLock { $0.continuations.removeValue(forKey: waiter) }
@@ -202,16 +214,16 @@ public final class PostgresPool: Sendable {
         case .connect:
             let configuration = self.configuration
             Task {
-                let action: PoolState<PostgresConnection>.Action
+                let actions: [PoolState<PostgresConnection>.Action]
                 do {
                     let connection = try await PostgresConnection.connect(configuration)
-                    action = locked.withLock { $0.state.connected(connection) }
+                    actions = locked.withLock { $0.state.connected(connection) }
                 } catch {
                     let failure = error as? PostgresError
                         ?? PostgresError(kind: .connectionFailed, message: String(describing: error))
-                    action = locked.withLock { $0.state.connectFailed(failure) }
+                    actions = locked.withLock { $0.state.connectFailed(failure) }
                 }
-                perform(action)
+                perform(actions)
             }
         }
     }
