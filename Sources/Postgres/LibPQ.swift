@@ -33,7 +33,16 @@ final class LibPQConnection {
         _ = try execute(script: "SET TimeZone TO 'UTC'; SET DateStyle TO 'ISO, YMD'; SET extra_float_digits TO 3")
     }
 
-    deinit { PQfinish(handle) }
+    private var finished = false
+
+    /// Closes the connection now (the owner's last call); deinit closes it otherwise.
+    func finish() {
+        guard !finished else { return }
+        finished = true
+        PQfinish(handle)
+    }
+
+    deinit { finish() }
 
     var lastErrorMessage: String {
         String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -153,8 +162,7 @@ final class LibPQConnection {
             PQclear(result)
             return
         }
-        let storage = try check(result)
-        _ = storage
+        _ = try check(result)  // throws the server's error, if that is why
         throw PostgresError.misuse("the statement did not start COPY FROM STDIN: \(sql)")
     }
 

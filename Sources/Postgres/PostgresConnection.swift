@@ -86,7 +86,7 @@ public final class PostgresConnection: Sendable {
 
     deinit {
         let connection = UncheckedBox(self.connection)
-        thread.submit { _ = connection }  // PQfinish runs on the connection's thread with the last reference
+        thread.submit { connection.value.finish() }  // PQfinish runs on the connection's own thread
         thread.stop()
     }
 
