@@ -11,7 +11,11 @@ final class LibPQConnection {
     /// Connects (blocking). `keywords`/`values` go to PQconnectdbParams; with `expandDatabase` the
     /// first `dbname` may be a URL or a conninfo string, which libpq itself parses.
     init(settings: [(String, String)], expandDatabase: Bool) throws {
-        let all = settings + [("client_encoding", "UTF8")]
+        // Defaults first, so the URL or the caller's settings override them: give up on an unreachable
+        // server after 10 s, and notice a silently dead peer (a LISTEN connection waits forever) in ~1 min.
+        let defaults = [("connect_timeout", "10"), ("keepalives_idle", "30"), ("keepalives_interval", "10"),
+                        ("keepalives_count", "3")]
+        let all = defaults + settings + [("client_encoding", "UTF8")]
         let keywords = all.map { strdup($0.0) }
         let values = all.map { strdup($0.1) }
         defer { (keywords + values).forEach { free($0) } }
