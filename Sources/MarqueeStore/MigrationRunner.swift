@@ -8,7 +8,7 @@ import Postgres
 
 /// Applies pending migrations and reports whether the schema is current.
 public struct MigrationRunner: Sendable {
-    /// The advisory lock key all Marquee instances share (`marquee.migrations` as a 63-bit number).
+    /// The advisory lock key all Marquee instances share ("marquee" in ASCII, then 0x01).
     public static let lockKey: Int64 = 0x6D61_7271_7565_6501
 
     private let pool: PostgresPool
