@@ -59,30 +59,40 @@ private func daysFromCivil(year: Int64, month: Int64, day: Int64) -> Int64 {
 /// Writes `YYYY-MM-DD HH:MM:SS.ffffff+00` (UTC) into `buffer`, without allocating.
 func appendTimestamp(microseconds micros: Int64, to buffer: inout [UInt8]) {
     let seconds = micros.quotientRoundingDown(by: 1_000_000)
-    let fraction = micros - seconds * 1_000_000
+    let fraction = Int(micros - seconds * 1_000_000)
     let days = seconds.quotientRoundingDown(by: 86_400)
-    let secondOfDay = seconds - days * 86_400
+    let secondOfDay = Int(seconds - days * 86_400)
     let (year, month, day) = civilDate(days: days)
-    func put(_ value: Int64, width: Int) {
-        var divisor: Int64 = 1
-        for _ in 1..<width { divisor *= 10 }
-        if value >= divisor * 10 { appendDecimal(value, to: &buffer); return }  // years past 9999
-        var rest = value
-        while divisor > 0 {
-            buffer.append(UInt8(ascii: "0") + UInt8(rest / divisor))
-            rest %= divisor
-            divisor /= 10
+    // Years outside 0...9999 are rare: no fixed layout for them. (Years before 1 AD would need " BC";
+    // Marquee never stores them.)
+    guard (0..<10_000).contains(year) else {
+        appendDecimal(year, to: &buffer)
+        for (separator, value) in [("-", month), ("-", day), (" ", Int64(secondOfDay / 3600)),
+                                   (":", Int64(secondOfDay / 60 % 60)), (":", Int64(secondOfDay % 60))] {
+            buffer.append(contentsOf: separator.utf8)
+            if value < 10 { buffer.append(48) }
+            appendDecimal(value, to: &buffer)
         }
+        buffer.append(UInt8(ascii: "."))
+        let digits = String(fraction)
+        buffer.append(contentsOf: repeatElement(48, count: 6 - digits.utf8.count))
+        buffer.append(contentsOf: digits.utf8)
+        buffer.append(contentsOf: "+00".utf8)
+        return
     }
-    // Years before 1 AD would need " BC"; Marquee never stores them.
-    put(year, width: 4); buffer.append(UInt8(ascii: "-"))
-    put(month, width: 2); buffer.append(UInt8(ascii: "-"))
-    put(day, width: 2); buffer.append(UInt8(ascii: " "))
-    put(secondOfDay / 3600, width: 2); buffer.append(UInt8(ascii: ":"))
-    put(secondOfDay / 60 % 60, width: 2); buffer.append(UInt8(ascii: ":"))
-    put(secondOfDay % 60, width: 2); buffer.append(UInt8(ascii: "."))
-    put(fraction, width: 6)
-    buffer.append(contentsOf: [UInt8(ascii: "+"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+    // The common case has a fixed layout of 29 bytes, written in place two digits at a time.
+    let start = buffer.count
+    buffer.append(contentsOf: "0000-00-00 00:00:00.000000+00".utf8)
+    buffer.withUnsafeMutableBufferPointer { bytes in
+        func two(_ value: Int, at offset: Int) {
+            bytes[start + offset] = UInt8(truncatingIfNeeded: 48 + value / 10)
+            bytes[start + offset + 1] = UInt8(truncatingIfNeeded: 48 + value % 10)
+        }
+        two(Int(year) / 100, at: 0); two(Int(year) % 100, at: 2)
+        two(Int(month), at: 5); two(Int(day), at: 8)
+        two(secondOfDay / 3600, at: 11); two(secondOfDay / 60 % 60, at: 14); two(secondOfDay % 60, at: 17)
+        two(fraction / 10_000, at: 20); two(fraction / 100 % 100, at: 22); two(fraction % 100, at: 24)
+    }
 }
 
 /// Parses ISO-style output: `YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM[:SS]]]`. A value without an
