@@ -34,12 +34,13 @@ let package = Package(
         .target(name: "MarqueeService", dependencies: ["MarqueeStore", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "APNsSimulator", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .executableTarget(name: "marquee", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
-        // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.
-        .executableTarget(name: "PostgresBench", dependencies: ["Postgres"], swiftSettings: strict),
 
         // Sql/*.sql becomes a generated Swift source of MarqueeStore, so the binary is self-contained.
         .executableTarget(name: "SqlEmbedder", path: "Plugins/SqlEmbedder"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SqlEmbedder"]),
+
+        // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.
+        .executableTarget(name: "PostgresBench", dependencies: ["Postgres"], swiftSettings: strict),
 
         .testTarget(name: "PostgresTests", dependencies: ["Postgres"], swiftSettings: strict),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
