@@ -115,6 +115,16 @@ public final class PostgresConnection: Sendable {
         }
     }
 
+    /// Checks, without sending anything, that the server has not closed the connection.
+    func isAlive() async -> Bool {
+        do {
+            try await withLibPQ { try $0.checkAlive() }
+            return true
+        } catch {
+            return false
+        }
+    }
+
     // MARK: Statements
 
     /// Runs a statement and returns its rows; interpolated values are bound as `$n` parameters.

@@ -113,18 +113,27 @@ public final class PostgresPool: Sendable {
     }
 
     /// Lends a connection to `body` and takes it back afterwards (a broken one is replaced).
-    /// Nonisolated code in `body` runs on the connection's own thread (it is idle while lent), so
-    /// its statements cost no thread hop; actor-isolated code keeps its actor.
+    /// A connection that died while idle (e.g. the server restarted) is noticed before `body` runs
+    /// and swapped for another. Nonisolated code in `body` runs on the connection's own thread (it is
+    /// idle while lent), so its statements cost no thread hop; actor-isolated code keeps its actor.
     @discardableResult
     public func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        let connection = try await checkout()
-        do {
-            let value = try await withTaskExecutorPreference(connection.taskExecutor) { try await body(connection) }
+        var attempt = 0
+        while true {
+            attempt += 1
+            let connection = try await checkout()
+            let outcome: Result<T, Error>? = await withTaskExecutorPreference(connection.taskExecutor) {
+                // A zero-timeout poll on the connection's own thread; nothing has been sent yet, so
+                // a dead connection can be replaced without running any of `body` twice.
+                if attempt <= locked.withLock({ $0.state.capacity }), !(await connection.isAlive()) { return nil }
+                do {
+                    return .success(try await body(connection))
+                } catch {
+                    return .failure(error)
+                }
+            }
             await checkin(connection)
-            return value
-        } catch {
-            await checkin(connection)
-            throw error
+            if let outcome { return try outcome.get() }
         }
     }
 

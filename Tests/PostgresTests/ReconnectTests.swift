@@ -30,16 +30,21 @@ struct ReconnectTests {
         #expect(lost.kind == .connectionLost)
         #expect(lost.isRetryable)
         #expect(direct.isBroken)
-        // ...inside a pool too, and the next checkout gets a new connection that works.
-        let pooled = try await #require(throws: PostgresError.self) {
-            try await pool.withConnection { try await $0.query("SELECT 1") }
-        }
-        #expect(pooled.kind == .connectionLost)
+        // A pool notices its idle connection died before lending it, and lends a new one instead.
         let after = try await pool.withConnection { connection in
             try await connection.query("SELECT 1 AS n")[0].decode(Int.self, column: "n") == 1 ? connection.backendPID : 0
         }
         #expect(after != 0 && after != before)
-        // pool.query retries a statement that never reached the server.
+        // A connection that dies while lent fails its statement with a retryable error; the pool
+        // drops it and the next checkout works again.
+        let dying = try await #require(throws: PostgresError.self) {
+            try await pool.withConnection { connection in
+                try await connection.query("SELECT pg_terminate_backend(pg_backend_pid())")
+            }
+        }
+        #expect(dying.kind == .connectionLost)
+        #expect(dying.isRetryable)
+        #expect(try await pool.query("SELECT 3 AS n")[0].decode(Int.self, column: "n") == 3)
         #expect(try await retryingPool.query("SELECT 2 AS n")[0].decode(Int.self, column: "n") == 2)
 
         // The listener reconnects and LISTENs again.
