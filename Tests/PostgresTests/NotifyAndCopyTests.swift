@@ -64,6 +64,21 @@ struct NotifyAndCopyTests {
         #expect(try await connection.query("SELECT label FROM copied WHERE n = \(10)")[0].decode(String?.self, column: "label") == nil)
     }
 
+    @Test func copyTakesRowsOfMixedTypesAndQuotedNames() async throws {
+        let connection = try await PostgresConnection.connect(try await TestDatabase.fresh())
+        try await connection.executeScript(#"CREATE TABLE "Odd Table" ("the id" int, note text, seen timestamptz)"#)
+        let rows: [[any PostgresEncodable]] = [[Int32(1), "a\\b", Date(timeIntervalSince1970: 0)], [Int32(2), String?.none, Date?.none]]
+        let count = try await connection.copyFrom("COPY \(identifier: "Odd Table") (\(identifier: "the id"), note, seen) FROM STDIN") { writer in
+            for row in rows { try await writer.write(row: row) }
+        }
+        #expect(count == 2)
+        let stored = try await connection.query(#"SELECT note, seen FROM "Odd Table" ORDER BY "the id""#)
+        #expect(try stored[0].decode(String.self, column: "note") == "a\\b")
+        #expect(try stored[0].decode(Date.self, column: "seen") == Date(timeIntervalSince1970: 0))
+        #expect(try stored[1].decode(String?.self, column: "note") == nil)
+        #expect(try stored[1].decode(Date?.self, column: "seen") == nil)
+    }
+
     struct Stop: Error {}
 
     @Test func aFailedCopyCopiesNothingAndLeavesTheConnectionUsable() async throws {

@@ -125,6 +125,17 @@ struct RoundTripTests {
         #expect(try direct.map { try $0.decode(Int.self, column: "x") } == [2, 3, 4])
     }
 
+    enum Status: String, PostgresCodable { case live, ended }
+
+    @Test func rawRepresentableEnumsBindAndDecodeAsTheirRawValues() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.shared)
+        let row = try #require(try await connection.query("SELECT \(Status.live)::text AS s, 'ended' AS t, 'paused' AS u").first)
+        #expect(try row.decode(Status.self, column: "s") == .live)
+        #expect(try row.decode(Status.self, column: "t") == .ended)
+        let error = try #require(throws: PostgresError.self) { try row.decode(Status.self, column: "u") }
+        #expect(error.column == "u")
+    }
+
     @Test func textArraysWithNullElementsAreRefusedNotMangled() async throws {
         let connection = try await PostgresConnection.connect(TestDatabase.shared)
         let row = try #require(try await connection.query("SELECT ARRAY['a', NULL]::text[] AS tags, '{}'::text[] AS empty").first)
