@@ -12,6 +12,8 @@ struct PoolState<Connection> {
         case connect
         /// Fail these waiters.
         case fail([Int], PostgresError)
+        /// This waiter's task was cancelled.
+        case cancelled(Int)
         /// Drop these connections (dead, or the pool is closing).
         case close([Connection])
     }
@@ -65,7 +67,7 @@ struct PoolState<Connection> {
     mutating func cancel(waiter: Int) -> [Action] {
         guard let index = waiters.firstIndex(of: waiter) else { return [] }
         waiters.remove(at: index)
-        return [.fail([waiter], PostgresError(kind: .poolClosed, message: "cancelled while waiting for a connection"))]
+        return [.cancelled(waiter)]
     }
 
     /// The pool shuts down: waiters fail, idle connections close, lent ones close on check-in.
@@ -99,6 +101,8 @@ public final class PostgresPool: Sendable {
     private struct Locked {
         var state: PoolState<PostgresConnection>
         var continuations: [Int: CheckedContinuation<PostgresConnection, Error>] = [:]
+        /// Waiters whose cancellation ran before they queued (the handler can run first).
+        var cancelledEarly: Set<Int> = []
         var nextWaiter = 0
     }
 
@@ -182,14 +186,21 @@ public final class PostgresPool: Sendable {
         }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let action = locked.withLock { locked in
+                let actions = locked.withLock { locked -> [PoolState<PostgresConnection>.Action] in
                     locked.continuations[waiter] = continuation
+                    if locked.cancelledEarly.remove(waiter) != nil { return [.cancelled(waiter)] }
                     return locked.state.checkout(waiter: waiter)
                 }
-                perform(action)
+                perform(actions)
             }
         } onCancel: {
-            perform(locked.withLock { $0.state.cancel(waiter: waiter) })
+            perform(locked.withLock { locked in
+                guard locked.continuations[waiter] != nil else {
+                    locked.cancelledEarly.insert(waiter)
+                    return []
+                }
+                return locked.state.cancel(waiter: waiter)
+            })
         }
     }
 
@@ -216,10 +227,9 @@ public final class PostgresPool: Sendable {
             continuation?.resume(returning: connection)
         case .fail(let waiters, let error):
             let continuations = locked.withLock { locked in waiters.compactMap { locked.continuations.removeValue(forKey: $0) } }
-            for continuation in continuations {
-                continuation.resume(throwing: error.kind == .poolClosed && error.message.hasPrefix("cancelled")
-                                    ? CancellationError() : error)
-            }
+            for continuation in continuations { continuation.resume(throwing: error) }
+        case .cancelled(let waiter):
+            locked.withLock { $0.continuations.removeValue(forKey: waiter) }?.resume(throwing: CancellationError())
         case .connect:
             let configuration = self.configuration
             Task {

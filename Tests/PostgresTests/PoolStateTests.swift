@@ -12,6 +12,7 @@ struct PoolStateTests {
             case .connect: "connect"
             case .fail(let waiters, _): "fail \(waiters)"
             case .close(let connections): "close \(connections)"
+            case .cancelled(let waiter): "cancelled \(waiter)"
             }
         }
     }
@@ -59,7 +60,7 @@ struct PoolStateTests {
         _ = state.connected(10)
         _ = state.checkout(waiter: 2)
         _ = state.checkout(waiter: 3)
-        #expect(Self.summary(state.cancel(waiter: 2)) == ["fail [2]"])
+        #expect(Self.summary(state.cancel(waiter: 2)) == ["cancelled 2"])
         #expect(Self.summary(state.cancel(waiter: 2)) == [])
         #expect(Self.summary(state.close()) == ["fail [3]", "close []"])
         #expect(Self.summary(state.checkin(10, alive: true)) == ["close [10]"])

@@ -96,6 +96,13 @@ struct PoolTests {
         while pool.statistics.waiting == 0 { try await Task.sleep(for: .milliseconds(5)) }
         waiter.cancel()
         await #expect(throws: CancellationError.self) { try await waiter.value }
+        // Cancelled before or while it starts waiting: either way it does not wait for the holder.
+        for _ in 0..<20 {
+            let early = Task { try await pool.query("SELECT 1") }
+            early.cancel()
+            await #expect(throws: CancellationError.self) { try await early.value }
+        }
+        #expect(pool.statistics.waiting == 0)
         release.continuation.yield()
         try await holder.value
         #expect(try await pool.query("SELECT 2 AS n")[0].decode(Int.self, column: "n") == 2)
