@@ -40,6 +40,9 @@ let package = Package(
         .executableTarget(name: "SqlEmbedder", path: "Plugins/SqlEmbedder"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SqlEmbedder"]),
 
+        // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.
+        .executableTarget(name: "PostgresBench", dependencies: ["Postgres"], swiftSettings: strict),
+
         .testTarget(name: "PostgresTests", dependencies: ["Postgres"], swiftSettings: strict),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
         .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto"], swiftSettings: strict),
