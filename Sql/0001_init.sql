@@ -109,9 +109,14 @@ CREATE TABLE channels (
                             CHECK (apns_channel_id ~ '^[A-Za-z0-9+/]+={0,2}$'),
     storage_policy      text NOT NULL CONSTRAINT channels_storage_policy_valid
                             CHECK (storage_policy IN ('none', 'mostRecent')),
-    state               text NOT NULL DEFAULT 'requested' CONSTRAINT channels_state_valid
-                            CHECK (state IN ('requested', 'creating', 'open', 'ending', 'ended',
-                                             'deleting', 'deleted', 'lost', 'unknown')),
+    -- The states of MarqueeCore's ChannelLifecycle, plus 'unknown': a channel in Apple's list that
+    -- Marquee did not make for any event (found by reconcile).
+    state               text NOT NULL DEFAULT 'planned' CONSTRAINT channels_state_valid
+                            CHECK (state IN ('planned', 'creating', 'create_unknown', 'create_failed', 'open',
+                                             'ending', 'ended', 'deleting', 'deleted', 'lost', 'unknown')),
+    -- Attempts of the current create or delete, and when the next retry is due (NULL: not waiting).
+    attempts            integer NOT NULL DEFAULT 0 CONSTRAINT channels_attempts_valid CHECK (attempts >= 0),
+    next_attempt_at     timestamptz,
     requested_at        timestamptz,
     opened_at           timestamptz,
     ended_at            timestamptz,
@@ -126,9 +131,10 @@ CREATE TABLE channels (
     updated_at          timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT channels_event_same_app FOREIGN KEY (app_id, event_id) REFERENCES events (app_id, id),
     CONSTRAINT channels_apns_channel_id_unique UNIQUE (app_id, apns_channel_id),
-    CONSTRAINT channels_has_id CHECK (state IN ('requested', 'creating') OR apns_channel_id IS NOT NULL),
+    CONSTRAINT channels_has_id CHECK (state IN ('planned', 'creating', 'create_unknown', 'create_failed')
+                                      OR apns_channel_id IS NOT NULL),
     CONSTRAINT channels_has_event CHECK (event_id IS NOT NULL OR state IN ('unknown', 'deleting', 'deleted')),
-    CONSTRAINT channels_requested_has_time CHECK (state NOT IN ('requested', 'creating') OR requested_at IS NOT NULL),
+    CONSTRAINT channels_requested_has_time CHECK (state NOT IN ('creating', 'create_unknown') OR requested_at IS NOT NULL),
     CONSTRAINT channels_open_has_time CHECK (state <> 'open' OR opened_at IS NOT NULL),
     CONSTRAINT channels_ended_has_time CHECK (state <> 'ended' OR ended_at IS NOT NULL),
     CONSTRAINT channels_deleted_has_time CHECK (state <> 'deleted' OR deleted_at IS NOT NULL),
@@ -136,7 +142,9 @@ CREATE TABLE channels (
 );
 -- At most one live channel per event.
 CREATE UNIQUE INDEX channels_one_live_per_event ON channels (event_id)
-    WHERE state IN ('requested', 'creating', 'open', 'ending');
+    WHERE state IN ('planned', 'creating', 'create_unknown', 'create_failed', 'open', 'ending');
+-- The scheduler's retries of creates and deletes.
+CREATE INDEX channels_retry_due ON channels (next_attempt_at) WHERE next_attempt_at IS NOT NULL;
 CREATE INDEX channels_event ON channels (event_id);
 -- Quota counting and the scheduler's scans: channels by app and state.
 CREATE INDEX channels_app_state ON channels (app_id, state);

@@ -69,14 +69,14 @@ struct InitialSchemaTests {
             """)
         #expect(try await refused("""
             INSERT INTO channels (app_id, event_id, storage_policy, state, requested_at)
-            VALUES (\(app), \(event), 'mostRecent', 'requested', now())
+            VALUES (\(app), \(event), 'mostRecent', 'creating', now())
             """) == .uniqueViolation)
         // An open channel needs its APNs id; an unknown channel needs no event, others do.
         #expect(try await refused("""
             INSERT INTO channels (app_id, event_id, storage_policy, state, opened_at) VALUES (\(app), \(event), 'none', 'open', now())
             """) == .checkViolation)
         #expect(try await refused("""
-            INSERT INTO channels (app_id, storage_policy, state, requested_at) VALUES (\(app), 'none', 'requested', now())
+            INSERT INTO channels (app_id, storage_policy, state, requested_at) VALUES (\(app), 'none', 'creating', now())
             """) == .checkViolation)
         try await pool.execute("""
             INSERT INTO channels (app_id, apns_channel_id, storage_policy, state, first_seen_at)
@@ -86,7 +86,7 @@ struct InitialSchemaTests {
         let other = try await Self.seed(pool, bundle: "com.example.flights")
         #expect(try await refused("""
             INSERT INTO channels (app_id, event_id, storage_policy, state, requested_at)
-            VALUES (\(app), \(other.event), 'none', 'requested', now())
+            VALUES (\(app), \(other.event), 'none', 'creating', now())
             """) == .foreignKeyViolation)
         #expect(try await refused("""
             INSERT INTO events (app_id, external_id, kind, attribute_type_id, storage_policy, starts_at)
