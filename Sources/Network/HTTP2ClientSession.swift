@@ -405,8 +405,9 @@ final class HTTP2ClientSession: @unchecked Sendable {
 
     private func goAway(lastStreamID: Int32, errorCode: UInt32, debugData: String) {
         let failed = state.goAwayReceived(lastStreamID: lastStreamID, errorCode: errorCode, debugData: debugData)
-        for request in failed.requests { request.finish(.failure(failed.error)) }
+        // The owner hears first, so a caller retrying at once does not pick this connection again.
         emit(.goAway(lastStreamID: lastStreamID, errorCode: errorCode))
+        for request in failed.requests { request.finish(.failure(failed.error)) }
     }
 
     fileprivate func headerReceived(streamID: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
@@ -488,9 +489,6 @@ final class HTTP2ClientSession: @unchecked Sendable {
     private func close(inFlight: NetworkError, queued: NetworkError, reason: NetworkError?) {
         guard state.phase != .closed else { return }
         let failed = state.closed(error: inFlight, queuedError: queued)
-        for group in failed {
-            for request in group.requests { request.finish(.failure(group.error)) }
-        }
         for timer in [connectTimer, deadlineTimer, pingTimer, pingTimeoutTimer] { timer?.cancel() }
         connectTimer = nil
         deadlineTimer = nil
@@ -506,7 +504,11 @@ final class HTTP2ClientSession: @unchecked Sendable {
             nghttp2_session_del(session)
             self.session = nil
         }
+        // The owner hears first, so a caller retrying at once does not pick this connection again.
         emit(.closed(reason))
+        for group in failed {
+            for request in group.requests { request.finish(.failure(group.error)) }
+        }
         if retainedByCallbacks {
             // Released on a later turn of the loop: a C callback may still be running on `self`.
             retainedByCallbacks = false

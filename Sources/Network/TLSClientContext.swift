@@ -38,7 +38,11 @@ public final class TLSClientContext: @unchecked Sendable {
     let context: OpaquePointer
     public let configuration: TLSClientConfiguration
 
+    /// A peer that closes while we write must cost an error, not the process: no SIGPIPE.
+    private static let ignoresSIGPIPE: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
+
     public init(configuration: TLSClientConfiguration = TLSClientConfiguration()) throws(NetworkError) {
+        TLSClientContext.ignoresSIGPIPE
         ERR_clear_error()
         guard let context = SSL_CTX_new(TLS_client_method()) else { throw .tls("SSL_CTX_new: \(openSSLErrors())") }
         self.context = context
