@@ -247,21 +247,19 @@ final class HTTP2ClientSession: @unchecked Sendable {
         }
     }
 
-    /// Why a connection attempt failed: certificate, other TLS trouble, or TCP.
+    /// Why a connection attempt failed: certificate, ALPN, other TLS trouble, or TCP.
     private func connectError() -> NetworkError {
         let ssl = bev.flatMap { bufferevent_openssl_get_ssl($0) }
         if let ssl, SSL_get_verify_result(ssl) != X509_V_OK { return TLSClientContext.handshakeError(ssl: ssl) }
-        if let bev, bufferevent_get_openssl_error(bev) != 0 {
-            var detail = [CChar](repeating: 0, count: 256)
-            var messages: [String] = []
-            while case let code = bufferevent_get_openssl_error(bev), code != 0 {
-                ERR_error_string_n(code, &detail, detail.count)
-                messages.append(String(decoding: detail.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
-            }
-            return .tls(messages.joined(separator: "; "))
-        }
-        let code = errno
-        return .connectFailed("\(origin.authority): \(code == 0 ? "connection closed during handshake" : String(cString: strerror(code)))")
+        let socketError = errno
+        // libevent queues OpenSSL's error codes, mixed with SSL_get_error values (which have no library).
+        var codes: [UInt] = []
+        while let bev, case let code = bufferevent_get_openssl_error(bev), code != 0 { codes.append(code) }
+        let tlsCodes = codes.filter { ERR_GET_LIB($0) != 0 }
+        if tlsCodes.contains(where: { ERR_GET_REASON($0) == SSL_R_TLSV1_ALERT_NO_APPLICATION_PROTOCOL }) { return .alpnRefused }
+        if !tlsCodes.isEmpty { return .tls(tlsCodes.map(TLSClientContext.describe).joined(separator: "; ")) }
+        let detail = socketError == 0 ? "closed during the TLS handshake" : String(cString: strerror(socketError))
+        return .connectFailed("\(origin.authority): \(detail)")
     }
 
     private func handshakeCompleted() {
@@ -530,15 +528,21 @@ struct SocketAddress: @unchecked Sendable {
     var storage = sockaddr_storage()
     var length: Int32 = 0
 
-    /// getaddrinfo for TCP; with `numericOnly` it never blocks (IP literals only).
+    /// getaddrinfo for TCP, IPv4 preferred; with `numericOnly` it never blocks (IP literals only).
     static func resolve(host: String, port: Int, numericOnly: Bool) -> SocketAddress? {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         hints.ai_flags = numericOnly ? AI_NUMERICHOST | AI_NUMERICSERV : AI_NUMERICSERV
         var result: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, String(port), &hints, &result) == 0, let first = result else { return nil }
+        guard getaddrinfo(host, String(port), &hints, &result) == 0, var first = result else { return nil }
         defer { freeaddrinfo(result) }
+        // IPv4 first when a name has both: loopback services often listen on 127.0.0.1 only.
+        var candidate: UnsafeMutablePointer<addrinfo>? = first
+        while let current = candidate {
+            if current.pointee.ai_family == AF_INET { first = current; break }
+            candidate = current.pointee.ai_next
+        }
         var address = SocketAddress()
         address.length = Int32(first.pointee.ai_addrlen)
         withUnsafeMutableBytes(of: &address.storage) { storage in

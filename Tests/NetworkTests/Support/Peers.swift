@@ -83,13 +83,13 @@ func clientFreePort() -> Int {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
-/// True once something accepts TCP connections on 127.0.0.1:port.
-func clientPortAccepts(_ port: Int) -> Bool {
+/// True once something accepts TCP connections on host:port.
+func clientPortAccepts(_ port: Int, host: String = "127.0.0.1") -> Bool {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_addr.s_addr = inet_addr(host)
     address.sin_port = UInt16(port).bigEndian
     return withUnsafePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
@@ -99,13 +99,15 @@ func clientPortAccepts(_ port: Int) -> Bool {
 /// A server process on a loopback port, stopped (SIGKILL) when the test lets go of it.
 final class ClientPeerProcess: @unchecked Sendable {
     let process: Process
+    let host: String
     let port: Int
     let directory: URL
     let logFile: URL
 
-    var origin: HTTP2Origin { HTTP2Origin(host: "127.0.0.1", port: port) }
+    var origin: HTTP2Origin { HTTP2Origin(host: host, port: port) }
 
-    init(executable: String, arguments: [String], port: Int, directory: URL) throws {
+    init(executable: String, arguments: [String], host: String = "127.0.0.1", port: Int, directory: URL) throws {
+        self.host = host
         self.port = port
         self.directory = directory
         logFile = directory.appendingPathComponent("server.log")
@@ -119,7 +121,7 @@ final class ClientPeerProcess: @unchecked Sendable {
         process.standardError = log
         try process.run()
         let deadline = Date().addingTimeInterval(10)
-        while !clientPortAccepts(port) {
+        while !clientPortAccepts(port, host: host) {
             guard process.isRunning, Date() < deadline else {
                 throw ClientPeerError(description: "\(executable) did not start: \(self.log)")
             }
@@ -143,7 +145,8 @@ final class ClientPeerProcess: @unchecked Sendable {
 enum ClientNGHTTPD {
     static let bigFileSize = 1 << 20
 
-    static func start(maxConcurrentStreams: Int? = nil, echoUpload: Bool = false, verbose: Bool = false) async throws -> ClientPeerProcess {
+    static func start(host: String = "127.0.0.1", maxConcurrentStreams: Int? = nil, echoUpload: Bool = false,
+                      verbose: Bool = false) async throws -> ClientPeerProcess {
         let certificates = ClientCertificates.shared
         return try await clientOffPool {
             let root = FileManager.default.temporaryDirectory.appendingPathComponent("marquee-nghttpd-\(UUID().uuidString)")
@@ -153,12 +156,12 @@ enum ClientNGHTTPD {
             try Data("hello\n".utf8).write(to: root.appendingPathComponent("small"))
             try Data().write(to: root.appendingPathComponent("empty"))
             let port = clientFreePort()
-            var arguments = ["-a", "127.0.0.1", "-d", root.path]
+            var arguments = ["-a", host, "-d", root.path]
             if let maxConcurrentStreams { arguments += ["-m", String(maxConcurrentStreams)] }
             if echoUpload { arguments.append("--echo-upload") }
             if verbose { arguments.append("-v") }
             arguments += [String(port), certificates.serverKey, certificates.serverCertificate]
-            return try ClientPeerProcess(executable: "/usr/sbin/nghttpd", arguments: arguments, port: port, directory: root)
+            return try ClientPeerProcess(executable: "/usr/sbin/nghttpd", arguments: arguments, host: host, port: port, directory: root)
         }
     }
 
@@ -166,10 +169,11 @@ enum ClientNGHTTPD {
     static var bigFile: [UInt8] { (0..<bigFileSize).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) } }
 }
 
-/// nginx with HTTP/2 that answers 200 "ok" to everything and sends GOAWAY after `requestsPerConnection`
+/// nginx that answers 200 "ok" to everything and, over HTTP/2, sends GOAWAY after `requestsPerConnection`
 /// requests on a connection (keepalive_requests), which is how a real peer says GOAWAY mid-burst.
+/// Without `http2` it offers only HTTP/1.1 through ALPN.
 enum ClientNginx {
-    static func start(requestsPerConnection: Int) async throws -> ClientPeerProcess {
+    static func start(requestsPerConnection: Int = 1000, http2: Bool = true) async throws -> ClientPeerProcess {
         let certificates = ClientCertificates.shared
         return try await clientOffPool {
             let root = FileManager.default.temporaryDirectory.appendingPathComponent("marquee-nginx-\(UUID().uuidString)")
@@ -191,7 +195,7 @@ enum ClientNginx {
                     uwsgi_temp_path \(root.path)/uwsgi;
                     scgi_temp_path \(root.path)/scgi;
                     server {
-                        listen 127.0.0.1:\(port) ssl http2;
+                        listen 127.0.0.1:\(port) ssl\(http2 ? " http2" : "");
                         ssl_certificate \(certificates.serverCertificate);
                         ssl_certificate_key \(certificates.serverKey);
                         keepalive_requests \(requestsPerConnection);
