@@ -335,6 +335,13 @@ public final class HTTP2ConnectionPool: Sendable {
 
     // MARK: Inspection (tests and diagnostics)
 
+    /// Requests handed to each live connection for (origin, key) and not yet returned.
+    func outstandingRequests(to origin: HTTP2Origin, key: String) -> [Int] {
+        state.withLock { state in
+            state.buckets[BucketKey(origin: origin, key: key)]?.slots.compactMap { $0.connection == nil ? nil : $0.outstanding } ?? []
+        }
+    }
+
     /// The pool ids of the live connections for (origin, key).
     public func connectionIDs(to origin: HTTP2Origin, key: String) -> [Int] {
         state.withLock { state in

@@ -27,11 +27,15 @@ struct ClientHarness {
     }
 }
 
+/// Things that happened, in order, recorded from any thread.
+class ClientRecorder<Element: Sendable>: @unchecked Sendable {
+    private let elements = Mutex<[Element]>([])
+    func record(_ element: Element) { elements.withLock { $0.append(element) } }
+    var all: [Element] { elements.withLock { $0 } }
+}
+
 /// Connection events as they happened.
-final class ClientEventLog: Sendable {
-    private let events = Mutex<[HTTP2ClientConnection.Event]>([])
-    func record(_ event: HTTP2ClientConnection.Event) { events.withLock { $0.append(event) } }
-    var all: [HTTP2ClientConnection.Event] { events.withLock { $0 } }
+final class ClientEventLog: ClientRecorder<HTTP2ClientConnection.Event>, @unchecked Sendable {
     var sawGoAway: Bool { all.contains { if case .goAway = $0 { true } else { false } } }
     var sawClose: Bool { all.contains { if case .closed = $0 { true } else { false } } }
 }

@@ -145,8 +145,8 @@ final class ClientPeerProcess: @unchecked Sendable {
 enum ClientNGHTTPD {
     static let bigFileSize = 1 << 20
 
-    static func start(host: String = "127.0.0.1", maxConcurrentStreams: Int? = nil, echoUpload: Bool = false,
-                      verbose: Bool = false) async throws -> ClientPeerProcess {
+    static func start(host: String = "127.0.0.1", port: Int? = nil, maxConcurrentStreams: Int? = nil,
+                      echoUpload: Bool = false, verbose: Bool = false) async throws -> ClientPeerProcess {
         let certificates = ClientCertificates.shared
         return try await clientOffPool {
             let root = FileManager.default.temporaryDirectory.appendingPathComponent("marquee-nghttpd-\(UUID().uuidString)")
@@ -155,7 +155,7 @@ enum ClientNGHTTPD {
             try Data(big).write(to: root.appendingPathComponent("big"))
             try Data("hello\n".utf8).write(to: root.appendingPathComponent("small"))
             try Data().write(to: root.appendingPathComponent("empty"))
-            let port = clientFreePort()
+            let port = port ?? clientFreePort()
             var arguments = ["-a", host, "-d", root.path]
             if let maxConcurrentStreams { arguments += ["-m", String(maxConcurrentStreams)] }
             if echoUpload { arguments.append("--echo-upload") }
