@@ -14,6 +14,10 @@ final class HTTP2ClientStream: HTTP2ClientDeadlined {
     let request: HTTPRequest
     let deadline: ContinuousClock.Instant
     private var continuation: UnsafeContinuation<Result<HTTPResponse, NetworkError>, Never>?
+    /// Set when nghttp2 accepts the request.
+    var streamID: Int32 = 0
+    /// True once the caller has been resumed; such a stream is no longer in the state machine.
+    var isFinished: Bool { continuation == nil }
     /// How much of the request body nghttp2 has read.
     var bodyOffset = 0
     var status = 0
@@ -43,6 +47,8 @@ final class HTTP2ClientStream: HTTP2ClientDeadlined {
 final class HTTP2ClientSession: @unchecked Sendable {
     let loop: EventLoop
     let origin: HTTP2Origin
+    /// `origin.authority`, computed once.
+    private let authority: String
     let tls: TLSClientContext
     let configuration: HTTP2ClientConnection.Configuration
     private let emit: @Sendable (HTTP2ClientConnection.Event) -> Void
@@ -62,6 +68,9 @@ final class HTTP2ClientSession: @unchecked Sendable {
     // Scratch space for request headers, reused by every request.
     private var headerBytes: [UInt8] = []
     private var headerSpans: [(name: Int, nameLength: Int, value: Int, valueLength: Int)] = []
+    private var headerFields: [nghttp2_nv] = []
+    /// The stream the last callback was about: callbacks come in runs for one stream.
+    private var lastStream: HTTP2ClientStream?
 
     /// nghttp2 stops producing frames while this much output waits for the socket.
     private static let outputHighWater = 1 << 17
@@ -70,6 +79,7 @@ final class HTTP2ClientSession: @unchecked Sendable {
          emit: @escaping @Sendable (HTTP2ClientConnection.Event) -> Void) {
         self.loop = loop
         self.origin = origin
+        authority = origin.authority
         self.tls = tls
         self.configuration = configuration
         self.emit = emit
@@ -104,6 +114,7 @@ final class HTTP2ClientSession: @unchecked Sendable {
         while let stream = state.nextToStart() {
             let id = submit(stream)
             if id > 0 {
+                stream.streamID = id
                 state.started(stream, id: id)
             } else if id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue {
                 // Stream ids are spent: behave as if the peer had sent GOAWAY so the owner replaces us.
@@ -123,7 +134,7 @@ final class HTTP2ClientSession: @unchecked Sendable {
         headerSpans.removeAll(keepingCapacity: true)
         addHeader(":method", request.method)
         addHeader(":scheme", "https")
-        addHeader(":authority", request.authority ?? origin.authority)
+        addHeader(":authority", request.authority ?? authority)
         addHeader(":path", request.path)
         var hasContentLength = false
         for field in request.headers {
@@ -133,16 +144,16 @@ final class HTTP2ClientSession: @unchecked Sendable {
         if !request.body.isEmpty && !hasContentLength { addHeader("content-length", String(request.body.count)) }
 
         var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: readBodyCallback)
-        let spans = headerSpans
+        headerFields.removeAll(keepingCapacity: true)
         return headerBytes.withUnsafeMutableBufferPointer { bytes in
             let base = bytes.baseAddress!
-            let fields = spans.map { span in
-                nghttp2_nv(name: base + span.name, value: base + span.value, namelen: span.nameLength,
-                           valuelen: span.valueLength, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            for span in headerSpans {
+                headerFields.append(nghttp2_nv(name: base + span.name, value: base + span.value, namelen: span.nameLength,
+                                               valuelen: span.valueLength, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
             }
             return request.body.isEmpty
-                ? nghttp2_submit_request(session, nil, fields, fields.count, nil, nil)
-                : nghttp2_submit_request(session, nil, fields, fields.count, &provider, nil)
+                ? nghttp2_submit_request(session, nil, headerFields, headerFields.count, nil, nil)
+                : nghttp2_submit_request(session, nil, headerFields, headerFields.count, &provider, nil)
         }
     }
 
@@ -158,7 +169,7 @@ final class HTTP2ClientSession: @unchecked Sendable {
     /// read piece by piece as WINDOW_UPDATEs arrive, so the request keeps its bytes until the stream ends.
     fileprivate func readBody(streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int,
                               flags: UnsafeMutablePointer<UInt32>) -> Int {
-        guard let stream = state.active[streamID] else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+        guard let stream = activeStream(streamID) else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
         let body = stream.request.body
         let count = min(length, body.count - stream.bodyOffset)
         body.withUnsafeBufferPointer { bytes in
@@ -409,7 +420,7 @@ final class HTTP2ClientSession: @unchecked Sendable {
     }
 
     fileprivate func headerReceived(streamID: Int32, name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
-        guard let stream = state.active[streamID] else { return }
+        guard let stream = activeStream(streamID) else { return }
         if name.count == 7 && name.elementsEqual(":status".utf8) {
             var status = 0
             for digit in value { status = status * 10 + Int(digit &- 48) }
@@ -422,10 +433,18 @@ final class HTTP2ClientSession: @unchecked Sendable {
     }
 
     fileprivate func dataReceived(streamID: Int32, _ data: UnsafeBufferPointer<UInt8>) {
-        state.active[streamID]?.body.append(contentsOf: data)
+        activeStream(streamID)?.body.append(contentsOf: data)
+    }
+
+    /// The request on stream `id` if it is still in flight.
+    private func activeStream(_ id: Int32) -> HTTP2ClientStream? {
+        if let lastStream, lastStream.streamID == id, !lastStream.isFinished { return lastStream }
+        lastStream = state.active[id]
+        return lastStream
     }
 
     fileprivate func streamClosed(id: Int32, errorCode: UInt32) {
+        lastStream = nil
         guard let stream = state.streamClosed(id: id) else { return }
         if errorCode == NGHTTP2_NO_ERROR.rawValue && stream.status >= 200 {
             stream.succeed()

@@ -74,9 +74,9 @@ public final class HTTP2ConnectionPool: Sendable {
     /// waiting here, in the connection's queue and on the wire.
     public func send(_ request: HTTPRequest, to origin: HTTP2Origin, key: String, timeout: Duration) async throws(NetworkError) -> HTTPResponse {
         let deadline = ContinuousClock.now + timeout
-        let bucket = BucketKey(origin: origin, key: key)
+        let key = BucketKey(origin: origin, key: key)
         while true {
-            let lease = try await acquire(bucket, deadline: deadline)
+            let lease = try await acquire(key, deadline: deadline)
             let result = await lease.connection.send(request, deadline: deadline)
             release(lease)
             switch result {
@@ -97,9 +97,10 @@ public final class HTTP2ConnectionPool: Sendable {
             state.isShutDown = true
             var connections: [HTTP2ClientConnection] = []
             var waiters: [Waiter] = []
-            for (_, bucket) in state.buckets {
+            for bucket in state.buckets.values {
                 connections += bucket.slots.compactMap(\.connection)
                 waiters += bucket.waiters
+                bucket.waiters.removeAll()
             }
             state.buckets.removeAll()
             return (connections, waiters)
@@ -111,7 +112,7 @@ public final class HTTP2ConnectionPool: Sendable {
 
     // MARK: State
 
-    private struct BucketKey: Hashable {
+    private struct BucketKey: Hashable, Sendable {
         var origin: HTTP2Origin
         var key: String
     }
@@ -129,19 +130,26 @@ public final class HTTP2ConnectionPool: Sendable {
     }
 
     private struct Waiter {
-        var id: UInt64
         var deadline: ContinuousClock.Instant
         var continuation: UnsafeContinuation<Result<Lease, NetworkError>, Never>
     }
 
-    private struct Bucket {
+    /// The connections and waiting callers of one (origin, key). A class so a lease can point at it and
+    /// the hot path hashes the key once; only touched with the pool's mutex held.
+    private final class Bucket: @unchecked Sendable {
+        let key: BucketKey
         var slots: [Slot]
         var waiters: [Waiter] = []
+
+        init(key: BucketKey, connections: Int) {
+            self.key = key
+            slots = Array(repeating: Slot(), count: connections)
+        }
     }
 
     private struct Lease: Sendable {
         var connection: HTTP2ClientConnection
-        var bucket: BucketKey
+        var bucket: Bucket
         var slot: Int
         var connectionID: Int
     }
@@ -149,7 +157,6 @@ public final class HTTP2ConnectionPool: Sendable {
     private struct State {
         var buckets: [BucketKey: Bucket] = [:]
         var nextConnectionID = 1
-        var nextWaiterID: UInt64 = 1
         var isShutDown = false
         /// When the wake-up timer (waiter deadlines, backoff ends) is armed for.
         var wakeAt: ContinuousClock.Instant?
@@ -163,28 +170,27 @@ public final class HTTP2ConnectionPool: Sendable {
         enum Outcome {
             case leased(Lease)
             case failed(NetworkError)
-            case wait
+            case wait(Bucket)
         }
         let immediate = state.withLock { state -> Outcome in
             if state.isShutDown { return .failed(.shutdown) }
-            if ContinuousClock.now >= deadline { return .failed(.timedOut) }
-            if let lease = lease(key, in: &state) { return .leased(lease) }
-            return .wait
+            let bucket = findBucket(key, in: &state)
+            if let lease = lease(in: bucket, state: &state) { return .leased(lease) }
+            return .wait(bucket)
         }
+        let bucket: Bucket
         switch immediate {
         case .leased(let lease): return lease
         case .failed(let error): throw error
-        case .wait: break
+        case .wait(let waitIn): bucket = waitIn
         }
         let result = await withUnsafeContinuation { continuation in
             let outcome = state.withLock { state -> Result<Lease, NetworkError>? in
                 // Checked again under the lock: a slot may have freed since.
                 if state.isShutDown { return .failure(.shutdown) }
-                if let lease = lease(key, in: &state) { return .success(lease) }
-                let id = state.nextWaiterID
-                state.nextWaiterID += 1
-                state.buckets[key, default: makeBucket()].waiters.append(Waiter(id: id, deadline: deadline, continuation: continuation))
-                armWakeups(key, in: &state)
+                if let lease = lease(in: bucket, state: &state) { return .success(lease) }
+                bucket.waiters.append(Waiter(deadline: deadline, continuation: continuation))
+                armWakeups(bucket, in: &state)
                 return nil
             }
             if let outcome { continuation.resume(returning: outcome) }
@@ -192,22 +198,29 @@ public final class HTTP2ConnectionPool: Sendable {
         return try result.get()
     }
 
+    private func findBucket(_ key: BucketKey, in state: inout State) -> Bucket {
+        if let bucket = state.buckets[key] { return bucket }
+        let bucket = Bucket(key: key, connections: configuration.connectionsPerKey)
+        state.buckets[key] = bucket
+        return bucket
+    }
+
     /// Picks a connection for one request, opening one if that is the best choice; nil when all are full.
-    private func lease(_ key: BucketKey, in state: inout State) -> Lease? {
-        let now = ContinuousClock.now
-        if state.buckets[key] == nil { state.buckets[key] = makeBucket() }
+    private func lease(in bucket: Bucket, state: inout State) -> Lease? {
         let queueRoom = configuration.maxQueuedPerConnection
         // A free stream slot first, then a new connection, then a place in a connection's queue.
-        var index = Self.best(state.buckets[key]!.slots) { $0.streamLimit - $0.outstanding }
-        if index == nil,
-           let empty = state.buckets[key]!.slots.firstIndex(where: { $0.connection == nil && ($0.retryAt ?? now) <= now }) {
-            openConnection(key, slot: empty, in: &state)
-            index = empty
+        var index = Self.best(bucket.slots) { $0.streamLimit - $0.outstanding }
+        if index == nil {
+            let now = ContinuousClock.now
+            if let empty = bucket.slots.firstIndex(where: { $0.connection == nil && ($0.retryAt ?? now) <= now }) {
+                openConnection(in: bucket, slot: empty, state: &state)
+                index = empty
+            }
         }
-        if index == nil { index = Self.best(state.buckets[key]!.slots) { $0.streamLimit + queueRoom - $0.outstanding } }
-        guard let index, let connection = state.buckets[key]!.slots[index].connection else { return nil }
-        state.buckets[key]!.slots[index].outstanding += 1
-        return Lease(connection: connection, bucket: key, slot: index, connectionID: state.buckets[key]!.slots[index].connectionID)
+        if index == nil { index = Self.best(bucket.slots) { $0.streamLimit + queueRoom - $0.outstanding } }
+        guard let index, let connection = bucket.slots[index].connection else { return nil }
+        bucket.slots[index].outstanding += 1
+        return Lease(connection: connection, bucket: bucket, slot: index, connectionID: bucket.slots[index].connectionID)
     }
 
     /// The live slot with the most room, if any has room.
@@ -224,54 +237,52 @@ public final class HTTP2ConnectionPool: Sendable {
         return chosen
     }
 
-    private func makeBucket() -> Bucket {
-        Bucket(slots: Array(repeating: Slot(), count: configuration.connectionsPerKey))
-    }
-
-    private func openConnection(_ key: BucketKey, slot index: Int, in state: inout State) {
+    private func openConnection(in bucket: Bucket, slot index: Int, state: inout State) {
         let id = state.nextConnectionID
         state.nextConnectionID += 1
+        let key = bucket.key
         let connection = HTTP2ClientConnection(origin: key.origin, tls: tls, loop: group.next(),
                                                configuration: configuration.connection) { [weak self] event in
             self?.connectionEvent(event, key: key, connectionID: id)
         }
-        state.buckets[key]!.slots[index] = Slot(connection: connection, connectionID: id,
-                                                 consecutiveFailures: state.buckets[key]!.slots[index].consecutiveFailures)
+        bucket.slots[index] = Slot(connection: connection, connectionID: id,
+                                   consecutiveFailures: bucket.slots[index].consecutiveFailures)
     }
 
     private func release(_ lease: Lease) {
         let wakeups = state.withLock { state -> Wakeups in
-            guard state.buckets[lease.bucket] != nil else { return [] }
-            if state.buckets[lease.bucket]!.slots[lease.slot].connectionID == lease.connectionID {
-                state.buckets[lease.bucket]!.slots[lease.slot].outstanding -= 1
+            let bucket = lease.bucket
+            if bucket.slots[lease.slot].connectionID == lease.connectionID {
+                bucket.slots[lease.slot].outstanding -= 1
             }
-            return state.buckets[lease.bucket]!.waiters.isEmpty ? [] : serveWaiters(lease.bucket, in: &state)
+            return bucket.waiters.isEmpty ? [] : serveWaiters(bucket, in: &state)
         }
-        resume(wakeups)
+        if !wakeups.isEmpty { resume(wakeups) }
     }
 
     /// Hands free places to waiters in arrival order; expired waiters time out.
-    private func serveWaiters(_ key: BucketKey, in state: inout State) -> Wakeups {
+    private func serveWaiters(_ bucket: Bucket, in state: inout State) -> Wakeups {
         var wakeups: Wakeups = []
         let now = ContinuousClock.now
-        while let waiter = state.buckets[key]?.waiters.first {
+        var served = 0
+        for waiter in bucket.waiters {
             if waiter.deadline <= now {
                 wakeups.append((waiter.continuation, .failure(.timedOut)))
-            } else if let lease = lease(key, in: &state) {
+            } else if let lease = lease(in: bucket, state: &state) {
                 wakeups.append((waiter.continuation, .success(lease)))
             } else {
                 break
             }
-            state.buckets[key]?.waiters.removeFirst()
+            served += 1
         }
-        armWakeups(key, in: &state)
+        bucket.waiters.removeFirst(served)
+        armWakeups(bucket, in: &state)
         return wakeups
     }
 
     /// Waiters need a wake-up at their deadline, or when a backoff ends and a connection may open.
-    private func armWakeups(_ key: BucketKey, in state: inout State) {
-        guard let bucket = state.buckets[key], !bucket.waiters.isEmpty else { return }
-        var earliest = bucket.waiters.map(\.deadline).min()!
+    private func armWakeups(_ bucket: Bucket, in state: inout State) {
+        guard var earliest = bucket.waiters.lazy.map(\.deadline).min() else { return }
         for slot in bucket.slots { if let retryAt = slot.retryAt, retryAt < earliest { earliest = retryAt } }
         armWake(at: earliest, in: &state)
     }
@@ -285,8 +296,9 @@ public final class HTTP2ConnectionPool: Sendable {
     private func connectionEvent(_ event: HTTP2ClientConnection.Event, key: BucketKey, connectionID: Int) {
         eventSink.yield(Event(origin: key.origin, key: key.key, connectionID: connectionID, event: event))
         let wakeups = state.withLock { state -> Wakeups in
-            guard let index = state.buckets[key]?.slots.firstIndex(where: { $0.connectionID == connectionID }) else { return [] }
-            var slot = state.buckets[key]!.slots[index]
+            guard let bucket = state.buckets[key],
+                  let index = bucket.slots.firstIndex(where: { $0.connectionID == connectionID }) else { return [] }
+            var slot = bucket.slots[index]
             switch event {
             case .connected:
                 slot.connected = true
@@ -304,8 +316,8 @@ public final class HTTP2ConnectionPool: Sendable {
                                 retryAt: .now + configuration.backoff.delay(afterFailures: failures))
                 }
             }
-            state.buckets[key]!.slots[index] = slot
-            return serveWaiters(key, in: &state)
+            bucket.slots[index] = slot
+            return serveWaiters(bucket, in: &state)
         }
         resume(wakeups)
     }
@@ -325,8 +337,8 @@ public final class HTTP2ConnectionPool: Sendable {
         let wakeups = state.withLock { state -> Wakeups in
             if state.wakeAt == instant { state.wakeAt = nil }
             var wakeups: Wakeups = []
-            for key in state.buckets.keys where !(state.buckets[key]?.waiters.isEmpty ?? true) {
-                wakeups += serveWaiters(key, in: &state)
+            for bucket in state.buckets.values where !bucket.waiters.isEmpty {
+                wakeups += serveWaiters(bucket, in: &state)
             }
             return wakeups
         }
