@@ -1,6 +1,8 @@
 // The public face of one HTTP/2 client connection. It is an actor whose executor is the connection's
-// event loop, so `send` hops onto the loop thread once and talks to the nghttp2 session directly; the
-// caller then waits on one continuation per response. No task is created per request.
+// event loop, so its isolated members run on the loop thread and talk to the nghttp2 session directly.
+// `send` is the exception: callers drop requests into the session's inbox (the loop takes them in
+// batches) and wait on one continuation each, resumed straight onto their own executor. No task is
+// created per request.
 
 /// Where an HTTP/2 client connects: a host name or IP address and a port, always over TLS.
 public struct HTTP2Origin: Hashable, Sendable, CustomStringConvertible {
@@ -63,7 +65,7 @@ public actor HTTP2ClientConnection {
     public nonisolated let loop: EventLoop
     /// The connection's events, newest kept if nobody reads them.
     public nonisolated let events: AsyncStream<Event>
-    private let session: HTTP2ClientSession
+    private nonisolated let session: HTTP2ClientSession
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
 
@@ -90,13 +92,15 @@ public actor HTTP2ClientConnection {
     /// Sends `request` and returns the whole response. `timeout` covers everything, including time spent
     /// waiting for a stream slot. Errors say whether a retry can help (`NetworkError.isRetryable`);
     /// `.goAway` and `.requestNotSent` mean the request never reached the peer's application.
-    public func send(_ request: HTTPRequest, timeout: Duration) async throws(NetworkError) -> HTTPResponse {
+    public nonisolated func send(_ request: HTTPRequest, timeout: Duration) async throws(NetworkError) -> HTTPResponse {
         try await send(request, deadline: .now + timeout).get()
     }
 
-    func send(_ request: HTTPRequest, deadline: ContinuousClock.Instant) async -> Result<HTTPResponse, NetworkError> {
+    /// Nonisolated on purpose: the caller hands the request to the loop and is resumed straight on its
+    /// own executor, without hopping back through the loop on the way out.
+    nonisolated func send(_ request: HTTPRequest, deadline: ContinuousClock.Instant) async -> Result<HTTPResponse, NetworkError> {
         await withUnsafeContinuation { continuation in
-            session.enqueue(HTTP2ClientStream(request: request, deadline: deadline, continuation: continuation))
+            session.submitFromAnyThread(HTTP2ClientStream(request: request, deadline: deadline, continuation: continuation))
         }
     }
 

@@ -8,9 +8,11 @@ internal import CLibEvent
 internal import CNGHTTP2
 internal import COpenSSL
 import Foundation
+import Synchronization
 
 /// One request on its way: the request, its deadline, the response as it arrives and the waiting caller.
-final class HTTP2ClientStream: HTTP2ClientDeadlined {
+/// Made by the caller, handed to the loop once through the session's inbox, then touched only there.
+final class HTTP2ClientStream: HTTP2ClientDeadlined, @unchecked Sendable {
     let request: HTTPRequest
     let deadline: ContinuousClock.Instant
     private var continuation: UnsafeContinuation<Result<HTTPResponse, NetworkError>, Never>?
@@ -54,6 +56,8 @@ final class HTTP2ClientSession: @unchecked Sendable {
     private let emit: @Sendable (HTTP2ClientConnection.Event) -> Void
 
     private(set) var state = HTTP2ClientStreamState<HTTP2ClientStream>()
+    /// Requests handed over by other threads, taken by the loop in batches.
+    private let inbox = Mutex<[HTTP2ClientStream]>([])
     private var started = false
     private var bev: OpaquePointer?
     private var session: OpaquePointer?
@@ -87,17 +91,46 @@ final class HTTP2ClientSession: @unchecked Sendable {
 
     // MARK: Requests
 
+    /// From any thread: hands a request to the loop. Requests arriving together share one wake-up of
+    /// the loop and one write.
+    func submitFromAnyThread(_ stream: HTTP2ClientStream) {
+        let first = inbox.withLock { inbox -> Bool in
+            inbox.append(stream)
+            return inbox.count == 1
+        }
+        if first { loop.execute { [self] in drainInbox() } }
+    }
+
+    private func drainInbox() {
+        var arrived = inbox.withLock { inbox -> [HTTP2ClientStream] in
+            let arrived = inbox
+            inbox.removeAll(keepingCapacity: true)
+            return arrived
+        }
+        for stream in arrived { accept(stream) }
+        arrived.removeAll()
+        if session != nil {
+            startStreams()
+            flush()
+        }
+    }
+
+    /// On the loop: queues one request.
     func enqueue(_ stream: HTTP2ClientStream) {
+        accept(stream)
+        if session != nil {
+            startStreams()
+            flush()
+        }
+    }
+
+    private func accept(_ stream: HTTP2ClientStream) {
         if !started { start() }
         if let failed = state.enqueue(stream) {
             stream.finish(.failure(failed.error))
             return
         }
         armDeadlineTimer(for: stream.deadline)
-        if session != nil {
-            startStreams()
-            flush()
-        }
     }
 
     /// Closes the connection on the owner's request: everything pending fails with `.shutdown`.
