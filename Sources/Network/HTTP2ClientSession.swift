@@ -20,11 +20,12 @@ final class HTTP2ClientStream: HTTP2ClientDeadlined, @unchecked Sendable {
     var streamID: Int32 = 0
     /// True once the caller has been resumed; such a stream is no longer in the state machine.
     var isFinished: Bool { continuation == nil }
+    // Loop-confined and touched by every callback: no dynamic exclusivity checks.
     /// How much of the request body nghttp2 has read.
-    var bodyOffset = 0
-    var status = 0
-    var headers: [HTTPField] = []
-    var body: [UInt8] = []
+    @exclusivity(unchecked) var bodyOffset = 0
+    @exclusivity(unchecked) var status = 0
+    @exclusivity(unchecked) var headers: [HTTPField] = []
+    @exclusivity(unchecked) var body: [UInt8] = []
 
     init(request: HTTPRequest, deadline: ContinuousClock.Instant,
          continuation: UnsafeContinuation<Result<HTTPResponse, NetworkError>, Never>) {
@@ -55,7 +56,8 @@ final class HTTP2ClientSession: @unchecked Sendable {
     let configuration: HTTP2ClientConnection.Configuration
     private let emit: @Sendable (HTTP2ClientConnection.Event) -> Void
 
-    private(set) var state = HTTP2ClientStreamState<HTTP2ClientStream>()
+    // The hot loop-confined state skips dynamic exclusivity checks; only the loop thread touches it.
+    @exclusivity(unchecked) private(set) var state = HTTP2ClientStreamState<HTTP2ClientStream>()
     /// Requests handed over by other threads, taken by the loop in batches.
     private let inbox = Mutex<[HTTP2ClientStream]>([])
     private var started = false
@@ -70,11 +72,11 @@ final class HTTP2ClientSession: @unchecked Sendable {
     private var pingTimeoutTimer: LoopTimer?
     private var lastReadAt = ContinuousClock.now
     // Scratch space for request headers, reused by every request.
-    private var headerBytes: [UInt8] = []
-    private var headerSpans: [(name: Int, nameLength: Int, value: Int, valueLength: Int)] = []
-    private var headerFields: [nghttp2_nv] = []
+    @exclusivity(unchecked) private var headerBytes: [UInt8] = []
+    @exclusivity(unchecked) private var headerSpans: [(name: Int, nameLength: Int, value: Int, valueLength: Int)] = []
+    @exclusivity(unchecked) private var headerFields: [nghttp2_nv] = []
     /// The stream the last callback was about: callbacks come in runs for one stream.
-    private var lastStream: HTTP2ClientStream?
+    @exclusivity(unchecked) private var lastStream: HTTP2ClientStream?
 
     /// nghttp2 stops producing frames while this much output waits for the socket.
     private static let outputHighWater = 1 << 17
@@ -460,6 +462,7 @@ final class HTTP2ClientSession: @unchecked Sendable {
             if stream.status >= 100 && stream.status < 200 { stream.headers.removeAll() }
             stream.status = status
         } else {
+            if stream.headers.isEmpty { stream.headers.reserveCapacity(8) }
             stream.headers.append(HTTPField(lowercasedName: String(decoding: name, as: UTF8.self),
                                             value: String(decoding: value, as: UTF8.self)))
         }

@@ -40,6 +40,11 @@ struct BenchError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// A flag shared between tasks.
+final class Flag: Sendable {
+    let value = Atomic<Bool>(true)
+}
+
 /// Samples this process's resident set size every 100 ms on a thread of its own.
 final class RSSSampler: Sendable {
     private let samples = Mutex<[Int]>([])
@@ -93,14 +98,19 @@ func runClient(_ flags: Flags) async throws {
     let sampler = RSSSampler()
     sampler.start()
     let started = ContinuousClock.now
-    let deadline = started + .seconds(seconds)
+    // One flag instead of a clock read per request: the driver's own cost stays out of the figures.
+    let running = Flag()
+    let stopper = Task {
+        try? await Task.sleep(until: started + .seconds(seconds))
+        running.value.store(false, ordering: .relaxed)
+    }
     let (succeeded, failed, lastError) = await withTaskGroup(of: (Int, Int, NetworkError?).self) { tasks in
         for _ in 0..<concurrency {
             tasks.addTask {
                 var succeeded = 0
                 var failed = 0
                 var lastError: NetworkError?
-                while ContinuousClock.now < deadline {
+                while running.value.load(ordering: .relaxed) {
                     do throws(NetworkError) {
                         let response = try await pool.send(request, to: origin, key: "bench", timeout: .seconds(10))
                         if response.status == 200 { succeeded += 1 } else { failed += 1 }
@@ -121,6 +131,7 @@ func runClient(_ flags: Flags) async throws {
         return total
     }
     let elapsed = ContinuousClock.now - started
+    await stopper.value
     let samples = sampler.stop()
     await pool.shutdown()
     group.shutdown()
