@@ -174,7 +174,11 @@ final class HTTP2ClientSession: @unchecked Sendable {
         var hasContentLength = false
         for field in request.headers {
             if field.name == "content-length" { hasContentLength = true }
-            addHeader(field.name, field.value)
+            // HTTP/1.1 connection headers are malformed in HTTP/2 (RFC 9113, 8.2.2); peers reset for them.
+            switch field.name {
+            case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host": continue
+            default: addHeader(field.name, field.value)
+            }
         }
         if !request.body.isEmpty && !hasContentLength { addHeader("content-length", String(request.body.count)) }
 
@@ -463,8 +467,12 @@ final class HTTP2ClientSession: @unchecked Sendable {
             stream.status = status
         } else {
             if stream.headers.isEmpty { stream.headers.reserveCapacity(8) }
-            stream.headers.append(HTTPField(lowercasedName: String(decoding: name, as: UTF8.self),
-                                            value: String(decoding: value, as: UTF8.self)))
+            let field = HTTPField(lowercasedName: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
+            // Room for the whole body at once, within reason.
+            if field.name == "content-length", let length = Int(field.value), length > 0 {
+                stream.body.reserveCapacity(min(length, 1 << 24))
+            }
+            stream.headers.append(field)
         }
     }
 

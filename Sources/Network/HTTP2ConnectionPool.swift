@@ -190,7 +190,8 @@ public final class HTTP2ConnectionPool: Sendable {
                 if state.isShutDown { return .failure(.shutdown) }
                 if let lease = lease(in: bucket, state: &state) { return .success(lease) }
                 bucket.waiters.append(Waiter(deadline: deadline, continuation: continuation))
-                armWakeups(bucket, in: &state)
+                armWake(at: deadline, in: &state)
+                for slot in bucket.slots { if let retryAt = slot.retryAt { armWake(at: retryAt, in: &state) } }
                 return nil
             }
             if let outcome { continuation.resume(returning: outcome) }
@@ -276,15 +277,13 @@ public final class HTTP2ConnectionPool: Sendable {
             served += 1
         }
         bucket.waiters.removeFirst(served)
-        armWakeups(bucket, in: &state)
+        // Waiters left need a wake-up at their deadline or when a backoff ends. A waiter arms the timer
+        // when it arrives, so only after the timer has fired (none armed) is a full scan needed.
+        if state.wakeAt == nil, var earliest = bucket.waiters.lazy.map(\.deadline).min() {
+            for slot in bucket.slots { if let retryAt = slot.retryAt, retryAt < earliest { earliest = retryAt } }
+            armWake(at: earliest, in: &state)
+        }
         return wakeups
-    }
-
-    /// Waiters need a wake-up at their deadline, or when a backoff ends and a connection may open.
-    private func armWakeups(_ bucket: Bucket, in state: inout State) {
-        guard var earliest = bucket.waiters.lazy.map(\.deadline).min() else { return }
-        for slot in bucket.slots { if let retryAt = slot.retryAt, retryAt < earliest { earliest = retryAt } }
-        armWake(at: earliest, in: &state)
     }
 
     private func resume(_ wakeups: Wakeups) {
@@ -317,6 +316,7 @@ public final class HTTP2ConnectionPool: Sendable {
                 }
             }
             bucket.slots[index] = slot
+            if let retryAt = slot.retryAt, !bucket.waiters.isEmpty { armWake(at: retryAt, in: &state) }
             return serveWaiters(bucket, in: &state)
         }
         resume(wakeups)

@@ -32,6 +32,26 @@ private final class PoolHarness: Sendable {
 private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repeating: 0x7b, count: 300))
 
 @Suite struct HTTP2ClientPoolTests {
+    @Test func backoffGrowsExponentiallyWithJitterUpToItsBound() {
+        let backoff = HTTP2ConnectionPool.Backoff(initial: .milliseconds(100), maximum: .seconds(2))
+        #expect(backoff.delay(afterFailures: 0) == .zero)
+        for (failures, nominal) in [(1, Duration.milliseconds(100)), (2, .milliseconds(200)), (3, .milliseconds(400)),
+                                    (5, .milliseconds(1600)), (6, .seconds(2)), (60, .seconds(2))] {
+            let delays = (0..<50).map { _ in backoff.delay(afterFailures: failures) }
+            #expect(delays.allSatisfy { $0 >= nominal / 2 && $0 <= nominal })
+            #expect(Set(delays).count > 1)
+        }
+    }
+
+    @Test func connectionSpecificHeadersAreNotSentOverHTTP2() async throws {
+        let peer = try await ClientNGHTTPD.start()
+        let harness = try PoolHarness(.init(connectionsPerKey: 1))
+        let request = HTTPRequest(method: "GET", path: "/small", headers: ["Connection": "keep-alive", "Transfer-Encoding": "chunked",
+                                                                          "x-kept": "yes"])
+        #expect(try await harness.pool.send(request, to: peer.origin, key: "k", timeout: .seconds(10)).status == 200)
+        await harness.stop()
+    }
+
     @Test func connectionsForDifferentKeysAreNeverShared() async throws {
         let peer = try await ClientNGHTTPD.start(verbose: true)
         let harness = try PoolHarness(.init(connectionsPerKey: 2))
