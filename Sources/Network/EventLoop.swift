@@ -109,7 +109,12 @@ public final class EventLoop: SerialExecutor, @unchecked Sendable {
                 pending.closures.removeAll(keepingCapacity: true)
                 return batch
             }
-            if batch.jobs.isEmpty && batch.closures.isEmpty { return }
+            if batch.jobs.isEmpty && batch.closures.isEmpty {
+                // A loopbreak from another thread before event_base_loop started is forgotten (the loop
+                // clears the flag when it starts); breaking from inside the running loop always works.
+                if batch.shuttingDown { event_base_loopbreak(base) }
+                return
+            }
             for closure in batch.closures { closure() }
             for job in batch.jobs { job.runSynchronously(on: asUnownedSerialExecutor()) }
         }
@@ -135,6 +140,7 @@ public final class EventLoop: SerialExecutor, @unchecked Sendable {
         }
         guard first else { return }
         event_base_loopbreak(base)
+        event_active(wakeup, EV_READ, 0)
         stopped.wait()
     }
 }
