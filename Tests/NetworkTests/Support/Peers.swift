@@ -43,9 +43,15 @@ final class ClientCertificates: Sendable {
     var serverKey: String { directory.appendingPathComponent("server.key").path }
     var serverCertificate: String { directory.appendingPathComponent("server.pem").path }
 
-    /// Made once per test process.
+    /// Made once per test process, removed when it exits.
     static let shared: ClientCertificates = {
-        do { return try ClientCertificates() } catch { fatalError("cannot make test certificates: \(error)") }
+        do {
+            let certificates = try ClientCertificates()
+            atexit { try? FileManager.default.removeItem(at: ClientCertificates.shared.directory) }
+            return certificates
+        } catch {
+            fatalError("cannot make test certificates: \(error)")
+        }
     }()
 
     init() throws {
@@ -138,7 +144,10 @@ final class ClientPeerProcess: @unchecked Sendable {
         process.waitUntilExit()
     }
 
-    deinit { kill() }
+    deinit {
+        kill()
+        try? FileManager.default.removeItem(at: directory)
+    }
 }
 
 /// nghttpd serving a document root with a 1 MiB file, a small file and an empty file.
