@@ -225,8 +225,8 @@ final class HTTP2ClientSession: @unchecked Sendable {
         started = true
         connectTimer = loop.schedule(after: configuration.connectTimeout) { [self] in
             connectTimer = nil
-            close(inFlight: .connectFailed("timed out connecting to \(origin.authority)"),
-                  queued: .connectFailed("timed out connecting to \(origin.authority)"), reason: .connectionClosed)
+            let error = NetworkError.connectFailed("timed out connecting to \(authority)")
+            close(inFlight: error, queued: error, reason: error)
         }
         if let address = SocketAddress.resolve(host: origin.host, port: origin.port, numericOnly: true) {
             connect(to: address)

@@ -1,7 +1,7 @@
 // NetworkBench: load drivers for Scripts/bench.d/h2. Each subcommand prints one line of key=value
 // figures for the script to compare with its reference tool (h2load for the client).
 //   NetworkBench client --url https://127.0.0.1:8443/path [--connections 4] [--concurrency 400]
-//                       [--seconds 30] [--body-size 300] [--loops 1] (--ca-file FILE | --insecure)
+//                       [--seconds 30] [--body-size 300] [--loops CORES] (--ca-file FILE | --insecure)
 import Foundation
 import Network
 import Synchronization
@@ -82,7 +82,7 @@ func runClient(_ flags: Flags) async throws {
     let concurrency = try flags.int("concurrency", default: 400)
     let seconds = try flags.int("seconds", default: 30)
     let bodySize = try flags.int("body-size", default: 300)
-    let loops = try flags.int("loops", default: 1)
+    let loops = try flags.int("loops", default: ProcessInfo.processInfo.activeProcessorCount)
     let verification: TLSClientConfiguration.Verification = flags.isSet("insecure") ? .insecureNoVerification : .full
     guard flags.isSet("insecure") || flags.string("ca-file") != nil else { throw BenchError("give --ca-file FILE or --insecure") }
 
