@@ -91,7 +91,8 @@ public actor HTTP2ClientConnection {
 
     /// Sends `request` and returns the whole response. `timeout` covers everything, including time spent
     /// waiting for a stream slot. Errors say whether a retry can help (`NetworkError.isRetryable`);
-    /// `.goAway` and `.requestNotSent` mean the request never reached the peer's application.
+    /// `.goAway` and `.requestNotSent` (also when the timeout passed while it waited for a stream slot)
+    /// mean the request never reached the peer's application; `.timedOut` means it was sent.
     public nonisolated func send(_ request: HTTPRequest, timeout: Duration) async throws(NetworkError) -> HTTPResponse {
         try await send(request, deadline: .now + timeout).get()
     }

@@ -78,6 +78,8 @@ final class HTTP2ClientSession: @unchecked Sendable {
     /// The stream the last callback was about: callbacks come in runs for one stream.
     @exclusivity(unchecked) private var lastStream: HTTP2ClientStream?
 
+    private static let expiredInQueue = NetworkError.requestNotSent("timed out before a stream was free")
+
     /// nghttp2 stops producing frames while this much output waits for the socket.
     private static let outputHighWater = 1 << 17
 
@@ -145,8 +147,14 @@ final class HTTP2ClientSession: @unchecked Sendable {
     }
 
     private func startStreams() {
-        guard session != nil else { return }
+        guard session != nil, state.queuedCount > 0 else { return }
+        let now = ContinuousClock.now
         while let stream = state.nextToStart() {
+            // Its deadline may pass before its expiry sweep runs; it must not start then.
+            if stream.deadline <= now {
+                stream.finish(.failure(Self.expiredInQueue))
+                continue
+            }
             let id = submit(stream)
             if id > 0 {
                 stream.streamID = id
@@ -515,7 +523,8 @@ final class HTTP2ClientSession: @unchecked Sendable {
 
     private func expireRequests() {
         let expired = state.expire(now: .now)
-        for request in expired.queued { request.finish(.failure(.timedOut)) }
+        // Timed out before leaving this process: say so, the caller may safely retry elsewhere.
+        for request in expired.queued { request.finish(.failure(Self.expiredInQueue)) }
         for (id, request) in expired.streams {
             if let session {
                 nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, UInt32(NGHTTP2_CANCEL.rawValue))

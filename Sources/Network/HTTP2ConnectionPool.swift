@@ -71,7 +71,9 @@ public final class HTTP2ConnectionPool: Sendable {
     }
 
     /// Sends `request` on a connection for (origin, key) and returns the response. `timeout` covers
-    /// waiting here, in the connection's queue and on the wire.
+    /// waiting here, in the connection's queue and on the wire. A request that provably never reached the
+    /// peer is retried within the timeout; if time runs out first the error is `.requestNotSent` (or
+    /// `.goAway`), while `.timedOut` means the request was sent and may have been processed.
     public func send(_ request: HTTPRequest, to origin: HTTP2Origin, key: String, timeout: Duration) async throws(NetworkError) -> HTTPResponse {
         let deadline = ContinuousClock.now + timeout
         let key = BucketKey(origin: origin, key: key)
@@ -82,9 +84,9 @@ public final class HTTP2ConnectionPool: Sendable {
             switch result {
             case .success(let response):
                 return response
-            case .failure(.goAway), .failure(.requestNotSent):
+            case .failure(let error) where error.wasNotSent:
                 // It never reached the peer's application: try again while time remains.
-                if ContinuousClock.now >= deadline { throw .timedOut }
+                if ContinuousClock.now >= deadline { throw error }
             case .failure(let error):
                 throw error
             }
@@ -268,7 +270,7 @@ public final class HTTP2ConnectionPool: Sendable {
         var served = 0
         for waiter in bucket.waiters {
             if waiter.deadline <= now {
-                wakeups.append((waiter.continuation, .failure(.timedOut)))
+                wakeups.append((waiter.continuation, .failure(.requestNotSent("timed out waiting for a connection"))))
             } else if let lease = lease(in: bucket, state: &state) {
                 wakeups.append((waiter.continuation, .success(lease)))
             } else {

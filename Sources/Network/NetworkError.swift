@@ -23,12 +23,21 @@ public enum NetworkError: Error, Sendable, Equatable, CustomStringConvertible {
     case requestNotSent(String)
     /// The stream was reset by the peer.
     case streamReset(errorCode: UInt32)
-    /// The request's deadline (including time queued) passed.
+    /// The request's deadline passed after it was sent (a request still queued gets `.requestNotSent`).
     case timedOut
     /// The component was shut down.
     case shutdown
     /// A listener could not bind.
     case bindFailed(String)
+
+    /// True when the request provably never reached the peer's application (GOAWAY above the last stream
+    /// id, or never sent), so even a non-idempotent request may be retried.
+    public var wasNotSent: Bool {
+        switch self {
+        case .goAway, .requestNotSent: true
+        default: false
+        }
+    }
 
     /// True when the same request may succeed if tried again (on another or a new connection).
     public var isRetryable: Bool {

@@ -117,10 +117,17 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
         // No queue places, one stream that never ends (a receive window of 0): everyone else waits here.
         let harness = try PoolHarness(.init(connectionsPerKey: 1, maxQueuedPerConnection: 0,
                                             connection: .init(initialWindowSize: 0)))
-        let results = await clientBurst(6) { _ throws(NetworkError) in
-            try await harness.pool.send(HTTPRequest(method: "GET", path: "/big"), to: peer.origin, key: "k", timeout: .milliseconds(400))
+        let stalled = HTTPRequest(method: "GET", path: "/big")
+        async let first = clientResult { () async throws(NetworkError) in
+            try await harness.pool.send(stalled, to: peer.origin, key: "k", timeout: .seconds(2))
         }
-        #expect(results.allSatisfy { if case .failure(.timedOut) = $0 { true } else { false } })
+        while harness.pool.outstandingRequests(to: peer.origin, key: "k") != [1] { try await Task.sleep(for: .milliseconds(5)) }
+        let waiting = await clientBurst(5) { _ throws(NetworkError) in
+            try await harness.pool.send(stalled, to: peer.origin, key: "k", timeout: .milliseconds(300))
+        }
+        // The callers that waited here were never sent, and say so; the one that was sent times out as sent.
+        #expect(waiting.allSatisfy { if case .failure(.requestNotSent) = $0 { true } else { false } })
+        #expect(await first.failure == .timedOut)
         await harness.stop()
     }
 
