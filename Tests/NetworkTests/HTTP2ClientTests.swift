@@ -107,6 +107,29 @@ func clientMaxConcurrentStreams(inNGHTTPDLog log: String) -> Int {
         await connection.close()
     }
 
+    @Test func closingFailsWhatIsPendingAndEndsTheEventStream() async throws {
+        let peer = try await ClientNGHTTPD.start(maxConcurrentStreams: 1)
+        let harness = try ClientHarness(name: "h2c-close")
+        defer { harness.loop.shutdown() }
+        // A window of 0 keeps the one stream open; the rest queue behind it.
+        let connection = harness.connect(to: peer, configuration: .init(initialWindowSize: 0))
+        async let results = clientBurst(5) { _ throws(NetworkError) in
+            try await connection.send(HTTPRequest(method: "GET", path: "/big"), timeout: .seconds(30))
+        }
+        while true {
+            let (active, queued) = (await connection.activeStreams, await connection.queuedRequests)
+            if active == 1 && queued == 4 { break }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        await connection.close()
+        #expect(await results.allSatisfy { $0.failure == .shutdown })
+        var events: [HTTP2ClientConnection.Event] = []
+        for await event in connection.events { events.append(event) }
+        // nghttpd -m 1 announces the limit we already assumed, so no change is reported.
+        #expect(events == [.connected, .closed(nil)])
+        #expect(await connection.send(HTTPRequest(method: "GET", path: "/small"), deadline: .now + .seconds(1)).failure?.wasNotSent == true)
+    }
+
     @Test func bodiesLargerThanTheFlowControlWindowTravelBothWays() async throws {
         let peer = try await ClientNGHTTPD.start(echoUpload: true)
         let harness = try ClientHarness(name: "h2c-big")
