@@ -119,15 +119,6 @@ final class HTTP2ClientSession: @unchecked Sendable {
         }
     }
 
-    /// On the loop: queues one request.
-    func enqueue(_ stream: HTTP2ClientStream) {
-        accept(stream)
-        if session != nil {
-            startStreams()
-            flush()
-        }
-    }
-
     private func accept(_ stream: HTTP2ClientStream) {
         if !started { start() }
         if let failed = state.enqueue(stream) {
