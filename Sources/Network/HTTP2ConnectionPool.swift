@@ -105,6 +105,7 @@ public final class HTTP2ConnectionPool: Sendable {
                 bucket.waiters.removeAll()
             }
             state.buckets.removeAll()
+            state.lastBucket = nil
             return (connections, waiters)
         }
         for waiter in waiters { waiter.continuation.resume(returning: .failure(.shutdown)) }
@@ -158,6 +159,7 @@ public final class HTTP2ConnectionPool: Sendable {
 
     private struct State {
         var buckets: [BucketKey: Bucket] = [:]
+        var lastBucket: Bucket?
         var nextConnectionID = 1
         var isShutDown = false
         /// When the wake-up timer (waiter deadlines, backoff ends) is armed for.
@@ -202,9 +204,11 @@ public final class HTTP2ConnectionPool: Sendable {
     }
 
     private func findBucket(_ key: BucketKey, in state: inout State) -> Bucket {
-        if let bucket = state.buckets[key] { return bucket }
-        let bucket = Bucket(key: key, connections: configuration.connectionsPerKey)
+        // Most traffic goes to one (origin, key) at a time: comparing beats hashing two strings.
+        if let last = state.lastBucket, last.key == key { return last }
+        let bucket = state.buckets[key] ?? Bucket(key: key, connections: configuration.connectionsPerKey)
         state.buckets[key] = bucket
+        state.lastBucket = bucket
         return bucket
     }
 
