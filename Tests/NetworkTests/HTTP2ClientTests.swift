@@ -183,6 +183,29 @@ func clientMaxConcurrentStreams(inNGHTTPDLog log: String) -> Int {
         await connection.close()
     }
 
+    @Test func aLimitLoweredToOneMidConnectionIsHonouredFromTheAcknowledgement() async throws {
+        let peer = try await ClientSettingsPeer.start(initialLimit: 8, lowerAfter: 30, responseDelay: .milliseconds(10))
+        defer { peer.stop() }
+        let harness = try ClientHarness(name: "h2c-lowered")
+        defer { harness.loop.shutdown() }
+        let connection = harness.connect(to: peer.origin)
+        let results = await clientBurst(120) { _ throws(NetworkError) in
+            try await connection.send(HTTPRequest(method: "POST", path: "/", body: Array("{}".utf8)), timeout: .seconds(30))
+        }
+        #expect(results.allSatisfy { (try? $0.get().status) == 200 })
+        #expect(harness.events.all == [.connected, .maxConcurrentStreamsChanged(8), .maxConcurrentStreamsChanged(1)])
+        let statistics = try await peer.statistics()
+        #expect(statistics.requests == 120)
+        #expect(statistics.mostOpenBefore > 1)
+        // From the peer's side: after the client acknowledged the limit of 1, never two streams at once.
+        #expect(statistics.mostOpenAfterAck == 1)
+        #expect(statistics.violations == 0)
+        // nghttp2 would also hold streams back on the wire; our own queue must know the limit too, or
+        // requests would wait inside nghttp2, out of reach of our timeouts.
+        #expect(await connection.maxConcurrentStreams == 1)
+        await connection.close()
+    }
+
     @Test func goAwayMidBurstFailsOnlyUnprocessedStreamsAsRetryable() async throws {
         let peer = try await ClientNginx.start(requestsPerConnection: 10)
         let harness = try ClientHarness(name: "h2c-goaway")
