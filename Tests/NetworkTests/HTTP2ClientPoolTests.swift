@@ -69,6 +69,10 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
         var keyOfConnection: [Int: Set<String>] = [:]
         for event in harness.events { keyOfConnection[event.connectionID, default: []].insert(event.key) }
         #expect(keyOfConnection.values.allSatisfy { $0.count == 1 })
+        // The owner hears each connection's stream limit, per key.
+        for key in ["team-a", "team-b"] {
+            #expect(harness.events.contains { $0.key == key && $0.event == .maxConcurrentStreamsChanged(100) })
+        }
         // The server saw requests on exactly the connections the pool opened.
         let serverConnections = Set(peer.log.split(separator: "\n").compactMap { line -> Substring? in
             guard line.hasPrefix("[id="), line.contains("recv HEADERS frame"), let end = line.firstIndex(of: "]") else { return nil }
