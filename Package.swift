@@ -34,6 +34,8 @@ let package = Package(
         .target(name: "MarqueeService", dependencies: ["MarqueeStore", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "APNsSimulator", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .executableTarget(name: "marquee", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
+        // The Network servers with trivial handlers, for Scripts/bench.d/h2-servers.
+        .executableTarget(name: "ServerBench", dependencies: ["Network"], swiftSettings: strict),
 
         // Sql/*.sql becomes a generated Swift source of MarqueeStore, so the binary is self-contained.
         .executableTarget(name: "SqlEmbedder", path: "Plugins/SqlEmbedder"),
