@@ -53,7 +53,7 @@ FileHandle.standardOutput.write(Data("listening on 127.0.0.1:\(port)\n".utf8))
 var received: Int32 = 0
 sigwait(&stopSignals, &received)
 let done = DispatchSemaphore(value: 0)
-Task {
+Task.detached {
     await shutdown()
     done.signal()
 }
