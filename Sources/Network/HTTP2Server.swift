@@ -23,6 +23,9 @@ public struct HTTP2ServerConfiguration: Sendable {
     public var maxRequestBodySize: Int = 1 << 20
     /// The answer to a body over `maxRequestBodySize`.
     public var payloadTooLargeResponse = HTTPResponse(status: 413)
+    /// A connection with no open stream that sends nothing for this long (or stalls in its TLS handshake)
+    /// gets GOAWAY and is closed; nil keeps idle connections forever.
+    public var idleTimeout: Duration? = .seconds(300)
     /// How long `shutdown()` lets in-flight streams finish before closing what is left.
     public var shutdownGracePeriod: Duration = .seconds(10)
 

@@ -73,6 +73,10 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
         }, { _, events, context in
             HTTP2ServerConnection.from(context).event(events)
         }, context)
+        if let idleTimeout = core.configuration.idleTimeout {
+            var timeout = timeval(idleTimeout)
+            bufferevent_set_timeouts(bufferEvent, &timeout, nil)
+        }
         bufferevent_enable(bufferEvent, Int16(EV_READ | EV_WRITE))
     }
 
@@ -123,7 +127,13 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
             handshakeDone()
             return
         }
-        close()  // EOF, error or timeout
+        if events & Int16(BEV_EVENT_TIMEOUT) != 0, session != nil, let bufferEvent {
+            // The read timeout disabled reading. A quiet client awaiting its responses is not idle.
+            bufferevent_enable(bufferEvent, Int16(EV_READ))
+            if streams.isEmpty { submitGoAway(errorCode: 0, debugData: []) }
+            return
+        }
+        close()  // EOF, error, or a TLS handshake that timed out
     }
 
     private func handshakeDone() {

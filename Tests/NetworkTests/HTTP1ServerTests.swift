@@ -122,7 +122,7 @@ private struct RunningHTTP1Server {
             ready, _, _ = select.select([s], [], [], 0.2)
             if ready:
                 data = s.recv(4096)
-                print("closed after", sent, "bytes" if not data else "answered " + repr(data[:12])); sys.exit(0)
+                print(("answered " + repr(data[:12])) if data else ("closed after %d bytes" % sent)); sys.exit(0)
         print("completed", sent)
         """
         let result = try await ServerTestTools.run("python3", ["-c", script, String(running.server.port)])

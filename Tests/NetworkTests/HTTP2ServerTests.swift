@@ -92,6 +92,49 @@ private struct RunningServer {
         #expect(result.output.hasSuffix("hello"))
     }
 
+    @Test func forgetsConnectionsOnceClientsLeave() async throws {
+        let running = try await RunningServer.start()
+        _ = try await running.curl(["\(running.url)/echo"])
+        _ = try await running.curl(["\(running.url)/echo"])
+        var open = running.server.connectionCount
+        for _ in 0..<200 where open > 0 {
+            try await Task.sleep(for: .milliseconds(10))
+            open = running.server.connectionCount
+        }
+        await running.stop()
+        #expect(open == 0)
+    }
+
+    @Test func closesIdleConnectionsWithGoAway() async throws {
+        let running = try await RunningServer.start { $0.idleTimeout = .milliseconds(300) }
+        // A client that sends its preface and SETTINGS, then nothing: it should see GOAWAY, then EOF.
+        let script = """
+        import socket, ssl, sys
+        context = ssl.create_default_context(cafile=sys.argv[2])
+        context.set_alpn_protocols(["h2"])
+        s = context.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))), server_hostname="localhost")
+        s.settimeout(10)
+        s.sendall(b"PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk: break
+                data += chunk
+        except socket.timeout:
+            print("timeout"); sys.exit(0)
+        types = []
+        while len(data) >= 9:
+            length = int.from_bytes(data[0:3], "big")
+            types.append(data[3])
+            data = data[9 + length:]
+        print("eof", "goaway" if 7 in types else "no-goaway")
+        """
+        let result = try await ServerTestTools.run("python3", ["-c", script, String(running.server.port), running.certificates.caFile])
+        await running.stop()
+        #expect(result.output == "eof goaway\n", "\(result.all)")
+    }
+
     @Test func keepsPerConnectionState() async throws {
         let running = try await RunningServer.start()
         // One curl run reuses its connection for both URLs; a second run is a new connection.
