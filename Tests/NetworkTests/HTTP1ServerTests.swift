@@ -6,7 +6,7 @@ import Testing
 private struct TestRouter: HTTP1RequestHandler {
     func handle(_ request: HTTPRequest, context: HTTP1RequestContext) async -> HTTPResponse {
         switch (request.method, request.path) {
-        case ("GET", "/hello"):
+        case ("GET", "/hello"), ("HEAD", "/hello"):
             return HTTPResponse(status: 200, headers: ["content-type": "application/json", "x-connection-id": String(context.connectionID)],
                                 body: Array(#"{"hello":"world"}"#.utf8))
         case ("POST", "/echo"):
@@ -131,6 +131,18 @@ private struct RunningHTTP1Server {
         await running.stop()
         #expect(result.output.hasPrefix("closed after"), "\(result.all)")
         #expect(normal.output == #"{"hello":"world"}"#)
+    }
+
+    @Test func survivesClientsThatLeaveWhileTheHandlerRuns() async throws {
+        let running = try RunningHTTP1Server.start()
+        let impatient = try await running.curl(["--max-time", "0.2", "\(running.url)/slow"])
+        try await Task.sleep(for: .milliseconds(700))  // the handler answers a request whose client is gone
+        let head = try await running.curl(["-I", "\(running.url)/hello"])
+        let after = try await running.curl(["\(running.url)/hello"])
+        await running.stop()
+        #expect(impatient.status != 0)
+        #expect(head.output.hasPrefix("HTTP/1.1 200"), "\(head.all)")
+        #expect(after.output == #"{"hello":"world"}"#, "\(after.all)")
     }
 
     @Test func shutdownFinishesInFlightHandlers() async throws {

@@ -235,6 +235,16 @@ private struct RunningServer {
         #expect(result.output.components(separatedBy: ":status: 200").count - 1 == 2, "\(result.output)")
     }
 
+    @Test func survivesClientsThatLeaveWhileTheHandlerRuns() async throws {
+        let running = try await RunningServer.start()
+        let impatient = try await running.curl(["--max-time", "0.2", "\(running.url)/slow"])
+        try await Task.sleep(for: .milliseconds(700))  // the deferred response finds its connection closed
+        let after = try await running.curl(["\(running.url)/count"])
+        await running.stop()
+        #expect(impatient.status != 0)
+        #expect(after.output == "1", "\(after.all)")
+    }
+
     @Test func shutdownLetsInFlightStreamsFinish() async throws {
         let running = try await RunningServer.start()
         async let slow = running.curl(["-i", "\(running.url)/slow"])
