@@ -9,7 +9,7 @@ import Foundation
 
 /// One HTTP/2 connection as its handler sees it: identity, peer, per-connection state and controls.
 public final class HTTP2ServerConnection: @unchecked Sendable {
-    /// Unique among the connections of one server process.
+    /// Unique among the connections of its server.
     public let id: UInt64
     /// The peer, as `address:port` (`[address]:port` for IPv6).
     public let remoteAddress: String
@@ -23,7 +23,7 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
     /// Requests received complete on this connection so far.
     public private(set) var requestCount = 0
 
-    private unowned let core: HTTP2ServerCore
+    private let core: HTTP2ServerCore  // a cycle through the registry, broken when the connection closes
     private var bufferEvent: OpaquePointer?
     private var session: OpaquePointer?
     private var streams: [Int32: HTTP2ServerStream] = [:]
