@@ -287,6 +287,7 @@ final class HTTP1LoopServer: @unchecked Sendable {
 
     /// Sends the response and re-arms the connection's read deadline for its next request.
     private func reply(_ pending: HTTP1PendingReply, _ response: HTTPResponse) {
+        guard http != nil else { return }  // shut down past the grace period: evhttp freed the request
         let request = pending.request
         if let headers = evhttp_request_get_output_headers(request) {
             for field in response.headers.fields { evhttp_add_header(headers, field.name, field.value) }
