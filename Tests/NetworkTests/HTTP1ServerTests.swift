@@ -159,4 +159,16 @@ private struct RunningHTTP1Server {
         #expect(result.output.hasSuffix("slow"))
         #expect(after.status != 0, "the listener must be closed after shutdown")
     }
+
+    @Test func shutdownClosesConnectionsWhoseHandlersOutlastTheGracePeriod() async throws {
+        let running = try RunningHTTP1Server.start { $0.shutdownGracePeriod = .milliseconds(100) }
+        async let slow = running.curl(["\(running.url)/slow"])
+        while running.server.acceptedConnectionCount == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        try await Task.sleep(for: .milliseconds(100))
+        await running.server.shutdown()
+        let result = try await slow
+        try await Task.sleep(for: .milliseconds(700))  // the handler returns after evhttp is gone
+        running.group.shutdown()
+        #expect(result.status != 0, "\(result.all)")
+    }
 }

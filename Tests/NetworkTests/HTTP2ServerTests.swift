@@ -259,4 +259,17 @@ private struct RunningServer {
         #expect(result.output.hasSuffix("slow"))
         #expect(after.status != 0, "the listener must be closed after shutdown")
     }
+
+    @Test func shutdownClosesStreamsThatOutlastTheGracePeriod() async throws {
+        let running = try await RunningServer.start { $0.shutdownGracePeriod = .milliseconds(100) }
+        async let slow = running.curl(["\(running.url)/slow"])
+        while running.server.connectionCount == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        try await Task.sleep(for: .milliseconds(150))
+        await running.server.shutdown()
+        let result = try await slow
+        try await Task.sleep(for: .milliseconds(700))  // the deferred response finds its connection closed
+        running.group.shutdown()
+        #expect(result.status != 0, "\(result.all)")
+        #expect(running.server.connectionCount == 0)
+    }
 }
