@@ -31,6 +31,10 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
     private var closeRequested = false
     private var closed = false
     private var pendingGoAway: (errorCode: UInt32, debugData: [UInt8], afterResponses: Int)?
+    // Scratch space for response headers, reused by every response of the connection.
+    private var headerBytes: [UInt8] = []
+    private var headerRanges: [(name: Range<Int>, value: Range<Int>)] = []
+    private var headerEntries: [nghttp2_nv] = []
 
     init?(fd: Int32, id: UInt64, remoteAddress: String, loop: EventLoop, core: HTTP2ServerCore) {
         guard let ssl = core.tls.makeConnection() else {
@@ -337,6 +341,14 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
         sendUnlessReceiving()
     }
 
+    private func appendHeader(_ name: String, _ value: String) {
+        let nameStart = headerBytes.count
+        headerBytes.append(contentsOf: name.utf8)
+        let valueStart = headerBytes.count
+        headerBytes.append(contentsOf: value.utf8)
+        headerRanges.append((nameStart..<valueStart, valueStart..<headerBytes.count))
+    }
+
     private func respond(_ stream: HTTP2ServerStream, _ response: HTTPResponse) {
         guard let session, !stream.responded else { return }
         stream.responded = true
@@ -354,30 +366,23 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
             return stream.readResponse(into: buffer!, length, flags!)
         })
         let hasBody = !response.body.isEmpty
-        // One buffer holds every name and value; nghttp2 copies them during the call.
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(64)
-        var ranges: [(name: Range<Int>, value: Range<Int>)] = []
-        ranges.reserveCapacity(response.headers.fields.count + 1)
-        func append(_ name: String, _ value: String) {
-            let nameStart = bytes.count
-            bytes.append(contentsOf: name.utf8)
-            let valueStart = bytes.count
-            bytes.append(contentsOf: value.utf8)
-            ranges.append((nameStart..<valueStart, valueStart..<bytes.count))
-        }
-        append(":status", String(response.status))
-        for field in response.headers.fields { append(field.name, field.value) }
-        bytes.withUnsafeMutableBufferPointer { buffer in
+        // Names and values go into one reused buffer; nghttp2 copies them during the call.
+        headerBytes.removeAll(keepingCapacity: true)
+        headerRanges.removeAll(keepingCapacity: true)
+        appendHeader(":status", String(response.status))
+        for field in response.headers.fields { appendHeader(field.name, field.value) }
+        headerEntries.removeAll(keepingCapacity: true)
+        headerBytes.withUnsafeMutableBufferPointer { buffer in
             let base = buffer.baseAddress!
-            let headers = ranges.map { range in
-                nghttp2_nv(name: base + range.name.lowerBound, value: base + range.value.lowerBound,
-                           namelen: range.name.count, valuelen: range.value.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            for range in headerRanges {
+                headerEntries.append(nghttp2_nv(name: base + range.name.lowerBound, value: base + range.value.lowerBound,
+                                                namelen: range.name.count, valuelen: range.value.count,
+                                                flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
             }
             if hasBody {
-                _ = nghttp2_submit_response(session, stream.id, headers, headers.count, &provider)
+                _ = nghttp2_submit_response(session, stream.id, headerEntries, headerEntries.count, &provider)
             } else {
-                _ = nghttp2_submit_response(session, stream.id, headers, headers.count, nil)
+                _ = nghttp2_submit_response(session, stream.id, headerEntries, headerEntries.count, nil)
             }
         }
     }
@@ -415,7 +420,7 @@ final class HTTP2ServerStream {
             }
             return
         }
-        let field = HTTPField(name: String(decoding: name, as: UTF8.self), value: text)
+        let field = HTTPField(lowercaseName: String(decoding: name, as: UTF8.self), value: text)
         if field.name == "content-length" {
             contentLength = Int(text)
             if let contentLength, contentLength > 0 { body.reserveCapacity(min(contentLength, 1 << 20)) }
@@ -433,5 +438,13 @@ final class HTTP2ServerStream {
             flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
         }
         return count
+    }
+}
+
+extension HTTPField {
+    /// A field whose name is known to be lowercase already (nghttp2 refuses uppercase header names).
+    init(lowercaseName name: String, value: String) {
+        self.name = name
+        self.value = value
     }
 }
