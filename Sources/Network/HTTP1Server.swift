@@ -30,7 +30,9 @@ public struct HTTP1ServerConfiguration: Sendable {
     public var ioTimeout: Duration = .seconds(30)
     /// How long `shutdown()` waits for in-flight handlers.
     public var shutdownGracePeriod: Duration = .seconds(10)
-    /// The answers the server gives by itself: 413 `PayloadTooLarge`, 503 `ShuttingDown`.
+    /// The answers the server gives by itself: 413 `PayloadTooLarge`, 503 `ShuttingDown`, and 405
+    /// `MethodNotAllowed` for methods evhttp cannot name (anything but GET, POST, HEAD, PUT, DELETE, OPTIONS,
+    /// TRACE, CONNECT, PATCH, which all reach the handler).
     public var errorResponse: @Sendable (_ status: Int, _ reason: String) -> HTTPResponse = { status, reason in
         HTTPResponse(status: status, headers: ["content-type": "application/json"], body: Array(#"{"reason":"\#(reason)"}"#.utf8))
     }
@@ -180,8 +182,9 @@ final class HTTP1LoopServer: @unchecked Sendable {
         }
         self.http = http
         let configuration = shared.configuration
-        let everyMethod: UInt16 = 0x1FF  // GET ... PATCH: evhttp answers disallowed methods with 501 itself
-        evhttp_set_allowed_methods(http, everyMethod)
+        // GET ... PATCH, plus bit 15, which evhttp 2.1 gives every method it cannot name; evhttp would answer
+        // a disallowed method with an HTML 501 itself.
+        evhttp_set_allowed_methods(http, UInt16.max)
         evhttp_set_max_body_size(http, configuration.hardMaxBodySize)
         evhttp_set_max_headers_size(http, configuration.hardMaxHeadersSize)
         var ioTimeout = timeval(configuration.ioTimeout)
@@ -256,6 +259,10 @@ final class HTTP1LoopServer: @unchecked Sendable {
         if shared.shuttingDown {
             return reply(pending, configuration.errorResponse(503, "ShuttingDown"))
         }
+        guard let method = Self.methodName(evhttp_request_get_command(request)) else {
+            // evhttp kept no name for the method and did not read a body it may have: answer, then close.
+            return reply(pending, configuration.errorResponse(405, "MethodNotAllowed"), close: true)
+        }
         let input = evhttp_request_get_input_buffer(request)
         let bodySize = evbuffer_get_length(input)
         if bodySize > configuration.maxBodySize {
@@ -270,7 +277,7 @@ final class HTTP1LoopServer: @unchecked Sendable {
             headers.append(HTTPField(name: String(cString: current.pointee.key), value: String(cString: current.pointee.value)))
             field = current.pointee.next.tqe_next
         }
-        let httpRequest = HTTPRequest(method: Self.methodName(evhttp_request_get_command(request)),
+        let httpRequest = HTTPRequest(method: method,
                                       path: String(cString: evhttp_request_get_uri(request)),
                                       authority: headers.first { $0.name == "host" }?.value,
                                       headers: HTTPHeaders(headers), body: body)
@@ -286,12 +293,12 @@ final class HTTP1LoopServer: @unchecked Sendable {
     }
 
     /// Sends the response and re-arms the connection's read deadline for its next request.
-    private func reply(_ pending: HTTP1PendingReply, _ response: HTTPResponse) {
+    private func reply(_ pending: HTTP1PendingReply, _ response: HTTPResponse, close: Bool = false) {
         guard http != nil else { return }  // shut down past the grace period: evhttp freed the request
         let request = pending.request
         if let headers = evhttp_request_get_output_headers(request) {
             for field in response.headers.fields { evhttp_add_header(headers, field.name, field.value) }
-            if shared.shuttingDown { evhttp_add_header(headers, "connection", "close") }
+            if close || shared.shuttingDown { evhttp_add_header(headers, "connection", "close") }
         }
         if !response.body.isEmpty {
             response.body.withUnsafeBytes { _ = evbuffer_add(evhttp_request_get_output_buffer(request), $0.baseAddress, $0.count) }
@@ -301,7 +308,7 @@ final class HTTP1LoopServer: @unchecked Sendable {
         pending.connection?.arm()
     }
 
-    private static func methodName(_ command: evhttp_cmd_type) -> String {
+    private static func methodName(_ command: evhttp_cmd_type) -> String? {
         switch command {
         case EVHTTP_REQ_GET: "GET"
         case EVHTTP_REQ_POST: "POST"
@@ -312,7 +319,7 @@ final class HTTP1LoopServer: @unchecked Sendable {
         case EVHTTP_REQ_TRACE: "TRACE"
         case EVHTTP_REQ_CONNECT: "CONNECT"
         case EVHTTP_REQ_PATCH: "PATCH"
-        default: "UNKNOWN"
+        default: nil
         }
     }
 }

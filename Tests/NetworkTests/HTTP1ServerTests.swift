@@ -100,9 +100,13 @@ private struct RunningHTTP1Server {
             codes.append(result.output)
         }
         let body = try await running.curl(["-X", "PATCH", "\(running.url)/hello"])
+        // Methods evhttp cannot name are answered by the server itself, in JSON too.
+        let unknown = try await running.curl(["-i", "-X", "BREW", "\(running.url)/hello"])
         await running.stop()
         #expect(codes == ["405", "405", "405", "405"])
         #expect(body.output == #"{"reason":"MethodNotAllowed"}"#)
+        #expect(unknown.output.hasPrefix("HTTP/1.1 405"), "\(unknown.all)")
+        #expect(unknown.output.hasSuffix(#"{"reason":"MethodNotAllowed"}"#))
     }
 
     @Test func cutsOffAClientThatTricklesItsRequest() async throws {
