@@ -15,7 +15,8 @@ private struct TestRouter: HTTP1RequestHandler {
                 "x-content-type": request.headers["content-type"] ?? "",
                 "x-host": request.authority ?? "",
             ], body: request.body)
-        case ("GET", "/slow"):
+        case ("GET", let path) where path.hasPrefix("/slow/"):
+            ServerTestSignals.markStarted(path: path)
             try? await Task.sleep(for: .milliseconds(600))
             return HTTPResponse(status: 200, body: Array("slow".utf8))
         case (_, "/hello"), (_, "/echo"), (_, "/slow"):
@@ -139,7 +140,7 @@ private struct RunningHTTP1Server {
 
     @Test func survivesClientsThatLeaveWhileTheHandlerRuns() async throws {
         let running = try RunningHTTP1Server.start()
-        let impatient = try await running.curl(["--max-time", "0.2", "\(running.url)/slow"])
+        let impatient = try await running.curl(["--max-time", "0.2", "\(running.url)/slow/\(UUID().uuidString)"])
         try await Task.sleep(for: .milliseconds(700))  // the handler answers a request whose client is gone
         let head = try await running.curl(["-I", "\(running.url)/hello"])
         let after = try await running.curl(["\(running.url)/hello"])
@@ -151,9 +152,9 @@ private struct RunningHTTP1Server {
 
     @Test func shutdownFinishesInFlightHandlers() async throws {
         let running = try RunningHTTP1Server.start()
-        async let slow = running.curl(["-i", "\(running.url)/slow"])
-        while running.server.acceptedConnectionCount == 0 { try await Task.sleep(for: .milliseconds(10)) }
-        try await Task.sleep(for: .milliseconds(150))
+        let path = "/slow/\(UUID().uuidString)"
+        async let slow = running.curl(["-i", "\(running.url)\(path)"])
+        try await ServerTestSignals.waitUntilStarted(path: path)
         await running.server.shutdown()
         let result = try await slow
         let after = try await running.curl(["\(running.url)/hello"])
@@ -166,9 +167,9 @@ private struct RunningHTTP1Server {
 
     @Test func shutdownClosesConnectionsWhoseHandlersOutlastTheGracePeriod() async throws {
         let running = try RunningHTTP1Server.start { $0.shutdownGracePeriod = .milliseconds(100) }
-        async let slow = running.curl(["\(running.url)/slow"])
-        while running.server.acceptedConnectionCount == 0 { try await Task.sleep(for: .milliseconds(10)) }
-        try await Task.sleep(for: .milliseconds(100))
+        let path = "/slow/\(UUID().uuidString)"
+        async let slow = running.curl(["\(running.url)\(path)"])
+        try await ServerTestSignals.waitUntilStarted(path: path)
         await running.server.shutdown()
         let result = try await slow
         try await Task.sleep(for: .milliseconds(700))  // the handler returns after evhttp is gone

@@ -25,7 +25,8 @@ private struct TestHandler: HTTP2RequestHandler {
                 try? await Task.sleep(for: .milliseconds(50))
                 return HTTPResponse(status: 202, body: Array("later".utf8))
             }
-        case "/slow":
+        case let path where path.hasPrefix("/slow/"):
+            ServerTestSignals.markStarted(path: path)
             return .deferred {
                 try? await Task.sleep(for: .milliseconds(600))
                 return HTTPResponse(status: 200, body: Array("slow".utf8))
@@ -237,7 +238,7 @@ private struct RunningServer {
 
     @Test func survivesClientsThatLeaveWhileTheHandlerRuns() async throws {
         let running = try await RunningServer.start()
-        let impatient = try await running.curl(["--max-time", "0.2", "\(running.url)/slow"])
+        let impatient = try await running.curl(["--max-time", "0.2", "\(running.url)/slow/\(UUID().uuidString)"])
         try await Task.sleep(for: .milliseconds(700))  // the deferred response finds its connection closed
         let after = try await running.curl(["\(running.url)/count"])
         await running.stop()
@@ -247,10 +248,9 @@ private struct RunningServer {
 
     @Test func shutdownLetsInFlightStreamsFinish() async throws {
         let running = try await RunningServer.start()
-        async let slow = running.curl(["-i", "\(running.url)/slow"])
-        // Wait until the request is in flight.
-        while running.server.connectionCount == 0 { try await Task.sleep(for: .milliseconds(10)) }
-        try await Task.sleep(for: .milliseconds(150))
+        let path = "/slow/\(UUID().uuidString)"
+        async let slow = running.curl(["-i", "\(running.url)\(path)"])
+        try await ServerTestSignals.waitUntilStarted(path: path)
         await running.server.shutdown()
         let result = try await slow
         let after = try await running.curl(["\(running.url)/echo"])
@@ -262,9 +262,9 @@ private struct RunningServer {
 
     @Test func shutdownClosesStreamsThatOutlastTheGracePeriod() async throws {
         let running = try await RunningServer.start { $0.shutdownGracePeriod = .milliseconds(100) }
-        async let slow = running.curl(["\(running.url)/slow"])
-        while running.server.connectionCount == 0 { try await Task.sleep(for: .milliseconds(10)) }
-        try await Task.sleep(for: .milliseconds(150))
+        let path = "/slow/\(UUID().uuidString)"
+        async let slow = running.curl(["\(running.url)\(path)"])
+        try await ServerTestSignals.waitUntilStarted(path: path)
         await running.server.shutdown()
         let result = try await slow
         try await Task.sleep(for: .milliseconds(700))  // the deferred response finds its connection closed

@@ -2,6 +2,7 @@
 // (curl, nghttp, h2load, python3) run as child processes without blocking Swift's cooperative threads.
 import Foundation
 import Network
+import Synchronization
 
 /// The result of a finished child process.
 struct ServerTestProcessResult {
@@ -80,4 +81,23 @@ struct ServerTestCertificates: Sendable {
     }
 
     struct CertificateError: Error { var detail: String }
+}
+
+/// Which slow requests (`/slow/ID`) have reached their handler, so a test can act while one is in flight.
+enum ServerTestSignals {
+    private static let started = Mutex<Set<String>>([])
+
+    static func markStarted(path: String) {
+        _ = started.withLock { $0.insert(path) }
+    }
+
+    static func waitUntilStarted(path: String) async throws {
+        for _ in 0..<2_000 {
+            if started.withLock({ $0.contains(path) }) { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw TimedOut(path: path)
+    }
+
+    struct TimedOut: Error { var path: String }
 }
