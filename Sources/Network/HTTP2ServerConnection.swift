@@ -18,9 +18,9 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
     /// Per-connection data for the handler (for example a cache of verified tokens).
     /// Read and write it on the loop thread only: in `handle`, or through `loop.execute`.
     public var state: AnyObject?
-    /// The SETTINGS_MAX_CONCURRENT_STREAMS last sent to the peer.
+    /// The SETTINGS_MAX_CONCURRENT_STREAMS last sent to the peer (read on the loop thread).
     public private(set) var maxConcurrentStreams: UInt32
-    /// Requests received complete on this connection so far.
+    /// Requests received complete on this connection so far (read on the loop thread).
     public private(set) var requestCount = 0
 
     private let core: HTTP2ServerCore  // a cycle through the registry, broken when the connection closes
