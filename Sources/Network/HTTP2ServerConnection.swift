@@ -23,6 +23,7 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
     /// Requests received complete on this connection so far (read on the loop thread).
     public private(set) var requestCount = 0
 
+    private var headerListLimit: Int { Int(core.configuration.maxHeaderListSize) }
     private let core: HTTP2ServerCore  // a cycle through the registry, broken when the connection closes
     private var bufferEvent: OpaquePointer?
     private var session: OpaquePointer?
@@ -163,8 +164,13 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
         nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, { _, frame, context in
             HTTP2ServerConnection.from(context).beginHeaders(frame!)
         })
-        nghttp2_session_callbacks_set_on_header_callback(callbacks, { session, frame, name, nameLength, value, valueLength, _, _ in
+        nghttp2_session_callbacks_set_on_header_callback(callbacks, { session, frame, name, nameLength, value, valueLength, _, context in
             guard let stream = HTTP2ServerStream.from(session, frame!.pointee.hd.stream_id) else { return 0 }
+            // nghttp2 does not enforce our SETTINGS_MAX_HEADER_LIST_SIZE; over it, the stream is reset.
+            stream.headerListSize += nameLength + valueLength + 32
+            if stream.headerListSize > HTTP2ServerConnection.from(context).headerListLimit {
+                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue
+            }
             stream.header(UnsafeBufferPointer(start: name, count: nameLength), UnsafeBufferPointer(start: value, count: valueLength))
             return 0
         })
@@ -395,6 +401,7 @@ final class HTTP2ServerStream {
     var path = ""
     var authority: String?
     var contentLength: Int?
+    var headerListSize = 0
     var headers: [HTTPField] = []
     var body: [UInt8] = []
     var rejected = false

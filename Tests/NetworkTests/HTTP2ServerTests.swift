@@ -207,6 +207,16 @@ private struct RunningServer {
         #expect(small.output == "200", "\(small.all)")
     }
 
+    @Test func resetsStreamsWithTooManyHeaderBytes() async throws {
+        let running = try await RunningServer.start { $0.maxHeaderListSize = 4_096 }
+        let big = try await running.curl(["-o", "/dev/null", "-w", "%{http_code}", "-H", "x-big: \(String(repeating: "b", count: 8_000))",
+                                          "\(running.url)/echo"])
+        let small = try await running.curl(["-o", "/dev/null", "-w", "%{http_code}", "-H", "x-small: s", "\(running.url)/echo"])
+        await running.stop()
+        #expect(big.output != "200", "\(big.all)")
+        #expect(small.output == "200", "\(small.all)")
+    }
+
     @Test func changesMaxConcurrentStreamsPerConnection() async throws {
         let running = try await RunningServer.start { $0.maxConcurrentStreams = 1 }
         let result = try await running.nghttp(["-v", "-n", "\(running.url)/raise", "\(running.url)/echo"])
