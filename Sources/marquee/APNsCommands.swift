@@ -221,7 +221,9 @@ enum APNsCommandLine {
         }
         object["attempts"] = .int(Int64(outcome.attempts.count))
         var summary = "accepted: \(acceptance.status)"
-        if let id = acceptance.requestID ?? acceptance.apnsID ?? last?.requestID { summary += ", request id \(id)" }
+        if let id = acceptance.requestID ?? acceptance.apnsID ?? last?.requestID {
+            summary += outcome.request.operation == .devicePush ? ", apns-id \(id)" : ", request id \(id)"
+        }
         if let unique = acceptance.uniqueID { summary += ", unique id \(unique)" }
         if outcome.attempts.count > 1 { summary += " (\(tries))" }
         Terminal.emit(arguments, text: (lines + [summary]).joined(separator: "\n"), json: .object(object))
