@@ -140,6 +140,29 @@ final class ScriptedTransport: APNsTransport {
         guard case .refreshTokenAndRetry = twice.result else { Issue.record("\(twice.result)"); return }
     }
 
+    @Test func tooFrequentTokenUpdatesBackOffWithTheSameToken() async throws {
+        let transport = ScriptedTransport([ScriptedTransport.error(429, "TooManyProviderTokenUpdates"), ScriptedTransport.ok()])
+        let outcome = try await client(transport).send(try broadcast())
+        #expect(outcome.acceptance != nil)
+        #expect(outcome.attempts.first?.reason == .tooManyProviderTokenUpdates)
+        let tokens = transport.sent.map { $0.request.headers["authorization"] }
+        #expect(tokens.count == 2 && tokens[0] == tokens[1])
+    }
+
+    @Test func shutdownReleasesWaitingCallersAndRefusesNewOnes() async throws {
+        let transport = ScriptedTransport(delay: .milliseconds(200)) { _, _ in ScriptedTransport.ok() }
+        let client = try client(transport, maxInFlight: 1)
+        let request = try broadcast()
+        let first = Task { try await client.send(request) }
+        while transport.sent.isEmpty { try await Task.sleep(for: .milliseconds(1)) }
+        let waiting = Task { try await client.send(request) }
+        try await Task.sleep(for: .milliseconds(20))
+        await client.shutdown()
+        await #expect(throws: APNsClientError.shutdown) { try await waiting.value }
+        await #expect(throws: APNsClientError.shutdown) { try await client.send(request) }
+        #expect(try await first.value.acceptance != nil)
+    }
+
     @Test func goawayAndShutdownReconnectAndRetry() async throws {
         let transport = ScriptedTransport([
             .failure(.goAway(errorCode: 0, debugData: #"{"reason":"Shutdown"}"#)), ScriptedTransport.error(503, "Shutdown"),
