@@ -52,7 +52,7 @@ let package = Package(
         .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto"], swiftSettings: strict),
         .testTarget(name: "MarqueeCommandLineTests", dependencies: ["MarqueeCommandLine"], swiftSettings: strict),
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "marquee", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
