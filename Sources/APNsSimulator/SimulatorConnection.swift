@@ -20,6 +20,8 @@ public struct SimulatorConnectionState: Sendable {
     public internal(set) var requestCount = 0
     /// True once a GOAWAY was asked for.
     public internal(set) var goAwaySent = false
+    /// ES256 verifications done for this connection (once per new token string, not per request).
+    public internal(set) var tokenVerifications = 0
     /// The team bound by the first verified token.
     public internal(set) var boundTeamID: String?
     /// The verified token in use, so its signature is checked only when the token string changes.

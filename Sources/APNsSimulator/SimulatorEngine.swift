@@ -228,9 +228,11 @@ public final class SimulatorEngine: Sendable {
         }
         // A new token string on this connection: the only time the signature is verified.
         guard let token = try? ProviderToken(parsing: jwt), let trusted = trustedKeys[token.keyID],
-              trusted.teamID == token.teamID, token.hasValidSignature(from: trusted.key) else {
+              trusted.teamID == token.teamID else {
             throw Rejection(.invalidProviderToken)
         }
+        connection.tokenVerifications += 1
+        guard token.hasValidSignature(from: trusted.key) else { throw Rejection(.invalidProviderToken) }
         if let team = connection.boundTeamID, team != token.teamID { throw Rejection(.unrelatedKeyIdInToken) }
         try checkAge(issuedAt: token.issuedAt, now: now)
         if let current = connection.token, now.timeIntervalSince(current.adoptedAt) < Self.tokenChangeInterval {
