@@ -59,6 +59,9 @@ public final class SimulatorEngine: Sendable {
 
     private struct State {
         var channels: [String: SimulatorChannel] = [:]
+        /// Creation order of the channels, for lists (several may share a `createdAt`).
+        var channelOrder: [String: Int] = [:]
+        var nextOrder = 0
         var quota: Int
         var invalidTokens: [String: Date] = [:]
         var records: [SimulatorRecord] = []
@@ -355,6 +358,8 @@ public final class SimulatorEngine: Sendable {
             repeat { id = Data(SecureRandom.bytes(16)).base64EncodedString() } while state.channels[id] != nil
             let channel = SimulatorChannel(bundleID: bundleID, id: id, storagePolicy: policy, pushType: "LiveActivity", createdAt: now)
             state.channels[id] = channel
+            state.channelOrder[id] = state.nextOrder
+            state.nextOrder += 1
             return channel
         }
         let operation = ChannelOperation(kind: .create, bundleID: bundleID, channelID: channel.id, requestID: requestID, at: now)
@@ -380,6 +385,7 @@ public final class SimulatorEngine: Sendable {
         let removed = state.withLock { state -> Bool in
             guard state.channels[id]?.bundleID == bundleID else { return false }
             state.channels[id] = nil
+            state.channelOrder[id] = nil
             return true
         }
         guard removed else { throw Rejection(.channelNotRegistered) }
@@ -484,16 +490,25 @@ public final class SimulatorEngine: Sendable {
     public func channels(bundleID: String? = nil) -> [SimulatorChannel] {
         state.withLock { state in
             state.channels.values.filter { bundleID == nil || $0.bundleID == bundleID }
-                .sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+                .sorted { state.channelOrder[$0.id, default: 0] < state.channelOrder[$1.id, default: 0] }
         }
     }
 
     /// One live channel.
     public func channel(id: String) -> SimulatorChannel? { state.withLock { $0.channels[id] } }
 
-    /// Replaces the channels (the host loads them from its state folder at start).
+    /// Replaces the channels (the host loads them from its state folder at start); lists keep the given order.
     public func restoreChannels(_ channels: [SimulatorChannel]) {
-        state.withLock { $0.channels = Dictionary(channels.map { ($0.id, $0) }) { first, _ in first } }
+        state.withLock { state in
+            state.channels = [:]
+            state.channelOrder = [:]
+            state.nextOrder = 0
+            for channel in channels where state.channels[channel.id] == nil {
+                state.channels[channel.id] = channel
+                state.channelOrder[channel.id] = state.nextOrder
+                state.nextOrder += 1
+            }
+        }
     }
 
     /// Channels allowed per bundle id from now on; existing channels stay even above it.
