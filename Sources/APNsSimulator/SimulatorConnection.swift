@@ -31,9 +31,8 @@ public struct SimulatorConnectionState: Sendable {
         var jwt: String
         var keyID: String
         var teamID: String
+        /// `iat`: the next token on this connection must be issued 20 minutes later or more.
         var issuedAt: Date
-        /// When this connection switched to the token; the next switch must wait 20 minutes.
-        var adoptedAt: Date
     }
 
     init(streamLimit: UInt32) { self.streamLimit = streamLimit }

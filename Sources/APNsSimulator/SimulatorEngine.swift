@@ -40,7 +40,7 @@ struct Rejection: Error {
 public final class SimulatorEngine: Sendable {
     /// A token whose `iat` is older than this is `ExpiredProviderToken`.
     public static let tokenLifetime: TimeInterval = 60 * 60
-    /// A connection may switch tokens at most once per this interval (`TooManyProviderTokenUpdates`).
+    /// A connection's next token must be issued at least this long after its current one (`TooManyProviderTokenUpdates`).
     public static let tokenChangeInterval: TimeInterval = 20 * 60
     /// An `iat` further ahead than this is `InvalidProviderToken` (a token from the future was not signed now).
     public static let tokenFutureTolerance: TimeInterval = 5 * 60
@@ -238,10 +238,13 @@ public final class SimulatorEngine: Sendable {
         guard token.hasValidSignature(from: trusted.key) else { throw Rejection(.invalidProviderToken) }
         if let team = connection.boundTeamID, team != token.teamID { throw Rejection(.unrelatedKeyIdInToken) }
         try checkAge(issuedAt: token.issuedAt, now: now)
-        if let current = connection.token, now.timeIntervalSince(current.adoptedAt) < Self.tokenChangeInterval {
+        // Apple: "APNs reports an error if you recreate your tokens more often than every 20 minutes" (A7). The
+        // tokens' issue times are compared, not the moments they arrived, so a new connection may adopt a token that
+        // a process shares among its connections and still take the next one it signs 20 minutes later.
+        if let current = connection.token, token.issuedAt.timeIntervalSince(current.issuedAt) < Self.tokenChangeInterval {
             throw Rejection(.tooManyProviderTokenUpdates)
         }
-        connection.token = .init(jwt: jwt, keyID: token.keyID, teamID: token.teamID, issuedAt: token.issuedAt, adoptedAt: now)
+        connection.token = .init(jwt: jwt, keyID: token.keyID, teamID: token.teamID, issuedAt: token.issuedAt)
         connection.boundTeamID = token.teamID
     }
 

@@ -170,27 +170,36 @@ private typealias F = SimulatorFixture
         guard case .refreshTokenAndRetry(let expired) = f.send(list).0 else { Issue.record("expected ExpiredProviderToken"); return }
         #expect(expired.reason == .expiredProviderToken)
 
-        // A fresh token more than 20 minutes after the last change is accepted and verified once more.
+        // A fresh token issued more than 20 minutes after the last one is accepted and verified once more.
         f.token = try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)
         #expect(f.send(list).0.acceptance != nil)
         #expect(f.connection.tokenVerifications == 2)
 
-        // Changing again 19 minutes later is too soon; the current token keeps working.
+        // A token issued 19 minutes after the current one is too soon; the current token keeps working.
         f.clock.advance(by: 19 * 60)
         let current = f.token
         f.token = try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)
         guard case .tokenUpdatesTooFrequent(let failure) = f.send(list).0 else { Issue.record("expected TooManyProviderTokenUpdates"); return }
         #expect(failure.status == 429)
         #expect(f.send(list, authorization: .value(current.authorization)).0.acceptance != nil)
-        // 20 minutes after the last change, the new token is taken.
+        // One issued 20 minutes after the current one is taken.
         f.clock.advance(by: 60)
+        f.token = try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)
         #expect(f.send(list).0.acceptance != nil)
 
-        // A new connection may use any valid token at once.
+        // A new connection may adopt a shared token near the end of its life, then take the next one the
+        // process signs, minutes later: what counts is the tokens' issue times.
         var fresh = f.engine.makeConnectionState()
-        var request = HTTPRequest(method: "GET", path: list.path)
-        request.headers.add("authorization", try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now - 600).authorization)
-        #expect(f.engine.handle(request, on: .management, connection: &fresh).response.status == 200)
+        func sendFresh(_ token: ProviderToken) -> Int {
+            var request = HTTPRequest(method: "GET", path: list.path)
+            request.headers.add("authorization", token.authorization)
+            return f.engine.handle(request, on: .management, connection: &fresh).response.status
+        }
+        #expect(sendFresh(try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now - 50 * 60)) == 200)
+        f.clock.advance(by: 60)
+        #expect(sendFresh(try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)) == 200)
+        // An older token than the current one is a change too soon.
+        #expect(sendFresh(try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now - 30 * 60)) == 429)
     }
 
     @Test func aConnectionStaysBoundToTheTeamOfItsFirstToken() throws {
