@@ -33,17 +33,25 @@ let package = Package(
                 plugins: ["EmbedMigrations"]),
         .target(name: "MarqueeService", dependencies: ["MarqueeStore", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "APNsSimulator", dependencies: ["APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
-        .executableTarget(name: "marquee", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
+        .target(name: "MarqueeCommandLine", dependencies: ["MarqueeCore"], swiftSettings: strict),
+        .executableTarget(name: "marquee", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
+        // Benchmark driver for Scripts/bench.d/h2 (release build): HTTP/2 client and server load.
+        .executableTarget(name: "NetworkBench", dependencies: ["Network"], swiftSettings: strict),
 
         // Sql/*.sql becomes a generated Swift source of MarqueeStore, so the binary is self-contained.
         .executableTarget(name: "SqlEmbedder", path: "Plugins/SqlEmbedder"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SqlEmbedder"]),
 
+        // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.
+        .executableTarget(name: "PostgresBench", dependencies: ["Postgres"], swiftSettings: strict),
+
         .testTarget(name: "PostgresTests", dependencies: ["Postgres"], swiftSettings: strict),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
         .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto"], swiftSettings: strict),
+        .testTarget(name: "MarqueeCommandLineTests", dependencies: ["MarqueeCommandLine"], swiftSettings: strict),
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
     ]

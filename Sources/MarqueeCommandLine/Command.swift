@@ -1,0 +1,134 @@
+// A small declarative command-line parser for `marquee`: a tree of commands, each with options, flags
+// and positional arguments, generated `--help`, environment-variable fallbacks, and usage errors that
+// name the argument. No third-party packages can be fetched here, so this replaces swift-argument-parser.
+
+/// One argument a command accepts.
+public struct Argument: Sendable {
+    public enum Kind: Sendable, Equatable {
+        /// `--name VALUE` (or `--name=VALUE`); `repeatable` collects every occurrence.
+        case option(valueName: String, repeatable: Bool)
+        /// `--name`, true when present.
+        case flag
+        /// A bare word, in declaration order.
+        case positional
+    }
+
+    public let name: String
+    public let kind: Kind
+    public let help: String
+    /// An environment variable read when the option is absent.
+    public let environment: String?
+    public let defaultValue: String?
+    public let isRequired: Bool
+    /// The values allowed, if the option is an enumeration.
+    public let choices: [String]?
+
+    /// `--name VALUE`.
+    public static func option(
+        _ name: String, value: String = "VALUE", help: String, environment: String? = nil,
+        default defaultValue: String? = nil, required: Bool = false, choices: [String]? = nil, repeatable: Bool = false
+    ) -> Argument {
+        Argument(name: name, kind: .option(valueName: value, repeatable: repeatable), help: help, environment: environment,
+                 defaultValue: defaultValue, isRequired: required, choices: choices)
+    }
+
+    /// `--name`.
+    public static func flag(_ name: String, help: String) -> Argument {
+        Argument(name: name, kind: .flag, help: help, environment: nil, defaultValue: nil, isRequired: false, choices: nil)
+    }
+
+    /// A positional argument.
+    public static func positional(_ name: String, help: String, required: Bool = true) -> Argument {
+        Argument(name: name, kind: .positional, help: help, environment: nil, defaultValue: nil, isRequired: required, choices: nil)
+    }
+}
+
+/// A command: either a group of subcommands or a leaf that runs.
+public struct Command: Sendable {
+    public let name: String
+    public let summary: String
+    public let discussion: String?
+    public let arguments: [Argument]
+    public let subcommands: [Command]
+    public let run: (@Sendable (ParsedArguments) async throws -> Void)?
+
+    /// A group: `marquee app ...`.
+    public init(_ name: String, summary: String, discussion: String? = nil, subcommands: [Command]) {
+        self.name = name
+        self.summary = summary
+        self.discussion = discussion
+        self.arguments = []
+        self.subcommands = subcommands
+        self.run = nil
+    }
+
+    /// A leaf: `marquee app add --bundle ...`. `--help` and `--json` are added to every leaf.
+    public init(
+        _ name: String, summary: String, discussion: String? = nil, arguments: [Argument],
+        run: @escaping @Sendable (ParsedArguments) async throws -> Void
+    ) {
+        self.name = name
+        self.summary = summary
+        self.discussion = discussion
+        self.arguments = arguments + [.flag("json", help: "Print the result as JSON.")]
+        self.subcommands = []
+        self.run = run
+    }
+}
+
+/// The arguments of one invocation, after parsing and validation.
+public struct ParsedArguments: Sendable {
+    /// The command path, e.g. `["marquee", "app", "add"]`.
+    public let commandPath: [String]
+    private let values: [String: [String]]
+    private let flags: Set<String>
+
+    init(commandPath: [String], values: [String: [String]], flags: Set<String>) {
+        self.commandPath = commandPath
+        self.values = values
+        self.flags = flags
+    }
+
+    /// The value of an option or positional (after environment and default), if any.
+    public func string(_ name: String) -> String? { values[name]?.last }
+
+    /// Every value of a repeatable option.
+    public func strings(_ name: String) -> [String] { values[name] ?? [] }
+
+    /// Whether a flag was given.
+    public func flag(_ name: String) -> Bool { flags.contains(name) }
+
+    /// `--json` was given.
+    public var json: Bool { flag("json") }
+
+    /// The value of a required option (declared `required: true`, so parsing already checked it).
+    public func required(_ name: String) throws(UsageError) -> String {
+        guard let value = string(name) else { throw UsageError("missing --\(name)", commandPath: commandPath) }
+        return value
+    }
+
+    /// An integer option, checked against a range.
+    public func int(_ name: String, in range: ClosedRange<Int> = Int.min...Int.max) throws(UsageError) -> Int? {
+        guard let text = string(name) else { return nil }
+        guard let value = Int(text), range.contains(value) else {
+            let bounds = range == Int.min...Int.max ? "" : " from \(range.lowerBound) to \(range.upperBound)"
+            throw UsageError("--\(name) takes a whole number\(bounds), not '\(text)'", commandPath: commandPath)
+        }
+        return value
+    }
+}
+
+/// The command line is wrong: what is wrong, and which command's `--help` to read.
+public struct UsageError: Error, Sendable, CustomStringConvertible {
+    public let message: String
+    public let commandPath: [String]
+
+    public init(_ message: String, commandPath: [String]) {
+        self.message = message
+        self.commandPath = commandPath
+    }
+
+    public var description: String {
+        "\(message)\nSee '\(commandPath.joined(separator: " ")) --help'."
+    }
+}

@@ -1,0 +1,115 @@
+// Runs a command tree: parses, prints help, runs the command, and turns every error into a message on
+// stderr (or a JSON error on stdout with --json) and a documented exit code.
+import Foundation
+import MarqueeCore
+
+/// The exit codes of every `marquee` command (after BSD's sysexits where one fits).
+public enum ExitCode: Int32, Sendable, CaseIterable {
+    /// Success.
+    case success = 0
+    /// The operation ran and was refused or failed: an APNs rejection, a 4xx from the API, not found.
+    case failure = 1
+    /// The command line is wrong.
+    case usage = 64
+    /// Input data (a payload, a file's contents) is invalid.
+    case dataError = 65
+    /// An input file does not exist or cannot be read.
+    case noInput = 66
+    /// A service (database, API, APNs) could not be reached.
+    case unavailable = 69
+    /// A bug in Marquee.
+    case software = 70
+    /// A temporary failure: try again later (429, 5xx, timeouts).
+    case temporaryFailure = 75
+    /// Not allowed: a missing or wrong API key, or a scope that does not cover the command.
+    case permissionDenied = 77
+    /// Configuration is missing or invalid.
+    case configuration = 78
+
+    /// One line each, for `--help` and the README.
+    public var meaning: String {
+        switch self {
+        case .success: "success"
+        case .failure: "the operation was refused or failed (APNs rejection, API error, not found)"
+        case .usage: "the command line is wrong"
+        case .dataError: "input data is invalid"
+        case .noInput: "an input file cannot be read"
+        case .unavailable: "a service (database, API, APNs) cannot be reached"
+        case .software: "internal error"
+        case .temporaryFailure: "temporary failure; try again later"
+        case .permissionDenied: "missing or wrong API key, or scope"
+        case .configuration: "configuration is missing or invalid"
+        }
+    }
+}
+
+/// A command failed in a way it can explain: a message, an exit code, and JSON details for `--json`.
+public struct CommandFailure: Error, Sendable, CustomStringConvertible {
+    public let message: String
+    public let exitCode: ExitCode
+    /// A machine-readable code, e.g. `channel_not_registered`.
+    public let code: String
+    public let field: String?
+
+    public init(_ message: String, exitCode: ExitCode = .failure, code: String = "failed", field: String? = nil) {
+        self.message = message
+        self.exitCode = exitCode
+        self.code = code
+        self.field = field
+    }
+
+    public var description: String { message }
+
+    var json: JSONValue {
+        var error: JSONValue = ["code": .string(code), "message": .string(message)]
+        if let field, case .object(var object) = error {
+            object["field"] = .string(field)
+            error = .object(object)
+        }
+        return ["error": error]
+    }
+}
+
+/// Runs a command tree for `main`.
+public enum CommandRunner {
+    /// Parses `arguments` (without the program name), runs the command and returns the exit code.
+    public static func run(
+        _ root: Command, arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment
+    ) async -> ExitCode {
+        let parser = CommandParser(root: root, environment: environment)
+        let invocation: Invocation
+        do {
+            invocation = try parser.parse(arguments)
+        } catch {
+            Terminal.error("\(root.name): \(error)")
+            return .usage
+        }
+        switch invocation {
+        case .help(let text):
+            Terminal.print(text)
+            return .success
+        case .run(let command, let parsed):
+            do {
+                try await command.run?(parsed)
+                return .success
+            } catch let failure as CommandFailure {
+                report(failure, parsed: parsed, program: root.name)
+                return failure.exitCode
+            } catch let usage as UsageError {
+                report(CommandFailure(usage.description, exitCode: .usage, code: "usage"), parsed: parsed, program: root.name)
+                return .usage
+            } catch {
+                report(CommandFailure("\(error)", exitCode: .software, code: "internal"), parsed: parsed, program: root.name)
+                return .software
+            }
+        }
+    }
+
+    private static func report(_ failure: CommandFailure, parsed: ParsedArguments, program: String) {
+        if parsed.json {
+            Terminal.print(failure.json.jsonString)
+        } else {
+            Terminal.error("\(program): \(failure.message)")
+        }
+    }
+}

@@ -1,0 +1,72 @@
+// Writing to the terminal: results to stdout, messages and progress to stderr.
+import Foundation
+import MarqueeCore
+
+/// Standard output and error, unbuffered by line.
+public enum Terminal {
+    /// Writes a line to standard output.
+    public static func print(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+
+    /// Writes a line to standard error.
+    public static func error(_ line: String) {
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+
+    /// Prints a result: `json` with --json, else the human text.
+    public static func emit(_ arguments: ParsedArguments, text: @autoclosure () -> String, json: @autoclosure () -> JSONValue) {
+        print(arguments.json ? json().jsonString : text())
+    }
+
+    /// Whether standard error is a terminal (progress bars draw only there).
+    public static var standardErrorIsTerminal: Bool { isatty(STDERR_FILENO) == 1 }
+
+    /// Formats rows as aligned columns under a header.
+    public static func table(_ header: [String], _ rows: [[String]]) -> String {
+        let all = [header] + rows
+        let widths = header.indices.map { column in all.map { $0.indices.contains(column) ? $0[column].count : 0 }.max() ?? 0 }
+        return all.map { row in
+            row.enumerated().map { column, cell in
+                column == row.count - 1 ? cell : cell.padding(toLength: widths[column], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ")
+        }.joined(separator: "\n")
+    }
+}
+
+/// A progress bar on standard error for long CLI work; silent when stderr is not a terminal or with --json.
+public final class ProgressBar: @unchecked Sendable {
+    private let total: Int
+    private let label: String
+    private let enabled: Bool
+    private let lock = NSLock()
+    private var done = 0
+    private var lastDrawn = -1
+
+    public init(total: Int, label: String, enabled: Bool = Terminal.standardErrorIsTerminal) {
+        self.total = max(total, 1)
+        self.label = label
+        self.enabled = enabled
+    }
+
+    /// Adds `count` finished items and redraws when the shown percentage changes.
+    public func advance(by count: Int = 1) {
+        lock.lock()
+        defer { lock.unlock() }
+        done = min(total, done + count)
+        let percent = done * 100 / total
+        guard enabled, percent != lastDrawn else { return }
+        lastDrawn = percent
+        let width = 30
+        let filled = done * width / total
+        let bar = String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
+        FileHandle.standardError.write(Data("\r\(label) [\(bar)] \(percent)% \(done)/\(total)".utf8))
+    }
+
+    /// Ends the bar's line.
+    public func finish() {
+        lock.lock()
+        defer { lock.unlock() }
+        if enabled && lastDrawn >= 0 { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+}

@@ -1,1 +1,0 @@
-let migrationCount = embeddedMigrations.count

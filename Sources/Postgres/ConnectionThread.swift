@@ -1,0 +1,89 @@
+// A thread of its own for one connection's blocking libpq calls. Swift's cooperative pool has one
+// thread per core (two here); a libpq call waiting on the network would stall every task, so jobs
+// run here in submission order and the caller is resumed through a continuation.
+// After a job the thread yields briefly before sleeping: a task issuing statements back to back
+// submits the next one within microseconds, and catching it without a futex wake-up is most of
+// the difference to a plain blocking libpq loop.
+import Foundation
+import Synchronization
+
+/// A serial job queue drained by one dedicated thread; also a task executor, so a task can run on
+/// the thread that serves its connection (no thread hop per statement).
+final class ConnectionThread: TaskExecutor, @unchecked Sendable {
+    private let condition = NSCondition()  // guards `jobs`, `stopping` and `sleeping`
+    private var jobs: [@Sendable () -> Void] = []
+    private var stopping = false
+    private var sleeping = false
+    private var exited = false
+    private let queued = Atomic<Int>(0)
+
+    /// How many times the idle thread yields the CPU, looking for a new job, before it sleeps.
+    private static let idleYields = 200
+
+    init(name: String) {
+        let thread = Thread { [self] in run() }
+        thread.name = name
+        thread.start()
+    }
+
+    /// Queues a job; jobs run one at a time, in order.
+    func submit(_ job: @escaping @Sendable () -> Void) {
+        condition.lock()
+        if exited {
+            // Too late for this thread (e.g. a task kept the executor of a closed connection):
+            // run it on a thread of its own rather than never.
+            condition.unlock()
+            Thread.detachNewThread(job)
+            return
+        }
+        jobs.append(job)
+        queued.add(1, ordering: .releasing)
+        if sleeping { condition.signal() }
+        condition.unlock()
+    }
+
+    /// Runs `body` on the thread and returns its result to the awaiting task.
+    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        // Unsafe (unchecked) continuation: the job resumes it exactly once, and it saves an allocation.
+        try await withUnsafeThrowingContinuation { continuation in
+            submit { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        submit { [unowned self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
+    }
+
+    /// Lets the thread exit once the jobs queued so far have run.
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    private func run() {
+        while true {
+            var yields = 0
+            while queued.load(ordering: .acquiring) == 0, yields < Self.idleYields {
+                sched_yield()
+                yields += 1
+            }
+            condition.lock()
+            while jobs.isEmpty && !stopping {
+                sleeping = true
+                condition.wait()
+                sleeping = false
+            }
+            let batch = jobs
+            jobs.removeAll(keepingCapacity: true)
+            queued.subtract(batch.count, ordering: .relaxed)
+            let done = batch.isEmpty && stopping
+            if done { exited = true }
+            condition.unlock()
+            if done { return }
+            for job in batch { job() }
+        }
+    }
+}

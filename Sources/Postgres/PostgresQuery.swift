@@ -1,0 +1,116 @@
+import Foundation
+
+// A statement whose interpolated values become `$n` bind parameters, so a value can never change the
+// SQL text. The only ways to splice text into the SQL are `\(identifier:)`, which quotes, and the
+// explicitly unsafe `\(unsafeRaw:)` / `init(unsafeSQL:)`, meant for DDL and migration scripts.
+
+/// SQL text plus its bind parameters, written as a string literal with interpolated values.
+///
+///     try await conn.query("SELECT * FROM t WHERE id = \(id) AND name = \(name)")  // $1, $2
+public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomStringConvertible {
+    /// The SQL text with `$1`, `$2`... placeholders.
+    public private(set) var sql: String
+    /// The values bound to the placeholders, in order.
+    public private(set) var binds: [PostgresData]
+
+    public init(stringLiteral value: String) {
+        self.sql = value
+        self.binds = []
+    }
+
+    public init(stringInterpolation: StringInterpolation) {
+        self.sql = stringInterpolation.sql
+        self.binds = stringInterpolation.binds
+    }
+
+    /// SQL taken verbatim, e.g. a migration file. Never build this from untrusted input.
+    public init(unsafeSQL sql: String) {
+        self.sql = sql
+        self.binds = []
+    }
+
+    /// The SQL with placeholders; bound values are never printed (they may be secrets).
+    public var description: String { binds.isEmpty ? sql : "\(sql) [\(binds.count) binds]" }
+
+    /// Builds the SQL text and the bind list from a string literal with interpolations.
+    public struct StringInterpolation: StringInterpolationProtocol, Sendable {
+        var sql = ""
+        var binds: [PostgresData] = []
+
+        public init(literalCapacity: Int, interpolationCount: Int) {
+            sql.reserveCapacity(literalCapacity + interpolationCount * 3)
+            binds.reserveCapacity(interpolationCount)
+        }
+
+        public mutating func appendLiteral(_ literal: String) {
+            sql += literal
+        }
+
+        /// Binds a value as the next `$n` parameter.
+        public mutating func appendInterpolation<Value: PostgresEncodable>(_ value: Value) {
+            binds.append(value.postgresData)
+            sql += "$\(binds.count)"
+        }
+
+        /// Binds an optional value; nil is bound as NULL.
+        public mutating func appendInterpolation<Value: PostgresEncodable>(_ value: Value?) {
+            binds.append(value.postgresData)
+            sql += "$\(binds.count)"
+        }
+
+        /// Inserts a quoted identifier (table, column, channel name): `"name"` with `"` doubled.
+        public mutating func appendInterpolation(identifier: String) {
+            sql += quoteIdentifier(identifier)
+        }
+
+        /// Inserts text verbatim into the SQL. Only for trusted fragments such as DDL; never for values.
+        public mutating func appendInterpolation(unsafeRaw text: String) {
+            sql += text
+        }
+
+        /// Appends another query, renumbering its placeholders after the ones already bound.
+        public mutating func appendInterpolation(fragment: PostgresQuery) {
+            let offset = binds.count
+            binds += fragment.binds
+            sql += offset == 0 ? fragment.sql : renumberPlaceholders(fragment.sql, by: offset)
+        }
+    }
+}
+
+/// `"name"` with embedded quotes doubled; a NUL is dropped (PostgreSQL identifiers cannot hold it).
+func quoteIdentifier(_ name: String) -> String {
+    "\"" + name.replacingOccurrences(of: "\u{0}", with: "").replacingOccurrences(of: "\"", with: "\"\"") + "\""
+}
+
+/// Shifts every `$n` outside quotes by `offset`. Fragments are written by this module's callers, so a
+/// simple scan that skips '...' and "..." is enough.
+private func renumberPlaceholders(_ sql: String, by offset: Int) -> String {
+    var result = ""
+    var quote: Character?
+    var index = sql.startIndex
+    while index < sql.endIndex {
+        let char = sql[index]
+        if let open = quote {
+            if char == open { quote = nil }
+            result.append(char)
+            index = sql.index(after: index)
+        } else if char == "'" || char == "\"" {
+            quote = char
+            result.append(char)
+            index = sql.index(after: index)
+        } else if char == "$" {
+            var end = sql.index(after: index)
+            while end < sql.endIndex, sql[end].isASCII, sql[end].isNumber { end = sql.index(after: end) }
+            if let number = Int(sql[sql.index(after: index)..<end]) {
+                result += "$\(number + offset)"
+            } else {
+                result += sql[index..<end]
+            }
+            index = end == index ? sql.index(after: index) : end
+        } else {
+            result.append(char)
+            index = sql.index(after: index)
+        }
+    }
+    return result
+}

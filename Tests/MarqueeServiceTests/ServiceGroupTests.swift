@@ -1,0 +1,82 @@
+import Foundation
+import MarqueeCore
+import MarqueeService
+import Synchronization
+import Testing
+
+private final class EventLog: Sendable {
+    private let lines = Mutex<[String]>([])
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+    var all: [String] { lines.withLock { $0 } }
+}
+
+private struct RecordingService: Service {
+    let name: String
+    let log: EventLog
+    /// How the service reacts to the shutdown request.
+    enum Behaviour: Sendable { case stopsWhenAsked, ignoresShutdown, failsAtOnce }
+    let behaviour: Behaviour
+
+    struct Failure: Error {}
+
+    func run(until shutdown: ShutdownSignal) async throws {
+        switch behaviour {
+        case .stopsWhenAsked:
+            await shutdown.wait()
+            log.append("\(name) finished in-flight work")
+        case .ignoresShutdown:
+            try await Task.sleep(for: .seconds(3600))
+        case .failsAtOnce:
+            throw Failure()
+        }
+    }
+}
+
+private let quiet = Logger(level: .error, sink: { _ in })
+
+@Suite struct ServiceGroupTests {
+    @Test func shutdownStopsEveryServiceGracefully() async throws {
+        let log = EventLog()
+        let group = ServiceGroup(services: [
+            RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked),
+            RecordingService(name: "dispatcher", log: log, behaviour: .stopsWhenAsked),
+        ], logger: quiet)
+        async let running: Void = group.run(handlingSignals: [])
+        try await Task.sleep(for: .milliseconds(20))
+        group.shutdown.trigger()
+        try await running
+        #expect(Set(log.all) == ["api finished in-flight work", "dispatcher finished in-flight work"])
+    }
+
+    @Test func aServiceThatIgnoresShutdownIsCancelledAfterTheGracePeriod() async throws {
+        let log = EventLog()
+        let group = ServiceGroup(services: [
+            RecordingService(name: "stubborn", log: log, behaviour: .ignoresShutdown),
+            RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked),
+        ], gracePeriod: .milliseconds(50), logger: quiet)
+        async let running: Void = group.run(handlingSignals: [])
+        group.shutdown.trigger()
+        try await running
+        #expect(log.all == ["api finished in-flight work"])
+    }
+
+    @Test func aFailingServiceStopsTheOthersAndItsErrorIsThrown() async {
+        let log = EventLog()
+        let group = ServiceGroup(services: [
+            RecordingService(name: "broken", log: log, behaviour: .failsAtOnce),
+            RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked),
+        ], logger: quiet)
+        await #expect(throws: RecordingService.Failure.self) { try await group.run(handlingSignals: []) }
+        #expect(log.all == ["api finished in-flight work"])
+    }
+
+    @Test func sigtermTriggersTheShutdown() async throws {
+        let log = EventLog()
+        let group = ServiceGroup(services: [RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked)], logger: quiet)
+        async let running: Void = group.run(handlingSignals: [SIGUSR2])
+        try await Task.sleep(for: .milliseconds(50))
+        kill(getpid(), SIGUSR2)
+        try await running
+        #expect(log.all == ["api finished in-flight work"])
+    }
+}

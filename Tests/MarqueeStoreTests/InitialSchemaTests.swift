@@ -1,0 +1,138 @@
+import Foundation
+import MarqueeStore
+import Postgres
+import Testing
+
+/// The real Sql/0001_init.sql on an empty database, and the invariants its constraints enforce.
+@Suite(.enabled(if: TestDatabase.available))
+struct InitialSchemaTests {
+    static func migratedPool() async throws -> PostgresPool {
+        let pool = PostgresPool(configuration: try await TestDatabase.fresh(), maxConnections: 2)
+        let applied = try await MigrationRunner(pool: pool).migrate()
+        #expect(applied == Migration.embedded.map(\.name))
+        #expect(applied.first == "0001_init.sql")
+        return pool
+    }
+
+    /// An app, its attribute type and one event; returns (app, event) ids.
+    static func seed(_ pool: PostgresPool, bundle: String = "com.example.scores") async throws -> (app: Int, type: Int, event: Int) {
+        try await pool.withTransaction { tx in
+            let app = try await tx.query("""
+                INSERT INTO apps (bundle_id, environment, team_id, key_id, key_path)
+                VALUES (\(bundle), 'development', 'ABCDE12345', 'KEY1234567', 'keys/AuthKey.p8') RETURNING id
+                """)[0].decode(Int.self, column: "id")
+            let type = try await tx.query("""
+                INSERT INTO attribute_types (app_id, name, attributes_schema, content_state_schema)
+                VALUES (\(app), 'MatchAttributes', \(PostgresJSON("{}")), \(PostgresJSON("{}"))) RETURNING id
+                """)[0].decode(Int.self, column: "id")
+            let event = try await tx.query("""
+                INSERT INTO events (app_id, external_id, kind, attribute_type_id, storage_policy, starts_at, topics)
+                VALUES (\(app), 'match-1', 'match', \(type), 'mostRecent', now(), \(["football"])) RETURNING id
+                """)[0].decode(Int.self, column: "id")
+            return (app, type, event)
+        }
+    }
+
+    @Test func appliesToAnEmptyDatabaseAndAgainIsANoOp() async throws {
+        let pool = try await Self.migratedPool()
+        defer { pool.close() }
+        #expect(try await MigrationRunner(pool: pool).migrate() == [])
+        let tables = try await pool.query("""
+            SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1
+            """).map { try $0.decode(String.self, column: "name") }
+        #expect(tables == ["api_keys", "apps", "attribute_types", "channels", "deliveries", "events",
+                           "idempotency_keys", "leader_leases", "outbox", "schema_migrations", "updates"])
+        let file = try String(contentsOf: TestDatabase.repositoryRoot.appendingPathComponent("Sql/0001_init.sql"), encoding: .utf8)
+        let matches = try await pool.query("""
+            SELECT checksum = encode(sha256(convert_to(\(file), 'UTF8')), 'hex') AS same
+            FROM schema_migrations WHERE name = '0001_init.sql'
+            """)
+        #expect(try matches[0].decode(Bool.self, column: "same"))
+    }
+
+    @Test func constraintsRefuseWrongStates() async throws {
+        let pool = try await Self.migratedPool()
+        defer { pool.close() }
+        let (app, type, event) = try await Self.seed(pool)
+        func refused(_ query: PostgresQuery) async throws -> SQLState? {
+            do {
+                try await pool.execute(query)
+                return nil
+            } catch let error as PostgresError {
+                return error.sqlState
+            }
+        }
+        // One live channel per event.
+        try await pool.execute("""
+            INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, requested_at, opened_at, first_seen_at)
+            VALUES (\(app), \(event), 'dHVyYm8tY2hhbm5lbA==', 'mostRecent', 'open', now(), now(), now())
+            """)
+        #expect(try await refused("""
+            INSERT INTO channels (app_id, event_id, storage_policy, state, requested_at)
+            VALUES (\(app), \(event), 'mostRecent', 'creating', now())
+            """) == .uniqueViolation)
+        // An open channel needs its APNs id; an unknown channel needs no event, others do.
+        #expect(try await refused("""
+            INSERT INTO channels (app_id, event_id, storage_policy, state, opened_at) VALUES (\(app), \(event), 'none', 'open', now())
+            """) == .checkViolation)
+        #expect(try await refused("""
+            INSERT INTO channels (app_id, storage_policy, state, requested_at) VALUES (\(app), 'none', 'creating', now())
+            """) == .checkViolation)
+        try await pool.execute("""
+            INSERT INTO channels (app_id, apns_channel_id, storage_policy, state, first_seen_at)
+            VALUES (\(app), 'b3RoZXI=', 'none', 'unknown', now())
+            """)
+        // Rows of one app cannot point at another app's event or type.
+        let other = try await Self.seed(pool, bundle: "com.example.flights")
+        #expect(try await refused("""
+            INSERT INTO channels (app_id, event_id, storage_policy, state, requested_at)
+            VALUES (\(app), \(other.event), 'none', 'creating', now())
+            """) == .foreignKeyViolation)
+        #expect(try await refused("""
+            INSERT INTO events (app_id, external_id, kind, attribute_type_id, storage_policy, starts_at)
+            VALUES (\(other.app), 'x', 'flight', \(type), 'none', now())
+            """) == .foreignKeyViolation)
+        // Enumerations and shapes.
+        #expect(try await refused("UPDATE events SET status = 'paused' WHERE id = \(event)") == .checkViolation)
+        #expect(try await refused("UPDATE events SET ends_at = starts_at - interval '1 hour' WHERE id = \(event)") == .checkViolation)
+        #expect(try await refused("""
+            INSERT INTO apps (bundle_id, environment, team_id, key_id, key_path)
+            VALUES ('com.example.scores', 'development', 'ABCDE12345', 'KEY1234567', 'k.p8')
+            """) == .uniqueViolation)
+        #expect(try await refused("""
+            INSERT INTO api_keys (name, prefix, salt, hash, scopes)
+            VALUES ('feed', 'mq_abc123', \(Data(count: 16)), \(Data(count: 32)), \(["ingest", "root"]))
+            """) == .checkViolation)
+        #expect(try await refused("""
+            INSERT INTO updates (event_id, content_state, occurred_at, priority) VALUES (\(event), '{}', now(), 'urgent')
+            """) == .checkViolation)
+        _ = type
+    }
+
+    @Test func outboxWorkIsClaimedOnceWithSkipLocked() async throws {
+        let pool = try await Self.migratedPool()
+        defer { pool.close() }
+        let (_, _, event) = try await Self.seed(pool)
+        try await pool.withTransaction { tx in
+            let update = try await tx.query("""
+                INSERT INTO updates (event_id, content_state, occurred_at) VALUES (\(event), \(PostgresJSON(#"{"home":1}"#)), now())
+                RETURNING id
+                """)[0].decode(Int.self, column: "id")
+            try await tx.execute("""
+                UPDATE events SET latest_state = \(PostgresJSON(#"{"home":1}"#)), latest_state_at = now(), latest_update_id = \(update)
+                WHERE id = \(event)
+                """)
+            try await tx.execute("INSERT INTO outbox (event_id, update_id) VALUES (\(event), \(update))")
+        }
+        let claim: PostgresQuery = """
+            SELECT id FROM outbox WHERE next_attempt_at <= now() ORDER BY next_attempt_at LIMIT 10 FOR UPDATE SKIP LOCKED
+            """
+        let (claimedByA, claimedByB) = try await pool.withTransaction { a in
+            let mine = try await a.query(claim).count
+            let theirs = try await pool.withTransaction { b in try await b.query(claim).count }
+            return (mine, theirs)
+        }
+        #expect(claimedByA == 1)
+        #expect(claimedByB == 0)
+    }
+}

@@ -1,0 +1,87 @@
+import Foundation
+import Postgres
+import Testing
+
+/// Databases and clusters for tests: a fresh database per test on the shared test cluster
+/// (MARQUEE_TEST_DATABASE_URL, set by Scripts/test), or a private cluster from Scripts/pg.
+enum TestDatabase {
+    static let url = ProcessInfo.processInfo.environment["MARQUEE_TEST_DATABASE_URL"]
+    static let available = url != nil
+
+    /// The shared test database (for tests that need no isolation).
+    static var shared: PostgresConfiguration { PostgresConfiguration(url: url!) }
+
+    /// Creates an empty database with a unique name and returns its configuration.
+    static func fresh() async throws -> PostgresConfiguration {
+        let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        let admin = try await PostgresConnection.connect(shared)
+        try await admin.executeScript("CREATE DATABASE \(identifier: name)")
+        return shared.database(name)
+    }
+}
+
+/// A throwaway cluster of the test's own (Scripts/pg), for tests that restart the server.
+struct PrivateCluster: Sendable {
+    let directory: String
+    let url: String
+
+    static let repositoryRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// Starts a cluster, runs `body` with it and always stops it.
+    static func with<T>(_ body: (PrivateCluster) async throws -> T) async throws -> T {
+        let output = try await pg(["start", "--fast"])
+        var values: [String: String] = [:]
+        for line in output.split(separator: "\n") where line.hasPrefix("export ") {
+            let pair = line.dropFirst("export ".count).split(separator: "=", maxSplits: 1)
+            if pair.count == 2 { values[String(pair[0])] = String(pair[1]) }
+        }
+        guard let directory = values["MARQUEE_PG_DIR"], let url = values["MARQUEE_DATABASE_URL"] else {
+            throw TestSetupError(message: "Scripts/pg start printed no cluster: \(output)")
+        }
+        let cluster = PrivateCluster(directory: directory, url: url)
+        do {
+            let value = try await body(cluster)
+            _ = try? await pg(["stop", directory])
+            return value
+        } catch {
+            _ = try? await pg(["stop", directory])
+            throw error
+        }
+    }
+
+    func restart() async throws { _ = try await Self.pg(["restart", directory]) }
+
+    /// Runs Scripts/pg on a thread of its own (waitpid blocks). Not Foundation's Process: it waits for
+    /// a descriptor that the server started by pg_ctl inherits, so it never sees the script exit.
+    static func pg(_ arguments: [String]) async throws -> String {
+        let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("pg-\(UUID().uuidString).out").path
+        defer { try? FileManager.default.removeItem(atPath: outputPath) }
+        let script = repositoryRoot.appendingPathComponent("Scripts/pg").path
+        let argv = ["/bin/bash", "-c", "exec bash \"$0\" \"$@\" >\"$MARQUEE_PG_OUTPUT\" </dev/null", script] + arguments
+        let environment = ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" }
+            + ["MARQUEE_PG_OUTPUT=\(outputPath)"]
+        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                var pid: pid_t = 0
+                let cArguments = argv.map { strdup($0) } + [nil]
+                let cEnvironment = environment.map { strdup($0) } + [nil]
+                defer { (cArguments + cEnvironment).forEach { free($0) } }
+                let spawned = posix_spawn(&pid, "/bin/bash", nil, nil, cArguments, cEnvironment)
+                guard spawned == 0 else {
+                    continuation.resume(throwing: TestSetupError(message: "posix_spawn failed: \(spawned)"))
+                    return
+                }
+                var status: Int32 = 0
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                continuation.resume(returning: status)
+            }
+        }
+        guard status == 0 else { throw TestSetupError(message: "Scripts/pg \(arguments) exited with status \(status)") }
+        return try String(contentsOfFile: outputPath, encoding: .utf8)
+    }
+}
+
+struct TestSetupError: Error {
+    let message: String
+}
