@@ -17,22 +17,22 @@ private typealias F = SimulatorFixture
         let (created, createReply) = f.send(try .createChannel(bundleID: F.bundleID, storagePolicy: .mostRecentMessageStored, requestID: requestID))
         #expect(createReply.response.status == 201)
         #expect(createReply.response.body.isEmpty)
-        let acceptance = try #require(created.acceptance)
+        let acceptance = try #require(created.acceptedAnswer)
         #expect(acceptance.requestID == requestID.value)
         let channel = try #require(acceptance.channelID)
         #expect(Data(base64Encoded: channel.value)?.count == 16)
 
         // Read: 200 with policy and push type.
         let (read, _) = f.send(try .readChannel(bundleID: F.bundleID, channelID: channel))
-        #expect(read.acceptance?.channel == APNsChannelConfiguration(storagePolicy: .mostRecentMessageStored, pushType: "LiveActivity"))
-        #expect(try APNsRequestID(#require(read.acceptance?.requestID)).value == read.acceptance?.requestID)
+        #expect(read.acceptedAnswer?.channel == APNsChannelConfiguration(storagePolicy: .mostRecentMessageStored, pushType: "LiveActivity"))
+        #expect(try APNsRequestID(#require(read.acceptedAnswer?.requestID)).value == read.acceptedAnswer?.requestID)
 
         // List: {"channels": [...]}.
         let second = try f.createChannel(.noMessageStored)
         let (list, listReply) = f.send(try .listChannels(bundleID: F.bundleID))
-        #expect(list.acceptance?.channels == [channel, second])
+        #expect(list.acceptedAnswer?.channels == [channel, second])
         #expect(try JSONValue(parsing: listReply.response.body) == ["channels": [.string(channel.value), .string(second.value)]])
-        #expect(f.send(try .listChannels(bundleID: "com.example.other")).0.acceptance?.channels == [])
+        #expect(f.send(try .listChannels(bundleID: "com.example.other")).0.acceptedAnswer?.channels == [])
 
         // Broadcast: 200, request id echoed, a unique id; recorded with its headers and payload.
         let broadcastID = APNsRequestID.random()
@@ -41,8 +41,8 @@ private typealias F = SimulatorFixture
         let (sent, sentReply) = f.send(try .broadcast(
             bundleID: F.bundleID, channelID: channel, payload: payload, expiration: expiration, priority: .immediate, requestID: broadcastID))
         #expect(sentReply.response.status == 200 && sentReply.response.body.isEmpty)
-        #expect(sent.acceptance?.requestID == broadcastID.value)
-        let uniqueID = try #require(sent.acceptance?.uniqueID)
+        #expect(sent.acceptedAnswer?.requestID == broadcastID.value)
+        let uniqueID = try #require(sent.acceptedAnswer?.uniqueID)
         let received = try #require(f.engine.broadcasts(for: channel).first)
         #expect(f.engine.broadcasts(for: channel).count == 1 && f.engine.broadcasts(for: second).isEmpty)
         #expect(received.payload == payload && received.priority == 10 && received.expiration == expiration)
@@ -52,14 +52,14 @@ private typealias F = SimulatorFixture
 
         // Priorities 10, 5 and 1 are all accepted on broadcasts.
         for priority in APNsPriority.allCases {
-            #expect(f.send(try f.broadcast(second, priority: priority)).0.acceptance != nil)
+            #expect(f.send(try f.broadcast(second, priority: priority)).0.acceptedAnswer != nil)
         }
 
         // Delete: 204; afterwards the channel is unknown everywhere.
         let (deleted, deleteReply) = f.send(try .deleteChannel(bundleID: F.bundleID, channelID: channel))
-        #expect(deleteReply.response.status == 204 && deleted.acceptance != nil)
-        #expect(f.send(try .listChannels(bundleID: F.bundleID)).0.acceptance?.channels == [second])
-        #expect(f.send(try f.broadcast(channel)).0.failure?.reason == .channelNotRegistered)
+        #expect(deleteReply.response.status == 204 && deleted.acceptedAnswer != nil)
+        #expect(f.send(try .listChannels(bundleID: F.bundleID)).0.acceptedAnswer?.channels == [second])
+        #expect(f.send(try f.broadcast(channel)).0.failedAnswer?.reason == .channelNotRegistered)
         #expect(f.engine.channelOperations.map(\.kind) == [.create, .read, .create, .list, .list, .delete, .list])
     }
 
@@ -82,9 +82,9 @@ private typealias F = SimulatorFixture
                 priority: .powerConsidered, expiration: 0, apnsID: apnsID, collapseID: "score")
             let (result, reply) = f.send(request)
             #expect(reply.response.status == 200)
-            #expect(result.acceptance?.apnsID == apnsID.value)
+            #expect(result.acceptedAnswer?.apnsID == apnsID.value)
             #expect(reply.response.headers["apns-request-id"] == nil)
-            #expect((result.acceptance?.uniqueID != nil) == (environment == .development))
+            #expect((result.acceptedAnswer?.uniqueID != nil) == (environment == .development))
             let push = try #require(f.engine.devicePushes(to: F.deviceToken).first)
             #expect(push.priority == 5 && push.expiration == 0 && push.collapseID == "score" && push.apnsID == apnsID.value)
             #expect(push.topic == F.bundleID + ".push-type.liveactivity" && push.json["aps"]?["event"] == "start")
@@ -102,13 +102,13 @@ private typealias F = SimulatorFixture
     @Test func payloadsExactlyAtTheLimitsAreAccepted() throws {
         let f = try SimulatorFixture()
         let channel = try f.createChannel()
-        #expect(f.send(try f.broadcast(channel, payload: F.payload(padTo: 5_120))).0.acceptance != nil)
-        #expect(f.send(try f.devicePush(payload: F.payload(padTo: 4_096))).0.acceptance != nil)
+        #expect(f.send(try f.broadcast(channel, payload: F.payload(padTo: 5_120))).0.acceptedAnswer != nil)
+        #expect(f.send(try f.devicePush(payload: F.payload(padTo: 4_096))).0.acceptedAnswer != nil)
     }
 
     @Test func unregisteredTokensCarryTheTimeTheyBecameInvalid() throws {
         let f = try SimulatorFixture()
-        #expect(f.send(try f.devicePush()).0.acceptance != nil)
+        #expect(f.send(try f.devicePush()).0.acceptedAnswer != nil)
         let invalidSince = f.clock.now - 86_400
         f.engine.markDeviceTokenInvalid(F.deviceToken.uppercased(), at: invalidSince)
         f.clock.advance(by: 60)
@@ -118,7 +118,7 @@ private typealias F = SimulatorFixture
         #expect(failure.reason == .unregistered)
         #expect(failure.timestampDate == invalidSince)
         // Another token is unaffected.
-        #expect(f.send(try f.devicePush(token: String(repeating: "cd", count: 32))).0.acceptance != nil)
+        #expect(f.send(try f.devicePush(token: String(repeating: "cd", count: 32))).0.acceptedAnswer != nil)
     }
 
     // MARK: - Stream limits
@@ -159,11 +159,11 @@ private typealias F = SimulatorFixture
     @Test func tokenRulesOverSimulatedHours() throws {
         let f = try SimulatorFixture()
         let list = try APNsRequest.listChannels(bundleID: F.bundleID)
-        #expect(f.send(list).0.acceptance != nil)
+        #expect(f.send(list).0.acceptedAnswer != nil)
         // The same token serves for an hour, verified once.
         for _ in 0..<50 {
             f.clock.advance(by: 70)
-            #expect(f.send(list).0.acceptance != nil)
+            #expect(f.send(list).0.acceptedAnswer != nil)
         }
         #expect(f.connection.tokenVerifications == 1)
         f.clock.advance(by: 3_600 - 50 * 70 + 1)
@@ -172,7 +172,7 @@ private typealias F = SimulatorFixture
 
         // A fresh token issued more than 20 minutes after the last one is accepted and verified once more.
         f.token = try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)
-        #expect(f.send(list).0.acceptance != nil)
+        #expect(f.send(list).0.acceptedAnswer != nil)
         #expect(f.connection.tokenVerifications == 2)
 
         // A token issued 19 minutes after the current one is too soon; the current token keeps working.
@@ -181,11 +181,11 @@ private typealias F = SimulatorFixture
         f.token = try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)
         guard case .tokenUpdatesTooFrequent(let failure) = f.send(list).0 else { Issue.record("expected TooManyProviderTokenUpdates"); return }
         #expect(failure.status == 429)
-        #expect(f.send(list, authorization: .value(current.authorization)).0.acceptance != nil)
+        #expect(f.send(list, authorization: .value(current.authorization)).0.acceptedAnswer != nil)
         // One issued 20 minutes after the current one is taken.
         f.clock.advance(by: 60)
         f.token = try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)
-        #expect(f.send(list).0.acceptance != nil)
+        #expect(f.send(list).0.acceptedAnswer != nil)
 
         // A new connection may adopt a shared token near the end of its life, then take the next one the
         // process signs, minutes later: what counts is the tokens' issue times.
@@ -220,11 +220,11 @@ private typealias F = SimulatorFixture
             return SimulatorFixture.result(reply, operation: .listChannels)
         }
         var connection = engine.makeConnectionState()
-        #expect(try list(first, &connection).acceptance != nil)
+        #expect(try list(first, &connection).acceptedAnswer != nil)
         clock.advance(by: 30 * 60)
-        #expect(try list(other, &connection).failure?.reason == .unrelatedKeyIdInToken)
+        #expect(try list(other, &connection).failedAnswer?.reason == .unrelatedKeyIdInToken)
         var second = engine.makeConnectionState()
-        #expect(try list(other, &second).acceptance != nil)
+        #expect(try list(other, &second).acceptedAnswer != nil)
         #expect(second.boundTeamID == "TEAMB23456")
     }
 
@@ -234,13 +234,13 @@ private typealias F = SimulatorFixture
         let f = try SimulatorFixture { $0.channelQuota = 2 }
         let first = try f.createChannel()
         _ = try f.createChannel()
-        #expect(f.send(try .createChannel(bundleID: F.bundleID, storagePolicy: .noMessageStored)).0.failure?.reason == .cannotCreateChannelConfig)
+        #expect(f.send(try .createChannel(bundleID: F.bundleID, storagePolicy: .noMessageStored)).0.failedAnswer?.reason == .cannotCreateChannelConfig)
         // Another bundle id has its own quota.
         _ = try f.createChannel(bundleID: "com.example.other")
         // Deleting frees a place; raising the quota frees more.
         f.send(try .deleteChannel(bundleID: F.bundleID, channelID: first))
         _ = try f.createChannel()
-        #expect(f.send(try .createChannel(bundleID: F.bundleID, storagePolicy: .noMessageStored)).0.failure?.reason == .cannotCreateChannelConfig)
+        #expect(f.send(try .createChannel(bundleID: F.bundleID, storagePolicy: .noMessageStored)).0.failedAnswer?.reason == .cannotCreateChannelConfig)
         f.engine.channelQuota = 3
         _ = try f.createChannel()
         #expect(f.engine.channels(bundleID: F.bundleID).count == 3)

@@ -7,7 +7,7 @@ import Network
 import Testing
 
 /// One way to make the simulator reject a request, and the reason it must give.
-struct RejectionCase: Sendable, CustomTestStringConvertible {
+struct SimulatorRejectionCase: Sendable, CustomTestStringConvertible {
     var name: String
     var reason: APNsReason
     var operation: APNsOperation
@@ -54,7 +54,7 @@ private let devicePath = "/3/device/\(F.deviceToken)"
 private let channelsPath = "/1/apps/\(F.bundleID)/channels"
 
 @Suite struct SimulatorEngineTests {
-    static let rejections: [RejectionCase] = [
+    static let rejections: [SimulatorRejectionCase] = [
         // Paths and methods.
         .init("unknown path on the push listener", .badPath, .broadcast) { f, _, _ in f.sendRaw(raw("POST", "/5/nothing"), on: .push) },
         .init("management path on the push listener", .badPath, .createChannel) { f, _, _ in f.sendRaw(raw("POST", channelsPath), on: .push) },
@@ -280,7 +280,7 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
     ]
 
     @Test(arguments: rejections)
-    func rejection(_ rejection: RejectionCase) throws {
+    func rejection(_ rejection: SimulatorRejectionCase) throws {
         let fixture = try SimulatorFixture(configure: rejection.configure)
         // With faults on, creating the channels through requests would draw faults too: they are restored instead.
         let stored: APNsChannelID
@@ -303,7 +303,7 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         let body = try #require(APNsErrorBody(json: reply.response.body))
         #expect(body.reason == rejection.reason)
         let result = SimulatorFixture.result(reply, operation: rejection.operation)
-        let failure = try #require(result.failure)
+        let failure = try #require(result.failedAnswer)
         #expect(failure.reason == rejection.reason)
         #expect(failure.status == rejection.reason.status)
         // Every answer names its request: apns-id on device pushes, apns-request-id elsewhere.

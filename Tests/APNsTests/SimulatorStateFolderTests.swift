@@ -77,7 +77,7 @@ import Testing
         let token = try ProviderToken(signingKey: key, issuedAt: Date())
         for _ in 0..<20 {
             let request = try APNsRequest.createChannel(bundleID: "com.example.a", storagePolicy: .mostRecentMessageStored)
-            var headers = HTTPHeadersBuilder.headers(request.headers(authorizedBy: token))
+            var headers = SimulatorHeaders.headers(request.headers(authorizedBy: token))
             headers.add("x-test", "1")
             #expect(engine.handle(.init(method: "POST", path: request.path, headers: headers, body: request.body), on: .management,
                                   connection: &connection).response.status == 201)
@@ -93,7 +93,7 @@ import Testing
 import Network
 
 /// Builds HTTPHeaders from a dictionary, in a stable order.
-enum HTTPHeadersBuilder {
+enum SimulatorHeaders {
     static func headers(_ dictionary: [String: String]) -> HTTPHeaders {
         HTTPHeaders(dictionary.sorted { $0.key < $1.key }.map { HTTPField(name: $0.key, value: $0.value) })
     }

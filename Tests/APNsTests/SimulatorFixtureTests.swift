@@ -6,6 +6,8 @@ import MarqueeCore
 import Network
 import Synchronization
 
+// Shared by the Simulator*Tests suites.
+
 /// An engine with one trusted key, a manual clock and a captured log, plus one connection to talk through.
 final class SimulatorFixture: @unchecked Sendable {
     static let bundleID = "com.example.live"
@@ -16,7 +18,7 @@ final class SimulatorFixture: @unchecked Sendable {
     let clock = ManualWallClock(Date(timeIntervalSince1970: 1_800_000_000))
     let signingKey: APNsSigningKey
     let engine: SimulatorEngine
-    let log = LogCapture()
+    let log = SimulatorLogCapture()
     var connection: SimulatorConnectionState
     var token: ProviderToken
 
@@ -96,14 +98,15 @@ final class SimulatorFixture: @unchecked Sendable {
 }
 
 /// Log lines captured from a logger sink.
-final class LogCapture: Sendable {
+final class SimulatorLogCapture: Sendable {
     let lines = Mutex<[String]>([])
     var all: [String] { lines.withLock { $0 } }
 }
 
+// Named apart from `APNsResult.failure`/`acceptance`, which the APNs client branch adds, so both can meet in one target.
 extension APNsResult {
     /// The failure, whatever its class.
-    var failure: APNsFailure? {
+    var failedAnswer: APNsFailure? {
         switch self {
         case .accepted: nil
         case .rejected(let failure), .retryAfterBackoff(let failure), .tokenUpdatesTooFrequent(let failure),
@@ -111,5 +114,6 @@ extension APNsResult {
         }
     }
 
-    var acceptance: APNsAcceptance? { if case .accepted(let acceptance) = self { acceptance } else { nil } }
+    /// The acceptance, if accepted.
+    var acceptedAnswer: APNsAcceptance? { if case .accepted(let acceptance) = self { acceptance } else { nil } }
 }
