@@ -183,7 +183,19 @@ extension SimulatorConfiguration {
         }
         let shares = [faults.tooManyRequests, faults.internalServerError, faults.serviceUnavailable]
         if shares.contains(where: { !(0...1).contains($0) }) || shares.reduce(0, +) > 1 {
-            throw SimulatorConfigurationError("fault shares must be between 0 and 1 and add up to at most 1")
+            throw SimulatorConfigurationError("the 429, 500 and 503 shares must be between 0 and 1 and add up to at most 1")
+        }
+        if !(0...1).contains(faults.unregistered) { throw SimulatorConfigurationError("the 410 share must be between 0 and 1") }
+        if let count = faults.goAwayAfterStreams, count < 1 { throw SimulatorConfigurationError("GOAWAY needs at least 1 request") }
+        if channelQuota < 0 || recordLimit < 0 || streamLimit < 1 || loopCount < 1 {
+            throw SimulatorConfigurationError("quota and record limit must be 0 or more; stream limit and loops 1 or more")
+        }
+        if latency.lowerBound < .zero { throw SimulatorConfigurationError("latency cannot be negative") }
+        for port in [pushPort, managementPort] where !(0...65_535).contains(port) {
+            throw SimulatorConfigurationError("port \(port) is out of range")
+        }
+        if pushPort != 0, pushPort == managementPort {
+            throw SimulatorConfigurationError("the push and management listeners need different ports")
         }
     }
 }

@@ -167,6 +167,20 @@ import Testing
         #expect(output.contains(#"{"channels":[]}"#))
     }
 
+    @Test func answersWithAddedLatencyAndInjectedFaultsStillArrive() async throws {
+        let folder = Self.stateFolder()
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let simulator = try await APNsSimulator.start(configuration: Self.configuration(folder) {
+            $0.latency = .milliseconds(20) ... .milliseconds(40)
+            $0.faults.serviceUnavailable = 1
+        })
+        let token = try ProviderToken(signingKey: simulator.files.signingKey(), issuedAt: Date())
+        let answer = try await Self.curl(simulator, "GET", simulator.managementURL + "/1/apps/\(Self.bundleID)/all-channels", token: token)
+        await simulator.shutdown()
+        #expect(answer.status == 503 && answer.json?["reason"] == "ServiceUnavailable")
+        #expect(answer.headers["apns-request-id"] != nil)
+    }
+
     @Test func flagsParseIntoAConfiguration() throws {
         let configuration = try #require(try SimulatorConfiguration.parse(arguments: [
             "--state", "sim", "--push-port", "2197", "--management-port", "2195", "--environment", "production",
@@ -181,7 +195,8 @@ import Testing
         #expect(try SimulatorConfiguration.parse(arguments: ["--help"]) == nil)
         #expect(SimulatorConfiguration.helpText.contains("--fail-429"))
         for bad in [["--quota"], ["--fail-500", "2"], ["--bogus"], ["--cert", "x.pem"], ["--p8", "k.p8"], ["--latency-ms", "9-3"],
-                    ["--fail-429", "0.6", "--fail-503", "0.6"], ["--environment", "staging"]] {
+                    ["--fail-429", "0.6", "--fail-503", "0.6"], ["--environment", "staging"], ["--push-port", "2197", "--management-port", "2197"],
+                    ["--goaway-after", "0"], ["--seed", "-1"], ["--host"]] {
             #expect(throws: SimulatorConfigurationError.self, "\(bad)") { try SimulatorConfiguration.parse(arguments: bad) }
         }
     }
