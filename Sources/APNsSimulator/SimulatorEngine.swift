@@ -184,9 +184,9 @@ public final class SimulatorEngine: Sendable {
     ) throws(Rejection) -> Accepted {
         let route = try Route(listener: listener, method: request.method, path: request.path)
         let headers = request.headers
-        for name in Set(headers.fields.map(\.name)) where (name.hasPrefix("apns-") || name == APNsHeader.authorization)
-            && headers.values(for: name).count > 1 {
-            throw Rejection(.duplicateHeaders)
+        let fields = headers.fields
+        for (index, field) in fields.enumerated() where field.name.hasPrefix("apns-") || field.name == APNsHeader.authorization {
+            if fields[(index + 1)...].contains(where: { $0.name == field.name }) { throw Rejection(.duplicateHeaders) }
         }
         try authenticate(headers, &connection, now: now)
         if let fault = drawFault() { throw fault }
