@@ -63,7 +63,7 @@ public struct IdempotencyRequest: Sendable, Equatable {
 }
 
 /// An HTTP answer kept for idempotent replays.
-public struct StoredResponse: Sendable, Equatable {
+public struct StoredResponse: Sendable, Hashable {
     public var status: Int
     public var body: Data
 
