@@ -81,7 +81,11 @@ public struct OutboxRepository: Sendable {
     /// database clock (tests).
     public func claim(instance: String, limit: Int, lease: TimeInterval, now: Date? = nil) async throws -> [ClaimedBroadcast] {
         try await pool.withTransaction { tx in
-            let rows = try await tx.query("""
+            // Two statements on purpose: the claiming UPDATE may wait on an ingest's row lock and then
+            // see the row's new update_id (READ COMMITTED re-check), while its own snapshot predates that
+            // update; joining `updates` in the same statement would silently drop the row. The second
+            // statement takes a new snapshot, and the rows stay locked by this transaction meanwhile.
+            let claimedIDs = try await tx.query("""
                 WITH due AS (
                     SELECT o.id, c.id AS channel_id
                     FROM outbox o
@@ -93,23 +97,26 @@ public struct OutboxRepository: Sendable {
                     ORDER BY o.next_attempt_at, o.id
                     LIMIT \(limit)
                     FOR UPDATE OF o SKIP LOCKED
-                ), claimed AS (
-                    UPDATE outbox o SET claimed_by = \(instance), claim_token = gen_random_uuid(),
-                        claimed_until = coalesce(\(now), now()) + make_interval(secs => \(lease)),
-                        channel_id = due.channel_id, updated_at = now()
-                    FROM due WHERE o.id = due.id
-                    RETURNING o.*
                 )
+                UPDATE outbox o SET claimed_by = \(instance), claim_token = gen_random_uuid(),
+                    claimed_until = coalesce(\(now), now()) + make_interval(secs => \(lease)),
+                    channel_id = due.channel_id, updated_at = now()
+                FROM due WHERE o.id = due.id
+                RETURNING o.id
+                """).map { String(try $0.decode(Int.self, column: "id")) }
+            guard !claimedIDs.isEmpty else { return [] }
+            let rows = try await tx.query("""
                 SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id,
                        c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state, c.last_aps_timestamp,
                        (SELECT max(d.sent_at) FROM deliveries d
                          WHERE d.channel_id = c.id AND d.kind = 'broadcast' AND d.status = 200) AS last_broadcast_at,
                        u.id AS update_id, u.action, u.content_state, u.alert, u.stale_date, u.dismissal_date,
                        u.relevance_score, u.priority, u.occurred_at, u.received_at
-                FROM claimed o
+                FROM outbox o
                 JOIN events e ON e.id = o.event_id
                 JOIN channels c ON c.id = o.channel_id
                 JOIN updates u ON u.id = o.update_id
+                WHERE o.id = ANY (\(claimedIDs)::bigint[])
                 ORDER BY o.next_attempt_at, o.id
                 """)
             guard !rows.isEmpty else { return [] }
