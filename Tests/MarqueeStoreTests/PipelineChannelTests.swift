@@ -26,6 +26,7 @@ struct PipelineChannelTests {
         #expect(creating.state == .lifecycle(.creating))
         #expect(creating.attempts == 1)
         #expect(creating.requestedAt != nil)
+        #expect(creating.nextAttemptAt != nil)  // in flight: retried if this instance dies before the answer
 
         // A retryable failure: same state, retry time set; the retry raises the attempt.
         let retryAt = Date(timeIntervalSince1970: 1_800_000_100)
@@ -133,6 +134,47 @@ struct PipelineChannelTests {
         let earlier = try await f.channels.dueWork(leadTime: 7200, deleteDelay: 1800, endGrace: 3600, now: now)
         #expect(earlier.deletionsDue.isEmpty)
         #expect(earlier.eventsToEnd.isEmpty)
+    }
+
+    @Test func aRequestLeftInFlightByACrashBecomesDue() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let planned = try await f.channels.createPlanned(eventID: try await f.makeEvent().id)
+        var lifecycle = try #require(planned.lifecycle)
+        _ = try lifecycle.leadTimeReached()
+        try await f.channels.transition(channelID: planned.id, from: planned.lifecycle!, to: lifecycle, inFlightTimeout: 60)
+        let soon = try await f.channels.dueWork(leadTime: 0, deleteDelay: 0, endGrace: 0, now: Date() + 30)
+        #expect(soon.retriesDue.isEmpty)
+        let later = try await f.channels.dueWork(leadTime: 0, deleteDelay: 0, endGrace: 0, now: Date() + 90)
+        #expect(later.retriesDue.map(\.id) == [planned.id])
+        #expect(later.retriesDue.first?.lifecycle == ChannelLifecycle(state: .creating, attempt: 1))
+    }
+
+    @Test func leaderWritesAreFenced() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let leases = LeaderLeaseRepository(pool: f.pool)
+        let stale = try #require(try await leases.acquire(name: "scheduler", holder: "old", duration: 30))
+        let event = try await f.makeEvent()
+        let later = Date() + 60
+        _ = try #require(try await leases.acquire(name: "scheduler", holder: "new", duration: 30, now: later))
+        await #expect(throws: PipelineError.leaseNotHeld(name: "scheduler")) {
+            try await f.channels.createPlanned(eventID: event.id, fence: stale)
+        }
+        #expect(try await f.channels.channels(eventID: event.id).isEmpty)
+        let report = try await f.channels.reconcile(appID: f.appID, apnsChannelIDs: ["b3JwaGFu"])
+        let unknown = try #require(report.newlyRecorded.first)
+        await #expect(throws: PipelineError.leaseNotHeld(name: "scheduler")) {
+            try await f.channels.beginDeletingUnknown(channelID: unknown.id, fence: stale)
+        }
+        #expect(try await f.channels.beginDeletingUnknown(channelID: unknown.id))
+        let deleting = try #require(try await f.channels.get(id: unknown.id))
+        #expect(deleting.lifecycle == ChannelLifecycle(state: .deleting, attempt: 1))
+        var lifecycle = try #require(deleting.lifecycle)
+        _ = try lifecycle.deleteSucceeded()
+        #expect(try await f.channels.transition(channelID: unknown.id, from: deleting.lifecycle!, to: lifecycle))
+        #expect(try await f.channels.get(id: unknown.id)?.state == .lifecycle(.deleted))
+        #expect(try await f.channels.get(id: unknown.id)?.deletedAt != nil)
     }
 
     @Test func statusFiguresShowTheBacklog() async throws {

@@ -104,9 +104,11 @@ public struct ChannelRepository: Sendable {
 
     public init(pool: PostgresPool) { self.pool = pool }
 
-    /// The event's live channel, created as 'planned' if it has none. Throws `eventNotFound`.
-    public func createPlanned(eventID: Int) async throws -> ChannelRecord {
+    /// The event's live channel, created as 'planned' if it has none. Throws `eventNotFound`, or
+    /// `leaseNotHeld` when `fence` is given and no longer holds (then nothing changed).
+    public func createPlanned(eventID: Int, fence: LeaseGrant? = nil) async throws -> ChannelRecord {
         try await pool.withTransaction { tx in
+            try await LeaderLeaseRepository.requireHeld(fence, now: nil, on: tx)
             let inserted = try await tx.query("""
                 INSERT INTO channels (app_id, event_id, storage_policy)
                 SELECT app_id, id, storage_policy FROM events WHERE id = \(eventID)
@@ -147,14 +149,23 @@ public struct ChannelRepository: Sendable {
     /// holds `old`'s state and attempt. `apnsChannelID` records Apple's id (and first_seen_at) from a
     /// create answer; `error` records the last error. Moving to 'lost' also flags the event
     /// `channel_lost` and drops its outbox row, so broadcasting stops. Returns false for a stale writer.
+    ///
+    /// Entering 'creating' or 'deleting' without `nextAttemptAt` sets it to now + `inFlightTimeout`:
+    /// if this instance dies before recording the answer, the request shows up in `retriesDue` then.
+    /// With `fence`, nothing is written unless the lease still holds (`leaseNotHeld`).
     @discardableResult
     public func transition(channelID: Int, from old: ChannelLifecycle, to new: ChannelLifecycle,
                            nextAttemptAt: Date? = nil, apnsChannelID: String? = nil, error: String? = nil,
+                           inFlightTimeout: TimeInterval = 120, fence: LeaseGrant? = nil,
                            now: Date? = nil) async throws -> Bool {
-        try await pool.withTransaction { tx in
+        let requestInFlight = new.state == .creating || new.state == .deleting
+        return try await pool.withTransaction { tx in
+            try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
             let rows = try await tx.query("""
                 UPDATE channels SET
-                    state = \(new.state.rawValue), attempts = \(new.attempt), next_attempt_at = \(nextAttemptAt),
+                    state = \(new.state.rawValue), attempts = \(new.attempt),
+                    next_attempt_at = coalesce(\(nextAttemptAt), CASE WHEN \(requestInFlight)
+                        THEN coalesce(\(now), now()) + make_interval(secs => \(inFlightTimeout)) END),
                     apns_channel_id = coalesce(\(apnsChannelID), apns_channel_id),
                     first_seen_at = CASE WHEN \(apnsChannelID)::text IS NOT NULL
                                          THEN coalesce(first_seen_at, coalesce(\(now), now())) ELSE first_seen_at END,
@@ -182,6 +193,22 @@ public struct ChannelRepository: Sendable {
             WITH flagged AS (UPDATE events SET channel_lost = true, updated_at = now() WHERE id = \(eventID))
             DELETE FROM outbox WHERE event_id = \(eventID)
             """)
+    }
+
+    /// Starts deleting an 'unknown' channel (the opt-in `--delete-unknown`): it becomes 'deleting'
+    /// with attempt 1, driven from then on by `ChannelLifecycle(state: .deleting, attempt: 1)`.
+    /// Returns false when it is no longer 'unknown'.
+    @discardableResult
+    public func beginDeletingUnknown(channelID: Int, inFlightTimeout: TimeInterval = 120, fence: LeaseGrant? = nil,
+                                     now: Date? = nil) async throws -> Bool {
+        try await pool.withTransaction { tx in
+            try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
+            return try await tx.execute("""
+                UPDATE channels SET state = 'deleting', attempts = 1,
+                    next_attempt_at = coalesce(\(now), now()) + make_interval(secs => \(inFlightTimeout)), updated_at = now()
+                WHERE id = \(channelID) AND state = 'unknown'
+                """) == 1
+        }
     }
 
     /// Channels of the app that count against Apple's quota (lifecycle states that may exist at APNs, and unknown ones).
@@ -233,8 +260,10 @@ public struct ChannelRepository: Sendable {
     /// 'unknown' (first_seen_at = now; storage policy 'none' as a placeholder, Apple's list has none),
     /// and reports unknown, missing and resurrected channels. Changes no known channel's state: the
     /// caller drives ChannelLifecycle with the report and persists through `transition`.
-    public func reconcile(appID: Int, apnsChannelIDs: [String], now: Date? = nil) async throws -> ReconcileReport {
+    public func reconcile(appID: Int, apnsChannelIDs: [String], fence: LeaseGrant? = nil,
+                          now: Date? = nil) async throws -> ReconcileReport {
         try await pool.withTransaction { tx in
+            try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
             let newlyRecorded = try await tx.query("""
                 INSERT INTO channels (app_id, apns_channel_id, storage_policy, state, first_seen_at)
                 SELECT \(appID), listed, 'none', 'unknown', coalesce(\(now), now())

@@ -83,15 +83,22 @@ public struct LeaderLeaseRepository: Sendable {
     public func fenced<T: Sendable>(_ grant: LeaseGrant, now: Date? = nil,
                                     _ body: (PostgresConnection) async throws -> T) async throws -> T {
         try await pool.withTransaction { tx in
-            let held = try await tx.query("""
-                SELECT 1 AS held FROM leader_leases
-                WHERE name = \(grant.name) AND holder = \(grant.holder) AND fencing = \(grant.fencing)
-                  AND expires_at > coalesce(\(now), now())
-                FOR SHARE
-                """)
-            guard !held.isEmpty else { throw PipelineError.leaseNotHeld(name: grant.name) }
+            try await Self.requireHeld(grant, now: now, on: tx)
             return try await body(tx)
         }
+    }
+
+    /// Throws `leaseNotHeld` unless `grant` still holds; share-locks the lease row until the
+    /// transaction ends. Repositories call it first in their own transaction for a `fence:` argument.
+    static func requireHeld(_ grant: LeaseGrant?, now: Date?, on tx: PostgresConnection) async throws {
+        guard let grant else { return }
+        let held = try await tx.query("""
+            SELECT 1 AS held FROM leader_leases
+            WHERE name = \(grant.name) AND holder = \(grant.holder) AND fencing = \(grant.fencing)
+              AND expires_at > coalesce(\(now), now())
+            FOR SHARE
+            """)
+        guard !held.isEmpty else { throw PipelineError.leaseNotHeld(name: grant.name) }
     }
 
     /// Runs one statement under the lease (see `fenced`); returns the rows it affected.
