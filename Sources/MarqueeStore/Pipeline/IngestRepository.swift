@@ -1,7 +1,7 @@
 // The hot path of `POST /v1/events/{id}/updates`: the reply is 202 only once this transaction
-// commits. Statement order is fixed so concurrent ingests cannot deadlock: the idempotency row
-// first, then the event row (FOR UPDATE), then the update, the event's latest state with its outbox
-// row and NOTIFY in one statement, then the stored answer.
+// commits. Four statements (two without an idempotency key), in a fixed order so concurrent ingests
+// cannot deadlock: the idempotency row first, then the event row (FOR UPDATE), then one statement
+// for the update, the event's latest state, its outbox row and the NOTIFY, then the stored answer.
 //
 // Choices:
 // * An in-flight duplicate (same API key and idempotency key while the first request's transaction
@@ -137,36 +137,38 @@ public struct IngestRepository: Sendable {
             }
             let locked = try await lockEvent(eventID, on: tx)
             let state = try contentState(locked)
+            // One statement: the update, and unless it is superseded, the latest state, the outbox row
+            // pointing at it, and the NOTIFY (a plain SELECT in a CTE runs only when referenced).
             let row = try await tx.query("""
-                INSERT INTO updates (event_id, api_key_id, action, content_state, alert, stale_date, dismissal_date,
-                                     relevance_score, priority, occurred_at, disposition, disposed_at)
-                SELECT \(eventID), \(draft.apiKeyID), \(draft.action), \(state.postgresJSON), \(draft.alert?.postgresJSON),
-                       \(draft.staleDate), \(draft.dismissalDate), \(draft.relevanceScore), \(draft.priority.rawValue),
-                       \(draft.occurredAt), s.disposition, CASE WHEN s.disposition = 'superseded' THEN now() END
-                FROM (SELECT CASE WHEN \(draft.occurredAt) < latest_state_at THEN 'superseded' ELSE 'pending' END AS disposition
-                      FROM events WHERE id = \(eventID)) s
-                RETURNING id, disposition, occurred_at, received_at
+                WITH stored AS (
+                    INSERT INTO updates (event_id, api_key_id, action, content_state, alert, stale_date, dismissal_date,
+                                         relevance_score, priority, occurred_at, disposition, disposed_at)
+                    SELECT \(eventID), \(draft.apiKeyID), \(draft.action), \(state.postgresJSON), \(draft.alert?.postgresJSON),
+                           \(draft.staleDate), \(draft.dismissalDate), \(draft.relevanceScore), \(draft.priority.rawValue),
+                           \(draft.occurredAt), s.disposition, CASE WHEN s.disposition = 'superseded' THEN now() END
+                    FROM (SELECT CASE WHEN \(draft.occurredAt) < latest_state_at THEN 'superseded' ELSE 'pending' END AS disposition
+                          FROM events WHERE id = \(eventID)) s
+                    RETURNING id, content_state, disposition, occurred_at, received_at
+                ), latest AS (
+                    UPDATE events SET latest_state = stored.content_state, latest_state_at = stored.occurred_at,
+                                      latest_update_id = stored.id, updated_at = now()
+                    FROM stored WHERE events.id = \(eventID) AND stored.disposition = 'pending'
+                ), queued AS (
+                    INSERT INTO outbox (event_id, update_id)
+                    SELECT \(eventID), id FROM stored WHERE disposition = 'pending'
+                    ON CONFLICT (event_id) DO UPDATE SET
+                        update_id = EXCLUDED.update_id, updated_at = now(),
+                        next_attempt_at = CASE WHEN \(draft.urgent) THEN least(outbox.next_attempt_at, now())
+                                               ELSE outbox.next_attempt_at END
+                ), notified AS (
+                    SELECT pg_notify(\(Self.notifyChannel), \(String(eventID))) FROM stored WHERE disposition = 'pending'
+                )
+                SELECT id, disposition, occurred_at, received_at, (SELECT count(*) FROM notified) AS notified FROM stored
                 """)[0]
             let update = IngestedUpdate(id: try row.decode(Int.self, column: "id"), eventID: eventID,
                                         disposition: try row.decode(UpdateDisposition.self, column: "disposition"),
                                         contentState: state, occurredAt: try row.decode(Date.self, column: "occurred_at"),
                                         receivedAt: try row.decode(Date.self, column: "received_at"))
-            if update.disposition == .pending {
-                try await tx.query("""
-                    WITH latest AS (
-                        UPDATE events SET latest_state = \(state.postgresJSON), latest_state_at = \(update.occurredAt),
-                                          latest_update_id = \(update.id), updated_at = now()
-                        WHERE id = \(eventID)
-                    ), queued AS (
-                        INSERT INTO outbox (event_id, update_id) VALUES (\(eventID), \(update.id))
-                        ON CONFLICT (event_id) DO UPDATE SET
-                            update_id = EXCLUDED.update_id, updated_at = now(),
-                            next_attempt_at = CASE WHEN \(draft.urgent) THEN least(outbox.next_attempt_at, now())
-                                                   ELSE outbox.next_attempt_at END
-                    )
-                    SELECT pg_notify(\(Self.notifyChannel), \(String(eventID)))
-                    """)
-            }
             let answer = try response(update)
             if let idempotency {
                 try await tx.query("""
