@@ -170,14 +170,27 @@ struct PipelineDispatchTests {
         defer { f.pool.close() }
         let event = try await f.makeEvent()
         let channel = try await f.openChannel(eventID: event.id)
-        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, dismissalDate: t0 + 900, occurredAt: t0),
-                                      contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        try await f.post(event.id, ["home": 3], at: t0 + 60)
+        // The end is never superseded, even when its time is older than the latest state.
+        let end = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, dismissalDate: t0 + 900, occurredAt: t0),
+                                            contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        guard case .accepted(let ended, _) = end else { Issue.record("end not accepted"); return }
+        #expect(ended.disposition == .pending)
+        #expect(try await f.events.get(id: event.id)?.status == .ending)
+        #expect(try await f.events.latestState(eventID: event.id).at == t0 + 60)
+        await #expect(throws: PipelineError.eventClosed(event.id, .ending)) {
+            try await f.post(event.id, ["home": 4], at: t0 + 61)
+        }
         let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
         #expect(claim.update.action == .end)
         #expect(claim.update.dismissalDate == t0 + 900)
         #expect(try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 5) == .completed)
         #expect(try await f.channels.get(id: channel.id)?.state == .lifecycle(.ended))
         #expect(try await f.events.get(id: event.id)?.status == .ended)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates WHERE disposition = 'pending'") == 0)
+        await #expect(throws: PipelineError.eventClosed(event.id, .ended)) {
+            try await f.post(event.id, ["home": 4], at: t0 + 62)
+        }
     }
 
     /// Out-of-order bursts on several events, dispatched by two instances: afterwards no update is

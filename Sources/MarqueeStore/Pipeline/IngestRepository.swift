@@ -12,6 +12,9 @@
 //   when it records the broadcast of a newer one (`OutboxRepository.recordBroadcast`), so
 //   'conflated' always means "a newer state actually went". An update older than the latest state
 //   is 'superseded' at once and touches neither the latest state nor the outbox.
+// * An `end` is never superseded (the final state must go out); it moves the event to 'ending'.
+//   After that only another `end` is accepted, and nothing once the event is ended or cancelled
+//   (`eventClosed`), so every accepted update can still reach a channel.
 // * The merge of a JSON merge patch happens under the event's row lock: `contentState` receives the
 //   locked latest state and returns the full new state (validated by the caller's schema code);
 //   the update row stores that full state, so every update can be broadcast on its own.
@@ -122,7 +125,7 @@ public struct IngestRepository: Sendable {
     /// Stores one update. `contentState` gets the locked event and returns the full new state (apply a
     /// merge patch there; throw to refuse, which stores nothing). `response` builds the answer stored
     /// for idempotent replays. `now` overrides the database clock for idempotency expiry (tests).
-    /// Throws `eventNotFound`, `idempotencyKeyReused`, or what the closures throw.
+    /// Throws `eventNotFound`, `eventClosed`, `idempotencyKeyReused`, or what the closures throw.
     public func ingest(
         eventID: Int,
         _ draft: UpdateDraft,
@@ -136,6 +139,10 @@ public struct IngestRepository: Sendable {
                 return .replayed(stored)
             }
             let locked = try await lockEvent(eventID, on: tx)
+            switch (locked.status, draft.action) {
+            case (.scheduled, _), (.live, _), (.ending, .end): break
+            case (.ending, .update), (.ended, _), (.cancelled, _): throw PipelineError.eventClosed(eventID, locked.status)
+            }
             let state = try contentState(locked)
             // One statement: the update, and unless it is superseded, the latest state, the outbox row
             // pointing at it, and the NOTIFY (a plain SELECT in a CTE runs only when referenced).
@@ -146,12 +153,15 @@ public struct IngestRepository: Sendable {
                     SELECT \(eventID), \(draft.apiKeyID), \(draft.action), \(state.postgresJSON), \(draft.alert?.postgresJSON),
                            \(draft.staleDate), \(draft.dismissalDate), \(draft.relevanceScore), \(draft.priority.rawValue),
                            \(draft.occurredAt), s.disposition, CASE WHEN s.disposition = 'superseded' THEN now() END
-                    FROM (SELECT CASE WHEN \(draft.occurredAt) < latest_state_at THEN 'superseded' ELSE 'pending' END AS disposition
+                    FROM (SELECT CASE WHEN \(draft.action) = 'update' AND \(draft.occurredAt) < latest_state_at
+                                      THEN 'superseded' ELSE 'pending' END AS disposition
                           FROM events WHERE id = \(eventID)) s
                     RETURNING id, content_state, disposition, occurred_at, received_at
                 ), latest AS (
-                    UPDATE events SET latest_state = stored.content_state, latest_state_at = stored.occurred_at,
-                                      latest_update_id = stored.id, updated_at = now()
+                    UPDATE events SET latest_state = stored.content_state,
+                                      latest_state_at = greatest(events.latest_state_at, stored.occurred_at),
+                                      latest_update_id = stored.id, updated_at = now(),
+                                      status = CASE WHEN \(draft.action) = 'end' THEN 'ending' ELSE events.status END
                     FROM stored WHERE events.id = \(eventID) AND stored.disposition = 'pending'
                 ), queued AS (
                     INSERT INTO outbox (event_id, update_id)

@@ -9,8 +9,8 @@ import Postgres
 public enum PipelineError: Error, Equatable, Sendable, CustomStringConvertible {
     /// No such event (or not in the given app): answer 404.
     case eventNotFound(Int)
-    /// No such channel: answer 404.
-    case channelNotFound(Int)
+    /// The event is ended or cancelled (or ending, for a plain update): answer 409, nothing was stored.
+    case eventClosed(Int, EventStatus)
     /// The app already has an event with this external id: answer 409 and show the existing one.
     case externalIDTaken(appID: Int, externalID: String)
     /// The app or attribute type does not exist, or the type belongs to another app: answer 422.
@@ -27,7 +27,7 @@ public enum PipelineError: Error, Equatable, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .eventNotFound(let id): "event \(id) not found"
-        case .channelNotFound(let id): "channel \(id) not found"
+        case .eventClosed(let id, let status): "event \(id) is \(status.rawValue) and takes no more updates"
         case .externalIDTaken(let app, let external): "app \(app) already has an event with external id \(external); fetch it instead"
         case .invalidReference(let what): "invalid reference: \(what)"
         case .idempotencyKeyReused(let key): "idempotency key \(key) was used with another request body in the last 24 h; use a new key"
