@@ -163,6 +163,20 @@ struct PipelineDispatchTests {
         let status = try await StatusRepository(pool: f.pool).status()
         #expect(status.lostChannels.map(\.eventID) == [event.id])
         #expect(status.lastErrors.map(\.draft.reason) == ["ChannelNotRegistered"])
+
+        // The operator recreates it: a new APNs channel, the flag cleared, the newest state due again.
+        var lifecycle = ChannelLifecycle(state: .lost)
+        let wasLost = lifecycle
+        #expect(try lifecycle.retryCreateRequested() == .createChannel(attempt: 1))
+        #expect(try await f.channels.transition(channelID: channel.id, from: wasLost, to: lifecycle))
+        let creating = lifecycle
+        _ = try lifecycle.createSucceeded()
+        #expect(try await f.channels.transition(channelID: channel.id, from: creating, to: lifecycle, apnsChannelID: "bmV3"))
+        #expect(try await f.events.get(id: event.id)?.channelLost == false)
+        let resumed = try #require(try await f.outbox.claim(instance: "a", limit: 10, lease: 30).first)
+        #expect(resumed.apnsChannelID == "bmV3")
+        #expect(resumed.update.contentState == ["home": 2])
+        #expect(resumed.pending.count == 2)
     }
 
     @Test func anEndUpdateEndsChannelAndEvent() async throws {

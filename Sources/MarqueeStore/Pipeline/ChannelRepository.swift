@@ -148,7 +148,9 @@ public struct ChannelRepository: Sendable {
     /// Persists a ChannelLifecycle step: writes `new` (state, attempt, retry time) only if the row still
     /// holds `old`'s state and attempt. `apnsChannelID` records Apple's id (and first_seen_at) from a
     /// create answer; `error` records the last error. Moving to 'lost' also flags the event
-    /// `channel_lost` and drops its outbox row, so broadcasting stops. Returns false for a stale writer.
+    /// `channel_lost` and drops its outbox row, so broadcasting stops; moving to 'open' (first open, or
+    /// an operator's recreate of a lost channel) clears the flag and queues the newest pending update.
+    /// Returns false for a stale writer.
     ///
     /// Entering 'creating' or 'deleting' without `nextAttemptAt` sets it to now + `inFlightTimeout`:
     /// if this instance dies before recording the answer, the request shows up in `retriesDue` then.
@@ -180,8 +182,9 @@ public struct ChannelRepository: Sendable {
                 RETURNING event_id
                 """)
             guard let row = rows.first else { return false }
-            if new.state == .lost, let eventID = try row.decode(Int?.self, column: "event_id") {
-                try await Self.stopBroadcasting(eventID: eventID, on: tx)
+            if let eventID = try row.decode(Int?.self, column: "event_id"), new.state != old.state {
+                if new.state == .lost { try await Self.stopBroadcasting(eventID: eventID, on: tx) }
+                if new.state == .open { try await Self.resumeBroadcasting(eventID: eventID, on: tx) }
             }
             return true
         }
@@ -209,6 +212,18 @@ public struct ChannelRepository: Sendable {
                 WHERE id = \(channelID) AND state = 'unknown'
                 """) == 1
         }
+    }
+
+    /// A channel (re)opened: clears channel_lost and queues the newest pending update if no outbox
+    /// row points at one (updates that arrived before the channel existed, or while it was lost).
+    static func resumeBroadcasting(eventID: Int, on tx: PostgresConnection) async throws {
+        try await tx.query("""
+            WITH cleared AS (UPDATE events SET channel_lost = false, updated_at = now() WHERE id = \(eventID) AND channel_lost)
+            INSERT INTO outbox (event_id, update_id)
+            SELECT \(eventID), max(id) FROM updates WHERE event_id = \(eventID) AND disposition = 'pending' HAVING count(*) > 0
+            ON CONFLICT (event_id) DO NOTHING
+            """)
+        try await tx.query("SELECT pg_notify(\(IngestRepository.notifyChannel), \(String(eventID)))")
     }
 
     /// Channels of the app that count against Apple's quota (lifecycle states that may exist at APNs, and unknown ones).

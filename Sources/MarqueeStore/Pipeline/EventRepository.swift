@@ -177,8 +177,9 @@ public struct EventRepository: Sendable {
         return try rows.first.map(EventRecord.init(row:))
     }
 
-    /// Events matching `filter`, ordered by (starts_at, id), `limit` per page, after `cursor`.
+    /// Events matching `filter`, ordered by (starts_at, id), `limit` (1...1000) per page, after `cursor`.
     public func list(_ filter: EventFilter = EventFilter(), limit: Int = 100, cursor: String? = nil) async throws -> EventPage {
+        let limit = min(max(1, limit), 1000)
         let after = try cursor.map(Self.decodeCursor)
         let rows = try await pool.query("""
             SELECT \(unsafeRaw: EventRecord.columns) FROM events
@@ -190,11 +191,11 @@ public struct EventRepository: Sendable {
               AND (\(filter.startsBefore)::timestamptz IS NULL OR starts_at < \(filter.startsBefore))
               AND (\(after?.startsAt)::timestamptz IS NULL OR (starts_at, id) > (\(after?.startsAt), \(after?.id)))
             ORDER BY starts_at, id
-            LIMIT \(max(1, limit) + 1)
+            LIMIT \(limit + 1)
             """)
         var events = try rows.map(EventRecord.init(row:))
         var next: String?
-        if events.count > max(1, limit) {
+        if events.count > limit {
             events.removeLast()
             next = events.last.map { Self.encodeCursor(startsAt: $0.startsAt, id: $0.id) }
         }

@@ -108,8 +108,9 @@ public struct OutboxRepository: Sendable {
             let rows = try await tx.query("""
                 SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id,
                        c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state, c.last_aps_timestamp,
-                       (SELECT max(d.sent_at) FROM deliveries d
-                         WHERE d.channel_id = c.id AND d.kind = 'broadcast' AND d.status = 200) AS last_broadcast_at,
+                       (SELECT d.sent_at FROM deliveries d
+                         WHERE d.channel_id = c.id AND d.kind = 'broadcast' AND d.status = 200
+                         ORDER BY d.sent_at DESC LIMIT 1) AS last_broadcast_at,
                        u.id AS update_id, u.action, u.content_state, u.alert, u.stale_date, u.dismissal_date,
                        u.relevance_score, u.priority, u.occurred_at, u.received_at
                 FROM outbox o
