@@ -179,6 +179,32 @@ struct PipelineDispatchTests {
         #expect(resumed.pending.count == 2)
     }
 
+    @Test func recreatingALostChannelQueuesTheNewestPendingState() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        guard case .accepted(let first, _) = try await f.post(event.id, ["home": 1], at: t0) else { Issue.record("x"); return }
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        guard case .accepted(let second, _) = try await f.post(event.id, ["home": 2], at: t0 + 1) else { Issue.record("x"); return }
+        try await f.outbox.recordPermanentFailure(claim, delivery: f.delivery(for: claim, status: 400, reason: "ChannelNotRegistered"),
+                                                  channelNotRegistered: true)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+        var lifecycle = try #require(try await f.channels.get(id: channel.id)?.lifecycle)
+        let lost = lifecycle
+        _ = try lifecycle.retryCreateRequested()
+        try await f.channels.transition(channelID: channel.id, from: lost, to: lifecycle)
+        let creating = lifecycle
+        _ = try lifecycle.createSucceeded()
+        try await f.channels.transition(channelID: channel.id, from: creating, to: lifecycle, apnsChannelID: "bmV3")
+        let resumed = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(resumed.update.id == second.id)
+        #expect(resumed.pending.map(\.id) == [first.id, second.id])
+        try await f.outbox.recordBroadcast(resumed, delivery: f.delivery(for: resumed), apsTimestamp: 7)
+        #expect(try await f.events.counts(eventID: event.id) ==
+                EventCounts(pending: 0, broadcast: 1, conflated: 1, superseded: 0, deliveries: 2, failedDeliveries: 1))
+    }
+
     @Test func anEndUpdateEndsChannelAndEvent() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }

@@ -120,6 +120,16 @@ public struct EventCounts: Sendable, Equatable {
     public var superseded = 0
     public var deliveries = 0
     public var failedDeliveries = 0
+
+    public init(pending: Int = 0, broadcast: Int = 0, conflated: Int = 0, superseded: Int = 0,
+                deliveries: Int = 0, failedDeliveries: Int = 0) {
+        self.pending = pending
+        self.broadcast = broadcast
+        self.conflated = conflated
+        self.superseded = superseded
+        self.deliveries = deliveries
+        self.failedDeliveries = failedDeliveries
+    }
 }
 
 /// The content-state an app fetches on foreground (`GET /v1/events/{id}/state`).
