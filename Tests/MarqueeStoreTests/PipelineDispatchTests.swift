@@ -139,6 +139,10 @@ struct PipelineDispatchTests {
         #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).isEmpty)
         let retry = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: Date() + 61).first)
         #expect(retry.attempts == 1)
+        // Paced: given back unsent, due a little later, attempts unchanged.
+        #expect(try await f.outbox.postpone(retry, by: 1, now: Date() + 61))
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: Date() + 61.5).isEmpty)
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: Date() + 63).first?.attempts == 1)
         #expect(try await f.deliveries.lastErrors(appID: f.appID).map(\.draft.reason) == ["ServiceUnavailable"])
         #expect(try await f.deliveries.recent(channelID: channel.id).first?.draft.status == 503)
     }

@@ -255,6 +255,15 @@ public struct OutboxRepository: Sendable {
         }
     }
 
+    /// Gives a claim back unsent, due again after `delay` (the one-per-second pacing of
+    /// `ConflationPolicy` said "not yet"); attempts are unchanged. False when the claim was lost.
+    @discardableResult
+    public func postpone(_ claim: ClaimedBroadcast, by delay: TimeInterval, now: Date? = nil) async throws -> Bool {
+        try await pool.withConnection { tx in
+            try await Self.release(claim, attemptsSQL: "attempts", delay: delay, error: nil, now: now, on: tx)
+        }
+    }
+
     /// Gives claims back unchanged (shutdown), so another instance can take them at once.
     public func release(_ claims: [ClaimedBroadcast]) async throws {
         guard !claims.isEmpty else { return }
@@ -270,7 +279,7 @@ public struct OutboxRepository: Sendable {
                                 now: Date?, on tx: PostgresConnection) async throws -> Bool {
         try await tx.execute("""
             UPDATE outbox SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL,
-                attempts = \(unsafeRaw: attemptsSQL), last_error = \(error),
+                attempts = \(unsafeRaw: attemptsSQL), last_error = coalesce(\(error), last_error),
                 next_attempt_at = coalesce(\(now), now()) + make_interval(secs => \(max(0, delay))), updated_at = now()
             WHERE id = \(claim.outboxID) AND claim_token = \(claim.claimToken)
             """) == 1
