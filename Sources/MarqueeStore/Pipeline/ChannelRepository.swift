@@ -169,10 +169,10 @@ public struct ChannelRepository: Sendable {
                     next_attempt_at = coalesce(\(nextAttemptAt), CASE WHEN \(requestInFlight)
                         THEN coalesce(\(now), now()) + make_interval(secs => \(inFlightTimeout)) END),
                     apns_channel_id = coalesce(\(apnsChannelID), apns_channel_id),
-                    first_seen_at = CASE WHEN \(apnsChannelID)::text IS NOT NULL
-                                         THEN coalesce(first_seen_at, coalesce(\(now), now())) ELSE first_seen_at END,
+                    first_seen_at = CASE WHEN \(apnsChannelID)::text IS DISTINCT FROM apns_channel_id AND \(apnsChannelID)::text IS NOT NULL
+                                         THEN coalesce(\(now), now()) ELSE first_seen_at END,
                     requested_at = CASE WHEN \(new.state.rawValue) = 'creating' THEN coalesce(\(now), now()) ELSE requested_at END,
-                    opened_at = CASE WHEN \(new.state.rawValue) = 'open' THEN coalesce(opened_at, \(now), now()) ELSE opened_at END,
+                    opened_at = CASE WHEN \(new.state.rawValue) = 'open' AND state <> 'open' THEN coalesce(\(now), now()) ELSE opened_at END,
                     ended_at = CASE WHEN \(new.state.rawValue) = 'ended' THEN coalesce(\(now), now()) ELSE ended_at END,
                     deleted_at = CASE WHEN \(new.state.rawValue) = 'deleted' THEN coalesce(\(now), now()) ELSE deleted_at END,
                     last_error = coalesce(\(error), last_error),
