@@ -22,13 +22,20 @@ import Testing
         return configuration
     }
 
-    /// Runs a tool to completion on a thread outside the cooperative pool; returns its standard output.
-    static func run(_ tool: String, _ arguments: [String], input: [UInt8] = []) async throws -> String {
-        try await withCheckedThrowingContinuation { continuation in
+    /// The full path of a tool found on PATH (curl, nghttp and h2load come from Scripts/bootstrap).
+    static func tool(_ name: String) -> String? {
+        let directories = (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":")
+        return directories.map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    /// Runs a tool from PATH to completion on a thread outside the cooperative pool; returns its standard output.
+    static func run(_ name: String, _ arguments: [String], input: [UInt8] = []) async throws -> String {
+        let path = try #require(tool(name), "\(name) is not on PATH: run Scripts/bootstrap")
+        return try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
                 do {
                     let process = Process()
-                    process.executableURL = URL(fileURLWithPath: tool)
+                    process.executableURL = URL(fileURLWithPath: path)
                     process.arguments = arguments
                     let output = Pipe()
                     let stdin = Pipe()
@@ -66,7 +73,7 @@ import Testing
         for (name, value) in allHeaders.sorted(by: { $0.key < $1.key }) { arguments += ["-H", "\(name): \(value)"] }
         if body != nil { arguments += ["--data-binary", "@-"] }
         arguments.append(url)
-        let output = try await run("/usr/bin/curl", arguments, input: Array((body ?? "").utf8))
+        let output = try await run("curl", arguments, input: Array((body ?? "").utf8))
         let parts = output.components(separatedBy: "\r\n\r\n")
         let head = parts[0].components(separatedBy: "\r\n")
         var answer = CurlAnswer(status: Int(head[0].split(separator: " ").dropFirst().first ?? "") ?? 0, headers: [:], body: parts.dropFirst().joined(separator: "\r\n\r\n"))
@@ -147,7 +154,7 @@ import Testing
             $0.faults.goAwayAfterStreams = 1
         })
         let token = try ProviderToken(signingKey: simulator.files.signingKey(), issuedAt: Date())
-        let output = try await Self.run("/usr/bin/nghttp", [
+        let output = try await Self.run("nghttp", [
             "-v", "-H", "authorization: \(token.authorization)",
             simulator.managementURL + "/1/apps/\(Self.bundleID)/all-channels",
         ])
@@ -221,7 +228,7 @@ import Testing
         let payload = #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{"home":2,"away":1,"clock":"63:12","period":"2H"}}}"#
         try payload.write(toFile: payloadFile, atomically: true, encoding: .utf8)
         let requests = ProcessInfo.processInfo.environment["MARQUEE_SIMULATOR_BENCH_REQUESTS"] ?? "100000"
-        let output = try await SimulatorHostTests.run("/usr/bin/h2load", [
+        let output = try await SimulatorHostTests.run("h2load", [
             "-n", requests, "-c", "4", "-m", "100", "-t", "1", "-d", payloadFile,
             "-H", "authorization: \(token.authorization)", "-H", "apns-channel-id: \(try #require(channel))",
             "-H", "apns-push-type: liveactivity", "-H", "apns-expiration: 0", "-H", "apns-priority: 5",
