@@ -188,6 +188,28 @@ import Testing
         #expect(answer.headers["apns-request-id"] != nil)
     }
 
+    @Test func aTakenPortFailsTheStartAndReleasesTheOtherListener() async throws {
+        let folder = Self.stateFolder()
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let first = try await APNsSimulator.start(configuration: Self.configuration(folder))
+        let taken = first.managementPort
+        // A port that was free a moment ago, for the listener that does bind.
+        let probe = try await APNsSimulator.start(configuration: Self.configuration(folder))
+        let free = probe.pushPort
+        await probe.shutdown()
+        await #expect(throws: NetworkError.self) {
+            _ = try await APNsSimulator.start(configuration: Self.configuration(folder) {
+                $0.pushPort = free
+                $0.managementPort = taken
+            })
+        }
+        // The failed start let go of the port it had bound.
+        let second = try await APNsSimulator.start(configuration: Self.configuration(folder) { $0.pushPort = free })
+        #expect(second.pushPort == free)
+        await second.shutdown()
+        await first.shutdown()
+    }
+
     @Test func flagsParseIntoAConfiguration() throws {
         let configuration = try #require(try SimulatorConfiguration.parse(arguments: [
             "--state", "sim", "--push-port", "2197", "--management-port", "2195", "--environment", "production",
