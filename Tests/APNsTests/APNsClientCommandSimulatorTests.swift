@@ -118,16 +118,19 @@ import Testing
     static let binary = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent(".build/debug/marquee").path
 
+    /// True when the built binary's root help lists `apns` (the command is wired into the root).
     static let binaryHasAPNs: Bool = {
         guard FileManager.default.isExecutableFile(atPath: binary) else { return false }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["apns", "--help"]
-        process.standardOutput = FileHandle.nullDevice
+        process.arguments = ["--help"]
+        let output = Pipe()
+        process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         guard (try? process.run()) != nil else { return false }
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
-        return process.terminationStatus == 0
+        return process.terminationStatus == 0 && text.contains("Send one request to APNs")
     }()
 
     static func runBinary(_ arguments: [String], environment: [String: String]) async throws -> (status: Int32, output: String) {

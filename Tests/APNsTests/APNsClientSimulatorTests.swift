@@ -385,3 +385,90 @@ final class StreamLimitWatcher: Sendable {
         await stopEvents().compactMap { if case .maxConcurrentStreamsChanged(let limit) = $0 { Int(limit) } else { nil } }
     }
 }
+
+/// What a counting host saw: streams open at once, before and after each connection's first success.
+final class OpenStreamCounter: Sendable {
+    struct Snapshot: Sendable {
+        var connections = 0
+        var maxOpenBeforeFirstSuccess = 0
+        var maxOpen = 0
+    }
+
+    final class Connection: Sendable {
+        struct State {
+            var open = 0
+            var succeeded = false
+        }
+        let state = Mutex(State())
+    }
+
+    private let totals = Mutex(Snapshot())
+
+    var snapshot: Snapshot { totals.withLock { $0 } }
+
+    func opened(_ connection: Connection) {
+        totals.withLock { $0.connections += 1 }
+        _ = connection
+    }
+
+    func requestArrived(on connection: Connection) {
+        let (open, succeeded) = connection.state.withLock { state in
+            state.open += 1
+            return (state.open, state.succeeded)
+        }
+        totals.withLock { totals in
+            totals.maxOpen = max(totals.maxOpen, open)
+            if !succeeded { totals.maxOpenBeforeFirstSuccess = max(totals.maxOpenBeforeFirstSuccess, open) }
+        }
+    }
+
+    func answered(on connection: Connection, status: Int) {
+        connection.state.withLock { state in
+            state.open -= 1
+            if (200..<300).contains(status) { state.succeeded = true }
+        }
+    }
+}
+
+/// The simulator engine behind a host of the test's own that counts open streams; answers are delayed 5 ms
+/// so concurrent streams overlap.
+struct CountingSimulatorHost: HTTP2RequestHandler {
+    let engine: SimulatorEngine
+    let counter: OpenStreamCounter
+
+    final class Box {
+        var state: SimulatorConnectionState
+        let counted = OpenStreamCounter.Connection()
+        init(_ state: SimulatorConnectionState) { self.state = state }
+    }
+
+    func connectionOpened(_ connection: HTTP2ServerConnection) {
+        let box = Box(engine.makeConnectionState())
+        connection.state = box
+        counter.opened(box.counted)
+    }
+
+    func handle(_ request: HTTPRequest, connection: HTTP2ServerConnection) -> HTTP2Reply {
+        guard let box = connection.state as? Box else { return .response(HTTPResponse(status: 500)) }
+        counter.requestArrived(on: box.counted)
+        let reply = engine.handle(request, on: request.path.hasPrefix("/1/") ? .management : .push, connection: &box.state)
+        let counted = box.counted
+        let counter = self.counter
+        let response = reply.response
+        let actions = reply.actions
+        return .deferred {
+            try? await Task.sleep(for: .milliseconds(5))
+            counter.answered(on: counted, status: response.status)
+            // The limit changes with the answer, as APNs does.
+            connection.loop.execute {
+                for action in actions {
+                    switch action {
+                    case .setMaxConcurrentStreams(let limit): connection.setMaxConcurrentStreams(limit)
+                    case .goAway(let code, let data): connection.goAway(errorCode: code, debugData: data)
+                    }
+                }
+            }
+            return response
+        }
+    }
+}
