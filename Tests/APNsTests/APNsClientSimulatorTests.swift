@@ -88,7 +88,10 @@ import Testing
 
     /// Each rejection the simulator produces, sent through the wire and read back as the right result.
     @Test func everyRejectionReadsBackAsARejectionOnce() async throws {
-        let h = try await Self.harness { $0.invalidDeviceTokens = [String(repeating: "cd", count: 32)] }
+        let h = try await Self.harness { configuration in
+            configuration.invalidDeviceTokens = [String(repeating: "cd", count: 32)]
+            configuration.channelQuota = 1
+        }
         defer { Task { await h.close() } }
         let channel = try await h.client.createChannel(bundleID: Self.bundle, storagePolicy: .noMessageStored)
         let unknown = try APNsChannelID("dW5rbm93bg==")
@@ -125,6 +128,15 @@ import Testing
                  String(decoding: Self.payload(), as: UTF8.self)), .missingTopic, 400),
             (raw(.devicePush, .post, "/3/device/\(Self.deviceToken.hex)", ["apns-push-type": "liveactivity", "apns-topic": Self.bundle],
                  String(decoding: Self.payload(), as: UTF8.self)), .deviceTokenNotForTopic, 400),
+            (try .createChannel(bundleID: Self.bundle, storagePolicy: .mostRecentMessageStored), .cannotCreateChannelConfig, 400),
+            (raw(.listChannels, .get, "/1/apps/\(Self.bundle)/all-channels", ["apns-request-id": "not-a-uuid"]), .badMessageId, 400),
+            (raw(.devicePush, .post, "/3/device/zz", ["apns-push-type": "liveactivity", "apns-topic": Self.bundle + ".push-type.liveactivity"],
+                 String(decoding: Self.payload(), as: UTF8.self)), .badDeviceToken, 400),
+            (raw(.devicePush, .post, "/3/device/\(Self.deviceToken.hex)", ["apns-push-type": "alert", "apns-topic": Self.bundle + ".push-type.liveactivity"],
+                 String(decoding: Self.payload(), as: UTF8.self)), .invalidPushType, 400),
+            (raw(.devicePush, .post, "/3/device/\(Self.deviceToken.hex)", ["apns-push-type": "liveactivity", "apns-topic": Self.bundle + ".push-type.liveactivity",
+                                                                          "apns-collapse-id": String(repeating: "c", count: 65)],
+                 String(decoding: Self.payload(), as: UTF8.self)), .badCollapseId, 400),
             (raw(.broadcast, .get, "/4/broadcasts/apps/\(Self.bundle)", [:]), .methodNotAllowed, 405),
             (raw(.broadcast, .post, "/5/nowhere", [:]), .badPath, 404),
         ]
@@ -157,6 +169,24 @@ import Testing
         #expect(outcome.result.failure?.reason == .invalidProviderToken)
         #expect(outcome.attempts.count == 1)
         #expect(h.simulator.engine.statusCounts == [403: 1])
+    }
+
+    /// A token replaced sooner than 20 minutes on one connection is refused with 429 TooManyProviderTokenUpdates; the client
+    /// backs off with the same token and never refreshes because of it.
+    @Test func aTokenChangedTooSoonIsRetriedButNeverRefreshed() async throws {
+        let clock = ManualWallClock(Date(timeIntervalSince1970: 1_800_000_000))
+        let h = try await Self.harness(clock: clock)
+        defer { Task { await h.close() } }
+        let channel = try await Self.createDirectly(h)
+        _ = try await h.client.broadcast(bundleID: Self.bundle, channelID: channel, payload: Self.payload(0))
+        clock.advance(by: 60)
+        let first = try h.client.signer.token(for: h.client.signingKey)
+        _ = try h.client.signer.tokenAfterExpiry(of: first, for: h.client.signingKey)
+        let outcome = try await h.client.send(try .broadcast(bundleID: Self.bundle, channelID: channel, payload: Self.payload(1), expiration: 0, priority: .immediate))
+        guard case .tokenUpdatesTooFrequent(let failure) = outcome.result else { Issue.record("\(outcome.result)"); return }
+        #expect(failure.reason == .tooManyProviderTokenUpdates && failure.status == 429)
+        #expect(outcome.attempts.count == Self.retries.maxAttempts)
+        #expect(h.simulator.engine.statusCounts == [200: 1, 429: Self.retries.maxAttempts])
     }
 
     /// A burst at connection start waits for the first authenticated answer: the host counts streams open at once,
