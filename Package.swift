@@ -44,6 +44,9 @@ let package = Package(
         .executableTarget(name: "SqlEmbedder", path: "Plugins/SqlEmbedder"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SqlEmbedder"]),
 
+        // Driver for Scripts/bench apns: APNsClient against the simulator (release build).
+        .executableTarget(name: "APNsBench", dependencies: ["APNs", "APNsSimulator", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
+
         // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.
         .executableTarget(name: "PostgresBench", dependencies: ["Postgres"], swiftSettings: strict),
 
