@@ -168,7 +168,7 @@ public final class APNsClient: Sendable {
         let endpoint = endpoints[request.hostKind]
         let idHeader = request.operation == .devicePush ? APNsHeader.id : APNsHeader.requestID
         // One id for every attempt, so APNs' logs and ours name the request the same way.
-        let requestID = request.headers[idHeader] ?? APNsRequestID(UUID()).value
+        let requestID = request.headers[idHeader] ?? APNsRequestID.random().value
         var retry = RetryState(policy: configuration.retryPolicy)
         var attempts: [APNsAttempt] = []
         while true {
