@@ -72,6 +72,9 @@ public struct RouteTable: Sendable {
         router.add(method, template, APIRoute(method: method, template: template, access: access, takesBody: takesBody, handler: handler))
     }
 
+    /// Every route, in registration order.
+    public var all: [APIRoute] { router.routes.map(\.handler) }
+
     /// Every (method, template) pair, in registration order.
     public var endpoints: [(method: String, template: String)] {
         router.routes.map { ($0.method, $0.template) }
