@@ -18,19 +18,31 @@ public enum NetworkError: Error, Sendable, Equatable, CustomStringConvertible {
     case connectionClosed
     /// The peer sent GOAWAY and did not process this stream; safe to retry elsewhere.
     case goAway(errorCode: UInt32, debugData: String)
+    /// The request never left this process (it was queued when its connection went away or refused new
+    /// streams); safe to retry on another connection.
+    case requestNotSent(String)
     /// The stream was reset by the peer.
     case streamReset(errorCode: UInt32)
-    /// The request's deadline (including time queued) passed.
+    /// The request's deadline passed after it was sent (a request still queued gets `.requestNotSent`).
     case timedOut
     /// The component was shut down.
     case shutdown
     /// A listener could not bind.
     case bindFailed(String)
 
+    /// True when the request provably never reached the peer's application (GOAWAY above the last stream
+    /// id, or never sent), so even a non-idempotent request may be retried.
+    public var wasNotSent: Bool {
+        switch self {
+        case .goAway, .requestNotSent: true
+        default: false
+        }
+    }
+
     /// True when the same request may succeed if tried again (on another or a new connection).
     public var isRetryable: Bool {
         switch self {
-        case .connectFailed, .connectionClosed, .goAway, .timedOut, .streamReset: true
+        case .connectFailed, .connectionClosed, .goAway, .requestNotSent, .timedOut, .streamReset: true
         case .tls, .certificateRejected, .alpnRefused, .http2, .shutdown, .bindFailed: false
         }
     }
@@ -44,6 +56,7 @@ public enum NetworkError: Error, Sendable, Equatable, CustomStringConvertible {
         case .connectFailed(let detail): "connect failed: \(detail)"
         case .connectionClosed: "connection closed"
         case .goAway(let code, let debugData): "GOAWAY (error \(code)) \(debugData)"
+        case .requestNotSent(let reason): "request not sent: \(reason)"
         case .streamReset(let code): "stream reset (error \(code))"
         case .timedOut: "timed out"
         case .shutdown: "shut down"

@@ -5,4 +5,5 @@
 #include "shims_openssl.h"
 #include "shims_libevent.h"
 #include "shims_libpq.h"
+#include "shims_network.h"
 #endif

@@ -68,10 +68,7 @@ public final class Counter: RenderableMetric {
     public func value(_ labels: LabelValues = []) -> Double { series.withLock { $0[labels] ?? 0 } }
 
     func render(into output: inout String) {
-        writeHeader(&output, name: name, help: help, type: "counter")
-        for (labels, value) in series.withLock({ $0 }).sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
-            output += "\(name)\(labelText(labelNames, labels)) \(number(value))\n"
-        }
+        renderSimple(&output, name: name, help: help, type: "counter", labelNames: labelNames, series: series.withLock { $0 })
     }
 }
 
@@ -103,10 +100,7 @@ public final class Gauge: RenderableMetric {
     public func value(_ labels: LabelValues = []) -> Double? { series.withLock { $0[labels] } }
 
     func render(into output: inout String) {
-        writeHeader(&output, name: name, help: help, type: "gauge")
-        for (labels, value) in series.withLock({ $0 }).sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
-            output += "\(name)\(labelText(labelNames, labels)) \(number(value))\n"
-        }
+        renderSimple(&output, name: name, help: help, type: "gauge", labelNames: labelNames, series: series.withLock { $0 })
     }
 }
 
@@ -162,6 +156,16 @@ public final class Histogram: RenderableMetric {
             output += "\(name)_sum\(labelText(labelNames, labels)) \(number(entry.sum))\n"
             output += "\(name)_count\(labelText(labelNames, labels)) \(entry.count)\n"
         }
+    }
+}
+
+/// Renders a metric whose series are one number each (counters and gauges).
+private func renderSimple(
+    _ output: inout String, name: String, help: String, type: String, labelNames: [String], series: [LabelValues: Double]
+) {
+    writeHeader(&output, name: name, help: help, type: type)
+    for (labels, value) in series.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+        output += "\(name)\(labelText(labelNames, labels)) \(number(value))\n"
     }
 }
 
