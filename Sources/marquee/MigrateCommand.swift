@@ -14,10 +14,10 @@ enum MigrateCommand {
             do {
                 if arguments.flag("check") {
                     let pending = try await runner.pendingMigrations()
-                    Terminal.emit(arguments,
-                                  text: pending.isEmpty ? "schema is current" : "pending: " + pending.joined(separator: ", "),
-                                  json: ["pending": .array(pending.map(JSONValue.string))])
-                    if !pending.isEmpty { throw CommandFailure("\(pending.count) migration(s) pending", exitCode: .failure, code: "pending") }
+                    guard pending.isEmpty else {
+                        throw CommandFailure("pending migrations: " + pending.joined(separator: ", "), exitCode: .failure, code: "pending")
+                    }
+                    Terminal.emit(arguments, text: "schema is current", json: ["pending": []])
                     return
                 }
                 let applied = try await runner.migrate()
