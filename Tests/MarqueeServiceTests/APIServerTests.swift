@@ -201,9 +201,12 @@ struct APIServerTests {
         let development = try await harness.app()
         let production = try await harness.app(environment: "production")
         let admin = try await harness.key(.admin)
-        for app in [development, production] {
-            #expect(await harness.send("POST", "/v1/attribute-types", key: admin, body: Fixtures.matchType(app: app)).status == 201)
-        }
+        expectError(await harness.send("GET", "/v1/attribute-types/MatchAttributes", key: admin), 404)
+        #expect(await harness.send("POST", "/v1/attribute-types", key: admin, body: Fixtures.matchType(app: development)).status == 201)
+        // A miss was not cached; the hit is (for every app and for this app).
+        #expect(await harness.send("GET", "/v1/attribute-types/MatchAttributes", key: admin).json?["app"] == .int(Int64(development)))
+        #expect(await harness.send("POST", "/v1/attribute-types", key: admin, body: Fixtures.matchType(app: production)).status == 201)
+        // Registering on this instance forgets the cached all-apps answer: the name is now ambiguous.
         expectError(await harness.send("GET", "/v1/attribute-types/MatchAttributes", key: admin), 409, field: "app")
         #expect(await harness.send("GET", "/v1/attribute-types/MatchAttributes?app=\(production)", key: admin).json?["app"]
                 == .int(Int64(production)))

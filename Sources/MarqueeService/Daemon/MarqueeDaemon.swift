@@ -56,6 +56,8 @@ public final class MarqueeDaemon: Sendable {
     public let metrics: MetricsRegistry
     public let logger: Logger
     public let keys: APIKeyVerifier
+    /// Cached attribute types, shared by the API and (later) the ingest path.
+    public let attributeTypes: AttributeTypeCatalog
     public let api: APIServer
 
     public init(configuration: ServeConfiguration, logger: Logger) {
@@ -68,17 +70,20 @@ public final class MarqueeDaemon: Sendable {
         self.pool = pool
         self.metrics = metrics
         self.keys = keys
-        self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics), keys: keys, metrics: metrics,
+        let attributeTypes = AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
+        self.attributeTypes = attributeTypes
+        self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes), keys: keys, metrics: metrics,
                              logger: logger.with(["component": "api"]))
     }
 
     /// The API's feature areas. A new area adds its `APIRoutes` here (and its paths to the OpenAPI document).
-    public static func routes(pool: PostgresPool, metrics: MetricsRegistry) -> [any APIRoutes] {
+    public static func routes(pool: PostgresPool, metrics: MetricsRegistry, attributeTypes: AttributeTypeCatalog? = nil) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
+        let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
         return [
             SystemRoutes(pool: pool, metrics: metrics, processMetrics: ProcessMetrics(registry: metrics)),
             AppRoutes(apps: apps),
-            AttributeTypeRoutes(apps: apps, types: AttributeTypeRepository(pool: pool)),
+            AttributeTypeRoutes(apps: apps, types: attributeTypes),
         ]
     }
 

@@ -9,9 +9,9 @@ import Network
 /// `POST /v1/attribute-types` (admin), `GET /v1/attribute-types` and `GET /v1/attribute-types/{name}` (any key).
 public struct AttributeTypeRoutes: APIRoutes {
     private let apps: AppRepository
-    private let types: AttributeTypeRepository
+    private let types: AttributeTypeCatalog
 
-    public init(apps: AppRepository, types: AttributeTypeRepository) {
+    public init(apps: AppRepository, types: AttributeTypeCatalog) {
         self.apps = apps
         self.types = types
     }
@@ -44,7 +44,7 @@ public struct AttributeTypeRoutes: APIRoutes {
         }
         table.add("GET", "/v1/attribute-types", access: .anyKey) { [types] request in
             let appID = try Self.appQuery(request)
-            return .json(["attributeTypes": .array(try await types.list(appID: appID).map(Self.json))])
+            return .json(["attributeTypes": .array(try await types.repository.list(appID: appID).map(Self.json))])
         }
         table.add("GET", "/v1/attribute-types/{name}", access: .anyKey) { [types] request in
             let name = request.parameter("name")
