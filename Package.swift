@@ -37,6 +37,8 @@ let package = Package(
         .executableTarget(name: "marquee", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
         // Benchmark driver for Scripts/bench.d/h2 (release build): HTTP/2 client and server load.
         .executableTarget(name: "NetworkBench", dependencies: ["Network"], swiftSettings: strict),
+        // The Network servers with trivial handlers, for Scripts/bench.d/h2-servers.
+        .executableTarget(name: "ServerBench", dependencies: ["Network"], swiftSettings: strict),
 
         // Sql/*.sql becomes a generated Swift source of MarqueeStore, so the binary is self-contained.
         .executableTarget(name: "SqlEmbedder", path: "Plugins/SqlEmbedder"),

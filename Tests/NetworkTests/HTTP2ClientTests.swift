@@ -263,7 +263,8 @@ func clientMaxConcurrentStreams(inNGHTTPDLog log: String) -> Int {
         // A stream window of 0: the peer can send headers but no body, so the one stream never ends and
         // everything behind it waits in our queue.
         let connection = harness.connect(to: peer, configuration: .init(initialWindowSize: 0))
-        async let first = connection.send(HTTPRequest(method: "GET", path: "/big"), deadline: .now + .seconds(1))
+        // Its deadline is far beyond the queued ones', so the slot stays taken while they wait.
+        async let first = connection.send(HTTPRequest(method: "GET", path: "/big"), deadline: .now + .seconds(3))
         while await connection.activeStreams == 0 { try await Task.sleep(for: .milliseconds(5)) }
         let queued = await clientBurst(4) { _ throws(NetworkError) in
             try await connection.send(HTTPRequest(method: "GET", path: "/big"), timeout: .milliseconds(300))

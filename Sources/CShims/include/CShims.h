@@ -6,4 +6,5 @@
 #include "shims_libevent.h"
 #include "shims_libpq.h"
 #include "shims_network.h"
+#include "shims_network_server.h"
 #endif

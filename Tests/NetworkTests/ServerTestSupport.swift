@@ -1,0 +1,103 @@
+// Shared by the server tests: a CA and a server certificate made with the openssl CLI, and real clients
+// (curl, nghttp, h2load, python3) run as child processes without blocking Swift's cooperative threads.
+import Foundation
+import Network
+import Synchronization
+
+/// The result of a finished child process.
+struct ServerTestProcessResult {
+    var status: Int32
+    var output: String
+    var errors: String
+    var all: String { output + errors }
+}
+
+enum ServerTestTools {
+    /// A scratch folder of its own for one test.
+    static func temporaryFolder() throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("marquee-server-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
+    /// Runs `executable` (found on PATH) and returns when it exits; output goes through files, so a large
+    /// output cannot stall the child.
+    static func run(_ executable: String, _ arguments: [String], in folder: URL? = nil) async throws -> ServerTestProcessResult {
+        let folder = try folder ?? temporaryFolder()
+        let id = UUID().uuidString
+        let outURL = folder.appendingPathComponent("\(id).out")
+        let errURL = folder.appendingPathComponent("\(id).err")
+        _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [executable] + arguments
+        process.currentDirectoryURL = folder
+        process.standardOutput = try FileHandle(forWritingTo: outURL)
+        process.standardError = try FileHandle(forWritingTo: errURL)
+        process.standardInput = FileHandle.nullDevice
+        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+            do { try process.run() } catch {
+                process.terminationHandler = nil
+                continuation.resume(throwing: error)
+            }
+        }
+        let output = (try? String(contentsOf: outURL, encoding: .utf8)) ?? ""
+        let errors = (try? String(contentsOf: errURL, encoding: .utf8)) ?? ""
+        return ServerTestProcessResult(status: status, output: output, errors: errors)
+    }
+}
+
+/// A test CA and a server certificate for localhost and 127.0.0.1, made once per test process.
+struct ServerTestCertificates: Sendable {
+    let folder: URL
+    var caFile: String { folder.appendingPathComponent("ca.pem").path }
+    var certificateFile: String { folder.appendingPathComponent("server.pem").path }
+    var keyFile: String { folder.appendingPathComponent("server.key").path }
+
+    static let shared = Task { try await make() }
+
+    static func make() async throws -> ServerTestCertificates {
+        let folder = try ServerTestTools.temporaryFolder()
+        try "subjectAltName=DNS:localhost,IP:127.0.0.1\n".write(to: folder.appendingPathComponent("ext.cnf"), atomically: true, encoding: .utf8)
+        let steps: [[String]] = [
+            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
+             "-out", "ca.pem", "-days", "2", "-subj", "/CN=Marquee Test CA"],
+            ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "server.key",
+             "-out", "server.csr", "-subj", "/CN=localhost"],
+            ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf"],
+        ]
+        for step in steps {
+            let result = try await ServerTestTools.run("openssl", step, in: folder)
+            guard result.status == 0 else { throw CertificateError(detail: result.all) }
+        }
+        return ServerTestCertificates(folder: folder)
+    }
+
+    func context() throws -> TLSServerContext {
+        try TLSServerContext(certificateChainFile: certificateFile, privateKeyFile: keyFile)
+    }
+
+    struct CertificateError: Error { var detail: String }
+}
+
+/// Which slow requests (`/slow/ID`) have reached their handler, so a test can act while one is in flight.
+enum ServerTestSignals {
+    private static let started = Mutex<Set<String>>([])
+
+    static func markStarted(path: String) {
+        _ = started.withLock { $0.insert(path) }
+    }
+
+    static func waitUntilStarted(path: String) async throws {
+        for _ in 0..<2_000 {
+            if started.withLock({ $0.contains(path) }) { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw TimedOut(path: path)
+    }
+
+    struct TimedOut: Error { var path: String }
+}
