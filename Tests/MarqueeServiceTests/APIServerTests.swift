@@ -111,6 +111,8 @@ struct APIServerTests {
             (Array(valid.replacingOccurrences(of: "\"minute\": \"int\"", with: "\"minute\": 5").utf8), "application/json", 422, "validation_failed", "contentState.minute"),
             (Array(valid.replacingOccurrences(of: "\"name\": \"MatchAttributes\"", with: "\"name\": \"not a type\"").utf8), "application/json", 422, "validation_failed", "name"),
             (Array(valid.replacingOccurrences(of: "\"name\": \"MatchAttributes\"", with: "\"name\": 7").utf8), "application/json", 422, "validation_failed", "name"),
+            (Array(valid.replacingOccurrences(of: "\"name\": \"MatchAttributes\"", with: "\"name\": \"Über\"").utf8), "application/json", 422, "validation_failed", "name"),
+            (Array(valid.replacingOccurrences(of: "\"minute\": \"int\"", with: "\"\": \"int\"").utf8), "application/json", 422, "validation_failed", .none),
             (Array(#"{"app": 1, "name": "A", "attributes": {}}"#.utf8), "application/json", 422, "validation_failed", "contentState"),
             (Array(valid.utf8), "text/plain", 415, "unsupported_media_type", "content-type"),
             (Array(valid.utf8), nil, 415, "unsupported_media_type", "content-type"),

@@ -190,7 +190,7 @@ public enum OpenAPIDocument {
         "additionalProperties": false,
         "properties": {
           "app": { "type": "integer", "minimum": 1, "description": "The app id (GET /v1/apps, marquee app list)." },
-          "name": { "type": "string", "description": "The Swift type name, e.g. MatchAttributes." },
+          "name": { "type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "maxLength": 128, "description": "The Swift type name, e.g. MatchAttributes." },
           "attributes": { "$ref": "#/components/schemas/FieldSpecs" },
           "contentState": { "$ref": "#/components/schemas/FieldSpecs" }
         }

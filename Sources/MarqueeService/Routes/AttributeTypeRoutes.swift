@@ -31,6 +31,10 @@ public struct AttributeTypeRoutes: APIRoutes {
             } catch let error as SchemaError {
                 throw APIError.validation(error.message, field: error.path.isRoot ? nil : "\(error.path)")
             }
+            // Stored names are ASCII (a Swift type name an app can declare in any source file; see 0001_init.sql).
+            guard type.name.utf8.allSatisfy({ $0.isASCIILetterOrDigit || $0 == UInt8(ascii: "_") }) else {
+                throw APIError.validation("a type name uses ASCII letters, digits and underscores", field: "name")
+            }
             guard try await apps.find(id: Int(appID)) != nil else {
                 throw APIError.validation("no app with id \(appID); see GET /v1/apps", field: "app")
             }
@@ -78,5 +82,12 @@ public struct AttributeTypeRoutes: APIRoutes {
             "contentState": stored.type.contentState.json,
             "createdAt": .string(stored.createdAt.ISO8601Format()),
         ]
+    }
+}
+
+extension UInt8 {
+    fileprivate var isASCIILetterOrDigit: Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(self) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(self)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self)
     }
 }
