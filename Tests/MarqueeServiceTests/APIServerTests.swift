@@ -236,6 +236,8 @@ struct APIServerTests {
         let answer = expectError(await harness.send("DELETE", "/v1/attribute-types"), 405, code: "method_not_allowed")
         #expect(Set(answer.response.headers["allow"]?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } ?? []) == ["GET", "POST"])
         expectError(await harness.send("POST", "/healthz", body: "{}"), 405)
+        let head = await harness.send("HEAD", "/healthz")
+        #expect(head.status == 200 && head.response.body.isEmpty)
     }
 
     @Test func readinessNeedsACurrentSchema() async throws {

@@ -41,7 +41,8 @@ public final class APIServer: Sendable {
         var keyID: String?
         var response: HTTPResponse
         do {
-            switch routes.router.match(method: request.method, path: request.path) {
+            // HEAD is answered as GET without the body.
+            switch routes.router.match(method: request.method == "HEAD" ? "GET" : request.method, path: request.path) {
             case .notFound:
                 throw APIError.notFound("route")
             case .methodNotAllowed(let allowed):
