@@ -1,4 +1,4 @@
--- 0002_attribute_type_documents: keep each attribute type's schema document as written.
+-- 0003_attribute_type_documents: keep each attribute type's schema document as written.
 --
 -- jsonb sorts object keys, but a schema's field order is the order Marquee writes content-state keys in
 -- (docs/schemas.md), so the canonical document is kept as text beside the jsonb columns. Rows written
