@@ -294,4 +294,13 @@ struct APIServerTests {
         _ = try await APIKeyRepository(pool: harness.pool).revoke(keyID: try #require(APIKeyText(tokens)?.id))
         expectError(await harness.send("GET", "/v1/attribute-types", key: tokens), 401)
     }
+
+    @Test func aKeyTriedBeforeItExistedWorksOnceCreated() async throws {
+        let harness = try await APIHarness.make(keyCache: .seconds(3600))
+        defer { harness.pool.close() }
+        let key = NewAPIKey.generate()
+        expectError(await harness.send("GET", "/v1/attribute-types", key: key.text), 401)
+        _ = try await APIKeyRepository(pool: harness.pool).create(keyID: key.id, name: "late", scopes: ["tokens"], salt: key.salt, hash: key.hash)
+        #expect(await harness.send("GET", "/v1/attribute-types", key: key.text).status == 200)
+    }
 }

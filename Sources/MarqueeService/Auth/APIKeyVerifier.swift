@@ -38,10 +38,10 @@ extension APIKeyRepository: APIKeyLookup {
 
 /// Verifies API keys with a short-lived cache of stored rows.
 public final class APIKeyVerifier: Sendable {
-    /// How long a stored row (or its absence) is trusted: the longest a revoked key keeps working.
+    /// How long a stored row is trusted: the longest a revoked key keeps working.
     public let cacheDuration: Duration
     private let lookup: any APIKeyLookup
-    private let cache = Mutex<[String: (row: StoredAPIKey?, fetched: ContinuousClock.Instant)]>([:])
+    private let cache = Mutex<[String: (row: StoredAPIKey, fetched: ContinuousClock.Instant)]>([:])
     private static let maximumCachedKeys = 10_000
 
     public init(lookup: any APIKeyLookup, cacheDuration: Duration = .seconds(10)) {
@@ -59,9 +59,12 @@ public final class APIKeyVerifier: Sendable {
             row = cached.row
         } else {
             row = try await lookup.key(id: presented.id)
-            cache.withLock { cache in
-                if cache.count >= Self.maximumCachedKeys { cache.removeAll() }
-                cache[presented.id] = (row, now)
+            // Only stored rows are cached: made-up ids cannot push real keys out, and a new key works at once.
+            if let row {
+                cache.withLock { cache in
+                    if cache.count >= Self.maximumCachedKeys { cache.removeAll() }
+                    cache[presented.id] = (row, now)
+                }
             }
             if let row, !row.isRevoked, presented.matches(salt: row.salt, hash: row.hash) { await lookup.touch(id: presented.id) }
         }
