@@ -127,7 +127,7 @@ struct APIServerTests {
         let answer = await harness.send("POST", "/v1/attribute-types", key: admin, body: "{\"app\": 1,\n  \"name\": tru}")
         #expect(answer.json?["error"]?["message"]?.stringValue?.contains("line 2") == true, "\(answer.text)")
         // The valid body then goes through, once.
-        #expect(await harness.send("POST", "/v1/attribute-types", key: admin, body: valid).status == 201)
+        #expect(await harness.send("POST", "/v1/attribute-types", key: admin, body: valid, contentType: "Application/JSON; charset=utf-8").status == 201)
         #expect(try await harness.count("attribute_types") == 1)
     }
 
