@@ -72,7 +72,7 @@ public final class APIServer: Sendable {
         durations.observe(seconds, labels)
         let milliseconds = LogValue.double((seconds * 1e6).rounded() / 1e3)
         logger.info("request", ["method": .string(request.method), "route": .string(template), "status": .int(response.status),
-                                "duration_ms": milliseconds, "key": keyID.map(LogValue.string) ?? "-"])
+                                "duration_ms": milliseconds, "key_id": keyID.map(LogValue.string) ?? "-"])
         return response
     }
 
