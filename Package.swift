@@ -54,7 +54,7 @@ let package = Package(
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "Network", "MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres"], swiftSettings: strict),
+        .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
     ]
 )

@@ -1,0 +1,313 @@
+// Channels as ChannelLifecycle persists them. The state machine decides in memory; this repository
+// writes its result guarded by the state (and attempt count) the caller read, so a stale writer
+// (another instance, a late timer) changes nothing and learns so from the returned Bool.
+import Foundation
+import MarqueeCore
+import Postgres
+
+/// One row of `channels`.
+public struct ChannelRecord: Sendable, Equatable {
+    public var id: Int
+    public var appID: Int
+    /// nil for unknown channels found only in Apple's list.
+    public var eventID: Int?
+    /// Apple's base64 id; nil until a create answered.
+    public var apnsChannelID: String?
+    public var storagePolicy: MessageStoragePolicy
+    public var state: StoredChannelState
+    public var attempts: Int
+    public var nextAttemptAt: Date?
+    public var requestedAt: Date?
+    public var openedAt: Date?
+    public var endedAt: Date?
+    public var deletedAt: Date?
+    public var firstSeenAt: Date?
+    public var lastApsTimestamp: Int64?
+    public var lastError: String?
+    public var lastErrorAt: Date?
+    public var createdAt: Date
+
+    /// The state machine value to drive; nil for unknown channels.
+    public var lifecycle: ChannelLifecycle? {
+        guard case .lifecycle(let state) = state else { return nil }
+        return ChannelLifecycle(state: state, attempt: attempts)
+    }
+
+    static let columns = """
+        id, app_id, event_id, apns_channel_id, storage_policy, state, attempts, next_attempt_at, requested_at, \
+        opened_at, ended_at, deleted_at, first_seen_at, last_aps_timestamp, last_error, last_error_at, created_at
+        """
+
+    init(row: PostgresRow) throws {
+        id = try row.decode(Int.self, column: "id")
+        appID = try row.decode(Int.self, column: "app_id")
+        eventID = try row.decode(Int?.self, column: "event_id")
+        apnsChannelID = try row.decode(String?.self, column: "apns_channel_id")
+        storagePolicy = try row.decodeRaw(MessageStoragePolicy.self, column: "storage_policy")
+        state = try row.decodeChannelState()
+        attempts = try row.decode(Int.self, column: "attempts")
+        nextAttemptAt = try row.decode(Date?.self, column: "next_attempt_at")
+        requestedAt = try row.decode(Date?.self, column: "requested_at")
+        openedAt = try row.decode(Date?.self, column: "opened_at")
+        endedAt = try row.decode(Date?.self, column: "ended_at")
+        deletedAt = try row.decode(Date?.self, column: "deleted_at")
+        firstSeenAt = try row.decode(Date?.self, column: "first_seen_at")
+        lastApsTimestamp = try row.decode(Int64?.self, column: "last_aps_timestamp")
+        lastError = try row.decode(String?.self, column: "last_error")
+        lastErrorAt = try row.decode(Date?.self, column: "last_error_at")
+        createdAt = try row.decode(Date.self, column: "created_at")
+    }
+}
+
+/// What the scheduler should act on now.
+public struct SchedulerWork: Sendable, Equatable {
+    /// Events within the lead time (or with queued updates) that have no channel at all: create a planned one.
+    public var eventsNeedingChannel: [EventRecord] = []
+    /// Planned channels: report `leadTimeReached()` and create.
+    public var plannedChannels: [ChannelRecord] = []
+    /// Creates and deletes whose backoff elapsed: report `retryDue()`.
+    public var retriesDue: [ChannelRecord] = []
+    /// Creates that timed out: reconcile with Apple's list.
+    public var unresolvedCreates: [ChannelRecord] = []
+    /// Ended channels past the delete delay: report `deleteDelayElapsed()`.
+    public var deletionsDue: [ChannelRecord] = []
+    /// Events past `ends_at` plus the grace period with no end requested: end them.
+    public var eventsToEnd: [EventRecord] = []
+
+    public var isEmpty: Bool {
+        eventsNeedingChannel.isEmpty && plannedChannels.isEmpty && retriesDue.isEmpty && unresolvedCreates.isEmpty
+            && deletionsDue.isEmpty && eventsToEnd.isEmpty
+    }
+}
+
+/// The outcome of comparing Apple's channel list of an app with the database.
+public struct ReconcileReport: Sendable, Equatable {
+    /// Channels in Apple's list the database did not know, recorded now as 'unknown' with first_seen_at.
+    public var newlyRecorded: [ChannelRecord]
+    /// Every 'unknown' channel of the app still in Apple's list (older ones included; delete is opt-in).
+    /// Unknown channels no longer listed are marked deleted.
+    public var unknown: [ChannelRecord]
+    /// Channels the database believes exist at APNs that Apple's list lacks: report `reconcileNotFound()`.
+    public var missing: [ChannelRecord]
+    /// Channels marked deleted that Apple still lists: report `reconcileFound()` (it deletes again).
+    public var resurrected: [ChannelRecord]
+}
+
+/// Channels: planned creation, lifecycle transitions, quota counts, scheduler work and reconcile.
+public struct ChannelRepository: Sendable {
+    /// Live states (at most one channel per event in these; the unique index of 0001).
+    static let liveStates = "'planned', 'creating', 'create_unknown', 'create_failed', 'open', 'ending'"
+    /// States in which the database believes the channel exists at APNs with a known id.
+    static let existingStates = "'open', 'ending', 'ended', 'deleting'"
+
+    let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// The event's live channel, created as 'planned' if it has none. Throws `eventNotFound`, or
+    /// `leaseNotHeld` when `fence` is given and no longer holds (then nothing changed).
+    public func createPlanned(eventID: Int, fence: LeaseGrant? = nil) async throws -> ChannelRecord {
+        try await pool.withTransaction { tx in
+            try await LeaderLeaseRepository.requireHeld(fence, now: nil, on: tx)
+            let inserted = try await tx.query("""
+                INSERT INTO channels (app_id, event_id, storage_policy)
+                SELECT app_id, id, storage_policy FROM events WHERE id = \(eventID)
+                ON CONFLICT (event_id) WHERE state IN (\(unsafeRaw: Self.liveStates)) DO NOTHING
+                RETURNING \(unsafeRaw: ChannelRecord.columns)
+                """)
+            if let row = inserted.first { return try ChannelRecord(row: row) }
+            let live = try await tx.query("""
+                SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
+                WHERE event_id = \(eventID) AND state IN (\(unsafeRaw: Self.liveStates))
+                """)
+            guard let row = live.first else { throw PipelineError.eventNotFound(eventID) }
+            return try ChannelRecord(row: row)
+        }
+    }
+
+    /// The channel with this id, or nil.
+    public func get(id: Int) async throws -> ChannelRecord? {
+        try await pool.query("SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels WHERE id = \(id)")
+            .first.map(ChannelRecord.init(row:))
+    }
+
+    /// The app's channel with Apple's id, or nil.
+    public func get(appID: Int, apnsChannelID: String) async throws -> ChannelRecord? {
+        try await pool.query("""
+            SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels WHERE app_id = \(appID) AND apns_channel_id = \(apnsChannelID)
+            """).first.map(ChannelRecord.init(row:))
+    }
+
+    /// The event's channels, newest first (the live one, if any, is among them).
+    public func channels(eventID: Int) async throws -> [ChannelRecord] {
+        try await pool.query("""
+            SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels WHERE event_id = \(eventID) ORDER BY id DESC
+            """).map(ChannelRecord.init(row:))
+    }
+
+    /// Persists a ChannelLifecycle step: writes `new` (state, attempt, retry time) only if the row still
+    /// holds `old`'s state and attempt. `apnsChannelID` records Apple's id (and first_seen_at) from a
+    /// create answer; `error` records the last error. Moving to 'lost' also flags the event
+    /// `channel_lost` and drops its outbox row, so broadcasting stops; moving to 'open' (first open, or
+    /// an operator's recreate of a lost channel) clears the flag and queues the newest pending update.
+    /// Returns false for a stale writer.
+    ///
+    /// Entering 'creating' or 'deleting' without `nextAttemptAt` sets it to now + `inFlightTimeout`:
+    /// if this instance dies before recording the answer, the request shows up in `retriesDue` then.
+    /// With `fence`, nothing is written unless the lease still holds (`leaseNotHeld`).
+    @discardableResult
+    public func transition(channelID: Int, from old: ChannelLifecycle, to new: ChannelLifecycle,
+                           nextAttemptAt: Date? = nil, apnsChannelID: String? = nil, error: String? = nil,
+                           inFlightTimeout: TimeInterval = 120, fence: LeaseGrant? = nil,
+                           now: Date? = nil) async throws -> Bool {
+        let requestInFlight = new.state == .creating || new.state == .deleting
+        return try await pool.withTransaction { tx in
+            try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
+            let rows = try await tx.query("""
+                UPDATE channels SET
+                    state = \(new.state.rawValue), attempts = \(new.attempt),
+                    next_attempt_at = coalesce(\(nextAttemptAt), CASE WHEN \(requestInFlight)
+                        THEN coalesce(\(now), now()) + make_interval(secs => \(inFlightTimeout)) END),
+                    apns_channel_id = coalesce(\(apnsChannelID), apns_channel_id),
+                    first_seen_at = CASE WHEN \(apnsChannelID)::text IS DISTINCT FROM apns_channel_id AND \(apnsChannelID)::text IS NOT NULL
+                                         THEN coalesce(\(now), now()) ELSE first_seen_at END,
+                    requested_at = CASE WHEN \(new.state.rawValue) = 'creating' THEN coalesce(\(now), now()) ELSE requested_at END,
+                    opened_at = CASE WHEN \(new.state.rawValue) = 'open' AND state <> 'open' THEN coalesce(\(now), now()) ELSE opened_at END,
+                    ended_at = CASE WHEN \(new.state.rawValue) = 'ended' THEN coalesce(\(now), now()) ELSE ended_at END,
+                    deleted_at = CASE WHEN \(new.state.rawValue) = 'deleted' THEN coalesce(\(now), now()) ELSE deleted_at END,
+                    last_error = coalesce(\(error), last_error),
+                    last_error_at = CASE WHEN \(error)::text IS NOT NULL THEN coalesce(\(now), now()) ELSE last_error_at END,
+                    updated_at = now()
+                WHERE id = \(channelID) AND state = \(old.state.rawValue) AND attempts = \(old.attempt)
+                RETURNING event_id
+                """)
+            guard let row = rows.first else { return false }
+            if let eventID = try row.decode(Int?.self, column: "event_id"), new.state != old.state {
+                if new.state == .lost { try await Self.stopBroadcasting(eventID: eventID, on: tx) }
+                if new.state == .open { try await Self.resumeBroadcasting(eventID: eventID, on: tx) }
+            }
+            return true
+        }
+    }
+
+    /// Flags the event channel_lost and drops its outbox row (ChannelNotRegistered, or missing at APNs).
+    static func stopBroadcasting(eventID: Int, on tx: PostgresConnection) async throws {
+        try await tx.query("""
+            WITH flagged AS (UPDATE events SET channel_lost = true, updated_at = now() WHERE id = \(eventID))
+            DELETE FROM outbox WHERE event_id = \(eventID)
+            """)
+    }
+
+    /// Starts deleting an 'unknown' channel (the opt-in `--delete-unknown`): it becomes 'deleting'
+    /// with attempt 1, driven from then on by `ChannelLifecycle(state: .deleting, attempt: 1)`.
+    /// Returns false when it is no longer 'unknown'.
+    @discardableResult
+    public func beginDeletingUnknown(channelID: Int, inFlightTimeout: TimeInterval = 120, fence: LeaseGrant? = nil,
+                                     now: Date? = nil) async throws -> Bool {
+        try await pool.withTransaction { tx in
+            try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
+            return try await tx.execute("""
+                UPDATE channels SET state = 'deleting', attempts = 1,
+                    next_attempt_at = coalesce(\(now), now()) + make_interval(secs => \(inFlightTimeout)), updated_at = now()
+                WHERE id = \(channelID) AND state = 'unknown'
+                """) == 1
+        }
+    }
+
+    /// A channel (re)opened: clears channel_lost and queues the newest pending update if no outbox
+    /// row points at one (updates that arrived before the channel existed, or while it was lost).
+    static func resumeBroadcasting(eventID: Int, on tx: PostgresConnection) async throws {
+        try await tx.query("""
+            WITH cleared AS (UPDATE events SET channel_lost = false, updated_at = now() WHERE id = \(eventID) AND channel_lost)
+            INSERT INTO outbox (event_id, update_id)
+            SELECT \(eventID), max(id) FROM updates WHERE event_id = \(eventID) AND disposition = 'pending' HAVING count(*) > 0
+            ON CONFLICT (event_id) DO NOTHING
+            """)
+        try await tx.query("SELECT pg_notify(\(IngestRepository.notifyChannel), \(String(eventID)))")
+    }
+
+    /// Channels of the app that count against Apple's quota (lifecycle states that may exist at APNs, and unknown ones).
+    public func quotaCount(appID: Int) async throws -> Int {
+        try await pool.query("""
+            SELECT count(*) AS n FROM channels WHERE app_id = \(appID) AND state = ANY (\(StoredChannelState.quotaStates)::text[])
+            """)[0].decode(Int.self, column: "n")
+    }
+
+    /// What the scheduler should act on at `now` (the database clock when nil), at most `limit` of each kind.
+    public func dueWork(leadTime: TimeInterval, deleteDelay: TimeInterval, endGrace: TimeInterval,
+                       now: Date? = nil, limit: Int = 100) async throws -> SchedulerWork {
+        try await pool.withTransaction(isolation: .repeatableRead) { tx in
+            var work = SchedulerWork()
+            work.eventsNeedingChannel = try await tx.query("""
+                SELECT \(unsafeRaw: EventRecord.columns) FROM events e
+                WHERE e.status IN ('scheduled', 'live') AND NOT e.channel_lost
+                  AND (e.ends_at IS NULL OR e.ends_at > coalesce(\(now), now()))
+                  AND (e.starts_at <= coalesce(\(now), now()) + make_interval(secs => \(leadTime))
+                       OR EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id))
+                  AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
+                ORDER BY e.starts_at, e.id LIMIT \(limit)
+                """).map(EventRecord.init(row:))
+            func channels(_ condition: PostgresQuery) async throws -> [ChannelRecord] {
+                try await tx.query("""
+                    SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels WHERE \(fragment: condition) ORDER BY id LIMIT \(limit)
+                    """).map(ChannelRecord.init(row:))
+            }
+            work.plannedChannels = try await channels("state = 'planned'")
+            work.retriesDue = try await channels("""
+                state IN ('creating', 'deleting') AND next_attempt_at <= coalesce(\(now), now())
+                """)
+            work.unresolvedCreates = try await channels("state = 'create_unknown'")
+            work.deletionsDue = try await channels("""
+                state = 'ended' AND ended_at <= coalesce(\(now), now()) - make_interval(secs => \(deleteDelay))
+                """)
+            work.eventsToEnd = try await tx.query("""
+                SELECT \(unsafeRaw: EventRecord.columns) FROM events e
+                WHERE e.status IN ('scheduled', 'live') AND e.ends_at IS NOT NULL
+                  AND e.ends_at + make_interval(secs => \(endGrace)) <= coalesce(\(now), now())
+                  AND NOT EXISTS (SELECT 1 FROM updates u WHERE u.event_id = e.id AND u.action = 'end')
+                ORDER BY e.ends_at, e.id LIMIT \(limit)
+                """).map(EventRecord.init(row:))
+            return work
+        }
+    }
+
+    /// Compares Apple's list of the app's channel ids with the database: records unknown ids as
+    /// 'unknown' (first_seen_at = now; storage policy 'none' as a placeholder, Apple's list has none),
+    /// and reports unknown, missing and resurrected channels. Changes no known channel's state: the
+    /// caller drives ChannelLifecycle with the report and persists through `transition`.
+    public func reconcile(appID: Int, apnsChannelIDs: [String], fence: LeaseGrant? = nil,
+                          now: Date? = nil) async throws -> ReconcileReport {
+        try await pool.withTransaction { tx in
+            try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
+            let newlyRecorded = try await tx.query("""
+                INSERT INTO channels (app_id, apns_channel_id, storage_policy, state, first_seen_at)
+                SELECT \(appID), listed, 'none', 'unknown', coalesce(\(now), now())
+                FROM unnest(\(apnsChannelIDs)::text[]) AS listed
+                ON CONFLICT (app_id, apns_channel_id) DO NOTHING
+                RETURNING \(unsafeRaw: ChannelRecord.columns)
+                """).map(ChannelRecord.init(row:))
+            let unknown = try await tx.query("""
+                SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
+                WHERE app_id = \(appID) AND state = 'unknown' AND apns_channel_id = ANY (\(apnsChannelIDs)::text[])
+                ORDER BY first_seen_at, id
+                """).map(ChannelRecord.init(row:))
+            let missing = try await tx.query("""
+                SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
+                WHERE app_id = \(appID) AND state IN (\(unsafeRaw: Self.existingStates))
+                  AND NOT (apns_channel_id = ANY (\(apnsChannelIDs)::text[]))
+                ORDER BY id
+                """).map(ChannelRecord.init(row:))
+            // Unknown channels gone from Apple's list need nothing more: they are deleted.
+            try await tx.query("""
+                UPDATE channels SET state = 'deleted', deleted_at = coalesce(\(now), now()), updated_at = now()
+                WHERE app_id = \(appID) AND state = 'unknown' AND NOT (apns_channel_id = ANY (\(apnsChannelIDs)::text[]))
+                """)
+            let resurrected = try await tx.query("""
+                SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
+                WHERE app_id = \(appID) AND state = 'deleted' AND apns_channel_id = ANY (\(apnsChannelIDs)::text[])
+                ORDER BY id
+                """).map(ChannelRecord.init(row:))
+            return ReconcileReport(newlyRecorded: newlyRecorded, unknown: unknown, missing: missing, resurrected: resurrected)
+        }
+    }
+}

@@ -1,0 +1,271 @@
+import Foundation
+import MarqueeCore
+import Postgres
+
+/// A new event as `POST /v1/events` describes it, already validated against its schema.
+public struct NewEvent: Sendable, Equatable {
+    public var appID: Int
+    public var externalID: String
+    public var kind: EventKind
+    public var attributeTypeID: Int
+    public var attributes: JSONValue
+    public var storagePolicy: MessageStoragePolicy
+    public var startsAt: Date
+    public var endsAt: Date?
+    public var topics: [String]
+    /// The initial content-state (becomes the latest state, with no update row); nil: none yet.
+    public var initialState: JSONValue?
+    /// When the initial state holds from; nil: the database's now.
+    public var initialStateAt: Date?
+
+    public init(appID: Int, externalID: String, kind: EventKind, attributeTypeID: Int, attributes: JSONValue = [:],
+                storagePolicy: MessageStoragePolicy = .mostRecent, startsAt: Date, endsAt: Date? = nil,
+                topics: [String] = [], initialState: JSONValue? = nil, initialStateAt: Date? = nil) {
+        self.appID = appID
+        self.externalID = externalID
+        self.kind = kind
+        self.attributeTypeID = attributeTypeID
+        self.attributes = attributes
+        self.storagePolicy = storagePolicy
+        self.startsAt = startsAt
+        self.endsAt = endsAt
+        self.topics = topics
+        self.initialState = initialState
+        self.initialStateAt = initialStateAt
+    }
+}
+
+/// One row of `events`.
+public struct EventRecord: Sendable, Equatable {
+    public var id: Int
+    public var appID: Int
+    public var externalID: String
+    public var kind: EventKind
+    public var attributeTypeID: Int
+    public var attributes: JSONValue
+    public var storagePolicy: MessageStoragePolicy
+    public var status: EventStatus
+    /// APNs no longer knows the event's channel: an operator must act.
+    public var channelLost: Bool
+    public var startsAt: Date
+    public var endsAt: Date?
+    public var topics: [String]
+    public var latestState: JSONValue?
+    public var latestStateAt: Date?
+    public var latestUpdateID: Int?
+    public var createdAt: Date
+    public var updatedAt: Date
+
+    static let columns = """
+        id, app_id, external_id, kind, attribute_type_id, attributes, storage_policy, status, channel_lost, \
+        starts_at, ends_at, topics, latest_state, latest_state_at, latest_update_id, created_at, updated_at
+        """
+
+    init(row: PostgresRow) throws {
+        id = try row.decode(Int.self, column: "id")
+        appID = try row.decode(Int.self, column: "app_id")
+        externalID = try row.decode(String.self, column: "external_id")
+        kind = try row.decode(EventKind.self, column: "kind")
+        attributeTypeID = try row.decode(Int.self, column: "attribute_type_id")
+        attributes = try row.decodeJSON(column: "attributes") ?? [:]
+        storagePolicy = try row.decodeRaw(MessageStoragePolicy.self, column: "storage_policy")
+        status = try row.decode(EventStatus.self, column: "status")
+        channelLost = try row.decode(Bool.self, column: "channel_lost")
+        startsAt = try row.decode(Date.self, column: "starts_at")
+        endsAt = try row.decode(Date?.self, column: "ends_at")
+        topics = try row.decode([String].self, column: "topics")
+        latestState = try row.decodeJSON(column: "latest_state")
+        latestStateAt = try row.decode(Date?.self, column: "latest_state_at")
+        latestUpdateID = try row.decode(Int?.self, column: "latest_update_id")
+        createdAt = try row.decode(Date.self, column: "created_at")
+        updatedAt = try row.decode(Date.self, column: "updated_at")
+    }
+}
+
+/// Filters of `GET /v1/events`; nil matches everything.
+public struct EventFilter: Sendable, Equatable {
+    public var appID: Int?
+    public var status: EventStatus?
+    public var kind: EventKind?
+    /// Events carrying this topic.
+    public var topic: String?
+    /// Events starting at or after this instant.
+    public var startsAfter: Date?
+    /// Events starting before this instant.
+    public var startsBefore: Date?
+
+    public init(appID: Int? = nil, status: EventStatus? = nil, kind: EventKind? = nil, topic: String? = nil,
+                startsAfter: Date? = nil, startsBefore: Date? = nil) {
+        self.appID = appID
+        self.status = status
+        self.kind = kind
+        self.topic = topic
+        self.startsAfter = startsAfter
+        self.startsBefore = startsBefore
+    }
+}
+
+/// One page of events, ordered by start time then id; `nextCursor` is nil on the last page.
+public struct EventPage: Sendable, Equatable {
+    public var events: [EventRecord]
+    /// Opaque; pass it back to `list` for the next page.
+    public var nextCursor: String?
+}
+
+/// What became of an event's updates, and how many APNs exchanges its channels had.
+public struct EventCounts: Sendable, Equatable {
+    public var pending = 0
+    public var broadcast = 0
+    public var conflated = 0
+    public var superseded = 0
+    public var deliveries = 0
+    public var failedDeliveries = 0
+
+    public init(pending: Int = 0, broadcast: Int = 0, conflated: Int = 0, superseded: Int = 0,
+                deliveries: Int = 0, failedDeliveries: Int = 0) {
+        self.pending = pending
+        self.broadcast = broadcast
+        self.conflated = conflated
+        self.superseded = superseded
+        self.deliveries = deliveries
+        self.failedDeliveries = failedDeliveries
+    }
+}
+
+/// The content-state an app fetches on foreground (`GET /v1/events/{id}/state`).
+public struct LatestState: Sendable, Equatable {
+    public var eventID: Int
+    /// nil until the event has a state.
+    public var state: JSONValue?
+    public var at: Date?
+    public var updateID: Int?
+}
+
+/// Events: create, read, list with keyset paging, latest state and counts.
+public struct EventRepository: Sendable {
+    let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// Stores a new event. Throws `externalIDTaken` when the app has one with this external id, and
+    /// `invalidReference` when the app or attribute type is missing or the type is another app's.
+    public func create(_ event: NewEvent) async throws -> EventRecord {
+        let stateAt: Date? = event.initialState == nil ? nil : event.initialStateAt
+        let hasState = event.initialState != nil
+        do {
+            let rows = try await pool.query("""
+                INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy,
+                                    starts_at, ends_at, topics, latest_state, latest_state_at)
+                VALUES (\(event.appID), \(event.externalID), \(event.kind), \(event.attributeTypeID),
+                        \(event.attributes.postgresJSON), \(event.storagePolicy.rawValue), \(event.startsAt),
+                        \(event.endsAt), \(event.topics), \(event.initialState?.postgresJSON),
+                        CASE WHEN \(hasState) THEN coalesce(\(stateAt), now()) END)
+                RETURNING \(unsafeRaw: EventRecord.columns)
+                """)
+            return try EventRecord(row: rows[0])
+        } catch let error as PostgresError where error.sqlState == .uniqueViolation && error.constraint == "events_external_id_unique" {
+            throw PipelineError.externalIDTaken(appID: event.appID, externalID: event.externalID)
+        } catch let error as PostgresError where error.sqlState == .foreignKeyViolation {
+            throw PipelineError.invalidReference("app \(event.appID) with attribute type \(event.attributeTypeID)")
+        }
+    }
+
+    /// The event with this id (limited to `appID` when given), or nil.
+    public func get(id: Int, appID: Int? = nil) async throws -> EventRecord? {
+        let rows = try await pool.query("""
+            SELECT \(unsafeRaw: EventRecord.columns) FROM events
+            WHERE id = \(id) AND (\(appID)::bigint IS NULL OR app_id = \(appID))
+            """)
+        return try rows.first.map(EventRecord.init(row:))
+    }
+
+    /// The app's event with this external id, or nil.
+    public func get(appID: Int, externalID: String) async throws -> EventRecord? {
+        let rows = try await pool.query("""
+            SELECT \(unsafeRaw: EventRecord.columns) FROM events WHERE app_id = \(appID) AND external_id = \(externalID)
+            """)
+        return try rows.first.map(EventRecord.init(row:))
+    }
+
+    /// Events matching `filter`, ordered by (starts_at, id), `limit` (1...1000) per page, after `cursor`.
+    public func list(_ filter: EventFilter = EventFilter(), limit: Int = 100, cursor: String? = nil) async throws -> EventPage {
+        let limit = min(max(1, limit), 1000)
+        let after = try cursor.map(Self.decodeCursor)
+        let rows = try await pool.query("""
+            SELECT \(unsafeRaw: EventRecord.columns) FROM events
+            WHERE (\(filter.appID)::bigint IS NULL OR app_id = \(filter.appID))
+              AND (\(filter.status)::text IS NULL OR status = \(filter.status))
+              AND (\(filter.kind)::text IS NULL OR kind = \(filter.kind))
+              AND (\(filter.topic)::text IS NULL OR \(filter.topic) = ANY (topics))
+              AND (\(filter.startsAfter)::timestamptz IS NULL OR starts_at >= \(filter.startsAfter))
+              AND (\(filter.startsBefore)::timestamptz IS NULL OR starts_at < \(filter.startsBefore))
+              AND (\(after?.startsAt)::timestamptz IS NULL OR (starts_at, id) > (\(after?.startsAt), \(after?.id)))
+            ORDER BY starts_at, id
+            LIMIT \(limit + 1)
+            """)
+        var events = try rows.map(EventRecord.init(row:))
+        var next: String?
+        if events.count > limit {
+            events.removeLast()
+            next = events.last.map { Self.encodeCursor(startsAt: $0.startsAt, id: $0.id) }
+        }
+        return EventPage(events: events, nextCursor: next)
+    }
+
+    /// The latest content-state of an event (limited to `appID` when given); throws `eventNotFound`.
+    public func latestState(eventID: Int, appID: Int? = nil) async throws -> LatestState {
+        let rows = try await pool.query("""
+            SELECT latest_state, latest_state_at, latest_update_id FROM events
+            WHERE id = \(eventID) AND (\(appID)::bigint IS NULL OR app_id = \(appID))
+            """)
+        guard let row = rows.first else { throw PipelineError.eventNotFound(eventID) }
+        return LatestState(eventID: eventID, state: try row.decodeJSON(column: "latest_state"),
+                           at: try row.decode(Date?.self, column: "latest_state_at"),
+                           updateID: try row.decode(Int?.self, column: "latest_update_id"))
+    }
+
+    /// Updates by disposition and deliveries of the event's channels.
+    public func counts(eventID: Int) async throws -> EventCounts {
+        let row = try await pool.query("""
+            SELECT
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'pending') AS pending,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'broadcast') AS broadcast,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'conflated') AS conflated,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'superseded') AS superseded,
+              (SELECT count(*) FROM deliveries d JOIN channels c ON c.id = d.channel_id WHERE c.event_id = \(eventID)) AS deliveries,
+              (SELECT count(*) FROM deliveries d JOIN channels c ON c.id = d.channel_id
+                WHERE c.event_id = \(eventID) AND (d.status IS NULL OR d.status >= 400)) AS failed
+            """)[0]
+        return EventCounts(pending: try row.decode(Int.self, column: "pending"),
+                           broadcast: try row.decode(Int.self, column: "broadcast"),
+                           conflated: try row.decode(Int.self, column: "conflated"),
+                           superseded: try row.decode(Int.self, column: "superseded"),
+                           deliveries: try row.decode(Int.self, column: "deliveries"),
+                           failedDeliveries: try row.decode(Int.self, column: "failed"))
+    }
+
+    /// Moves the event to `status` if it is in one of `expected` (a stale writer changes nothing);
+    /// returns whether it moved.
+    @discardableResult
+    public func setStatus(eventID: Int, to status: EventStatus, expected: [EventStatus]) async throws -> Bool {
+        try await pool.execute("""
+            UPDATE events SET status = \(status), updated_at = now()
+            WHERE id = \(eventID) AND status = ANY (\(expected.map(\.rawValue))::text[])
+            """) == 1
+    }
+
+    static func encodeCursor(startsAt: Date, id: Int) -> String {
+        let micros = Int64((startsAt.timeIntervalSince1970 * 1_000_000).rounded())
+        return Data("\(micros):\(id)".utf8).base64EncodedString()
+    }
+
+    static func decodeCursor(_ cursor: String) throws -> (startsAt: Date, id: Int) {
+        guard let data = Data(base64Encoded: cursor), let text = String(data: data, encoding: .utf8) else {
+            throw PipelineError.invalidCursor
+        }
+        let parts = text.split(separator: ":")
+        guard parts.count == 2, let micros = Int64(parts[0]), let id = Int(parts[1]) else { throw PipelineError.invalidCursor }
+        let seconds = micros.quotientAndRemainder(dividingBy: 1_000_000)
+        return (Date(timeIntervalSince1970: Double(seconds.quotient) + Double(seconds.remainder) / 1_000_000), id)
+    }
+}

@@ -1,0 +1,134 @@
+// What the pipeline repositories share: their typed errors, the enumerations they persist, and the
+// row-decoding shortcuts for JSON and raw-value columns (MarqueeCore's enums cannot conform to the
+// Postgres protocols here without a retroactive conformance, so they are decoded through their raw value).
+import Foundation
+import MarqueeCore
+import Postgres
+
+/// A refusal by a pipeline repository; each case says what the caller should do.
+public enum PipelineError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// No such event (or not in the given app): answer 404.
+    case eventNotFound(Int)
+    /// The event is ended or cancelled (or ending, for a plain update): answer 409, nothing was stored.
+    case eventClosed(Int, EventStatus)
+    /// The app already has an event with this external id: answer 409 and show the existing one.
+    case externalIDTaken(appID: Int, externalID: String)
+    /// The app or attribute type does not exist, or the type belongs to another app: answer 422.
+    case invalidReference(String)
+    /// The idempotency key was used in the last 24 h with another request body: answer 422.
+    case idempotencyKeyReused(key: String)
+    /// The aps.timestamp is not above the channel's last one: take a new one from `TimestampSequencer`.
+    case apsTimestampNotIncreasing(channelID: Int, attempted: Int64)
+    /// The caller no longer holds the lease (expired, taken over, or released): stop leader work.
+    case leaseNotHeld(name: String)
+    /// A list cursor that this service did not issue: start again without a cursor.
+    case invalidCursor
+
+    public var description: String {
+        switch self {
+        case .eventNotFound(let id): "event \(id) not found"
+        case .eventClosed(let id, let status): "event \(id) is \(status.rawValue) and takes no more updates"
+        case .externalIDTaken(let app, let external): "app \(app) already has an event with external id \(external); fetch it instead"
+        case .invalidReference(let what): "invalid reference: \(what)"
+        case .idempotencyKeyReused(let key): "idempotency key \(key) was used with another request body in the last 24 h; use a new key"
+        case .apsTimestampNotIncreasing(let channel, let ts): "aps.timestamp \(ts) is not above channel \(channel)'s last one; take the next from TimestampSequencer"
+        case .leaseNotHeld(let name): "lease \(name) is not held any more; stop leader work and try to acquire it again"
+        case .invalidCursor: "the list cursor is not valid; list again without one"
+        }
+    }
+}
+
+/// What an event is about (`events.kind`).
+public enum EventKind: String, Sendable, Codable, CaseIterable, PostgresCodable {
+    case match, flight, other
+}
+
+/// Where an event stands (`events.status`).
+public enum EventStatus: String, Sendable, Codable, CaseIterable, PostgresCodable {
+    case scheduled, live, ending, ended, cancelled
+}
+
+/// What an update asks for (`updates.action`): an `update` broadcast, or the `end` one.
+public enum UpdateAction: String, Sendable, Codable, CaseIterable, PostgresCodable {
+    case update, end
+}
+
+/// What became of an accepted update (`updates.disposition`).
+public enum UpdateDisposition: String, Sendable, Codable, CaseIterable, PostgresCodable {
+    /// Waiting for the dispatcher.
+    case pending
+    /// Sent to APNs and accepted.
+    case broadcast
+    /// A newer state was broadcast instead.
+    case conflated
+    /// It arrived older than the event's latest state; never sent.
+    case superseded
+}
+
+/// A channel's state as stored: a `ChannelLifecycle.State`, or `unknown` (found only in Apple's list).
+public enum StoredChannelState: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+    case lifecycle(ChannelLifecycle.State)
+    case unknown
+
+    public init?(rawValue: String) {
+        if rawValue == "unknown" { self = .unknown } else if let state = ChannelLifecycle.State(rawValue: rawValue) { self = .lifecycle(state) } else { return nil }
+    }
+
+    /// The stored text.
+    public var rawValue: String {
+        switch self {
+        case .lifecycle(let state): state.rawValue
+        case .unknown: "unknown"
+        }
+    }
+
+    public var description: String { rawValue }
+
+    /// Counts against the 10,000-channel quota: lifecycle states that may exist at APNs, and unknown ones.
+    public var countsAgainstQuota: Bool {
+        switch self {
+        case .lifecycle(let state): state.countsAgainstQuota
+        case .unknown: true
+        }
+    }
+
+    /// The stored names of every state counting against the quota.
+    static let quotaStates: [String] = ChannelLifecycle.State.allCases.filter(\.countsAgainstQuota).map(\.rawValue) + ["unknown"]
+}
+
+extension JSONValue {
+    /// The value bound as jsonb.
+    var postgresJSON: PostgresJSON { PostgresJSON(jsonString) }
+}
+
+extension PostgresRow {
+    /// A jsonb column parsed into a JSONValue; NULL is nil.
+    func decodeJSON(column: String) throws -> JSONValue? {
+        guard let json = try decode(PostgresJSON?.self, column: column) else { return nil }
+        return try JSONValue(parsing: json.text)
+    }
+
+    /// A text column decoded through a raw-representable type's init (MarqueeCore's enums).
+    func decodeRaw<T: RawRepresentable>(_ type: T.Type, column: String) throws -> T where T.RawValue == String {
+        let text = try decode(String.self, column: column)
+        guard let value = T(rawValue: text) else {
+            throw StoredValueError(description: "column \(column): \(text) is not a valid \(T.self)")
+        }
+        return value
+    }
+
+    /// A nullable text column decoded through a raw-representable type.
+    func decodeRaw<T: RawRepresentable>(_ type: T?.Type, column: String) throws -> T? where T.RawValue == String {
+        isNull(column: column) ? nil : try decodeRaw(T.self, column: column)
+    }
+
+    func decodeChannelState(column: String = "state") throws -> StoredChannelState {
+        try decodeRaw(StoredChannelState.self, column: column)
+    }
+}
+
+
+/// A value in a stored row that the schema should have prevented.
+struct StoredValueError: Error, CustomStringConvertible {
+    var description: String
+}

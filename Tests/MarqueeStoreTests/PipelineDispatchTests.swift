@@ -1,0 +1,293 @@
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Postgres
+import Testing
+
+/// The dispatcher's outbox: claims that never overlap, expire after a crash, and atomic records of every outcome.
+@Suite(.enabled(if: TestDatabase.available))
+struct PipelineDispatchTests {
+    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+
+    @Test func onlyEventsWithAnOpenChannelAreClaimed() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let withChannel = try await f.makeEvent()
+        let without = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: withChannel.id)
+        try await f.post(withChannel.id, ["home": 1], at: t0)
+        try await f.post(without.id, ["home": 1], at: t0)
+        let claims = try await f.outbox.claim(instance: "a", limit: 10, lease: 30)
+        #expect(claims.map(\.eventID) == [withChannel.id])
+        let claim = try #require(claims.first)
+        #expect(claim.channelID == channel.id)
+        #expect(claim.apnsChannelID == channel.apnsChannelID)
+        #expect(claim.update.contentState == ["home": 1])
+        #expect(claim.pending.map(\.id) == [claim.update.id])
+        #expect(claim.lastApsTimestamp == nil)
+        // Claimed: nobody else gets it while the lease runs.
+        #expect(try await f.outbox.claim(instance: "b", limit: 10, lease: 30).isEmpty)
+        try await f.outbox.release(claims)
+        #expect(try await f.outbox.claim(instance: "b", limit: 10, lease: 30).map(\.eventID) == [withChannel.id])
+    }
+
+    @Test func twoClaimersNeverClaimTheSameEvent() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        for index in 0..<30 {
+            let event = try await f.makeEvent("e\(index)")
+            _ = try await f.openChannel(eventID: event.id)
+            try await f.post(event.id, ["home": 1], at: t0)
+        }
+        let other = f.secondPool()
+        defer { other.close() }
+        let ids = try await withThrowingTaskGroup(of: [Int].self) { group in
+            for (name, pool) in [("a", f.pool), ("b", other), ("c", f.pool), ("d", other)] {
+                group.addTask {
+                    let outbox = OutboxRepository(pool: pool)
+                    var mine: [Int] = []
+                    while true {
+                        let claims = try await outbox.claim(instance: name, limit: 3, lease: 60)
+                        if claims.isEmpty { return mine }
+                        mine += claims.map(\.eventID)
+                    }
+                }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(ids.count == 30)
+        #expect(Set(ids).count == 30)
+    }
+
+    @Test func aCrashedClaimersWorkIsReclaimedAfterItsLease() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1], at: t0)
+        let crashed = try #require(try await f.outbox.claim(instance: "crashed", limit: 1, lease: 30).first)
+        #expect(try await f.outbox.claim(instance: "b", limit: 1, lease: 30, now: Date() + 20).isEmpty)
+        let taken = try #require(try await f.outbox.claim(instance: "b", limit: 1, lease: 30, now: Date() + 31).first)
+        #expect(taken.outboxID == crashed.outboxID)
+        #expect(taken.claimToken != crashed.claimToken)
+        // The crashed instance comes back late: its send is recorded, but the row is the new owner's.
+        let outcome = try await f.outbox.recordBroadcast(crashed, delivery: f.delivery(for: crashed), apsTimestamp: 100)
+        #expect(outcome == .claimLost)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 1)
+        // The new owner must use a newer timestamp; then the row is done.
+        await #expect(throws: PipelineError.apsTimestampNotIncreasing(channelID: taken.channelID, attempted: 100)) {
+            try await f.outbox.recordBroadcast(taken, delivery: f.delivery(for: taken), apsTimestamp: 100)
+        }
+        #expect(try await f.outbox.recordBroadcast(taken, delivery: f.delivery(for: taken), apsTimestamp: 101) == .completed)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+    }
+
+    @Test func recordingABroadcastConflatesOlderPendingAndRefusesAnOldTimestamp() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        for index in 1...3 { try await f.post(event.id, ["home": .int(Int64(index))], at: t0 + Double(index)) }
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(claim.pending.count == 3)
+        #expect(claim.update.contentState == ["home": 3])
+        #expect(try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 1_800_000_000) == .completed)
+        let dispositions = try await f.pool.query("SELECT disposition FROM updates ORDER BY id").map { try $0.decode(String.self, column: "disposition") }
+        #expect(dispositions == ["conflated", "conflated", "broadcast"])
+        #expect(try await f.channels.get(id: channel.id)?.lastApsTimestamp == 1_800_000_000)
+        let recent = try await f.deliveries.recent(channelID: channel.id)
+        #expect(recent.count == 1)
+        #expect(recent.first?.draft.apsTimestamp == 1_800_000_000)
+        #expect(recent.first?.draft.updateID == claim.update.id)
+
+        // The next update: an equal timestamp is refused and nothing of the record remains.
+        try await f.post(event.id, ["home": 4], at: t0 + 4)
+        let next = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(next.lastApsTimestamp == 1_800_000_000)
+        #expect(next.lastBroadcastAt != nil)
+        await #expect(throws: PipelineError.apsTimestampNotIncreasing(channelID: channel.id, attempted: 1_800_000_000)) {
+            try await f.outbox.recordBroadcast(next, delivery: f.delivery(for: next), apsTimestamp: 1_800_000_000)
+        }
+        #expect(try await f.scalar(String.self, "SELECT disposition FROM updates WHERE id = \(next.update.id)") == "pending")
+        #expect(try await f.deliveries.recent(channelID: channel.id).count == 1)
+        #expect(try await f.outbox.recordBroadcast(next, delivery: f.delivery(for: next), apsTimestamp: 1_800_000_001) == .completed)
+    }
+
+    @Test func aNewerUpdateDuringTheSendKeepsTheRowDue() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1], at: t0)
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        guard case .accepted(let newer, _) = try await f.post(event.id, ["home": 2], at: t0 + 1) else { Issue.record("x"); return }
+        #expect(try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 10) == .newerPending)
+        let again = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(again.update.id == newer.id)
+        #expect(again.pending.map(\.id) == [newer.id])
+        #expect(again.lastApsTimestamp == 10)
+    }
+
+    @Test func retryableFailuresBackOff() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1], at: t0)
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(try await f.outbox.recordRetryableFailure(claim, delivery: f.delivery(for: claim, status: 503, reason: "ServiceUnavailable"), retryAfter: 60))
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).isEmpty)
+        let retry = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: Date() + 61).first)
+        #expect(retry.attempts == 1)
+        // Paced: given back unsent, due a little later, attempts unchanged.
+        #expect(try await f.outbox.postpone(retry, by: 1, now: Date() + 61))
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: Date() + 61.5).isEmpty)
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: Date() + 63).first?.attempts == 1)
+        #expect(try await f.deliveries.lastErrors(appID: f.appID).map(\.draft.reason) == ["ServiceUnavailable"])
+        #expect(try await f.deliveries.recent(channelID: channel.id).first?.draft.status == 503)
+    }
+
+    @Test func channelNotRegisteredFlagsTheEventAndStopsItsOutbox() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1], at: t0)
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        try await f.outbox.recordPermanentFailure(claim, delivery: f.delivery(for: claim, status: 400, reason: "ChannelNotRegistered"),
+                                                  channelNotRegistered: true)
+        #expect(try await f.events.get(id: event.id)?.channelLost == true)
+        let lost = try await f.channels.get(id: channel.id)
+        #expect(lost?.state == .lifecycle(.lost))
+        #expect(lost?.lastError == "ChannelNotRegistered")
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+        // Later updates are stored (the app still fetches the state) but never claimed.
+        try await f.post(event.id, ["home": 2], at: t0 + 1)
+        #expect(try await f.outbox.claim(instance: "a", limit: 10, lease: 30, now: Date() + 3600).isEmpty)
+        let status = try await StatusRepository(pool: f.pool).status()
+        #expect(status.lostChannels.map(\.eventID) == [event.id])
+        #expect(status.lastErrors.map(\.draft.reason) == ["ChannelNotRegistered"])
+
+        // The operator recreates it: a new APNs channel, the flag cleared, the newest state due again.
+        var lifecycle = ChannelLifecycle(state: .lost)
+        let wasLost = lifecycle
+        #expect(try lifecycle.retryCreateRequested() == .createChannel(attempt: 1))
+        #expect(try await f.channels.transition(channelID: channel.id, from: wasLost, to: lifecycle))
+        let creating = lifecycle
+        _ = try lifecycle.createSucceeded()
+        #expect(try await f.channels.transition(channelID: channel.id, from: creating, to: lifecycle, apnsChannelID: "bmV3"))
+        #expect(try await f.events.get(id: event.id)?.channelLost == false)
+        let recreated = try #require(try await f.channels.get(id: channel.id))
+        #expect(recreated.firstSeenAt! > channel.firstSeenAt!)
+        #expect(recreated.openedAt! > channel.openedAt!)
+        let resumed = try #require(try await f.outbox.claim(instance: "a", limit: 10, lease: 30).first)
+        #expect(resumed.apnsChannelID == "bmV3")
+        #expect(resumed.update.contentState == ["home": 2])
+        #expect(resumed.pending.count == 2)
+    }
+
+    @Test func recreatingALostChannelQueuesTheNewestPendingState() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        guard case .accepted(let first, _) = try await f.post(event.id, ["home": 1], at: t0) else { Issue.record("x"); return }
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        guard case .accepted(let second, _) = try await f.post(event.id, ["home": 2], at: t0 + 1) else { Issue.record("x"); return }
+        try await f.outbox.recordPermanentFailure(claim, delivery: f.delivery(for: claim, status: 400, reason: "ChannelNotRegistered"),
+                                                  channelNotRegistered: true)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+        var lifecycle = try #require(try await f.channels.get(id: channel.id)?.lifecycle)
+        let lost = lifecycle
+        _ = try lifecycle.retryCreateRequested()
+        try await f.channels.transition(channelID: channel.id, from: lost, to: lifecycle)
+        let creating = lifecycle
+        _ = try lifecycle.createSucceeded()
+        try await f.channels.transition(channelID: channel.id, from: creating, to: lifecycle, apnsChannelID: "bmV3")
+        let resumed = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(resumed.update.id == second.id)
+        #expect(resumed.pending.map(\.id) == [first.id, second.id])
+        try await f.outbox.recordBroadcast(resumed, delivery: f.delivery(for: resumed), apsTimestamp: 7)
+        #expect(try await f.events.counts(eventID: event.id) ==
+                EventCounts(pending: 0, broadcast: 1, conflated: 1, superseded: 0, deliveries: 2, failedDeliveries: 1))
+    }
+
+    @Test func anEndUpdateEndsChannelAndEvent() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 3], at: t0 + 60)
+        // The end is never superseded, even when its time is older than the latest state.
+        let end = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, dismissalDate: t0 + 900, occurredAt: t0),
+                                            contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        guard case .accepted(let ended, _) = end else { Issue.record("end not accepted"); return }
+        #expect(ended.disposition == .pending)
+        #expect(try await f.events.get(id: event.id)?.status == .ending)
+        #expect(try await f.events.latestState(eventID: event.id).at == t0 + 60)
+        await #expect(throws: PipelineError.eventClosed(event.id, .ending)) {
+            try await f.post(event.id, ["home": 4], at: t0 + 61)
+        }
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(claim.update.action == .end)
+        #expect(claim.update.dismissalDate == t0 + 900)
+        #expect(try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 5) == .completed)
+        #expect(try await f.channels.get(id: channel.id)?.state == .lifecycle(.ended))
+        #expect(try await f.events.get(id: event.id)?.status == .ended)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates WHERE disposition = 'pending'") == 0)
+        await #expect(throws: PipelineError.eventClosed(event.id, .ended)) {
+            try await f.post(event.id, ["home": 4], at: t0 + 62)
+        }
+    }
+
+    /// Out-of-order bursts on several events, dispatched by two instances: afterwards no update is
+    /// pending, each is broadcast, conflated or superseded, and every event's newest state went out.
+    @Test func everyAcceptedUpdateEndsBroadcastConflatedOrSuperseded() async throws {
+        let f = try await PipelineFixture.make(maxConnections: 6)
+        defer { f.pool.close() }
+        var eventIDs: [Int] = []
+        for index in 0..<5 {
+            let event = try await f.makeEvent("e\(index)")
+            _ = try await f.openChannel(eventID: event.id)
+            eventIDs.append(event.id)
+        }
+        let other = f.secondPool()
+        defer { other.close() }
+        let ingesting = Task {
+            var generator = SystemRandomNumberGenerator()
+            for step in 0..<60 {
+                let eventID = eventIDs[step % eventIDs.count]
+                let jitter = Double(Int.random(in: -3...3, using: &generator))
+                try await f.post(eventID, ["home": .int(Int64(step))], at: t0 + Double(step) + jitter)
+            }
+        }
+        func dispatch(_ pool: PostgresPool, _ name: String) async throws {
+            let outbox = OutboxRepository(pool: pool)
+            var idle = 0
+            while idle < 3 {
+                let claims = try await outbox.claim(instance: name, limit: 2, lease: 30)
+                if claims.isEmpty { idle += 1; try await Task.sleep(for: .milliseconds(20)); continue }
+                idle = 0
+                for claim in claims {
+                    let timestamp = TimestampSequencer.next(after: claim.lastApsTimestamp, now: Date())
+                    try await outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: timestamp)
+                }
+            }
+        }
+        // Dispatch while ingesting, then drain what arrived after the dispatchers went idle.
+        async let first: Void = dispatch(f.pool, "a")
+        async let second: Void = dispatch(other, "b")
+        _ = try await (first, second, ingesting.value)
+        try await dispatch(f.pool, "a")
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 60)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates WHERE disposition = 'pending'") == 0)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+        #expect(try await f.scalar(Int.self, """
+            SELECT count(*) FROM events e JOIN updates u ON u.id = e.latest_update_id
+            WHERE e.id = ANY (\(eventIDs.map(String.init))::bigint[]) AND u.disposition = 'broadcast'
+            """) == eventIDs.count)
+        // One broadcast delivery per 'broadcast' update: each pending state was sent once.
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM deliveries") ==
+                f.scalar(Int.self, "SELECT count(*) FROM updates WHERE disposition = 'broadcast'"))
+    }
+}

@@ -1,0 +1,210 @@
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Postgres
+import Testing
+
+/// Ingest: one transaction for update, latest state and outbox; idempotency; out-of-order input; merges under the lock.
+@Suite(.enabled(if: TestDatabase.available))
+struct PipelineIngestTests {
+    let t0 = Date(timeIntervalSince1970: 1_800_000_000)
+
+    @Test func storesUpdateLatestStateAndOutboxAndNotifies() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let listener = PostgresListener(configuration: f.configuration, channels: [IngestRepository.notifyChannel])
+        defer { listener.stop() }
+        var iterator = listener.events.makeAsyncIterator()
+        #expect(await iterator.next() == .listening)
+
+        let result = try await f.post(event.id, ["home": 1, "away": 0], at: t0)
+        guard case .accepted(let update, let response) = result else { Issue.record("not accepted"); return }
+        #expect(update.disposition == .pending)
+        #expect(response.status == 202)
+        let latest = try await f.events.latestState(eventID: event.id)
+        #expect(latest.state == ["home": 1, "away": 0])
+        #expect(latest.at == t0)
+        #expect(latest.updateID == update.id)
+        #expect(try await f.scalar(Int.self, "SELECT update_id FROM outbox WHERE event_id = \(event.id)") == update.id)
+        guard case .notification(let note) = await iterator.next() else { Issue.record("no notification"); return }
+        #expect(note.channel == IngestRepository.notifyChannel)
+        #expect(note.payload == String(event.id))
+
+        // A second update moves the single outbox row to the newer update.
+        guard case .accepted(let second, _) = try await f.post(event.id, ["home": 2, "away": 0], at: t0 + 1) else {
+            Issue.record("not accepted"); return
+        }
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE event_id = \(event.id)") == 1)
+        #expect(try await f.scalar(Int.self, "SELECT update_id FROM outbox WHERE event_id = \(event.id)") == second.id)
+        let counts = try await f.events.counts(eventID: event.id)
+        #expect(counts.pending == 2)
+    }
+
+    @Test func aFailureMidwayStoresNothing() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let idempotency = IdempotencyRequest(apiKeyID: f.apiKeyID, key: "k1", requestHash: PipelineFixture.hash("a"))
+        // A constraint violation in the update INSERT (dismissal date on a plain update).
+        await #expect(throws: PostgresError.self) {
+            try await f.ingest.ingest(eventID: event.id, UpdateDraft(dismissalDate: t0, occurredAt: t0), idempotency: idempotency,
+                                      contentState: { _ in ["home": 1] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        }
+        // A refusal by the caller's validation, after the lock.
+        struct SchemaMismatch: Error {}
+        await #expect(throws: SchemaMismatch.self) {
+            try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: t0), idempotency: idempotency,
+                                      contentState: { _ in throw SchemaMismatch() }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        }
+        // A failure while building the stored answer (after update, state and outbox were written).
+        await #expect(throws: SchemaMismatch.self) {
+            try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: t0), idempotency: idempotency,
+                                      contentState: { _ in ["home": 1] }, response: { _ in throw SchemaMismatch() })
+        }
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 0)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM idempotency_keys") == 0)
+        #expect(try await f.events.latestState(eventID: event.id).state == ["home": 0, "away": 0])
+        await #expect(throws: PipelineError.eventNotFound(999_999)) {
+            try await f.post(999_999, ["home": 1], at: t0)
+        }
+    }
+
+    @Test func idempotentRetries() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let first = try await f.post(event.id, ["home": 1], at: t0, key: "goal-1", body: "body-a")
+        guard case .accepted = first else { Issue.record("first not accepted"); return }
+        let again = try await f.post(event.id, ["home": 1], at: t0, key: "goal-1", body: "body-a")
+        #expect(again == .replayed(first.response))
+        await #expect(throws: PipelineError.idempotencyKeyReused(key: "goal-1")) {
+            try await f.post(event.id, ["home": 9], at: t0, key: "goal-1", body: "body-b")
+        }
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 1)
+        // 24 h later the key is free again.
+        let later = try await f.ingest.ingest(
+            eventID: event.id, UpdateDraft(occurredAt: t0 + 2), idempotency: IdempotencyRequest(apiKeyID: f.apiKeyID, key: "goal-1", requestHash: PipelineFixture.hash("body-b")),
+            now: Date() + 24 * 3600 + 60, contentState: { _ in ["home": 2] }, response: { _ in StoredResponse(status: 202, body: Data("x".utf8)) })
+        guard case .accepted = later else { Issue.record("expired key not taken over"); return }
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 2)
+        #expect(try await f.ingest.purgeExpiredIdempotencyKeys(now: Date() + 3 * 24 * 3600) == 1)
+    }
+
+    @Test func concurrentDuplicatesWaitAndReplay() async throws {
+        let f = try await PipelineFixture.make(maxConnections: 8)
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let results = try await withThrowingTaskGroup(of: IngestResult.self) { group in
+            for _ in 0..<8 {
+                group.addTask { try await f.post(event.id, ["home": 1], at: self.t0, key: "same", body: "same") }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        let accepted = results.filter { if case .accepted = $0 { true } else { false } }
+        #expect(accepted.count == 1)
+        #expect(Set(results.map(\.response)).count == 1)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 1)
+    }
+
+    @Test func olderInputIsSupersededAndLeavesLatestStateAlone() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        guard case .accepted(let newer, _) = try await f.post(event.id, ["home": 2], at: t0 + 10) else { Issue.record("x"); return }
+        guard case .accepted(let older, _) = try await f.post(event.id, ["home": 1], at: t0 + 5) else { Issue.record("x"); return }
+        #expect(older.disposition == .superseded)
+        let latest = try await f.events.latestState(eventID: event.id)
+        #expect(latest.state == ["home": 2])
+        #expect(latest.updateID == newer.id)
+        #expect(try await f.scalar(Int.self, "SELECT update_id FROM outbox WHERE event_id = \(event.id)") == newer.id)
+        #expect(try await f.scalar(Bool.self, "SELECT disposed_at IS NOT NULL FROM updates WHERE id = \(older.id)"))
+        // An update older than the initial state is superseded too; an equal time is accepted.
+        guard case .accepted(let same, _) = try await f.post(event.id, ["home": 3], at: t0 + 10) else { Issue.record("x"); return }
+        #expect(same.disposition == .pending)
+    }
+
+    @Test func mergePatchesApplyUnderTheEventLock() async throws {
+        let f = try await PipelineFixture.make(maxConnections: 6)
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(state: ["home": 0, "away": 0])
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<12 {
+                group.addTask {
+                    _ = try await f.ingest.ingest(
+                        eventID: event.id, UpdateDraft(occurredAt: self.t0),  // equal times: none is superseded
+                        contentState: { locked in
+                            let home = locked.latestState?["home"]?.intValue ?? 0
+                            return (locked.latestState ?? [:]).merging(patch: ["home": .int(home + 1)])
+                        },
+                        response: { _ in StoredResponse(status: 202, body: Data()) })
+                }
+            }
+            try await group.waitForAll()
+        }
+        // Every read-modify-write saw the previous one's result: no lost increment.
+        let states = try await f.pool.query("SELECT (content_state->>'home')::int AS home FROM updates ORDER BY id")
+            .map { try $0.decode(Int.self, column: "home") }
+        #expect(states == Array(1...12))
+        #expect(try await f.events.latestState(eventID: event.id).state == ["home": 12, "away": 0])
+    }
+}
+
+/// Events: create, read, list with keyset paging, state and counts.
+@Suite(.enabled(if: TestDatabase.available))
+struct PipelineEventTests {
+    @Test func createReadAndRefuseDuplicates() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let start = Date(timeIntervalSince1970: 1_800_000_000.123456)
+        let event = try await f.events.create(NewEvent(
+            appID: f.appID, externalID: "ars-che", kind: .match, attributeTypeID: f.typeID,
+            attributes: ["home": "Arsenal"], storagePolicy: .notStored, startsAt: start, endsAt: start + 7200,
+            topics: ["team:arsenal", "team:chelsea"], initialState: ["home": 0]))
+        #expect(event.storagePolicy == .notStored)
+        #expect(event.status == .scheduled)
+        #expect(event.startsAt == start)
+        #expect(event.latestState == ["home": 0])
+        #expect(event.latestStateAt != nil)
+        #expect(try await f.events.get(id: event.id) == event)
+        #expect(try await f.events.get(appID: f.appID, externalID: "ars-che") == event)
+        #expect(try await f.events.get(id: event.id, appID: f.appID + 1) == nil)
+        await #expect(throws: PipelineError.externalIDTaken(appID: f.appID, externalID: "ars-che")) {
+            try await f.makeEvent("ars-che")
+        }
+        await #expect(throws: PipelineError.self) {
+            try await f.events.create(NewEvent(appID: f.appID, externalID: "x", kind: .other, attributeTypeID: f.typeID + 99, startsAt: start))
+        }
+        #expect(try await f.events.setStatus(eventID: event.id, to: .live, expected: [.scheduled]))
+        #expect(try await f.events.setStatus(eventID: event.id, to: .live, expected: [.scheduled]) == false)
+    }
+
+    @Test func listFiltersAndPages() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let base = Date(timeIntervalSince1970: 1_800_000_000)
+        var made: [EventRecord] = []
+        for index in 0..<7 {
+            made.append(try await f.makeEvent("e\(index)", startsAt: base + Double(index % 3) * 60,
+                                              kind: index % 2 == 0 ? .match : .flight,
+                                              topics: index < 4 ? ["team:arsenal"] : []))
+        }
+        var seen: [Int] = []
+        var cursor: String?
+        repeat {
+            let page = try await f.events.list(EventFilter(appID: f.appID), limit: 3, cursor: cursor)
+            #expect(page.events.count <= 3)
+            seen += page.events.map(\.id)
+            cursor = page.nextCursor
+        } while cursor != nil
+        let expected = made.sorted { ($0.startsAt, $0.id) < ($1.startsAt, $1.id) }.map(\.id)
+        #expect(seen == expected)
+        #expect(try await f.events.list(EventFilter(kind: .flight)).events.count == 3)
+        #expect(try await f.events.list(EventFilter(topic: "team:arsenal")).events.map(\.id) ==
+                made[0..<4].sorted { ($0.startsAt, $0.id) < ($1.startsAt, $1.id) }.map(\.id))
+        #expect(try await f.events.list(EventFilter(startsAfter: base + 60, startsBefore: base + 120)).events.count == 2)
+        #expect(try await f.events.list(EventFilter(status: .live)).events.isEmpty)
+        await #expect(throws: PipelineError.invalidCursor) { try await f.events.list(cursor: "nonsense") }
+    }
+}
