@@ -8,6 +8,8 @@ let root = Command("marquee", summary: "Marquee: APNs broadcast channels for Liv
     MigrateCommand.command,
     KeyCommands.command,
     AppCommands.command,
+    apnsCommand,
+    simulatorCommand,
     OpenAPICommand.command,
 ])
 let code = await CommandRunner.run(root, arguments: Array(CommandLine.arguments.dropFirst()))
