@@ -72,10 +72,21 @@ private let quiet = Logger(level: .error, sink: { _ in })
 
     @Test func sigtermTriggersTheShutdown() async throws {
         let log = EventLog()
-        let group = ServiceGroup(services: [RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked)], logger: quiet)
+        let shutdown = ShutdownSignal()
+        let group = ServiceGroup(services: [RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked)], shutdown: shutdown,
+                                 logger: quiet)
+        // Ignored until the group's handler is in place, so an early signal neither kills the test process nor
+        // is lost for good: it is sent again until the group reacts (under load the group may start late).
+        signal(SIGUSR2, SIG_IGN)
         async let running: Void = group.run(handlingSignals: [SIGUSR2])
-        try await Task.sleep(for: .milliseconds(50))
-        kill(getpid(), SIGUSR2)
+        var attempts = 0
+        while !shutdown.isTriggered && attempts < 500 {
+            kill(getpid(), SIGUSR2)
+            attempts += 1
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(shutdown.isTriggered, "SIGUSR2 never reached the group")
+        shutdown.trigger()
         try await running
         #expect(log.all == ["api finished in-flight work"])
     }

@@ -1,0 +1,93 @@
+// Attribute types: the schema of an app's ActivityAttributes (docs/schemas.md). `app` is the numeric app
+// id (`marquee app list`, `GET /v1/apps`), since a bundle id names two apps (development and production).
+// Registering is idempotent: the same document again answers 200; another document under a registered
+// name answers 409, because devices already decode the old shape (a new shape gets a new Swift type name).
+import MarqueeCore
+import MarqueeStore
+import Network
+
+/// `POST /v1/attribute-types` (admin), `GET /v1/attribute-types` and `GET /v1/attribute-types/{name}` (any key).
+public struct AttributeTypeRoutes: APIRoutes {
+    private let apps: AppRepository
+    private let types: AttributeTypeCatalog
+
+    public init(apps: AppRepository, types: AttributeTypeCatalog) {
+        self.apps = apps
+        self.types = types
+    }
+
+    public func register(in table: inout RouteTable) {
+        table.add("POST", "/v1/attribute-types", access: .scope(.admin), takesBody: true) { [apps, types] request in
+            let body = try request.bodyObject()
+            try body.allowOnly(["app", "name", "attributes", "contentState"])
+            let appID = try body.int("app", in: 1...Int64.max)
+            let type: ActivityType
+            do {
+                type = try ActivityType(json: [
+                    "name": try body.required("name"),
+                    "attributes": try body.required("attributes"),
+                    "contentState": try body.required("contentState"),
+                ])
+            } catch let error as SchemaError {
+                throw APIError.validation(error.message, field: error.path.isRoot ? nil : "\(error.path)")
+            }
+            // Stored names are ASCII (a Swift type name an app can declare in any source file; see 0001_init.sql).
+            guard type.name.utf8.allSatisfy({ $0.isASCIILetterOrDigit || $0 == UInt8(ascii: "_") }) else {
+                throw APIError.validation("a type name uses ASCII letters, digits and underscores", field: "name")
+            }
+            guard try await apps.find(id: Int(appID)) != nil else {
+                throw APIError.validation("no app with id \(appID); see GET /v1/apps", field: "app")
+            }
+            switch try await types.register(type, appID: Int(appID)) {
+            case .created(let stored): return .json(Self.json(stored), status: 201)
+            case .unchanged(let stored): return .json(Self.json(stored), status: 200)
+            case .conflict:
+                throw APIError.conflict("attribute type '\(type.name)' is registered with another schema; register the new shape under a new name",
+                                        field: "name")
+            }
+        }
+        table.add("GET", "/v1/attribute-types", access: .anyKey) { [types] request in
+            let appID = try Self.appQuery(request)
+            return .json(["attributeTypes": .array(try await types.repository.list(appID: appID).map(Self.json))])
+        }
+        table.add("GET", "/v1/attribute-types/{name}", access: .anyKey) { [types] request in
+            let name = request.parameter("name")
+            if let appID = try Self.appQuery(request) {
+                guard let stored = try await types.find(name: name, appID: appID) else { throw APIError.notFound("attribute type") }
+                return .json(Self.json(stored))
+            }
+            let found = try await types.find(name: name)
+            guard let first = found.first else { throw APIError.notFound("attribute type") }
+            guard found.count == 1 else {
+                throw APIError.conflict("several apps register '\(name)'; pass ?app=<id>", field: "app")
+            }
+            return .json(Self.json(first))
+        }
+    }
+
+    /// The optional `app` query parameter.
+    private static func appQuery(_ request: APIRequest) throws(APIError) -> Int? {
+        guard let text = request.query["app"] else { return nil }
+        guard let id = Int(text), id > 0 else { throw APIError.validation("an app id is a positive integer", field: "app") }
+        return id
+    }
+
+    /// The API's view of an attribute type: the schema document plus its app and id.
+    public static func json(_ stored: StoredAttributeType) -> JSONValue {
+        [
+            "id": .int(Int64(stored.id)),
+            "app": .int(Int64(stored.appID)),
+            "name": .string(stored.type.name),
+            "attributes": stored.type.attributes.json,
+            "contentState": stored.type.contentState.json,
+            "createdAt": .string(stored.createdAt.ISO8601Format()),
+        ]
+    }
+}
+
+extension UInt8 {
+    fileprivate var isASCIILetterOrDigit: Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(self) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(self)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self)
+    }
+}

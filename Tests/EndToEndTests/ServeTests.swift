@@ -1,0 +1,104 @@
+import Foundation
+import MarqueeCore
+import MarqueeService
+import Postgres
+import Testing
+
+/// `marquee serve` as a process: the API over HTTP, and a graceful stop on SIGTERM.
+@Suite(.enabled(if: MarqueeProcess.available))
+struct ServeTests {
+    /// Starts `marquee serve` on a free port and waits for its `listening` line; returns the process and port.
+    static func startServe(databaseURL: String, extra: [String] = []) async throws -> (MarqueeProcess.Running, Int) {
+        let serve = try MarqueeProcess.start(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"] + extra,
+                                             databaseURL: databaseURL)
+        for _ in 0..<300 {
+            for line in serve.stderr.split(separator: "\n") {
+                if let record = try? JSONValue(parsing: String(line)), record["msg"] == "listening", let port = record["port"]?.intValue {
+                    return (serve, Int(port))
+                }
+            }
+            if !serve.process.isRunning { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw LoopbackHTTP.Failure(description: "serve did not start: \(serve.stderr)")
+    }
+
+    static func adminKey(databaseURL: String) async throws -> String {
+        let created = try await MarqueeProcess.run(["key", "create", "--scope", "admin", "--json"], databaseURL: databaseURL)
+        return try #require(try JSONValue(parsing: created.stdout)["key"]?.stringValue)
+    }
+
+    @Test func servesTheAPIOverHTTP() async throws {
+        let url = try await MarqueeProcess.freshDatabase()
+        let (serve, port) = try await Self.startServe(databaseURL: url)
+        let key = try await Self.adminKey(databaseURL: url)
+        #expect(try await LoopbackHTTP.request(port: port, "GET", "/healthz").status == 200)
+        #expect(try await LoopbackHTTP.request(port: port, "GET", "/readyz").status == 200)
+        let document = try await LoopbackHTTP.request(port: port, "GET", "/openapi.json")
+        #expect(document.text == OpenAPIDocument.text)
+        #expect(try await LoopbackHTTP.request(port: port, "GET", "/v1/apps").status == 401)
+        let apps = try await LoopbackHTTP.request(port: port, "GET", "/v1/apps", headers: ["Authorization": "Bearer \(key)"])
+        #expect(apps.status == 200)
+        #expect(apps.text == #"{"apps":[]}"#)
+        // The server's own limit answers in the API's error format.
+        let big = try await LoopbackHTTP.request(port: port, "POST", "/v1/attribute-types",
+                                                 headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
+                                                 body: Array(repeating: 0x20, count: 100_000))
+        #expect(big.status == 413)
+        #expect(try JSONValue(parsing: big.body)["error"]?["code"] == "payload_too_large")
+        let metrics = try await LoopbackHTTP.request(port: port, "GET", "/metrics")
+        #expect(metrics.text.contains(#"marquee_http_requests_total{method="GET",route="/v1/apps",status="200"} 1"#))
+
+        serve.signal(SIGTERM)
+        #expect(await serve.wait() == 0)
+        // One line per request with the route template; the key's secret never appears.
+        #expect(serve.stderr.contains(#""route":"/v1/apps""#))
+        #expect(!serve.stderr.contains(String(key.suffix(43))))
+    }
+
+    @Test func sigtermLetsRequestsInFlightFinishAndRefusesNewConnections() async throws {
+        let url = try await MarqueeProcess.freshDatabase()
+        let (serve, port) = try await Self.startServe(databaseURL: url, extra: ["--grace-period", "20"])
+        let key = try await Self.adminKey(databaseURL: url)
+
+        // Slow requests: hold a lock on api_keys, so each request's key lookup waits in PostgreSQL.
+        let blocker = try await PostgresConnection.connect(PostgresConfiguration(url: url))
+        try await blocker.executeScript("BEGIN; LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+        let requests = (0..<3).map { _ in
+            Task { try await LoopbackHTTP.request(port: port, "GET", "/v1/apps", headers: ["Authorization": "Bearer \(key)"]) }
+        }
+        let observer = try await PostgresConnection.connect(PostgresConfiguration(url: url))
+        var waiting = 0
+        for _ in 0..<200 where waiting < 3 {
+            waiting = try await observer.query("""
+                SELECT count(*)::bigint AS n FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%api_keys%'
+                """)[0].decode(Int.self, column: "n")
+            if waiting < 3 { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(waiting == 3, "the slow requests never reached the database")
+
+        serve.signal(SIGTERM)
+        var refused = false
+        for _ in 0..<100 where !refused {
+            refused = await !LoopbackHTTP.canConnect(port: port)
+            if !refused { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(refused, "new connections are still accepted after SIGTERM")
+        #expect(serve.process.isRunning, "the process must wait for requests in flight")
+
+        try await blocker.executeScript("COMMIT")
+        for request in requests {
+            let response = try await request.value
+            #expect(response.status == 200, "\(response.text)")
+        }
+        #expect(await serve.wait() == 0, "\(serve.stderr)")
+    }
+
+    @Test func noMigrateRefusesToStartOnABehindSchema() async throws {
+        let url = try await MarqueeProcess.freshDatabase()
+        let result = try await MarqueeProcess.run(["serve", "--listen", "127.0.0.1:0", "--no-migrate"], databaseURL: url)
+        #expect(result.status == 78)
+        #expect(result.stderr.contains("0001_init.sql"))
+    }
+}

@@ -1,0 +1,51 @@
+import Foundation
+import MarqueeCore
+import MarqueeService
+import MarqueeStore
+import Postgres
+import Testing
+
+/// The OpenAPI document and the route table describe the same API.
+@Suite struct OpenAPITests {
+    static let repositoryRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// "METHOD /template" for every operation in the document.
+    static func documentedOperations() throws -> Set<String> {
+        let document = try JSONValue(parsing: OpenAPIDocument.text)
+        var operations = Set<String>()
+        for (path, item) in try #require(document["paths"]?.objectValue) {
+            for (method, _) in try #require(item.objectValue)
+            where ["get", "put", "post", "delete", "patch", "head", "options", "trace"].contains(method) {
+                operations.insert("\(method.uppercased()) \(path)")
+            }
+        }
+        return operations
+    }
+
+    @Test func documentMatchesTheRouter() throws {
+        // The pool is never used: building the routes opens no connection.
+        let pool = PostgresPool(configuration: PostgresConfiguration(url: "postgresql://nobody@127.0.0.1:1/none"), maxConnections: 1)
+        defer { pool.close() }
+        let metrics = MetricsRegistry()
+        let api = APIServer(routes: MarqueeDaemon.routes(pool: pool, metrics: metrics),
+                            keys: APIKeyVerifier(lookup: NoKeys()), metrics: metrics, logger: Logger { _ in })
+        let routed = Set(api.routes.endpoints.map { "\($0.method) \($0.template)" })
+        let documented = try Self.documentedOperations()
+        #expect(routed.subtracting(documented).isEmpty, "routes missing from the OpenAPI document")
+        #expect(documented.subtracting(routed).isEmpty, "documented operations the router lacks")
+        #expect(routed.count == api.routes.endpoints.count, "a (method, template) pair is registered twice")
+    }
+
+    @Test func docsCopyIsTheServedDocument() throws {
+        let file = try String(contentsOf: Self.repositoryRoot.appending(path: "docs/openapi.json"), encoding: .utf8)
+        #expect(file == OpenAPIDocument.text + "\n", "run: swift run marquee openapi > docs/openapi.json")
+        let document = try JSONValue(parsing: OpenAPIDocument.text)
+        #expect(document["openapi"] == "3.1.0")
+    }
+
+    struct NoKeys: APIKeyLookup {
+        func key(id: String) async throws -> StoredAPIKey? { nil }
+        func touch(id: String) async {}
+    }
+}
