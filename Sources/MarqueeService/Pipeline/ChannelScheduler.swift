@@ -183,14 +183,18 @@ public final class ChannelScheduler: Service {
     public func holdLease() async -> Bool {
         let current = grant.withLock { $0 }
         do {
-            let next: LeaseGrant?
+            var next: LeaseGrant?
             if let current {
                 next = try await leases.renew(current, duration: configuration.leaseDuration, now: databaseNow)
                 if next == nil { logger.warning("scheduler lease lost", ["fencing": .int(Int(current.fencing))]) }
-            } else {
+            }
+            if next == nil {
+                // Free or expired: take it (a takeover raises the fencing number).
                 next = try await leases.acquire(name: configuration.leaseName, holder: configuration.instance,
                                                 duration: configuration.leaseDuration, now: databaseNow)
-                if let next { logger.info("scheduler lease acquired; leading", ["fencing": .int(Int(next.fencing))]) }
+                if let next, next.fencing != current?.fencing {
+                    logger.info("scheduler lease acquired; leading", ["fencing": .int(Int(next.fencing))])
+                }
             }
             grant.withLock { $0 = next }
             return next != nil
