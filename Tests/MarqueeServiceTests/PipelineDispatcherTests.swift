@@ -249,6 +249,50 @@ struct PipelineDispatcherTests {
         #expect(senders.isEmpty)
     }
 
+    @Test func aCarriedAlertThatWouldNotFitIsDropped() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        let long = String(repeating: "x", count: 1500)
+        try await f.post(event.id, ["home": 1, "away": 0], alert: ["title": .string(long), "body": .string(long)], at: f.clock.now)
+        let big: JSONValue = ["home": 1, "away": 0, "note": .string(String(repeating: "y", count: 3800))]
+        try await f.post(event.id, big, at: f.clock.now.addingTimeInterval(1))
+        let results = try await f.dispatcher().dispatchOnce()
+        guard case .sent = results.first else { Issue.record("expected a send, got \(results)"); return }
+        let sent = try #require(f.apns.broadcasts.last)
+        #expect(sent.aps["alert"] == nil)
+        #expect(sent.aps["content-state"] == big)
+        #expect(sent.bytes <= 5120)
+        #expect(f.metrics.alertsDropped.value() == 1)
+    }
+
+    @Test func shutdownFinishesSendsInFlightAndStopsClaiming() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        f.apns.state.withLock { $0.broadcastDelay = .milliseconds(300) }
+        let dispatcher = f.dispatcher(clock: SystemWallClock(), listen: true) { $0.pollInterval = .milliseconds(50) }
+        let shutdown = ShutdownSignal()
+        let running = Task { try await dispatcher.run(until: shutdown) }
+        try await f.post(event.id, ["home": 1, "away": 0], priority: .high, at: Date())
+        var waited = 0
+        while f.apns.state.withLock({ $0.broadcastsStarted }) == 0 && waited < 200 {
+            try await Task.sleep(for: .milliseconds(10))
+            waited += 1
+        }
+        shutdown.trigger()
+        try await running.value
+        // The send in flight finished and was recorded; nothing is left claimed.
+        #expect(f.apns.broadcasts.count == 1)
+        #expect(try await f.dispositions(eventID: event.id) == ["broadcast": 1])
+        try await f.post(event.id, ["home": 2, "away": 0], priority: .high, at: Date().addingTimeInterval(1))
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(f.apns.broadcasts.count == 1)  // stopped: nobody claims any more
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE claimed_by IS NOT NULL") == 0)
+    }
+
     private func priority(_ result: DispatchResult) -> PushPriority? {
         if case .sent(_, let priority, _) = result { return priority }
         return nil

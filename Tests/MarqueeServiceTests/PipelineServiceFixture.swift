@@ -167,6 +167,9 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         /// Channels each broadcast answer is about (sent concurrently by two dispatchers).
         var sending: [String: Int] = [:]
         var overlaps = 0
+        /// How long a broadcast takes to answer.
+        var broadcastDelay: Duration = .milliseconds(2)
+        var broadcastsStarted = 0
     }
 
     let state = Mutex(State())
@@ -228,9 +231,10 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         let scripted = state.withLock { state -> APNsResult? in
             if state.sending[channelID, default: 0] > 0 { state.overlaps += 1 }
             state.sending[channelID, default: 0] += 1
+            state.broadcastsStarted += 1
             return state.broadcastScript.isEmpty ? nil : state.broadcastScript.removeFirst()
         }
-        try? await Task.sleep(for: .milliseconds(2))
+        try? await Task.sleep(for: state.withLock { $0.broadcastDelay })
         let result = scripted ?? APNsResult(response: APNsResponse(status: 200, headers: ["apns-request-id": UUID().uuidString,
                                                                                            "apns-unique-id": UUID().uuidString]),
                                             operation: .broadcast)
