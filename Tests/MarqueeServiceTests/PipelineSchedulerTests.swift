@@ -154,6 +154,26 @@ struct PipelineSchedulerTests {
         #expect(try await roomy.tick()?.opened == [refused.id])
     }
 
+    @Test func aRetriedCreateIsRetriedWithBackoffAndKeepsItsPlaceInTheQuota() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now)
+        f.apns.scriptCreates([RecordingChannelAPNs.failure(503, .serviceUnavailable)])
+        let scheduler = f.scheduler { $0.quota = ChannelQuota(limit: 1) }
+        let first = try #require(try await scheduler.tick())
+        #expect(first.createRetries.count == 1)
+        let channel = try #require(try await f.channels.channels(eventID: event.id).first)
+        #expect(channel.state == .lifecycle(.creating))
+        #expect(channel.nextAttemptAt.map { $0 > f.clock.now } == true)
+        #expect(try await scheduler.tick()?.opened.isEmpty == true)  // backing off
+        f.clock.advance(by: 2.5)  // the first retry waits 1 to 2 s
+        #expect(try await scheduler.tick()?.opened == [channel.id])
+        #expect(f.metrics.retries.value(["channel_create"]) == 1)
+        let attempts = try await f.pool.query("SELECT attempt, status FROM deliveries WHERE kind = 'channel_create' ORDER BY id")
+            .map { [try $0.decode(Int.self, column: "attempt"), try $0.decode(Int.self, column: "status")] }
+        #expect(attempts == [[1, 503], [2, 201]])
+    }
+
     @Test func aCreateThatTimedOutIsSettledByReconcile() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

@@ -328,7 +328,8 @@ public final class ChannelScheduler: Service {
                         fence: LeaseGrant, report: inout SweepReport) async throws {
         guard let app = try await catalog.app(id: channel.appID) else { return }
         let appLabel = "\(app.bundleID)/\(app.environment)"
-        let inUse = try await channels.quotaCount(appID: channel.appID)
+        // A retry (creating, create_unknown) is already counted: it takes no new place.
+        let inUse = try await channels.quotaCount(appID: channel.appID) - (before.state.countsAgainstQuota ? 1 : 0)
         do {
             if case .nearLimit(let used, let limit) = try configuration.quota.admitCreate(inUse: inUse) {
                 logger.warning("channel quota nearly spent", ["app": .string(appLabel), "in_use": .int(used), "limit": .int(limit)])
