@@ -195,6 +195,11 @@ struct PipelineSchedulerTests {
         defer { f.pool.close() }
         let orphan = f.apns.makeChannel()
         let reporting = f.scheduler()
+        let preview = try await reporting.reconcilePreview()
+        #expect(preview.map(\.appID) == [f.appID])
+        #expect(preview.first?.unrecorded == [orphan])
+        #expect(preview.first.map { $0.unknown.isEmpty && $0.missing.isEmpty && $0.resurrected.isEmpty } == true)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM channels") == 0)  // a preview records nothing
         let report = try await reporting.runOnce(reconcile: true)
         #expect(report.unknown == [orphan])
         #expect(report.unknownDeleted.isEmpty)

@@ -82,15 +82,32 @@ public struct SweepReport: Sendable, Equatable {
     public init() {}
 }
 
+/// What a reconcile would find for one app, without changing anything (`marquee channel reconcile --dry-run`).
+public struct ReconcilePreview: Sendable, Equatable {
+    public var appID: Int
+    /// Apple ids in Apple's list that no channel row has (a reconcile records them as unknown).
+    public var unrecorded: [String]
+    /// Apple ids already recorded as unknown and still listed.
+    public var unknown: [String]
+    /// Channels (row ids) the database believes exist that Apple's list lacks (a reconcile flags or settles them).
+    public var missing: [Int]
+    /// Channels (row ids) marked deleted that Apple still lists (a reconcile deletes them again).
+    public var resurrected: [Int]
+}
+
 /// Why the scheduler could not act.
 public enum ChannelSchedulerError: Error, Equatable, CustomStringConvertible {
     /// Another instance leads; `runOnce` does nothing while it does.
     case leaseHeldElsewhere(holder: String?)
+    /// APNs did not give the app's channel list.
+    case listFailed(appID: Int, reason: String)
 
     public var description: String {
         switch self {
         case .leaseHeldElsewhere(let holder):
             "the channel scheduler lease is held by \(holder ?? "another instance"); the running daemon sweeps already"
+        case .listFailed(let appID, let reason):
+            "APNs did not list the channels of app \(appID) (\(reason)); check the app's key and APNs host, then try again"
         }
     }
 }
@@ -100,6 +117,7 @@ public final class ChannelScheduler: Service {
     public let name = "scheduler"
     public let configuration: ChannelSchedulerConfiguration
 
+    private let pool: PostgresPool
     private let apns: any BroadcastChannelAPNs
     private let catalog: any PipelineCatalog
     private let metrics: PipelineMetrics
@@ -118,6 +136,7 @@ public final class ChannelScheduler: Service {
     public init(pool: PostgresPool, apns: any BroadcastChannelAPNs, catalog: any PipelineCatalog,
                 configuration: ChannelSchedulerConfiguration, metrics: PipelineMetrics, logger: Logger,
                 clock: any WallClock = SystemWallClock()) {
+        self.pool = pool
         self.apns = apns
         self.catalog = catalog
         self.configuration = configuration
@@ -232,6 +251,35 @@ public final class ChannelScheduler: Service {
             try? await leases.release(fence)
             throw error
         }
+    }
+
+    /// Lists every app's channels at APNs and compares them with the database, changing nothing but
+    /// the delivery rows of the list requests. Needs no lease.
+    public func reconcilePreview() async throws -> [ReconcilePreview] {
+        var previews: [ReconcilePreview] = []
+        for app in try await catalog.apps() {
+            let outcome = await perform("channel_list") { try await apns.listChannels(app: app) }
+            try await record(outcome, kind: .channelList, appID: app.id, channelID: nil, firstAttempt: 1)
+            guard let listed = outcome.acceptance?.channels?.map(\.value) else {
+                throw ChannelSchedulerError.listFailed(appID: app.id, reason: outcome.failure.map { "\($0)" } ?? "unknown")
+            }
+            let listedSet = Set(listed)
+            let rows = try await pool.query("""
+                SELECT id, apns_channel_id, state FROM channels WHERE app_id = \(app.id) AND apns_channel_id IS NOT NULL ORDER BY id
+                """).map { row in
+                (id: try row.decode(Int.self, column: "id"), apnsID: try row.decode(String.self, column: "apns_channel_id"),
+                 state: try row.decode(String.self, column: "state"))
+            }
+            let recorded = Set(rows.map(\.apnsID))
+            let existing: Set<String> = ["open", "ending", "ended", "deleting"]
+            previews.append(ReconcilePreview(
+                appID: app.id,
+                unrecorded: listed.filter { !recorded.contains($0) },
+                unknown: rows.filter { $0.state == "unknown" && listedSet.contains($0.apnsID) }.map(\.apnsID),
+                missing: rows.filter { existing.contains($0.state) && !listedSet.contains($0.apnsID) }.map(\.id),
+                resurrected: rows.filter { $0.state == "deleted" && listedSet.contains($0.apnsID) }.map(\.id)))
+        }
+        return previews
     }
 
     private func reconcileDue() -> Bool {
