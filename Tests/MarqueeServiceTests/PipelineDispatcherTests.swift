@@ -267,6 +267,26 @@ struct PipelineDispatcherTests {
         #expect(f.metrics.alertsDropped.value() == 1)
     }
 
+    @Test func notifyWakesTheDispatcherLongBeforeItsPoll() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        let dispatcher = f.dispatcher(clock: SystemWallClock(), listen: true) { $0.pollInterval = .seconds(120) }
+        let shutdown = ShutdownSignal()
+        let running = Task { try await dispatcher.run(until: shutdown) }
+        try await Task.sleep(for: .milliseconds(300))  // the first (empty) claim is done; now it waits
+        try await f.post(event.id, ["home": 1, "away": 0], at: Date())
+        var waited = 0
+        while f.apns.broadcasts.isEmpty && waited < 100 {
+            try await Task.sleep(for: .milliseconds(50))
+            waited += 1
+        }
+        shutdown.trigger()
+        try await running.value
+        #expect(f.apns.broadcasts.count == 1)
+    }
+
     @Test func shutdownFinishesSendsInFlightAndStopsClaiming() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

@@ -126,6 +126,7 @@ public final class BroadcastDispatcher: Service {
                 }
             }
             var lastSample: ContinuousClock.Instant?
+            var claimFailures = 0
             while !shutdown.isTriggered && !Task.isCancelled {
                 if let interval = configuration.statusSampleInterval, lastSample.map({ ContinuousClock.now - $0 >= interval }) ?? true {
                     lastSample = ContinuousClock.now
@@ -139,6 +140,7 @@ public final class BroadcastDispatcher: Service {
                         let claims = try await outbox.claim(instance: configuration.instance, limit: limit,
                                                             lease: configuration.claimLease, now: databaseNow)
                         full = claims.count == limit
+                        claimFailures = 0
                         for claim in claims {
                             group.addTask { [self] in
                                 _ = await handle(claim, shutdown: shutdown)
@@ -146,10 +148,16 @@ public final class BroadcastDispatcher: Service {
                             }
                         }
                     } catch {
-                        logger.error("outbox claim failed", ["error": .string("\(error)")])
+                        // The database is away: back off up to 5 s, logging the first failure and every tenth.
+                        claimFailures += 1
+                        if claimFailures % 10 == 1 {
+                            logger.error("outbox claim failed", ["error": .string("\(error)"), "failures": .int(claimFailures)])
+                        }
                     }
                 }
-                if !full { await wakeup.wait(upTo: configuration.pollInterval) }
+                let backoff = claimFailures == 0 ? configuration.pollInterval
+                    : min(configuration.pollInterval * (1 << min(claimFailures, 6)), .seconds(5))
+                if !full { await wakeup.wait(upTo: backoff) }
             }
             // Stop claiming; the group waits for the sends in flight (they finish and record).
             listener?.stop()
