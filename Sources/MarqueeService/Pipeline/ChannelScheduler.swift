@@ -153,6 +153,10 @@ public final class ChannelScheduler: Service {
     /// True while this instance holds the lease.
     public var isLeader: Bool { grant.withLock { $0 != nil } }
 
+    /// Sweeps now rather than at the next tick, if this instance leads (e.g. after an event was created
+    /// inside its lead time, or an operator asked for a recreate).
+    public func wake() { wakeup.signal() }
+
     private var databaseNow: Date? { configuration.clockDrivesDatabase ? clock.now : nil }
 
     // MARK: the service
