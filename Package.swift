@@ -44,6 +44,9 @@ let package = Package(
         .executableTarget(name: "SqlEmbedder", path: "Plugins/SqlEmbedder"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SqlEmbedder"]),
 
+        // Driver for Scripts/bench apns: APNsClient against the simulator (release build).
+        .executableTarget(name: "APNsBench", dependencies: ["APNs", "APNsSimulator", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
+
         // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.
         .executableTarget(name: "PostgresBench", dependencies: ["Postgres"], swiftSettings: strict),
 
@@ -52,7 +55,7 @@ let package = Package(
         .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto"], swiftSettings: strict),
         .testTarget(name: "MarqueeCommandLineTests", dependencies: ["MarqueeCommandLine"], swiftSettings: strict),
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "marquee", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),

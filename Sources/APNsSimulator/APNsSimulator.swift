@@ -1,1 +1,180 @@
-// APNsSimulator
+// The simulator host: the engine behind two HTTP/2-over-TLS listeners (push and management), with its
+// certificates, trusted key and channels in a state folder. The engine decides everything; the host only
+// keeps one engine state per connection and applies the engine's connection actions and delays.
+import APNs
+import Foundation
+import MarqueeCore
+import Network
+
+/// A running APNs simulator: start it, read its ports and files, send to it, shut it down.
+public final class APNsSimulator: Sendable {
+    public let configuration: SimulatorConfiguration
+    public let engine: SimulatorEngine
+    public let files: SimulatorFiles
+    /// The ports actually bound (useful when the configuration asked for 0).
+    public let pushPort: Int
+    public let managementPort: Int
+    private let servers: [HTTP2Server]
+    private let group: EventLoopGroup
+    private let writer: ChannelFileWriter
+
+    /// Prepares the state folder, loads the channels and starts both listeners. File work runs on a thread of its own.
+    public static func start(
+        configuration: SimulatorConfiguration, clock: any WallClock = SystemWallClock(), logger: Logger? = nil
+    ) async throws -> APNsSimulator {
+        try configuration.validate()
+        let (files, trustedKey, channels, tls) = try await offThePool {
+            () throws -> (SimulatorFiles, SimulatorTrustedKey, [SimulatorChannel], TLSServerContext) in
+            let files = try SimulatorFiles.prepare(configuration)
+            let tls = try TLSServerContext(certificateChainFile: files.certificateFile, privateKeyFile: files.certificateKeyFile)
+            return (files, try files.trustedKey(), try files.loadChannels(), tls)
+        }
+        let writer = ChannelFileWriter(files: files, logger: logger)
+        let engine = SimulatorEngine(
+            configuration: configuration, trustedKeys: [trustedKey], clock: clock, logger: logger,
+            channelsChanged: { writer.channelsChanged() })
+        engine.restoreChannels(channels)
+        writer.attach(engine)
+
+        var serverConfiguration = HTTP2ServerConfiguration(host: configuration.host, port: configuration.pushPort)
+        serverConfiguration.maxConcurrentStreams = engine.initialStreamLimit
+        serverConfiguration.maxRequestBodySize = 64 * 1024
+        serverConfiguration.payloadTooLargeResponse = HTTPResponse(
+            status: 413, headers: [APNsHeader.contentType: "application/json"], body: APNsErrorBody(reason: .payloadTooLarge).json)
+        serverConfiguration.shutdownGracePeriod = .seconds(2)
+        // APNs keeps idle connections for a long time and asks for a PING after about an hour (reference §8).
+        serverConfiguration.idleTimeout = .seconds(2 * 3_600)
+        let group = EventLoopGroup(loopCount: configuration.loopCount, name: "apns-simulator")
+        var servers: [HTTP2Server] = []
+        do {
+            for (listener, port) in [(SimulatorListener.push, configuration.pushPort), (.management, configuration.managementPort)] {
+                serverConfiguration.port = port
+                servers.append(try HTTP2Server(
+                    configuration: serverConfiguration, tls: tls, group: group,
+                    handler: SimulatorRequestHandler(engine: engine, listener: listener)))
+            }
+        } catch {
+            for server in servers { await server.shutdown() }
+            await offThePool { group.shutdown() }
+            throw error
+        }
+        return APNsSimulator(configuration: configuration, engine: engine, files: files, servers: servers, group: group, writer: writer)
+    }
+
+    private init(
+        configuration: SimulatorConfiguration, engine: SimulatorEngine, files: SimulatorFiles, servers: [HTTP2Server],
+        group: EventLoopGroup, writer: ChannelFileWriter
+    ) {
+        self.configuration = configuration
+        self.engine = engine
+        self.files = files
+        self.servers = servers
+        self.group = group
+        self.writer = writer
+        pushPort = servers[0].port
+        managementPort = servers[1].port
+    }
+
+    /// `https://host:port` of the push (device pushes and broadcasts) listener.
+    public var pushURL: String { APNsEndpoint(host: configuration.host, port: pushPort).url }
+    /// `https://host:port` of the channel-management listener.
+    public var managementURL: String { APNsEndpoint(host: configuration.host, port: managementPort).url }
+
+    /// Where a Marquee APNs client should send, trusting the simulator's CA.
+    public var endpoints: APNsEndpoints {
+        APNsEndpoints(
+            push: APNsEndpoint(host: configuration.host, port: pushPort),
+            management: APNsEndpoint(host: configuration.host, port: managementPort),
+            extraTrustedCAFile: files.caCertificateFile)
+    }
+
+    /// The process environment that points a `marquee` process at this simulator
+    /// (`MARQUEE_APNS_PUSH_URL`, `MARQUEE_APNS_MANAGE_URL`, and `MARQUEE_APNS_CA_FILE` when the CA was generated).
+    public var environmentVariables: [String: String] {
+        var variables = [APNsEndpoints.pushURLVariable: pushURL, APNsEndpoints.managementURLVariable: managementURL]
+        variables[APNsEndpoints.caFileVariable] = files.caCertificateFile
+        return variables
+    }
+
+    /// What to tell a user: where to connect, which CA to trust and which key to sign with.
+    public var summary: String {
+        var lines = [
+            "APNs simulator (\(configuration.environment.rawValue))",
+            "  push:        \(pushURL)",
+            "  management:  \(managementURL)",
+            "  signing key: \(files.signingKeyFile) (key id \(files.keyID), team id \(files.teamID))",
+            "  certificate: \(files.certificateFile)",
+        ]
+        if let ca = files.caCertificateFile { lines.append("  CA:          \(ca)") }
+        lines.append("  channels:    \(files.channelsFile)")
+        lines.append("  for marquee: " + environmentVariables.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))
+        return lines.joined(separator: "\n")
+    }
+
+    /// Stops both listeners (in-flight requests get a short grace period), writes the channels and stops the loops.
+    public func shutdown() async {
+        for server in servers { await server.shutdown() }
+        await writer.flush()
+        let group = self.group
+        await offThePool { group.shutdown() }
+    }
+
+    /// Runs until the calling task is cancelled, then shuts down.
+    public func run() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(3_600))
+        }
+        await shutdown()
+    }
+}
+
+/// Runs blocking work (file system, joining loop threads) on a thread outside Swift's cooperative pool.
+private func offThePool<Result: Sendable>(_ body: @escaping @Sendable () throws -> Result) async throws -> Result {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Swift.Result { try body() }) }
+    }
+}
+
+private func offThePool(_ body: @escaping @Sendable () -> Void) async {
+    await withCheckedContinuation { continuation in
+        DispatchQueue.global().async {
+            body()
+            continuation.resume()
+        }
+    }
+}
+
+/// The engine's state for one connection, kept in `HTTP2ServerConnection.state` (touched on its loop thread only).
+private final class ConnectionBox {
+    var state: SimulatorConnectionState
+    init(_ state: SimulatorConnectionState) { self.state = state }
+}
+
+/// Hands each request to the engine and applies what it answers to the connection.
+private struct SimulatorRequestHandler: HTTP2RequestHandler {
+    let engine: SimulatorEngine
+    let listener: SimulatorListener
+
+    func connectionOpened(_ connection: HTTP2ServerConnection) {
+        connection.state = ConnectionBox(engine.makeConnectionState())
+    }
+
+    func handle(_ request: HTTPRequest, connection: HTTP2ServerConnection) -> HTTP2Reply {
+        let box = connection.state as? ConnectionBox ?? ConnectionBox(engine.makeConnectionState())
+        connection.state = box
+        let reply = engine.handle(request, on: listener, connection: &box.state)
+        for action in reply.actions {
+            switch action {
+            case .setMaxConcurrentStreams(let limit): connection.setMaxConcurrentStreams(limit)
+            case .goAway(let code, let debugData): connection.goAway(errorCode: code, debugData: debugData)
+            }
+        }
+        guard reply.delay > .zero else { return .response(reply.response) }
+        let response = reply.response
+        let delay = reply.delay
+        return .deferred {
+            try? await Task.sleep(for: delay)
+            return response
+        }
+    }
+}

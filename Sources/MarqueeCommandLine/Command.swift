@@ -51,6 +51,9 @@ public struct Command: Sendable {
     public let arguments: [Argument]
     public let subcommands: [Command]
     public let run: (@Sendable (ParsedArguments) async throws -> Void)?
+    /// A command that reads its own flags (given every word after its name) and prints this help text.
+    public let ownHelp: String?
+    let runWithWords: (@Sendable ([String]) async throws -> Void)?
 
     /// A group: `marquee app ...`.
     public init(_ name: String, summary: String, discussion: String? = nil, subcommands: [Command]) {
@@ -60,6 +63,22 @@ public struct Command: Sendable {
         self.arguments = []
         self.subcommands = subcommands
         self.run = nil
+        self.ownHelp = nil
+        self.runWithWords = nil
+    }
+
+    /// A leaf that parses its own flags, e.g. one whose configuration type already reads them.
+    public init(
+        _ name: String, summary: String, helpText: String, runWithWords: @escaping @Sendable ([String]) async throws -> Void
+    ) {
+        self.name = name
+        self.summary = summary
+        self.discussion = nil
+        self.arguments = []
+        self.subcommands = []
+        self.run = nil
+        self.ownHelp = helpText
+        self.runWithWords = runWithWords
     }
 
     /// A leaf: `marquee app add --bundle ...`. `--help` and `--json` are added to every leaf.
@@ -73,6 +92,8 @@ public struct Command: Sendable {
         self.arguments = arguments + [.flag("json", help: "Print the result as JSON.")]
         self.subcommands = []
         self.run = run
+        self.ownHelp = nil
+        self.runWithWords = nil
     }
 }
 

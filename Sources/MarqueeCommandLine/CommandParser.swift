@@ -7,6 +7,8 @@ public enum Invocation: Sendable {
     case help(String)
     /// Run the command.
     case run(Command, ParsedArguments)
+    /// Run a command that reads its own flags.
+    case runWithWords(Command, [String])
 }
 
 /// Parses a command line against a command tree.
@@ -35,6 +37,10 @@ public struct CommandParser: Sendable {
             command = next
             path.append(word)
             remaining = remaining.dropFirst()
+        }
+        if let ownHelp = command.ownHelp {
+            if remaining.contains("--help") || remaining.contains("-h") { return .help(ownHelp) }
+            return .runWithWords(command, Array(remaining))
         }
         if remaining.contains("--help") || remaining.contains("-h") {
             return .help(HelpFormatter.help(for: command, path: path))

@@ -88,6 +88,17 @@ public enum CommandRunner {
         case .help(let text):
             Terminal.print(text)
             return .success
+        case .runWithWords(let command, let words):
+            do {
+                try await command.runWithWords?(words)
+                return .success
+            } catch let failure as CommandFailure {
+                Terminal.error("\(root.name): \(failure.message)")
+                return failure.exitCode
+            } catch {
+                Terminal.error("\(root.name): \(error)")
+                return .software
+            }
         case .run(let command, let parsed):
             do {
                 try await command.run?(parsed)

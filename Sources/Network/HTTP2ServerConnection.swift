@@ -28,6 +28,10 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
     private var bufferEvent: OpaquePointer?
     private var session: OpaquePointer?
     private var streams: [Int32: HTTP2ServerStream] = [:]
+    /// The highest stream id a request arrived on: the last-stream-id a GOAWAY must name.
+    private var highestStreamID: Int32 = 0
+    /// The last-stream-id of the GOAWAY sent, once one is.
+    private var goAwayLastStreamID: Int32?
     private var receiving = false
     private var closeRequested = false
     private var closed = false
@@ -228,7 +232,10 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
     private func submitGoAway(errorCode: UInt32, debugData: [UInt8]) {
         guard let session else { return }
         pendingGoAway = nil
-        let lastStream = nghttp2_session_get_last_proc_stream_id(session)
+        // nghttp2's "last processed" stream is that of the latest frame received, which can be lower than
+        // a stream already answered; a GOAWAY naming it would tell the client to resend handled requests.
+        let lastStream = max(nghttp2_session_get_last_proc_stream_id(session), highestStreamID)
+        goAwayLastStreamID = lastStream
         _ = debugData.withUnsafeBufferPointer { data in
             nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), lastStream, errorCode, data.baseAddress, data.count)
         }
@@ -286,7 +293,15 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
     private func beginHeaders(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
         guard frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
               frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST, let session else { return 0 }
-        let stream = HTTP2ServerStream(id: frame.pointee.hd.stream_id)
+        let id = frame.pointee.hd.stream_id
+        // A stream that starts after the GOAWAY was decided (later in the same read) is refused, unprocessed,
+        // so the client may send it elsewhere; without a stream object its frames are ignored.
+        if let goAwayLastStreamID, id > goAwayLastStreamID {
+            nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_REFUSED_STREAM.rawValue)
+            return 0
+        }
+        let stream = HTTP2ServerStream(id: id)
+        highestStreamID = max(highestStreamID, stream.id)
         streams[stream.id] = stream
         nghttp2_session_set_stream_user_data(session, stream.id, Unmanaged.passUnretained(stream).toOpaque())
         return 0

@@ -95,3 +95,27 @@ private func usageMessage(_ words: [String], environment: [String: String] = ["M
         #expect(leaf.contains("--json"))
     }
 }
+
+@Suite struct OwnFlagsCommandTests {
+    private let root = Command("marquee", summary: "Marquee.", subcommands: [
+        Command("simulator", summary: "Run it.", helpText: "usage: marquee simulator [options]") { _ in },
+    ])
+
+    @Test func everyWordAfterTheNameIsHandedOver() throws {
+        guard case .runWithWords(let command, let words) = try CommandParser(root: root, environment: [:])
+            .parse(["simulator", "--quota", "5", "--relaxed", "--", "x"]) else {
+            Issue.record("expected the command to get its words")
+            return
+        }
+        #expect(command.name == "simulator")
+        #expect(words == ["--quota", "5", "--relaxed", "--", "x"])
+    }
+
+    @Test func helpIsTheCommandsOwnText() throws {
+        guard case .help(let text) = try CommandParser(root: root, environment: [:]).parse(["simulator", "--quota", "5", "--help"]) else {
+            Issue.record("expected help")
+            return
+        }
+        #expect(text == "usage: marquee simulator [options]")
+    }
+}

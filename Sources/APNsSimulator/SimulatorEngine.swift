@@ -1,0 +1,559 @@
+// The APNs simulator's rules, without sockets: a request, the listener it came in on and its connection's
+// state go in; the answer, the connection actions (stream limit, GOAWAY) and an added delay come out.
+// Every rejection follows Apple's documentation as summarised in the APNs protocol reference (§6, §7, §9);
+// where Apple does not say (order of checks, casing), the choice is written next to the check.
+// Shared state (channels, invalid tokens, records, the seeded generator) sits behind one Mutex, so one
+// engine serves every connection of both listeners, on any thread.
+import APNs
+import Crypto
+import Foundation
+import MarqueeCore
+import Network
+import Synchronization
+
+/// A signing key whose provider tokens the simulator accepts.
+public struct SimulatorTrustedKey: Sendable {
+    public var keyID: String
+    public var teamID: String
+    public var key: P256.VerifyingKey
+
+    public init(keyID: String, teamID: String, key: P256.VerifyingKey) {
+        self.keyID = keyID
+        self.teamID = teamID
+        self.key = key
+    }
+}
+
+/// A rejection on its way to becoming an error answer.
+struct Rejection: Error {
+    var reason: APNsReason
+    /// 410 only: when the token became invalid, epoch milliseconds.
+    var timestamp: Int64?
+
+    init(_ reason: APNsReason, timestamp: Int64? = nil) {
+        self.reason = reason
+        self.timestamp = timestamp
+    }
+}
+
+/// APNs' behaviour as a pure function of request, connection state and time; the simulator host wraps it in sockets.
+public final class SimulatorEngine: Sendable {
+    /// A token whose `iat` is older than this is `ExpiredProviderToken`.
+    public static let tokenLifetime: TimeInterval = 60 * 60
+    /// A connection's next token must be issued at least this long after its current one (`TooManyProviderTokenUpdates`).
+    public static let tokenChangeInterval: TimeInterval = 20 * 60
+    /// An `iat` further ahead than this is `InvalidProviderToken` (a token from the future was not signed now).
+    public static let tokenFutureTolerance: TimeInterval = 5 * 60
+    /// Longest channel id accepted before `BadChannelId` (Apple publishes no length; reference §10.10).
+    public static let maximumChannelIDLength = 128
+    /// GOAWAY debug data sent by the `goAwayAfterStreams` fault.
+    public static let goAwayDebugData = APNsErrorBody(reason: .shutdown).json
+
+    public let configuration: SimulatorConfiguration
+    public let clock: any WallClock
+    private let logger: Logger?
+    private let trustedKeys: [String: SimulatorTrustedKey]
+    private let allowedBundleIDs: Set<String>
+    private let channelsChanged: (@Sendable () -> Void)?
+    private let state: Mutex<State>
+
+    private struct State {
+        var channels: [String: SimulatorChannel] = [:]
+        /// Creation order of the channels, for lists (several may share a `createdAt`).
+        var channelOrder: [String: Int] = [:]
+        var nextOrder = 0
+        var quota: Int
+        var invalidTokens: [String: Date] = [:]
+        var records: [SimulatorRecord] = []
+        var statusCounts: [Int: Int] = [:]
+        var random: SeededRandom
+    }
+
+    /// `channelsChanged` is called (outside any lock, on the caller's thread) after each create or delete,
+    /// so the host can persist the channels. `logger` gets one line per request.
+    public init(
+        configuration: SimulatorConfiguration, trustedKeys: [SimulatorTrustedKey], clock: any WallClock = SystemWallClock(),
+        logger: Logger? = nil, channelsChanged: (@Sendable () -> Void)? = nil
+    ) {
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+        self.trustedKeys = Dictionary(trustedKeys.map { ($0.keyID, $0) }) { first, _ in first }
+        allowedBundleIDs = Set(configuration.bundleIDs)
+        self.channelsChanged = channelsChanged
+        let now = clock.now
+        var initial = State(quota: configuration.channelQuota, random: SeededRandom(seed: configuration.seed))
+        for token in configuration.invalidDeviceTokens { initial.invalidTokens[token.lowercased()] = now }
+        state = Mutex(initial)
+    }
+
+    // MARK: - Connections
+
+    /// The stream limit a new connection advertises: 1 until a request authenticates, unless relaxed.
+    public var initialStreamLimit: UInt32 { configuration.relaxed ? configuration.streamLimit : 1 }
+
+    /// State for a new connection.
+    public func makeConnectionState() -> SimulatorConnectionState {
+        SimulatorConnectionState(streamLimit: initialStreamLimit)
+    }
+
+    // MARK: - Requests
+
+    /// Answers one request that arrived on `listener` over the connection whose state is `connection`.
+    public func handle(
+        _ request: HTTPRequest, on listener: SimulatorListener, connection: inout SimulatorConnectionState
+    ) -> SimulatorReply {
+        let started = ContinuousClock.now
+        let now = clock.now
+        let idHeader = Self.idHeader(listener: listener, path: request.path)
+        let givenID = request.headers[idHeader]
+        let answerID = givenID.flatMap { try? APNsRequestID($0).value } ?? UUID().uuidString.lowercased()
+
+        var response: HTTPResponse
+        var reason: APNsReason?
+        var accepted: Accepted?
+        do {
+            let result = try evaluate(request, listener: listener, connection: &connection, now: now, answerID: answerID)
+            accepted = result
+            response = HTTPResponse(status: result.status, headers: result.headers, body: result.body)
+        } catch {
+            reason = error.reason
+            response = HTTPResponse(
+                status: error.reason.status ?? 400,
+                headers: [APNsHeader.contentType: "application/json"],
+                body: APNsErrorBody(reason: error.reason, timestamp: error.timestamp).json)
+        }
+        response.headers.set(idHeader, answerID)
+
+        var actions: [SimulatorConnectionAction] = []
+        if !configuration.relaxed {
+            var target = connection.streamLimit
+            if (200..<300).contains(response.status) { target = configuration.streamLimit }
+            if (400..<500).contains(response.status) { target = 1 }
+            if target != connection.streamLimit {
+                connection.streamLimit = target
+                actions.append(.setMaxConcurrentStreams(target))
+            }
+        }
+        connection.requestCount += 1
+        if let limit = configuration.faults.goAwayAfterStreams, connection.requestCount >= limit, !connection.goAwaySent {
+            connection.goAwaySent = true
+            actions.append(.goAway(errorCode: 0, debugData: Self.goAwayDebugData))
+        }
+
+        let delay = state.withLock { state -> Duration in
+            state.statusCounts[response.status, default: 0] += 1
+            if let record = accepted?.record { append(record, to: &state) }
+            let range = configuration.latency
+            guard range.upperBound > range.lowerBound else { return range.lowerBound }
+            return range.lowerBound + (range.upperBound - range.lowerBound) * state.random.unit()
+        }
+        if accepted?.channelsChanged == true { channelsChanged?() }
+
+        if let logger {
+            let handled = ContinuousClock.now - started
+            logger.info("apns request", [
+                "listener": .string(listener.rawValue),
+                "method": .string(request.method),
+                "path": .string(Self.loggablePath(request.path)),
+                "status": .int(response.status),
+                "reason": .string(reason?.text ?? ""),
+                "channel_id": .string(accepted?.channelID ?? request.headers[APNsHeader.channelID] ?? ""),
+                "request_id": .string(answerID),
+                "latency_ms": .double(Self.milliseconds(delay)),
+                "handled_us": .int(Int(Self.milliseconds(handled) * 1000)),
+            ])
+        }
+        return SimulatorReply(response: response, actions: actions, delay: delay)
+    }
+
+    /// What an accepted request produced.
+    private struct Accepted {
+        var status: Int
+        var headers: HTTPHeaders = [:]
+        var body: [UInt8] = []
+        var record: SimulatorRecord?
+        var channelID: String?
+        var channelsChanged = false
+    }
+
+    /// Checks in this order: path and method, duplicate headers, provider token, injected faults, then the operation's
+    /// own headers and body (Apple documents no order; reference §9.4).
+    private func evaluate(
+        _ request: HTTPRequest, listener: SimulatorListener, connection: inout SimulatorConnectionState, now: Date, answerID: String
+    ) throws(Rejection) -> Accepted {
+        let route = try Route(listener: listener, method: request.method, path: request.path)
+        let headers = request.headers
+        let fields = headers.fields
+        for (index, field) in fields.enumerated() where field.name.hasPrefix("apns-") || field.name == APNsHeader.authorization {
+            if fields[(index + 1)...].contains(where: { $0.name == field.name }) { throw Rejection(.duplicateHeaders) }
+        }
+        try authenticate(headers, &connection, now: now)
+        if let fault = drawFault() { throw fault }
+        if let given = headers[Self.idHeader(listener: listener, path: request.path)], (try? APNsRequestID(given)) == nil {
+            throw Rejection(.badMessageId)
+        }
+
+        switch route {
+        case .devicePush(let token):
+            return try devicePush(token: token, request, now: now, apnsID: answerID)
+        case .broadcast(let bundleID):
+            try checkBundle(bundleID)
+            return try broadcast(bundleID: bundleID, request, now: now, requestID: answerID)
+        case .channels(let bundleID):
+            try checkBundle(bundleID)
+            switch request.method {
+            case "POST": return try createChannel(bundleID: bundleID, body: request.body, now: now, requestID: answerID)
+            case "GET": return try readChannel(bundleID: bundleID, headers: headers, now: now, requestID: answerID)
+            default: return try deleteChannel(bundleID: bundleID, headers: headers, now: now, requestID: answerID)
+            }
+        case .allChannels(let bundleID):
+            try checkBundle(bundleID)
+            let ids = channels(bundleID: bundleID).map { JSONValue.string($0.id) }
+            let operation = ChannelOperation(kind: .list, bundleID: bundleID, channelID: nil, requestID: answerID, at: now)
+            return Accepted(
+                status: 200, headers: [APNsHeader.contentType: "application/json"],
+                body: JSONValue.object(["channels": .array(ids)]).jsonBytes, record: .channel(operation))
+        }
+    }
+
+    // MARK: - Provider tokens (reference §6)
+
+    private func authenticate(_ headers: HTTPHeaders, _ connection: inout SimulatorConnectionState, now: Date) throws(Rejection) {
+        guard let value = headers[APNsHeader.authorization], !value.isEmpty else { throw Rejection(.missingProviderToken) }
+        guard value.utf8.count > 7, value.prefix(7).lowercased() == APNsProtocol.bearerPrefix else {
+            throw Rejection(.invalidProviderToken)
+        }
+        let jwt = value.dropFirst(7).trimmingCharacters(in: .whitespaces)
+        if let current = connection.token, current.jwt == jwt {
+            try checkAge(issuedAt: current.issuedAt, now: now)
+            return
+        }
+        // A new token string on this connection: the only time the signature is verified.
+        guard let token = try? ProviderToken(parsing: jwt), let trusted = trustedKeys[token.keyID],
+              trusted.teamID == token.teamID else {
+            throw Rejection(.invalidProviderToken)
+        }
+        connection.tokenVerifications += 1
+        guard token.hasValidSignature(from: trusted.key) else { throw Rejection(.invalidProviderToken) }
+        if let team = connection.boundTeamID, team != token.teamID { throw Rejection(.unrelatedKeyIdInToken) }
+        try checkAge(issuedAt: token.issuedAt, now: now)
+        // Apple: "APNs reports an error if you recreate your tokens more often than every 20 minutes" (A7). The
+        // tokens' issue times are compared, not the moments they arrived, so a new connection may adopt a token that
+        // a process shares among its connections and still take the next one it signs 20 minutes later.
+        if let current = connection.token, token.issuedAt.timeIntervalSince(current.issuedAt) < Self.tokenChangeInterval {
+            throw Rejection(.tooManyProviderTokenUpdates)
+        }
+        connection.token = .init(jwt: jwt, keyID: token.keyID, teamID: token.teamID, issuedAt: token.issuedAt)
+        connection.boundTeamID = token.teamID
+    }
+
+    private func checkAge(issuedAt: Date, now: Date) throws(Rejection) {
+        let age = now.timeIntervalSince(issuedAt)
+        if age > Self.tokenLifetime { throw Rejection(.expiredProviderToken) }
+        if age < -Self.tokenFutureTolerance { throw Rejection(.invalidProviderToken) }
+    }
+
+    /// Bundle ids in broadcast and management paths: no `.push-type.liveactivity` suffix (`TopicDisallowed`),
+    /// and one the key may use (`TopicMismatch`).
+    private func checkBundle(_ bundleID: String) throws(Rejection) {
+        if bundleID.hasSuffix(APNsProtocol.liveActivityTopicSuffix) { throw Rejection(.topicDisallowed) }
+        if !isAllowed(bundleID) { throw Rejection(.topicMismatch) }
+    }
+
+    private func isAllowed(_ bundleID: String) -> Bool { allowedBundleIDs.isEmpty || allowedBundleIDs.contains(bundleID) }
+
+    private func drawFault() -> Rejection? {
+        let faults = configuration.faults
+        let total = faults.tooManyRequests + faults.internalServerError + faults.serviceUnavailable
+        guard total > 0 else { return nil }
+        let draw = state.withLock { $0.random.unit() }
+        if draw < faults.tooManyRequests { return Rejection(.tooManyRequests) }
+        if draw < faults.tooManyRequests + faults.internalServerError { return Rejection(.internalServerError) }
+        if draw < total { return Rejection(.serviceUnavailable) }
+        return nil
+    }
+
+    // MARK: - Device pushes (reference §3.1, §7.3)
+
+    private func devicePush(token: String, _ request: HTTPRequest, now: Date, apnsID: String) throws(Rejection) -> Accepted {
+        let headers = request.headers
+        guard !token.isEmpty else { throw Rejection(.missingDeviceToken) }
+        guard let deviceToken = try? APNsDeviceToken(hex: token) else { throw Rejection(.badDeviceToken) }
+        guard let topic = headers[APNsHeader.topic] else { throw Rejection(.missingTopic) }
+        guard !topic.isEmpty, topic.utf8.allSatisfy(Self.bundleIDBytes.contains) else { throw Rejection(.badTopic) }
+        guard let pushType = headers[APNsHeader.pushType] else { throw Rejection(.missingPushType) }
+        // Only Live Activity pushes are simulated; the casing of the value is not confirmed (reference §10.2).
+        guard pushType.lowercased() == APNsProtocol.liveActivityPushType else { throw Rejection(.invalidPushType) }
+        // The plain bundle id as the topic of a Live Activity push: DeviceTokenNotForTopic (reference §7.3, F3).
+        guard topic.hasSuffix(APNsProtocol.liveActivityTopicSuffix) else { throw Rejection(.deviceTokenNotForTopic) }
+        let bundleID = String(topic.dropLast(APNsProtocol.liveActivityTopicSuffix.count))
+        guard !bundleID.isEmpty else { throw Rejection(.badTopic) }
+        guard isAllowed(bundleID) else { throw Rejection(.topicMismatch) }
+        let priority = try Self.integer(headers[APNsHeader.priority] ?? "10", allowed: [10, 5], else: .badPriority)
+        let expiration = try headers[APNsHeader.expiration].map { text throws(Rejection) in
+            try Self.integer(text, allowed: nil, else: .badExpirationDate)
+        }
+        let collapseID = headers[APNsHeader.collapseID]
+        if let collapseID, !(1...64).contains(collapseID.utf8.count) { throw Rejection(.badCollapseId) }
+        try Self.checkPayload(request.body, limit: APNsPayloadLimit.devicePush)
+
+        let invalidSince = state.withLock { state -> Date? in
+            if let since = state.invalidTokens[deviceToken.hex] { return since }
+            let share = configuration.faults.unregistered
+            guard share > 0, state.random.unit() < share else { return nil }
+            state.invalidTokens[deviceToken.hex] = now
+            return now
+        }
+        if let invalidSince {
+            throw Rejection(.unregistered, timestamp: Int64((invalidSince.timeIntervalSince1970 * 1000).rounded(.down)))
+        }
+        var answer: HTTPHeaders = [:]
+        if configuration.environment == .development { answer.add(APNsHeader.uniqueID, UUID().uuidString.lowercased()) }
+        let push = ReceivedDevicePush(
+            deviceToken: deviceToken.hex, topic: topic, priority: priority, expiration: expiration, collapseID: collapseID,
+            headers: Self.withoutAuthorization(headers), payload: request.body, apnsID: apnsID, receivedAt: now)
+        return Accepted(status: 200, headers: answer, record: .devicePush(push))
+    }
+
+    // MARK: - Broadcasts (reference §2, §9.4)
+
+    private func broadcast(bundleID: String, _ request: HTTPRequest, now: Date, requestID: String) throws(Rejection) -> Accepted {
+        let headers = request.headers
+        let channelID = try Self.channelID(headers)
+        guard let pushType = headers[APNsHeader.pushType] else { throw Rejection(.missingPushType) }
+        guard pushType.lowercased() == APNsProtocol.liveActivityPushType else { throw Rejection(.invalidPushType) }
+        let expiration = try Self.integer(headers[APNsHeader.expiration] ?? "", allowed: nil, else: .badExpirationDate)
+        let priority = try Self.integer(headers[APNsHeader.priority] ?? "", allowed: [10, 5, 1], else: .badPriority)
+        guard let channel = channel(id: channelID), channel.bundleID == bundleID else { throw Rejection(.channelNotRegistered) }
+        // A no-storage channel takes only expiration 0. Beyond 8 hours on a storing channel is accepted (reference §10.11).
+        if channel.storagePolicy == .noMessageStored, expiration != 0 { throw Rejection(.badExpirationDate) }
+        try Self.checkPayload(request.body, limit: APNsPayloadLimit.broadcast)
+        let uniqueID = UUID().uuidString.lowercased()
+        let broadcast = ReceivedBroadcast(
+            bundleID: bundleID, channelID: channelID, priority: priority, expiration: expiration,
+            headers: Self.withoutAuthorization(headers), payload: request.body, requestID: requestID, uniqueID: uniqueID,
+            receivedAt: now)
+        return Accepted(status: 200, headers: [APNsHeader.uniqueID: uniqueID], record: .broadcast(broadcast), channelID: channelID)
+    }
+
+    // MARK: - Channel management (reference §1, §9.2, §9.3)
+
+    private func createChannel(bundleID: String, body: [UInt8], now: Date, requestID: String) throws(Rejection) -> Accepted {
+        guard !body.isEmpty else { throw Rejection(.payloadEmpty) }
+        guard let object = (try? JSONValue(parsing: body))?.objectValue else { throw Rejection(.badRequestPayload) }
+        let known: Set = ["message-storage-policy", "push-type"]
+        guard object.keys.allSatisfy(known.contains) else { throw Rejection(.badRequestParams) }
+        guard let pushType = object["push-type"] else { throw Rejection(.missingPushType) }
+        // Documented: "LiveActivity"; node-apn sends "liveactivity" (reference §1.3, UNCONFIRMED): any casing is read.
+        guard let text = pushType.stringValue, text.lowercased() == "liveactivity" else { throw Rejection(.invalidPushType) }
+        // Documented: an integer; node-apn sends the string "1" (UNCONFIRMED): both are read.
+        let policyValue = object["message-storage-policy"]
+        guard let number = policyValue?.intValue ?? policyValue?.stringValue.flatMap({ Int64($0) }),
+              let policy = APNsMessageStoragePolicy(rawValue: Int(number)) else {
+            throw Rejection(.badRequestParams)
+        }
+        let channel = try state.withLock { state throws(Rejection) -> SimulatorChannel in
+            guard state.channels.values.count(where: { $0.bundleID == bundleID }) < state.quota else {
+                throw Rejection(.cannotCreateChannelConfig)
+            }
+            var id: String
+            repeat { id = Data(SecureRandom.bytes(16)).base64EncodedString() } while state.channels[id] != nil
+            let channel = SimulatorChannel(bundleID: bundleID, id: id, storagePolicy: policy, pushType: "LiveActivity", createdAt: now)
+            state.channels[id] = channel
+            state.channelOrder[id] = state.nextOrder
+            state.nextOrder += 1
+            return channel
+        }
+        let operation = ChannelOperation(kind: .create, bundleID: bundleID, channelID: channel.id, requestID: requestID, at: now)
+        return Accepted(
+            status: 201, headers: [APNsHeader.channelID: channel.id], record: .channel(operation), channelID: channel.id,
+            channelsChanged: true)
+    }
+
+    private func readChannel(bundleID: String, headers: HTTPHeaders, now: Date, requestID: String) throws(Rejection) -> Accepted {
+        let id = try Self.channelID(headers)
+        guard let channel = channel(id: id), channel.bundleID == bundleID else { throw Rejection(.channelNotRegistered) }
+        let body = JSONValue.object([
+            "message-storage-policy": .int(Int64(channel.storagePolicy.rawValue)), "push-type": .string(channel.pushType),
+        ])
+        let operation = ChannelOperation(kind: .read, bundleID: bundleID, channelID: id, requestID: requestID, at: now)
+        return Accepted(
+            status: 200, headers: [APNsHeader.contentType: "application/json"], body: body.jsonBytes,
+            record: .channel(operation), channelID: id)
+    }
+
+    private func deleteChannel(bundleID: String, headers: HTTPHeaders, now: Date, requestID: String) throws(Rejection) -> Accepted {
+        let id = try Self.channelID(headers)
+        let removed = state.withLock { state -> Bool in
+            guard state.channels[id]?.bundleID == bundleID else { return false }
+            state.channels[id] = nil
+            state.channelOrder[id] = nil
+            return true
+        }
+        guard removed else { throw Rejection(.channelNotRegistered) }
+        let operation = ChannelOperation(kind: .delete, bundleID: bundleID, channelID: id, requestID: requestID, at: now)
+        return Accepted(status: 204, record: .channel(operation), channelID: id, channelsChanged: true)
+    }
+
+    // MARK: - Shared checks
+
+    private static let bundleIDBytes = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-.".utf8)
+
+    private static func channelID(_ headers: HTTPHeaders) throws(Rejection) -> String {
+        guard let text = headers[APNsHeader.channelID], !text.isEmpty else { throw Rejection(.missingChannelId) }
+        guard text.utf8.count <= maximumChannelIDLength, (try? APNsChannelID(text)) != nil else { throw Rejection(.badChannelId) }
+        return text
+    }
+
+    /// A decimal integer header; `allowed` nil means any value ≥ 0.
+    private static func integer(_ text: String, allowed: Set<Int>?, else reason: APNsReason) throws(Rejection) -> Int {
+        guard !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int(text),
+              allowed?.contains(value) ?? true else {
+            throw Rejection(reason)
+        }
+        return value
+    }
+
+    /// Empty → `PayloadEmpty`; over the limit → 413 `PayloadTooLarge`; not a JSON object with an `aps` object →
+    /// `BadRequestPayload`.
+    private static func checkPayload(_ body: [UInt8], limit: Int) throws(Rejection) {
+        guard !body.isEmpty else { throw Rejection(.payloadEmpty) }
+        guard body.count <= limit else { throw Rejection(.payloadTooLarge) }
+        guard (try? JSONValue(parsing: body))?["aps"]?.objectValue != nil else { throw Rejection(.badRequestPayload) }
+    }
+
+    private static func withoutAuthorization(_ headers: HTTPHeaders) -> HTTPHeaders {
+        var copy = headers
+        copy.remove(APNsHeader.authorization)
+        return copy
+    }
+
+    /// Device-push answers carry `apns-id`; channel-management and broadcast answers `apns-request-id`.
+    private static func idHeader(listener: SimulatorListener, path: String) -> String {
+        listener == .push && path.hasPrefix("/3/device/") ? APNsHeader.id : APNsHeader.requestID
+    }
+
+    /// The path for logs: a device token is cut to its first 8 characters.
+    static func loggablePath(_ path: String) -> String {
+        let prefix = "/3/device/"
+        guard path.hasPrefix(prefix) else { return path }
+        return prefix + String(path.dropFirst(prefix.count).prefix(8)) + "…"
+    }
+
+    private static func milliseconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) * 1000 + Double(attoseconds) / 1e15
+    }
+
+    // MARK: - Records and state, for tests and the host
+
+    private func append(_ record: SimulatorRecord, to state: inout State) {
+        let limit = configuration.recordLimit
+        guard limit > 0 else { return }
+        state.records.append(record)
+        if state.records.count > limit + limit / 4 { state.records.removeFirst(state.records.count - limit) }
+    }
+
+    /// Every accepted request still kept, oldest first.
+    public var received: [SimulatorRecord] { state.withLock { $0.records } }
+
+    /// Accepted broadcasts, oldest first.
+    public var broadcasts: [ReceivedBroadcast] {
+        received.compactMap { if case .broadcast(let broadcast) = $0 { broadcast } else { nil } }
+    }
+
+    /// Accepted broadcasts on one channel, oldest first.
+    public func broadcasts(for channel: APNsChannelID) -> [ReceivedBroadcast] {
+        broadcasts.filter { $0.channelID == channel.value }
+    }
+
+    /// Accepted device pushes, oldest first.
+    public var devicePushes: [ReceivedDevicePush] {
+        received.compactMap { if case .devicePush(let push) = $0 { push } else { nil } }
+    }
+
+    /// Accepted device pushes to one token (hex, any case), oldest first.
+    public func devicePushes(to deviceToken: String) -> [ReceivedDevicePush] {
+        devicePushes.filter { $0.deviceToken == deviceToken.lowercased() }
+    }
+
+    /// Accepted channel-management requests, oldest first.
+    public var channelOperations: [ChannelOperation] {
+        received.compactMap { if case .channel(let operation) = $0 { operation } else { nil } }
+    }
+
+    /// Forgets the accepted requests (channels stay).
+    public func clearRecords() { state.withLock { $0.records.removeAll() } }
+
+    /// Answers so far by HTTP status (including rejections and faults).
+    public var statusCounts: [Int: Int] { state.withLock { $0.statusCounts } }
+
+    /// The live channels, optionally of one bundle id, oldest first.
+    public func channels(bundleID: String? = nil) -> [SimulatorChannel] {
+        state.withLock { state in
+            state.channels.values.filter { bundleID == nil || $0.bundleID == bundleID }
+                .sorted { state.channelOrder[$0.id, default: 0] < state.channelOrder[$1.id, default: 0] }
+        }
+    }
+
+    /// One live channel.
+    public func channel(id: String) -> SimulatorChannel? { state.withLock { $0.channels[id] } }
+
+    /// Replaces the channels (the host loads them from its state folder at start); lists keep the given order.
+    public func restoreChannels(_ channels: [SimulatorChannel]) {
+        state.withLock { state in
+            state.channels = [:]
+            state.channelOrder = [:]
+            state.nextOrder = 0
+            for channel in channels where state.channels[channel.id] == nil {
+                state.channels[channel.id] = channel
+                state.channelOrder[channel.id] = state.nextOrder
+                state.nextOrder += 1
+            }
+        }
+    }
+
+    /// Channels allowed per bundle id from now on; existing channels stay even above it.
+    public var channelQuota: Int {
+        get { state.withLock { $0.quota } }
+        set { state.withLock { $0.quota = newValue } }
+    }
+
+    /// From now on, pushes to `deviceToken` (hex) are answered 410 `Unregistered` with `at` (default: now) as timestamp.
+    public func markDeviceTokenInvalid(_ deviceToken: String, at date: Date? = nil) {
+        let date = date ?? clock.now
+        state.withLock { $0.invalidTokens[deviceToken.lowercased()] = date }
+    }
+}
+
+/// Where a request goes, from its listener, method and path.
+private enum Route {
+    case devicePush(token: String)
+    case broadcast(bundleID: String)
+    case channels(bundleID: String)
+    case allChannels(bundleID: String)
+
+    /// 404 `BadPath` for a path the listener does not serve; 405 `MethodNotAllowed` for a wrong method on one it does.
+    init(listener: SimulatorListener, method: String, path: String) throws(Rejection) {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        let methods: Set<String>
+        switch (listener, parts.count) {
+        case (.push, 4) where parts[0].isEmpty && parts[1] == "3" && parts[2] == "device":
+            self = .devicePush(token: parts[3])
+            methods = ["POST"]
+        case (.push, 5) where parts[0].isEmpty && parts[1] == "4" && parts[2] == "broadcasts" && parts[3] == "apps" && !parts[4].isEmpty:
+            self = .broadcast(bundleID: parts[4])
+            methods = ["POST"]
+        case (.management, 5) where parts[0].isEmpty && parts[1] == "1" && parts[2] == "apps" && !parts[3].isEmpty && parts[4] == "channels":
+            self = .channels(bundleID: parts[3])
+            methods = ["POST", "GET", "DELETE"]
+        case (.management, 5) where parts[0].isEmpty && parts[1] == "1" && parts[2] == "apps" && !parts[3].isEmpty && parts[4] == "all-channels":
+            self = .allChannels(bundleID: parts[3])
+            methods = ["GET"]
+        default:
+            throw Rejection(.badPath)
+        }
+        guard methods.contains(method) else { throw Rejection(.methodNotAllowed) }
+    }
+}

@@ -1,0 +1,236 @@
+@testable import APNs
+import Crypto
+import Foundation
+import MarqueeCore
+import Network
+import Synchronization
+import Testing
+
+/// A transport that answers from a script and records what it was asked to send.
+final class ScriptedTransport: APNsTransport {
+    struct Sent: Sendable {
+        var request: HTTPRequest
+        var endpoint: APNsEndpoint
+        var key: String
+    }
+
+    private struct State {
+        var sent: [Sent] = []
+        var running = 0
+        var maxRunning = 0
+    }
+
+    private let state = Mutex(State())
+    private let answer: @Sendable (_ index: Int, _ request: HTTPRequest) -> Result<HTTPResponse, NetworkError>
+    private let delay: Duration
+
+    init(delay: Duration = .zero, answer: @escaping @Sendable (_ index: Int, _ request: HTTPRequest) -> Result<HTTPResponse, NetworkError>) {
+        self.delay = delay
+        self.answer = answer
+    }
+
+    /// Answers from a fixed list, the last one repeating.
+    convenience init(_ answers: [Result<HTTPResponse, NetworkError>]) {
+        self.init { index, _ in answers[min(index, answers.count - 1)] }
+    }
+
+    var sent: [Sent] { state.withLock { $0.sent } }
+    var maxRunning: Int { state.withLock { $0.maxRunning } }
+
+    func send(_ request: HTTPRequest, to endpoint: APNsEndpoint, key: String, timeout: Duration) async throws(NetworkError) -> HTTPResponse {
+        let index = state.withLock { state in
+            state.sent.append(Sent(request: request, endpoint: endpoint, key: key))
+            state.running += 1
+            state.maxRunning = max(state.maxRunning, state.running)
+            return state.sent.count - 1
+        }
+        if delay > .zero { try? await Task.sleep(for: delay) }
+        state.withLock { $0.running -= 1 }
+        return try answer(index, request).get()
+    }
+
+    static func ok(_ status: Int = 200, _ headers: HTTPHeaders = [:], body: String = "") -> Result<HTTPResponse, NetworkError> {
+        .success(HTTPResponse(status: status, headers: headers, body: Array(body.utf8)))
+    }
+
+    static func error(_ status: Int, _ reason: String) -> Result<HTTPResponse, NetworkError> {
+        .success(HTTPResponse(status: status, headers: ["content-type": "application/json"], body: Array(#"{"reason":"\#(reason)"}"#.utf8)))
+    }
+}
+
+@Suite struct APNsClientRetryTests {
+    static let bundle = "com.example.scores"
+    static let fastRetries = RetryPolicy(maxAttempts: 4, baseDelay: .milliseconds(1), maxDelay: .milliseconds(4))
+    static let endpoints = APNsEndpoints(push: APNsEndpoint(host: "127.0.0.1", port: 4431), management: APNsEndpoint(host: "127.0.0.1", port: 4432))
+
+    func client(_ transport: ScriptedTransport, maxInFlight: Int = 100, clock: ManualWallClock = ManualWallClock()) throws -> APNsClient {
+        let key = try APNsSigningKey(keyID: "ABC123DEFG", teamID: "DEF123GHIJ", key: P256.SigningKey.generate())
+        return APNsClient(signingKey: key, endpoints: Self.endpoints, transport: transport, signer: ProviderTokenSigner(clock: clock),
+                          configuration: .init(maxInFlight: maxInFlight, retryPolicy: Self.fastRetries))
+    }
+
+    func broadcast() throws -> APNsRequest {
+        try .broadcast(bundleID: Self.bundle, channelID: APNsChannelID("dHN0LXNyY2gtY2hubA=="), payload: Array(#"{"aps":{}}"#.utf8),
+                       expiration: 0, priority: .immediate)
+    }
+
+    @Test func acceptedAtOnceIsSignedKeyedByTheSigningKeyAndRoutedByHost() async throws {
+        let transport = ScriptedTransport([ScriptedTransport.ok(200, ["apns-unique-id": "u-1"])])
+        let client = try client(transport)
+        let outcome = try await client.send(try broadcast())
+        #expect(outcome.acceptance?.status == 200)
+        #expect(outcome.attempts.count == 1)
+        let sent = try #require(transport.sent.first)
+        #expect(sent.key == "DEF123GHIJ/ABC123DEFG")
+        #expect(sent.endpoint == Self.endpoints.push)
+        #expect(sent.request.method == "POST" && sent.request.path == "/4/broadcasts/apps/\(Self.bundle)")
+        #expect(sent.request.headers["authorization"]?.hasPrefix("bearer ") == true)
+        #expect(sent.request.headers["content-type"] == "application/json")
+        let requestID = try #require(sent.request.headers["apns-request-id"])
+        #expect((try? APNsRequestID(requestID)) != nil)
+        #expect(outcome.attempts[0].requestID == requestID)
+        #expect(outcome.attempts[0].uniqueID == "u-1")
+
+        _ = try await client.send(try .listChannels(bundleID: Self.bundle))
+        #expect(transport.sent.last?.endpoint == Self.endpoints.management)
+    }
+
+    @Test func transientFailuresAreRetriedWithOneRequestIDUntilAccepted() async throws {
+        let transport = ScriptedTransport([
+            ScriptedTransport.error(503, "ServiceUnavailable"), ScriptedTransport.error(429, "TooManyRequests"),
+            ScriptedTransport.error(500, "InternalServerError"), ScriptedTransport.ok(),
+        ])
+        let outcome = try await client(transport).send(try broadcast())
+        #expect(outcome.acceptance != nil)
+        #expect(outcome.attempts.map(\.status) == [503, 429, 500, 200])
+        #expect(outcome.attempts.map(\.reason) == [.serviceUnavailable, .tooManyRequests, .internalServerError, nil])
+        #expect(Set(transport.sent.map { $0.request.headers["apns-request-id"] }).count == 1)
+    }
+
+    @Test func retriesStopAtTheAttemptBound() async throws {
+        let transport = ScriptedTransport([ScriptedTransport.error(429, "TooManyRequests")])
+        let outcome = try await client(transport).send(try broadcast())
+        #expect(transport.sent.count == Self.fastRetries.maxAttempts)
+        guard case .retryAfterBackoff(let failure) = outcome.result else { Issue.record("\(outcome.result)"); return }
+        #expect(failure.reason == .tooManyRequests)
+    }
+
+    @Test(arguments: [(400, "BadChannelId"), (400, "ChannelNotRegistered"), (403, "InvalidProviderToken"), (413, "PayloadTooLarge"),
+                      (404, "BadPath"), (410, "Unregistered")])
+    func permanentRejectionsAreNeverRetried(status: Int, reason: String) async throws {
+        let transport = ScriptedTransport([ScriptedTransport.error(status, reason), ScriptedTransport.ok()])
+        let outcome = try await client(transport).send(try broadcast())
+        #expect(transport.sent.count == 1)
+        guard case .rejected(let failure) = outcome.result else { Issue.record("\(outcome.result)"); return }
+        #expect(failure.reason == APNsReason(reason))
+        #expect(outcome.attempts.first?.status == status)
+    }
+
+    @Test func expiredTokenIsRefreshedOnceThenRetried() async throws {
+        let transport = ScriptedTransport([ScriptedTransport.error(403, "ExpiredProviderToken"), ScriptedTransport.ok()])
+        let outcome = try await client(transport).send(try broadcast())
+        #expect(outcome.acceptance != nil)
+        let tokens = transport.sent.map { $0.request.headers["authorization"] }
+        #expect(tokens.count == 2 && tokens[0] != tokens[1])
+
+        // Expired again with the new token: no second refresh.
+        let always = ScriptedTransport([ScriptedTransport.error(403, "ExpiredProviderToken")])
+        let twice = try await client(always).send(try broadcast())
+        #expect(always.sent.count == 2)
+        guard case .refreshTokenAndRetry = twice.result else { Issue.record("\(twice.result)"); return }
+    }
+
+    @Test func tooFrequentTokenUpdatesBackOffWithTheSameToken() async throws {
+        let transport = ScriptedTransport([ScriptedTransport.error(429, "TooManyProviderTokenUpdates"), ScriptedTransport.ok()])
+        let outcome = try await client(transport).send(try broadcast())
+        #expect(outcome.acceptance != nil)
+        #expect(outcome.attempts.first?.reason == .tooManyProviderTokenUpdates)
+        let tokens = transport.sent.map { $0.request.headers["authorization"] }
+        #expect(tokens.count == 2 && tokens[0] == tokens[1])
+    }
+
+    @Test func shutdownReleasesWaitingCallersAndRefusesNewOnes() async throws {
+        let transport = ScriptedTransport(delay: .milliseconds(200)) { _, _ in ScriptedTransport.ok() }
+        let client = try client(transport, maxInFlight: 1)
+        let request = try broadcast()
+        let first = Task { try await client.send(request) }
+        while transport.sent.isEmpty { try await Task.sleep(for: .milliseconds(1)) }
+        let waiting = Task { try await client.send(request) }
+        try await Task.sleep(for: .milliseconds(20))
+        await client.shutdown()
+        await #expect(throws: APNsClientError.shutdown) { try await waiting.value }
+        await #expect(throws: APNsClientError.shutdown) { try await client.send(request) }
+        #expect(try await first.value.acceptance != nil)
+    }
+
+    @Test func goawayAndShutdownReconnectAndRetry() async throws {
+        let transport = ScriptedTransport([
+            .failure(.goAway(errorCode: 0, debugData: #"{"reason":"Shutdown"}"#)), ScriptedTransport.error(503, "Shutdown"),
+            ScriptedTransport.error(400, "IdleTimeout"), ScriptedTransport.ok(),
+        ])
+        let outcome = try await client(transport).send(try broadcast())
+        #expect(outcome.acceptance != nil)
+        #expect(outcome.attempts.count == 4)
+        guard case .reconnect(let failure) = outcome.attempts[0].result else { Issue.record("\(outcome.attempts[0].result)"); return }
+        #expect(failure.reason == .shutdown)
+        #expect(outcome.attempts[0].transportError != nil && outcome.attempts[0].status == nil)
+    }
+
+    @Test func aTimedOutCreateIsRetriedAndEveryAttemptIsKept() async throws {
+        let transport = ScriptedTransport([.failure(.timedOut), ScriptedTransport.ok(201, ["apns-channel-id": "Y2huMQ==", "apns-request-id": "r"])])
+        let client = try client(transport)
+        let id = try await client.createChannel(bundleID: Self.bundle, storagePolicy: .noMessageStored)
+        #expect(id.value == "Y2huMQ==")
+        #expect(transport.sent.count == 2)
+        #expect(String(decoding: transport.sent[0].request.body, as: UTF8.self) == #"{"message-storage-policy":0,"push-type":"LiveActivity"}"#)
+    }
+
+    @Test func connectionsThatCannotBeTrustedAreNotRetried() async throws {
+        let transport = ScriptedTransport([.failure(.certificateRejected("unknown CA")), ScriptedTransport.ok()])
+        let outcome = try await client(transport).send(try broadcast())
+        #expect(transport.sent.count == 1)
+        #expect(outcome.acceptance == nil)
+        #expect(outcome.transportError == .certificateRejected("unknown CA"))
+    }
+
+    @Test func conveniencesThrowTheWholeOutcome() async throws {
+        let transport = ScriptedTransport([ScriptedTransport.error(400, "ChannelNotRegistered")])
+        let client = try client(transport)
+        do {
+            try await client.deleteChannel(bundleID: Self.bundle, channelID: APNsChannelID("Y2huMQ=="))
+            Issue.record("expected a failure")
+        } catch let failure as APNsRequestFailure {
+            #expect(failure.outcome.result.failure?.reason == .channelNotRegistered)
+            #expect(failure.outcome.attempts.count == 1)
+        }
+        let listing = ScriptedTransport([ScriptedTransport.ok(200, body: #"{"channels":["YQ==","Yg=="]}"#)])
+        #expect(try await self.client(listing).listChannels(bundleID: Self.bundle).map(\.value) == ["YQ==", "Yg=="])
+    }
+
+    @Test func inFlightRequestsAreBoundedAndCallersWait() async throws {
+        let transport = ScriptedTransport(delay: .milliseconds(20)) { _, _ in ScriptedTransport.ok() }
+        let client = try client(transport, maxInFlight: 3)
+        let request = try broadcast()
+        let accepted = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for _ in 0..<12 { group.addTask { try await client.send(request).acceptance != nil } }
+            return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+        #expect(accepted == 12)
+        #expect(transport.maxRunning == 3)
+        #expect(client.inFlight == 0)
+    }
+
+    @Test func aCallerCancelledWhileWaitingLeavesWithoutSending() async throws {
+        let transport = ScriptedTransport(delay: .milliseconds(300)) { _, _ in ScriptedTransport.ok() }
+        let client = try client(transport, maxInFlight: 1)
+        let request = try broadcast()
+        let first = Task { try await client.send(request) }
+        while transport.sent.isEmpty { try await Task.sleep(for: .milliseconds(1)) }
+        let waiting = Task { try await client.send(request) }
+        try await Task.sleep(for: .milliseconds(20))
+        waiting.cancel()
+        await #expect(throws: APNsClientError.cancelled) { try await waiting.value }
+        #expect(try await first.value.acceptance != nil)
+        #expect(transport.sent.count == 1)
+    }
+}
