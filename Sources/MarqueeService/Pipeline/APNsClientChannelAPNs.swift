@@ -1,6 +1,5 @@
 // The production `BroadcastChannelAPNs`: each operation becomes one `APNsRequest` sent through the
 // app's `APNsClient` (which retries transient failures itself and reports every attempt).
-// PENDING: APNsClient lands with the apnsclient branch; rename this file to .swift after that merge.
 import APNs
 import Foundation
 import MarqueeCore
