@@ -297,53 +297,82 @@ public final class ChannelScheduler: Service {
 
     // MARK: one sweep
 
-    /// Ends, opens, retries, resolves, deletes and (when asked) reconciles, under `fence`.
+    /// Ends, opens, retries, resolves, deletes and (when asked) reconciles, under `fence`. A failure of
+    /// one item is logged and the sweep goes on; a lost lease or cancellation ends it.
     public func sweep(fence: LeaseGrant, reconcileAll: Bool = false) async throws -> SweepReport {
         var report = SweepReport()
         let work = try await channels.dueWork(leadTime: configuration.leadTime, deleteDelay: configuration.deleteDelay,
                                               endGrace: configuration.endGrace, now: databaseNow, limit: configuration.batchLimit)
-        for event in work.eventsToEnd { try await end(event, fence: fence, report: &report) }
+        for event in work.eventsToEnd {
+            try await isolated("end event", event.id) { try await end(event, fence: fence, report: &report) }
+        }
         var planned = work.plannedChannels
         for event in work.eventsNeedingChannel {
-            let channel = try await channels.createPlanned(eventID: event.id, fence: fence)
-            if channel.state == .lifecycle(.planned) && !planned.contains(where: { $0.id == channel.id }) { planned.append(channel) }
+            try await isolated("plan channel for event", event.id) {
+                let channel = try await channels.createPlanned(eventID: event.id, fence: fence)
+                if channel.state == .lifecycle(.planned) && !planned.contains(where: { $0.id == channel.id }) { planned.append(channel) }
+            }
         }
         for channel in planned {
             guard var lifecycle = channel.lifecycle else { continue }
             let before = lifecycle
-            if case .createChannel(let attempt) = try lifecycle.leadTimeReached() {
-                try await create(channel, from: before, to: lifecycle, attempt: attempt, fence: fence, report: &report)
+            try await isolated("create channel", channel.id) {
+                if case .createChannel(let attempt) = try lifecycle.leadTimeReached() {
+                    try await create(channel, from: before, to: lifecycle, attempt: attempt, fence: fence, report: &report)
+                }
             }
         }
         for channel in work.retriesDue {
             guard var lifecycle = channel.lifecycle else { continue }
             let before = lifecycle
-            switch lifecycle.retryDue() {
-            case .createChannel(let attempt):
-                try await create(channel, from: before, to: lifecycle, attempt: attempt, fence: fence, report: &report)
-            case .deleteChannel:
-                try await delete(channel, from: before, to: lifecycle, fence: fence, report: &report)
-            default: break
+            try await isolated("retry channel request", channel.id) {
+                switch lifecycle.retryDue() {
+                case .createChannel(let attempt):
+                    try await create(channel, from: before, to: lifecycle, attempt: attempt, fence: fence, report: &report)
+                case .deleteChannel:
+                    try await delete(channel, from: before, to: lifecycle, fence: fence, report: &report)
+                default: break
+                }
             }
         }
         var reconciled = Set<Int>()
         for (appID, unresolved) in Dictionary(grouping: work.unresolvedCreates, by: \.appID) {
-            try await reconcile(appID: appID, unresolved: unresolved, fence: fence, report: &report)
             reconciled.insert(appID)
+            try await isolated("reconcile app", appID) {
+                try await reconcile(appID: appID, unresolved: unresolved, fence: fence, report: &report)
+            }
         }
         for channel in work.deletionsDue {
             guard var lifecycle = channel.lifecycle else { continue }
             let before = lifecycle
-            if case .deleteChannel = try lifecycle.deleteDelayElapsed() {
-                try await delete(channel, from: before, to: lifecycle, fence: fence, report: &report)
+            try await isolated("delete channel", channel.id) {
+                if case .deleteChannel = try lifecycle.deleteDelayElapsed() {
+                    try await delete(channel, from: before, to: lifecycle, fence: fence, report: &report)
+                }
             }
         }
         if reconcileAll {
             for app in try await catalog.apps() where !reconciled.contains(app.id) {
-                try await reconcile(appID: app.id, unresolved: [], fence: fence, report: &report)
+                try await isolated("reconcile app", app.id) {
+                    try await reconcile(appID: app.id, unresolved: [], fence: fence, report: &report)
+                }
             }
         }
         return report
+    }
+
+    /// Runs one item of a sweep: a lost lease or cancellation ends the sweep, anything else is logged.
+    private func isolated(_ what: String, _ id: Int, _ body: () async throws -> Void) async throws {
+        do {
+            try await body()
+        } catch let error as PipelineError {
+            if case .leaseNotHeld = error { throw error }
+            logger.error("\(what) failed", ["id": .int(id), "error": .string("\(error)")])
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            logger.error("\(what) failed", ["id": .int(id), "error": .string("\(error)")])
+        }
     }
 
     /// Ends an event past `endsAt` + grace: queues an `end` with its latest state (the dispatcher sends
