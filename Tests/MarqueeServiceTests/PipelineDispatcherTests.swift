@@ -188,6 +188,24 @@ struct PipelineDispatcherTests {
         #expect(f.metrics.apnsAnswers.value(["broadcast", "ServiceUnavailable"]) == 1)
     }
 
+    @Test func everyAttemptOfTheClientIsADeliveryRow() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        f.apns.state.withLock {
+            $0.clientRetriesBeforeNext = [RecordingChannelAPNs.failure(503, .serviceUnavailable), APNsResult(transportFailure: .timeout)]
+        }
+        try await f.post(event.id, ["home": 1, "away": 0], at: f.clock.now)
+        guard case .sent(_, _, let stamp)? = try await f.dispatcher().dispatchOnce().first else { Issue.record("expected a send"); return }
+        let rows = try await f.deliveries.recent(channelID: channel.id).sorted { $0.draft.attempt < $1.draft.attempt }
+        #expect(rows.map(\.draft.attempt) == [1, 2, 3])
+        #expect(rows.map(\.draft.status) == [503, nil, 200])
+        #expect(rows.map(\.draft.reason) == ["ServiceUnavailable", "timeout", nil])
+        #expect(rows.allSatisfy { $0.draft.apsTimestamp == stamp })
+        #expect(f.metrics.apnsAnswers.value(["broadcast", "timeout"]) == 1)
+    }
+
     @Test func twoDispatchersSendEachPendingStateOnceAndTheNewestOfEveryEvent() async throws {
         let f = try await PipelineServiceFixture.make(maxConnections: 8)
         defer { f.pool.close() }

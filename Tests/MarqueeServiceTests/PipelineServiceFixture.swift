@@ -170,6 +170,8 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         /// How long a broadcast takes to answer.
         var broadcastDelay: Duration = .milliseconds(2)
         var broadcastsStarted = 0
+        /// Failed attempts the client retried by itself before the next broadcast's answer.
+        var clientRetriesBeforeNext: [APNsResult] = []
     }
 
     let state = Mutex(State())
@@ -245,6 +247,11 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
                                                   bytes: payload.count))
             }
         }
-        return ChannelAPNsOutcome(ChannelAPNsAttempt(result: result, requestID: UUID().uuidString, latency: .milliseconds(2)))
+        let earlier = state.withLock { state -> [APNsResult] in
+            defer { state.clientRetriesBeforeNext = [] }
+            return state.clientRetriesBeforeNext
+        }
+        let attempts = (earlier + [result]).map { ChannelAPNsAttempt(result: $0, requestID: UUID().uuidString, latency: .milliseconds(2)) }
+        return ChannelAPNsOutcome(result: result, attempts: attempts)
     }
 }

@@ -289,10 +289,18 @@ public final class BroadcastDispatcher: Service {
         }
         var attempts = outcome.attempts.isEmpty ? [ChannelAPNsAttempt(result: outcome.result)] : outcome.attempts
         let last = attempts.removeLast()
-        for (index, attempt) in attempts.enumerated() {
-            try await deliveries.insert(attempt.delivery(appID: claim.appID, kind: .broadcast, channelID: claim.channelID,
-                                                         updateID: claim.update.id, priority: priority.priority.rawValue,
-                                                         attempt: claim.attempts + index + 1, apsTimestamp: apsTimestamp))
+        // The earlier attempts' rows go in after the outcome is recorded: the outcome is what matters.
+        func withEarlierAttempts(_ result: DispatchResult) async -> DispatchResult {
+            for (index, attempt) in attempts.enumerated() {
+                do {
+                    try await deliveries.insert(attempt.delivery(appID: claim.appID, kind: .broadcast, channelID: claim.channelID,
+                                                                 updateID: claim.update.id, priority: priority.priority.rawValue,
+                                                                 attempt: claim.attempts + index + 1, apsTimestamp: apsTimestamp))
+                } catch {
+                    logger.warning("delivery row of an earlier attempt not recorded", ["error": .string("\(error)")])
+                }
+            }
+            return result
         }
         let delivery = last.delivery(appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
                                      priority: priority.priority.rawValue, attempt: claim.attempts + attempts.count + 1,
@@ -331,7 +339,7 @@ public final class BroadcastDispatcher: Service {
                 logger.info("end broadcast accepted; channel ended", logFields)
             }
             if recorded == .claimLost { logger.warning("claim lost while sending; broadcast recorded", logFields) }
-            return .sent(updateID: claim.update.id, priority: priority.priority, apsTimestamp: apsTimestamp)
+            return await withEarlierAttempts(.sent(updateID: claim.update.id, priority: priority.priority, apsTimestamp: apsTimestamp))
 
         case .rejected(let failure) where failure.reason == .channelNotRegistered:
             try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: true, now: databaseNow)
@@ -340,14 +348,14 @@ public final class BroadcastDispatcher: Service {
             logger.error("APNs no longer knows the channel; event flagged channel_lost, broadcasting stopped",
                          ["event": .int(claim.eventID), "channel": .int(claim.channelID),
                           "apns_channel_id": .string(claim.apnsChannelID), "update": .int(claim.update.id)])
-            return .channelLost
+            return await withEarlierAttempts(.channelLost)
 
         case .rejected(let failure) where failure.status != 403:
             try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: false, now: databaseNow)
             metrics.broadcasts.increment([label, "rejected"])
             logger.error("APNs refused the broadcast", ["event": .int(claim.eventID), "update": .int(claim.update.id),
                                                         "reason": .string("\(failure)")])
-            return .rejected(failure.reason?.text ?? "\(failure)")
+            return await withEarlierAttempts(.rejected(failure.reason?.text ?? "\(failure)"))
 
         default:
             // 429, 5xx, timeouts, I/O, and 403 (credentials an operator can fix): retry after backoff.
@@ -361,7 +369,7 @@ public final class BroadcastDispatcher: Service {
             logger.log(level, "broadcast failed; retrying after backoff",
                        ["event": .int(claim.eventID), "update": .int(claim.update.id), "reason": .string(failure.map { "\($0)" } ?? "unknown"),
                         "retry_in_seconds": .double(delay), "attempt": .int(claim.attempts + 1)])
-            return .retryScheduled
+            return await withEarlierAttempts(.retryScheduled)
         }
     }
 
