@@ -1,0 +1,105 @@
+// The seam between the pipeline services and APNs: the four channel operations the dispatcher and the
+// scheduler need, each answered with APNs' final result and every attempt (one delivery row each).
+// Production uses `APNsClientChannelAPNs` (over `APNsClient`); unit tests use an in-memory fake.
+import APNs
+import Foundation
+import MarqueeCore
+import MarqueeStore
+
+/// An app as the pipeline addresses it at APNs (bundle id and environment pick the host and key).
+public struct PipelineApp: Sendable, Hashable {
+    public var id: Int
+    public var bundleID: String
+    /// `development` or `production`.
+    public var environment: String
+
+    public init(id: Int, bundleID: String, environment: String) {
+        self.id = id
+        self.bundleID = bundleID
+        self.environment = environment
+    }
+}
+
+/// One exchange with APNs (or a failed try to have one), as a delivery row records it.
+public struct ChannelAPNsAttempt: Sendable {
+    public var result: APNsResult
+    /// The `apns-request-id` sent or echoed.
+    public var requestID: String?
+    /// `apns-unique-id` of the answer, if any.
+    public var uniqueID: String?
+    public var latency: Duration
+
+    public init(result: APNsResult, requestID: String? = nil, uniqueID: String? = nil, latency: Duration = .zero) {
+        self.result = result
+        self.requestID = requestID
+        self.uniqueID = uniqueID
+        self.latency = latency
+    }
+
+    /// The HTTP status, when APNs answered.
+    public var status: Int? { result.acceptance?.status ?? result.failure?.status }
+
+    /// APNs' reason, or the local cause of a missing answer (for `deliveries.reason`).
+    public var reasonText: String? {
+        guard let failure = result.failure else { return nil }
+        if let reason = failure.reason { return reason.text }
+        switch failure.cause {
+        case .timeout: return "timeout"
+        case .io(let detail): return "io: \(detail)"
+        case .malformedAnswer(_, let detail): return "malformed answer: \(detail)"
+        case .answer, .goaway: return failure.status == nil ? "no answer" : nil
+        }
+    }
+}
+
+/// Everything that happened to one request: the final result and every attempt, in order.
+public struct ChannelAPNsOutcome: Sendable {
+    public var result: APNsResult
+    public var attempts: [ChannelAPNsAttempt]
+
+    public init(result: APNsResult, attempts: [ChannelAPNsAttempt]) {
+        self.result = result
+        self.attempts = attempts
+    }
+
+    /// One attempt with this result.
+    public init(_ attempt: ChannelAPNsAttempt) {
+        self.init(result: attempt.result, attempts: [attempt])
+    }
+
+    public var acceptance: APNsAcceptance? { result.acceptance }
+    public var failure: APNsFailure? { result.failure }
+    public var reason: APNsReason? { result.failure?.reason }
+}
+
+/// What the dispatcher and the scheduler need from APNs. Implementations retry transient failures as
+/// they see fit and report every attempt; they throw only when no request could be made at all
+/// (signing key unreadable, client shut down, task cancelled).
+public protocol BroadcastChannelAPNs: Sendable {
+    /// `POST /1/apps/{bundle}/channels`; the acceptance carries `channelID`.
+    func createChannel(app: PipelineApp, storagePolicy: MessageStoragePolicy) async throws -> ChannelAPNsOutcome
+    /// `DELETE /1/apps/{bundle}/channels` for one channel id.
+    func deleteChannel(app: PipelineApp, channelID: String) async throws -> ChannelAPNsOutcome
+    /// `GET /1/apps/{bundle}/all-channels`; the acceptance carries `channels`.
+    func listChannels(app: PipelineApp) async throws -> ChannelAPNsOutcome
+    /// `POST /4/broadcasts/apps/{bundle}` on a channel; `expiration` in Unix seconds (0: do not store).
+    func broadcast(app: PipelineApp, channelID: String, payload: [UInt8], expiration: Int64,
+                   priority: PushPriority) async throws -> ChannelAPNsOutcome
+}
+
+extension ChannelAPNsAttempt {
+    /// The delivery row of this attempt.
+    func delivery(appID: Int, kind: DeliveryKind, channelID: Int?, updateID: Int? = nil, priority: Int? = nil,
+                  attempt: Int, apsTimestamp: Int64? = nil) -> DeliveryDraft {
+        DeliveryDraft(appID: appID, kind: kind, channelID: channelID, updateID: updateID,
+                      apnsRequestID: requestID.flatMap(UUID.init(uuidString:)), apnsUniqueID: uniqueID.flatMap(UUID.init(uuidString:)),
+                      status: status, reason: reasonText ?? (status == nil ? "no answer" : nil),
+                      latencyMicroseconds: Self.microseconds(latency), priority: priority, attempt: max(1, attempt),
+                      apsTimestamp: apsTimestamp)
+    }
+
+    static func microseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return max(0, seconds * 1_000_000 + attoseconds / 1_000_000_000_000)
+    }
+}

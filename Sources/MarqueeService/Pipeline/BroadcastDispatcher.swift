@@ -1,0 +1,454 @@
+// The dispatcher turns outbox rows into APNs broadcasts. Any number of instances run it: work is
+// claimed per event (so per channel) as a lease in the outbox (OutboxRepository), NOTIFY marquee_outbox
+// wakes the loop and polling covers lost notifications and due retries. For each claim it applies,
+// in order: conflation (≈1 broadcast/s per channel, urgent updates at once; otherwise postponed),
+// the payload (newest state, carried alert dropped if it would not fit 5,120 bytes), a strictly
+// increasing aps.timestamp, the expiration of the storage policy, and the priority (auto: alert or
+// significant change → 10, within a per-channel hourly budget). Then it sends and records the result
+// in one transaction per outcome.
+//
+// Per-channel memory (last aps.timestamp, last state sent, when, and the priority-10 budget) is kept
+// in process and trusted only while the claim's `lastApsTimestamp` matches what this instance last
+// sent; otherwise (another instance sent meanwhile, or after a restart) it is rebuilt from the
+// database: the budget from the channel's accepted priority-10 deliveries of the last window, the
+// previous state from the event's last broadcast update. So the budget holds across instances.
+import APNs
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Postgres
+import Synchronization
+
+/// Settings of the dispatcher, with their defaults.
+public struct BroadcastDispatcherConfiguration: Sendable {
+    /// Names this instance in outbox claims (`claimed_by`); unique per process.
+    public var instance: String
+    /// Broadcasts in flight at once (different channels); default 64.
+    public var maxConcurrentSends: Int = 64
+    /// Outbox rows claimed per query at most; default 100.
+    public var claimBatch: Int = 100
+    /// Polling interval covering lost notifications and due retries; default 500 ms.
+    public var pollInterval: Duration = .milliseconds(500)
+    /// How long a claim is held; longer than the APNs client's timeout with its retries. Default 120 s.
+    public var claimLease: TimeInterval = 120
+    /// At most one broadcast per channel per `minimumInterval` (default 1 s), urgent ones excepted.
+    public var conflation = ConflationPolicy(minimumInterval: 1)
+    /// `apns-expiration` for most-recent storage: TTL capped at 8 h (default 4 h); 0 for `none`.
+    public var expiration = ExpirationPolicy(timeToLive: 4 * 3600)
+    /// Priority-10 broadcasts per channel per `highPriorityWindow`; default 30 per hour.
+    public var highPriorityBudget: Int = 30
+    public var highPriorityWindow: TimeInterval = 3600
+    /// Backoff of retryable failures (429, 5xx, timeouts): default 1 s doubling up to 300 s, jittered.
+    public var retryBackoff = RetryBackoff(base: 1, maximum: 300)
+    /// How often the outbox backlog and channel gauges are sampled; default 5 s (nil: never).
+    public var statusSampleInterval: Duration? = .seconds(5)
+    /// Pass the injected clock's time to the database instead of its `now()` (tests with a manual clock).
+    public var clockDrivesDatabase: Bool = false
+    /// Channels remembered in process; default 100,000.
+    public var channelMemoryCapacity: Int = 100_000
+
+    public init(instance: String) { self.instance = instance }
+}
+
+/// What became of one claim (for tests and logs).
+public enum DispatchResult: Sendable, Equatable {
+    /// APNs accepted the broadcast of `updateID` at this priority and aps.timestamp.
+    case sent(updateID: Int, priority: PushPriority, apsTimestamp: Int64)
+    /// Too soon after the last broadcast (conflation): given back, due later.
+    case postponed
+    /// A transient failure: recorded, retried after backoff.
+    case retryScheduled
+    /// APNs refused the payload (or it could not be made to fit): recorded, not retried.
+    case rejected(String)
+    /// ChannelNotRegistered: the channel is lost, the event flagged, broadcasting stopped.
+    case channelLost
+    /// Given back unsent (shutdown, or the channel is already being sent by this instance).
+    case released
+    /// Another instance owns the row now, or the record failed; the lease will sort it out.
+    case abandoned
+}
+
+/// Broadcasts outbox work to APNs: claims, conflates, composes, prioritises, sends and records.
+public final class BroadcastDispatcher: Service {
+    public let name = "dispatcher"
+    public let configuration: BroadcastDispatcherConfiguration
+
+    private let pool: PostgresPool
+    private let listenConfiguration: PostgresConfiguration?
+    private let apns: any BroadcastChannelAPNs
+    private let catalog: any PipelineCatalog
+    private let metrics: PipelineMetrics
+    private let logger: Logger
+    private let clock: any WallClock
+    private let outbox: OutboxRepository
+    private let deliveries: DeliveryRepository
+    private let wakeup = Wakeup()
+    private let sending = Mutex<Set<Int>>([])
+    private let memory: Mutex<ChannelMemoryTable>
+
+    /// `listenTo` is the database to LISTEN on for `marquee_outbox` (nil: poll only).
+    public init(pool: PostgresPool, listenTo: PostgresConfiguration?, apns: any BroadcastChannelAPNs,
+                catalog: any PipelineCatalog, configuration: BroadcastDispatcherConfiguration, metrics: PipelineMetrics,
+                logger: Logger, clock: any WallClock = SystemWallClock()) {
+        self.pool = pool
+        self.listenConfiguration = listenTo
+        self.apns = apns
+        self.catalog = catalog
+        self.configuration = configuration
+        self.metrics = metrics
+        self.logger = logger.with(["service": "dispatcher"])
+        self.clock = clock
+        outbox = OutboxRepository(pool: pool)
+        deliveries = DeliveryRepository(pool: pool)
+        memory = Mutex(ChannelMemoryTable(capacity: configuration.channelMemoryCapacity))
+    }
+
+    private var databaseNow: Date? { configuration.clockDrivesDatabase ? clock.now : nil }
+
+    // MARK: the service
+
+    public func run(until shutdown: ShutdownSignal) async throws {
+        let listener = listenConfiguration.map { PostgresListener(configuration: $0, channels: [IngestRepository.notifyChannel]) }
+        let bridge = Task { [wakeup] in
+            await shutdown.wait()
+            wakeup.signal()
+        }
+        defer {
+            listener?.stop()
+            bridge.cancel()
+        }
+        logger.info("dispatcher started", ["instance": .string(configuration.instance),
+                                           "max_concurrent_sends": .int(configuration.maxConcurrentSends)])
+        await withDiscardingTaskGroup { group in
+            if let listener {
+                group.addTask { [wakeup] in
+                    for await _ in listener.events { wakeup.signal() }
+                }
+            }
+            var lastSample: ContinuousClock.Instant?
+            var claimFailures = 0
+            while !shutdown.isTriggered && !Task.isCancelled {
+                if let interval = configuration.statusSampleInterval, lastSample.map({ ContinuousClock.now - $0 >= interval }) ?? true {
+                    lastSample = ContinuousClock.now
+                    await sampleStatus()
+                }
+                let free = configuration.maxConcurrentSends - sending.withLock { $0.count }
+                var full = false
+                if free > 0 {
+                    let limit = min(configuration.claimBatch, free)
+                    do {
+                        let claims = try await outbox.claim(instance: configuration.instance, limit: limit,
+                                                            lease: configuration.claimLease, now: databaseNow)
+                        full = claims.count == limit
+                        claimFailures = 0
+                        for claim in claims {
+                            group.addTask { [self] in
+                                _ = await handle(claim, shutdown: shutdown)
+                                wakeup.signal()
+                            }
+                        }
+                    } catch {
+                        // The database is away: back off up to 5 s, logging the first failure and every tenth.
+                        claimFailures += 1
+                        if claimFailures % 10 == 1 {
+                            logger.error("outbox claim failed", ["error": .string("\(error)"), "failures": .int(claimFailures)])
+                        }
+                    }
+                }
+                let backoff = claimFailures == 0 ? configuration.pollInterval
+                    : min(configuration.pollInterval * (1 << min(claimFailures, 6)), .seconds(5))
+                if !full { await wakeup.wait(upTo: backoff) }
+            }
+            // Stop claiming; the group waits for the sends in flight (they finish and record).
+            listener?.stop()
+        }
+        logger.info("dispatcher stopped", ["instance": .string(configuration.instance)])
+    }
+
+    /// Claims one batch and handles every claim in it (for tests and one-shot tools); returns the results.
+    public func dispatchOnce(limit: Int? = nil) async throws -> [DispatchResult] {
+        let claims = try await outbox.claim(instance: configuration.instance, limit: limit ?? configuration.claimBatch,
+                                            lease: configuration.claimLease, now: databaseNow)
+        return await withTaskGroup(of: (Int, DispatchResult).self) { group in
+            for (index, claim) in claims.enumerated() {
+                group.addTask { [self] in (index, await handle(claim, shutdown: nil)) }
+            }
+            var results = [DispatchResult](repeating: .abandoned, count: claims.count)
+            for await (index, result) in group { results[index] = result }
+            return results
+        }
+    }
+
+    private func sampleStatus() async {
+        do {
+            metrics.record(try await StatusRepository(pool: pool).status(errorLimit: 0))
+        } catch {
+            logger.warning("status sample failed", ["error": .string("\(error)")])
+        }
+    }
+
+    // MARK: one claim
+
+    private func handle(_ claim: ClaimedBroadcast, shutdown: ShutdownSignal?) async -> DispatchResult {
+        // One channel is never sent twice at once: a claim whose lease ran out during a slow send of
+        // this instance can come back to it; give it back for a moment.
+        guard sending.withLock({ $0.insert(claim.channelID).inserted }) else {
+            _ = try? await outbox.postpone(claim, by: 0.2, now: databaseNow)
+            return .released
+        }
+        defer { _ = sending.withLock { $0.remove(claim.channelID) } }
+        do {
+            return try await dispatch(claim, shutdown: shutdown)
+        } catch {
+            logger.error("broadcast failed", ["event": .int(claim.eventID), "channel": .int(claim.channelID),
+                                              "error": .string("\(error)")])
+            _ = try? await outbox.postpone(claim, by: configuration.retryBackoff.delay(attempt: claim.attempts + 1), now: databaseNow)
+            return .abandoned
+        }
+    }
+
+    private func dispatch(_ claim: ClaimedBroadcast, shutdown: ShutdownSignal?) async throws -> DispatchResult {
+        let now = clock.now
+        let remembered = memory.withLock { $0.entry(channelID: claim.channelID, lastApsTimestamp: claim.lastApsTimestamp) }
+
+        // Conflation: the newest pending state, at most one broadcast per interval unless urgent.
+        let pending: [(id: Int, priority: RequestedPriority, alert: JSONValue?)] = claim.pending.isEmpty
+            ? [(claim.update.id, claim.update.priority, claim.update.alert)]
+            : claim.pending.map { ($0.id, $0.priority, $0.alert) }
+        let decision = configuration.conflation.decide(
+            pending: pending.map { PendingBroadcast(id: $0.id, isHighPriority: $0.priority == .high, hasAlert: $0.alert != nil) },
+            lastSentAt: remembered?.lastSentAt ?? claim.lastBroadcastAt, now: now)
+        var alertFrom: Int?
+        var wantsHighPriority = claim.update.priority == .high
+        switch decision {
+        case .wait(let until):
+            try await outbox.postpone(claim, by: max(0.01, until.timeIntervalSince(now)), now: databaseNow)
+            return .postponed
+        case .send(let plan):
+            alertFrom = plan.alertFrom
+            wantsHighPriority = plan.wantsHighPriority
+        case .idle:
+            break
+        }
+        if shutdown?.isTriggered == true {
+            try await outbox.release([claim])
+            return .released
+        }
+
+        // The payload: the newest state, its own alert or the newest carried one.
+        let alertJSON = claim.update.alert ?? alertFrom.flatMap { id in pending.first { $0.id == id }?.alert }
+        let alert = alertJSON.flatMap { try? LiveActivityAlert(json: $0) }
+        let apsTimestamp = TimestampSequencer.next(after: [claim.lastApsTimestamp, remembered?.lastApsTimestamp].compactMap { $0 }.max(),
+                                                   now: now)
+        let composed = compose(claim, alert: alert, apsTimestamp: apsTimestamp)
+        guard let body = composed.body else {
+            let refusal = "payload over \(PayloadLimit.broadcast.rawValue) bytes"
+            try await outbox.recordPermanentFailure(
+                claim, delivery: DeliveryDraft(appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
+                                               status: nil, reason: "not sent: \(refusal)", attempt: claim.attempts + 1),
+                channelNotRegistered: false, now: databaseNow)
+            logger.error("broadcast refused locally", ["event": .int(claim.eventID), "update": .int(claim.update.id), "error": .string(refusal)])
+            return .rejected(refusal)
+        }
+        if composed.droppedAlert {
+            metrics.alertsDropped.increment()
+            logger.warning("carried alert dropped to fit the broadcast limit", ["event": .int(claim.eventID), "update": .int(claim.update.id)])
+        }
+
+        // Priority: auto is 10 for an alert or a significant change, within the channel's budget.
+        let requested: RequestedPriority = wantsHighPriority ? .high : claim.update.priority
+        var context = remembered
+        var significant = false
+        if requested == .auto && !composed.hasAlert, let schema = try await catalog.contentStateSchema(eventID: claim.eventID) {
+            if context == nil { context = try await loadMemory(claim) }
+            significant = !schema.significantChanges(from: context?.lastState, to: claim.update.contentState).isEmpty
+        }
+        let wanted = PushPriority.wanted(for: requested, hasAlert: composed.hasAlert, changesSignificantField: significant)
+        if wanted == .high && context == nil { context = try await loadMemory(claim) }
+        var budget = context?.budget ?? HighPriorityBudget(limit: configuration.highPriorityBudget, window: configuration.highPriorityWindow)
+        let priority = budget.admit(wanted, now: now)
+
+        // Send.
+        guard let app = try await catalog.app(id: claim.appID) else { throw DispatcherError.unknownApp(claim.appID) }
+        let outcome: ChannelAPNsOutcome
+        do {
+            outcome = try await apns.broadcast(app: app, channelID: claim.apnsChannelID, payload: body,
+                                               expiration: configuration.expiration.expiration(for: claim.storagePolicy, now: now),
+                                               priority: priority.priority)
+        } catch {
+            if Task.isCancelled || shutdown?.isTriggered == true {
+                // Unstructured, so a cancelled task still gives the row back.
+                try? await Task { [outbox] in try await outbox.release([claim]) }.value
+                return .released
+            }
+            outcome = ChannelAPNsOutcome(ChannelAPNsAttempt(result: APNsResult(transportFailure: .io("not sent: \(error)"))))
+        }
+        let label = String(priority.priority.rawValue)
+        for attempt in outcome.attempts {
+            metrics.apnsAnswers.increment(["broadcast", attempt.result.acceptance != nil ? "ok" : attempt.reasonText ?? "unknown"])
+        }
+        var attempts = outcome.attempts.isEmpty ? [ChannelAPNsAttempt(result: outcome.result)] : outcome.attempts
+        let last = attempts.removeLast()
+        // The earlier attempts' rows go in after the outcome is recorded: the outcome is what matters.
+        func withEarlierAttempts(_ result: DispatchResult) async -> DispatchResult {
+            for (index, attempt) in attempts.enumerated() {
+                do {
+                    try await deliveries.insert(attempt.delivery(appID: claim.appID, kind: .broadcast, channelID: claim.channelID,
+                                                                 updateID: claim.update.id, priority: priority.priority.rawValue,
+                                                                 attempt: claim.attempts + index + 1, apsTimestamp: apsTimestamp))
+                } catch {
+                    logger.warning("delivery row of an earlier attempt not recorded", ["error": .string("\(error)")])
+                }
+            }
+            return result
+        }
+        let delivery = last.delivery(appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
+                                     priority: priority.priority.rawValue, attempt: claim.attempts + attempts.count + 1,
+                                     apsTimestamp: apsTimestamp)
+        let logFields: KeyValuePairs<String, LogValue> = [
+            "event": .int(claim.eventID), "channel": .int(claim.channelID), "update": .int(claim.update.id),
+            "priority": .int(priority.priority.rawValue), "aps_timestamp": .int(apsTimestamp),
+        ]
+
+        switch outcome.result {
+        case .accepted:
+            let recorded: BroadcastOutcome
+            do {
+                recorded = try await outbox.recordBroadcast(claim, delivery: delivery, apsTimestamp: apsTimestamp, nextAttemptDelay: 0,
+                                                            now: databaseNow)
+            } catch PipelineError.apsTimestampNotIncreasing {
+                // Another instance sent a later timestamp meanwhile: send again with a new one.
+                memory.withLock { $0.forget(channelID: claim.channelID) }
+                try await outbox.postpone(claim, by: 0, now: databaseNow)
+                logger.warning("aps.timestamp overtaken; sending again", logFields)
+                return .abandoned
+            }
+            if priority.downgraded {
+                metrics.priorityDowngrades.increment()
+                logger.info("priority downgraded by the channel budget", logFields)
+            }
+            metrics.broadcasts.increment([label, "accepted"])
+            metrics.conflated.increment(by: Double(pending.count(where: { $0.id < claim.update.id })))
+            metrics.ingestToAccepted.observe(max(0, clock.now.timeIntervalSince(claim.update.receivedAt)))
+            memory.withLock {
+                $0.store(channelID: claim.channelID, ChannelMemory(lastApsTimestamp: apsTimestamp, lastState: claim.update.contentState,
+                                                                   lastSentAt: now, budget: budget))
+            }
+            if claim.update.action == .end {
+                memory.withLock { $0.forget(channelID: claim.channelID) }
+                logger.info("end broadcast accepted; channel ended", logFields)
+            }
+            if recorded == .claimLost { logger.warning("claim lost while sending; broadcast recorded", logFields) }
+            return await withEarlierAttempts(.sent(updateID: claim.update.id, priority: priority.priority, apsTimestamp: apsTimestamp))
+
+        case .rejected(let failure) where failure.reason == .channelNotRegistered:
+            try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: true, now: databaseNow)
+            memory.withLock { $0.forget(channelID: claim.channelID) }
+            metrics.broadcasts.increment([label, "channel_lost"])
+            logger.error("APNs no longer knows the channel; event flagged channel_lost, broadcasting stopped",
+                         ["event": .int(claim.eventID), "channel": .int(claim.channelID),
+                          "apns_channel_id": .string(claim.apnsChannelID), "update": .int(claim.update.id)])
+            return await withEarlierAttempts(.channelLost)
+
+        case .rejected(let failure) where failure.status != 403:
+            try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: false, now: databaseNow)
+            metrics.broadcasts.increment([label, "rejected"])
+            logger.error("APNs refused the broadcast", ["event": .int(claim.eventID), "update": .int(claim.update.id),
+                                                        "reason": .string("\(failure)")])
+            return await withEarlierAttempts(.rejected(failure.reason?.text ?? "\(failure)"))
+
+        default:
+            // 429, 5xx, timeouts, I/O, and 403 (credentials an operator can fix): retry after backoff.
+            let failure = outcome.failure
+            var delay = configuration.retryBackoff.delay(attempt: claim.attempts + 1)
+            if let after = failure?.retryAfterSeconds { delay = max(delay, TimeInterval(after)) }
+            try await outbox.recordRetryableFailure(claim, delivery: delivery, retryAfter: delay, now: databaseNow)
+            metrics.broadcasts.increment([label, "retryable"])
+            metrics.retries.increment(["broadcast"])
+            let level: Logger.Level = failure?.status == 403 ? .error : .warning
+            logger.log(level, "broadcast failed; retrying after backoff",
+                       ["event": .int(claim.eventID), "update": .int(claim.update.id), "reason": .string(failure.map { "\($0)" } ?? "unknown"),
+                        "retry_in_seconds": .double(delay), "attempt": .int(claim.attempts + 1)])
+            return await withEarlierAttempts(.retryScheduled)
+        }
+    }
+
+    /// The body within 5,120 bytes; a carried alert is dropped when it would not fit.
+    private func compose(_ claim: ClaimedBroadcast, alert: LiveActivityAlert?, apsTimestamp: Int64)
+        -> (body: [UInt8]?, hasAlert: Bool, droppedAlert: Bool) {
+        let update = claim.update
+        func payload(_ alert: LiveActivityAlert?) -> LiveActivityPayload {
+            switch update.action {
+            case .update:
+                .update(timestamp: apsTimestamp, contentState: update.contentState, staleDate: update.staleDate,
+                        relevanceScore: update.relevanceScore, alert: alert)
+            case .end:
+                .end(timestamp: apsTimestamp, contentState: update.contentState == [:] ? nil : update.contentState,
+                     dismissalDate: update.dismissalDate, staleDate: update.staleDate, relevanceScore: update.relevanceScore, alert: alert)
+            }
+        }
+        if let body = try? payload(alert).body(within: .broadcast) { return (body, alert != nil, false) }
+        guard alert != nil, let body = try? payload(nil).body(within: .broadcast) else { return (nil, false, false) }
+        return (body, false, true)
+    }
+
+    /// The channel's memory rebuilt from the database: the event's last broadcast state and the
+    /// channel's accepted priority-10 broadcasts inside the budget window.
+    private func loadMemory(_ claim: ClaimedBroadcast) async throws -> ChannelMemory {
+        let since = clock.now.addingTimeInterval(-configuration.highPriorityWindow)
+        let previous = try await pool.query("""
+            SELECT content_state FROM updates WHERE event_id = \(claim.eventID) AND disposition = 'broadcast'
+            ORDER BY id DESC LIMIT 1
+            """).first.map { try JSONValue(parsing: $0.decode(PostgresJSON.self, column: "content_state").text) }
+        let sends = try await pool.query("""
+            SELECT sent_at FROM deliveries
+            WHERE channel_id = \(claim.channelID) AND kind = 'broadcast' AND status = 200 AND priority = 10 AND sent_at > \(since)
+            ORDER BY sent_at
+            """).map { try $0.decode(Date.self, column: "sent_at") }
+        return ChannelMemory(lastApsTimestamp: claim.lastApsTimestamp, lastState: previous, lastSentAt: nil,
+                             budget: HighPriorityBudget(limit: configuration.highPriorityBudget, window: configuration.highPriorityWindow,
+                                                        sends: sends))
+    }
+}
+
+/// A dispatcher failure that is not APNs' answer.
+public enum DispatcherError: Error, Equatable, CustomStringConvertible {
+    /// The claim names an app the catalog does not know (deleted meanwhile?).
+    case unknownApp(Int)
+
+    public var description: String {
+        switch self {
+        case .unknownApp(let id): "app \(id) not found; was it removed while it had events?"
+        }
+    }
+}
+
+/// What this instance knows about a channel it sent on.
+struct ChannelMemory: Sendable {
+    var lastApsTimestamp: Int64?
+    /// The content-state of the last broadcast (the baseline of `significantChanges`).
+    var lastState: JSONValue?
+    /// When this instance's last broadcast on it was accepted (clock time).
+    var lastSentAt: Date?
+    var budget: HighPriorityBudget
+}
+
+/// Channel memories, valid only while the stored aps.timestamp matches the claim's.
+struct ChannelMemoryTable: Sendable {
+    let capacity: Int
+    private var entries: [Int: ChannelMemory] = [:]
+
+    init(capacity: Int) { self.capacity = max(1, capacity) }
+
+    func entry(channelID: Int, lastApsTimestamp: Int64?) -> ChannelMemory? {
+        guard let entry = entries[channelID], entry.lastApsTimestamp == lastApsTimestamp else { return nil }
+        return entry
+    }
+
+    mutating func store(channelID: Int, _ memory: ChannelMemory) {
+        if entries[channelID] == nil && entries.count >= capacity { entries.removeAll(keepingCapacity: true) }
+        entries[channelID] = memory
+    }
+
+    mutating func forget(channelID: Int) { entries[channelID] = nil }
+}

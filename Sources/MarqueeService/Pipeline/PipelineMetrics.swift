@@ -1,0 +1,66 @@
+import Foundation
+import MarqueeStore
+
+/// The dispatcher's and scheduler's metrics, registered once per process.
+public struct PipelineMetrics: Sendable {
+    /// Seconds from ingest accepted (the update's `received_at`) to APNs accepting the broadcast carrying it.
+    public let ingestToAccepted: Histogram
+    /// Broadcasts by `priority` (5, 10) and `result` (accepted, retryable, rejected, channel_lost).
+    public let broadcasts: Counter
+    /// Priority-10 broadcasts sent at 5 because the channel's hourly budget was spent.
+    public let priorityDowngrades: Counter
+    /// Every APNs answer (or missing answer) by `operation` and `reason` (`ok` for acceptances).
+    public let apnsAnswers: Counter
+    /// Broadcast and channel requests scheduled for a retry, by `operation`.
+    public let retries: Counter
+    /// Pending updates recorded as conflated (a newer state went instead).
+    public let conflated: Counter
+    /// Carried alerts dropped because the payload would exceed 5,120 bytes.
+    public let alertsDropped: Counter
+    /// Outbox rows waiting, sampled from the database.
+    public let outboxBacklog: Gauge
+    /// Age of the oldest outbox row in seconds, sampled.
+    public let outboxOldestAge: Gauge
+    /// Channels by `app` (bundle id/environment) and `state`, sampled.
+    public let channelsByState: Gauge
+    /// Events whose channel APNs no longer knows, sampled.
+    public let lostChannels: Gauge
+    /// Channel creates refused by the quota (local count or APNs' CannotCreateChannelConfig), by `app`.
+    public let quotaRefusals: Counter
+    /// Unknown channels in Apple's lists at the last reconcile, by `app`.
+    public let unknownChannels: Gauge
+    /// Scheduler actions by `action` (create, open, end, delete, lost, ...).
+    public let schedulerActions: Counter
+
+    public init(registry: MetricsRegistry) {
+        ingestToAccepted = registry.histogram(
+            "marquee_broadcast_latency_seconds", help: "Seconds from ingest accepted to APNs accepting a broadcast carrying the update",
+            buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 5, 10, 30, 60])
+        broadcasts = registry.counter("marquee_broadcasts_total", help: "Broadcasts by priority and result", labels: ["priority", "result"])
+        priorityDowngrades = registry.counter(
+            "marquee_priority_downgrades_total", help: "Broadcasts sent at priority 5 because the channel's priority-10 budget was spent")
+        apnsAnswers = registry.counter("marquee_apns_answers_total", help: "APNs answers by operation and reason", labels: ["operation", "reason"])
+        retries = registry.counter("marquee_apns_retries_total", help: "Requests scheduled for a retry after a transient failure", labels: ["operation"])
+        conflated = registry.counter("marquee_updates_conflated_total", help: "Pending updates recorded as conflated")
+        alertsDropped = registry.counter("marquee_carried_alerts_dropped_total", help: "Carried alerts dropped to fit the 5,120-byte broadcast limit")
+        outboxBacklog = registry.gauge("marquee_outbox_backlog", help: "Outbox rows waiting to be broadcast")
+        outboxOldestAge = registry.gauge("marquee_outbox_oldest_age_seconds", help: "Age of the oldest outbox row")
+        channelsByState = registry.gauge("marquee_channels", help: "Channels by app and state", labels: ["app", "state"])
+        lostChannels = registry.gauge("marquee_channels_lost", help: "Events whose channel APNs no longer knows")
+        quotaRefusals = registry.counter("marquee_channel_quota_refusals_total", help: "Channel creates refused by the quota", labels: ["app"])
+        unknownChannels = registry.gauge("marquee_channels_unknown", help: "Channels in Apple's list Marquee did not make", labels: ["app"])
+        schedulerActions = registry.counter("marquee_scheduler_actions_total", help: "Channel scheduler actions", labels: ["action"])
+    }
+
+    /// Sets the sampled gauges from a status snapshot.
+    func record(_ status: PipelineStatus) {
+        outboxBacklog.set(Double(status.outboxBacklog))
+        outboxOldestAge.set(status.oldestOutboxAge ?? 0)
+        lostChannels.set(Double(status.lostChannels.count))
+        var byState: [LabelValues: Double] = [:]
+        for app in status.apps {
+            for (state, count) in app.channelsByState { byState[["\(app.bundleID)/\(app.environment)", state]] = Double(count) }
+        }
+        channelsByState.replaceAll(byState)
+    }
+}

@@ -1,0 +1,345 @@
+import APNs
+import Foundation
+import MarqueeCore
+import MarqueeService
+import MarqueeStore
+import Postgres
+import Testing
+
+/// The dispatcher against a real PostgreSQL and an in-memory APNs: conflation, timestamps, priority,
+/// budget, expiration, failures, and two instances sharing one database.
+@Suite(.enabled(if: PipelineServiceFixture.available))
+struct PipelineDispatcherTests {
+    @Test func aBurstIsConflatedToAboutOneBroadcastPerSecondWithTheNewestState() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        let dispatcher = f.dispatcher()
+        for minute in 1...10 {
+            try await f.post(event.id, ["home": 0, "away": 0, "minute": .int(Int64(minute))], at: f.clock.now.addingTimeInterval(Double(minute) / 100))
+        }
+        let first = try await dispatcher.dispatchOnce()
+        #expect(first.count == 1)
+        guard case .sent = first.first else { Issue.record("expected a send, got \(first)"); return }
+        #expect(f.apns.broadcasts.count == 1)
+        #expect(f.apns.broadcasts.last?.aps["content-state"]?["minute"] == 10)
+        #expect(f.apns.broadcasts.last?.channelID == channel.apnsChannelID)
+        #expect(try await f.dispositions(eventID: event.id) == ["broadcast": 1, "conflated": 9])
+
+        // More within the same second: postponed, not sent.
+        for minute in 11...15 {
+            try await f.post(event.id, ["home": 0, "away": 0, "minute": .int(Int64(minute))], at: f.clock.now.addingTimeInterval(Double(minute) / 100))
+        }
+        #expect(try await dispatcher.dispatchOnce() == [.postponed])
+        #expect(try await dispatcher.dispatchOnce().isEmpty)  // not due yet
+        #expect(f.apns.broadcasts.count == 1)
+
+        f.clock.advance(by: 1.1)
+        let second = try await dispatcher.dispatchOnce()
+        guard case .sent = second.first else { Issue.record("expected a send, got \(second)"); return }
+        #expect(f.apns.broadcasts.count == 2)
+        #expect(f.apns.broadcasts.last?.aps["content-state"]?["minute"] == 15)
+        #expect(try await f.dispositions(eventID: event.id) == ["broadcast": 2, "conflated": 13])
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+        #expect(f.metrics.conflated.value() == 13)
+        #expect(f.metrics.ingestToAccepted.count() == 2)
+    }
+
+    @Test func apsTimestampsStrictlyIncreaseEvenWhenTheClockGoesBackwards() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        var dispatcher = f.dispatcher()
+        var stamps: [Int64] = []
+        let start = f.clock.now
+        for step in 0..<4 {
+            if step == 2 { dispatcher = f.dispatcher(instance: "d2") }  // a fresh instance: no memory, the database only
+            try await f.post(event.id, ["home": .int(Int64(step)), "away": 0], priority: .high, at: start.addingTimeInterval(Double(step)))
+            let results = try await dispatcher.dispatchOnce()
+            guard case .sent(_, _, let stamp)? = results.first else { Issue.record("expected a send, got \(results)"); return }
+            stamps.append(stamp)
+            f.clock.advance(by: -10)  // the clock steps back after every send
+        }
+        #expect(stamps == [stamps[0], stamps[0] + 1, stamps[0] + 2, stamps[0] + 3])
+        #expect(f.apns.broadcasts.map { $0.aps["timestamp"] } == stamps.map { JSONValue.int($0) })
+    }
+
+    @Test func alertsGoAtOnceAtTenPlainUpdatesAtFiveSignificantChangesAtTen() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        let dispatcher = f.dispatcher()
+        func send(_ state: JSONValue, alert: JSONValue? = nil) async throws -> [DispatchResult] {
+            try await f.post(event.id, state, alert: alert, at: f.clock.now)
+            return try await dispatcher.dispatchOnce()
+        }
+        // The first broadcast has no baseline: every significant field counts as changed.
+        #expect(try await send(["home": 0, "away": 0, "minute": 1]).first.map(priority) == .high)
+        f.clock.advance(by: 2)
+        #expect(try await send(["home": 0, "away": 0, "minute": 2]).first.map(priority) == .low)
+        f.clock.advance(by: 2)
+        #expect(try await send(["home": 1, "away": 0, "minute": 3]).first.map(priority) == .high)
+        // Within the same second: an alert goes at once, at 10, with its alert.
+        let goal: JSONValue = ["title": "Goal", "body": "1-1", "sound": "default"]
+        #expect(try await send(["home": 1, "away": 1, "minute": 4], alert: goal).first.map(priority) == .high)
+        #expect(f.apns.broadcasts.last?.aps["alert"] == ["title": "Goal", "body": "1-1", "sound": "default"])
+        // A plain update in that second waits.
+        #expect(try await send(["home": 1, "away": 1, "minute": 5]) == [.postponed])
+        #expect(f.apns.broadcasts.map(\.priority) == [.high, .low, .high, .high])
+        #expect(f.metrics.broadcasts.value(["10", "accepted"]) == 3)
+        #expect(f.metrics.broadcasts.value(["5", "accepted"]) == 1)
+    }
+
+    @Test func anAlertOfAConflatedUpdateIsCarriedWithTheNewestState() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1, "away": 0], alert: ["title": "Goal", "body": "1-0"], at: f.clock.now)
+        try await f.post(event.id, ["home": 1, "away": 0, "minute": 12], at: f.clock.now.addingTimeInterval(1))
+        let results = try await f.dispatcher().dispatchOnce()
+        #expect(results.first.map(priority) == .high)
+        #expect(f.apns.broadcasts.last?.aps["alert"]?["title"] == "Goal")
+        #expect(f.apns.broadcasts.last?.aps["content-state"]?["minute"] == 12)
+    }
+
+    @Test func theBudgetDowngradesAndCountsAndHoldsAcrossInstances() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        var dispatcher = f.dispatcher(budget: 2)
+        var priorities: [PushPriority] = []
+        for goals in 1...5 {
+            if goals == 5 { dispatcher = f.dispatcher(instance: "d2", budget: 2) }  // rebuilt from deliveries
+            try await f.post(event.id, ["home": .int(Int64(goals)), "away": 0], at: f.clock.now)
+            guard let result = try await dispatcher.dispatchOnce().first else { Issue.record("nothing claimed"); return }
+            priorities.append(priority(result)!)
+            f.clock.advance(by: 2)
+        }
+        #expect(priorities == [.high, .high, .low, .low, .low])
+        #expect(f.metrics.priorityDowngrades.value() == 3)
+        let recorded = try await f.deliveries.recent(channelID: channel.id).map(\.draft.priority)
+        #expect(recorded == [5, 5, 5, 10, 10])
+        // An hour later the budget is back.
+        f.clock.advance(by: 3700)
+        try await f.post(event.id, ["home": 9, "away": 0], at: f.clock.now)
+        #expect(try await dispatcher.dispatchOnce().first.map(priority) == .high)
+    }
+
+    @Test func expirationIsZeroWithoutStorageAndATimeToLiveWithIt() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let stored = try await f.makeEvent(storage: .mostRecent)
+        let unstored = try await f.makeEvent(storage: .notStored)
+        let storedChannel = try await f.openChannel(eventID: stored.id)
+        let unstoredChannel = try await f.openChannel(eventID: unstored.id)
+        try await f.post(stored.id, ["home": 1, "away": 0], at: f.clock.now)
+        try await f.post(unstored.id, ["home": 1, "away": 0], at: f.clock.now)
+        #expect(try await f.dispatcher().dispatchOnce().count == 2)
+        let byChannel = Dictionary(uniqueKeysWithValues: f.apns.broadcasts.map { ($0.channelID, $0.expiration) })
+        #expect(byChannel[unstoredChannel.apnsChannelID!] == 0)
+        #expect(byChannel[storedChannel.apnsChannelID!] == Int64(f.clock.now.timeIntervalSince1970) + 4 * 3600)
+    }
+
+    @Test func channelNotRegisteredFlagsTheEventAndStopsBroadcasting() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        f.apns.scriptBroadcasts([RecordingChannelAPNs.failure(400, .channelNotRegistered)])
+        try await f.post(event.id, ["home": 1, "away": 0], at: f.clock.now)
+        let dispatcher = f.dispatcher()
+        #expect(try await dispatcher.dispatchOnce() == [.channelLost])
+        #expect(try await f.events.get(id: event.id)?.channelLost == true)
+        #expect(try await f.channels.get(id: channel.id)?.state == .lifecycle(.lost))
+        #expect(try await f.deliveries.recent(channelID: channel.id).first?.draft.reason == "ChannelNotRegistered")
+        #expect(f.log.all.contains { $0.contains("level=error") && $0.contains("channel_lost") })
+        #expect(f.metrics.broadcasts.value(["10", "channel_lost"]) == 1)
+        // Later updates are accepted but not broadcast.
+        f.clock.advance(by: 5)
+        try await f.post(event.id, ["home": 2, "away": 0], at: f.clock.now)
+        #expect(try await dispatcher.dispatchOnce().isEmpty)
+        #expect(f.apns.broadcasts.isEmpty)
+    }
+
+    @Test func aRetryable503IsRecordedAndRetriedAfterBackoff() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        f.apns.scriptBroadcasts([RecordingChannelAPNs.failure(503, .serviceUnavailable)])
+        let update = try await f.post(event.id, ["home": 1, "away": 0], at: f.clock.now)
+        let dispatcher = f.dispatcher()
+        #expect(try await dispatcher.dispatchOnce() == [.retryScheduled])
+        #expect(try await f.scalar(Int.self, "SELECT attempts FROM outbox") == 1)
+        #expect(try await dispatcher.dispatchOnce().isEmpty)  // backing off
+        f.clock.advance(by: 1.5)  // the first retry waits 0.5 to 1 s
+        let results = try await dispatcher.dispatchOnce()
+        guard case .sent(let sent, _, _)? = results.first else { Issue.record("expected a send, got \(results)"); return }
+        #expect(sent == update.id)
+        let rows = try await f.deliveries.recent(channelID: channel.id)
+        #expect(rows.map(\.draft.status) == [200, 503])
+        #expect(rows.map(\.draft.attempt) == [2, 1])
+        #expect(f.metrics.retries.value(["broadcast"]) == 1)
+        #expect(f.metrics.apnsAnswers.value(["broadcast", "ServiceUnavailable"]) == 1)
+    }
+
+    @Test func everyAttemptOfTheClientIsADeliveryRow() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        f.apns.state.withLock {
+            $0.clientRetriesBeforeNext = [RecordingChannelAPNs.failure(503, .serviceUnavailable), APNsResult(transportFailure: .timeout)]
+        }
+        try await f.post(event.id, ["home": 1, "away": 0], at: f.clock.now)
+        guard case .sent(_, _, let stamp)? = try await f.dispatcher().dispatchOnce().first else { Issue.record("expected a send"); return }
+        let rows = try await f.deliveries.recent(channelID: channel.id).sorted { $0.draft.attempt < $1.draft.attempt }
+        #expect(rows.map(\.draft.attempt) == [1, 2, 3])
+        #expect(rows.map(\.draft.status) == [503, nil, 200])
+        #expect(rows.map(\.draft.reason) == ["ServiceUnavailable", "timeout", nil])
+        #expect(rows.allSatisfy { $0.draft.apsTimestamp == stamp })
+        #expect(f.metrics.apnsAnswers.value(["broadcast", "timeout"]) == 1)
+    }
+
+    @Test func twoDispatchersSendEachPendingStateOnceAndTheNewestOfEveryEvent() async throws {
+        let f = try await PipelineServiceFixture.make(maxConnections: 8)
+        defer { f.pool.close() }
+        var eventIDs: [Int] = []
+        for index in 0..<12 {
+            let event = try await f.makeEvent("e\(index)")
+            _ = try await f.openChannel(eventID: event.id)
+            eventIDs.append(event.id)
+        }
+        let otherPool = PostgresPool(configuration: f.configuration, maxConnections: 8)
+        defer { otherPool.close() }
+        let fast: (inout BroadcastDispatcherConfiguration) -> Void = {
+            $0.conflation = ConflationPolicy(minimumInterval: 0.05)
+            $0.pollInterval = .milliseconds(50)
+            $0.maxConcurrentSends = 4
+        }
+        let first = f.dispatcher(instance: "a", clock: SystemWallClock(), listen: true, configure: fast)
+        let second = f.dispatcher(instance: "b", pool: otherPool, clock: SystemWallClock(), listen: true, configure: fast)
+        let shutdown = ShutdownSignal()
+        let running = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await first.run(until: shutdown) }
+                group.addTask { try await second.run(until: shutdown) }
+                try await group.waitForAll()
+            }
+        }
+        var newest: [Int: Int64] = [:]
+        for round in 1...8 {
+            for eventID in eventIDs where Bool.random() || round == 8 {
+                try await f.post(eventID, ["home": .int(Int64(round)), "away": .int(Int64(eventID))], at: Date().addingTimeInterval(Double(round)))
+                newest[eventID] = Int64(round)
+            }
+            try await Task.sleep(for: .milliseconds(30))
+        }
+        var waited = 0
+        while try await f.scalar(Int.self, "SELECT count(*) FROM outbox") > 0, waited < 300 {
+            try await Task.sleep(for: .milliseconds(100))
+            waited += 1
+        }
+        shutdown.trigger()
+        try await running.value
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates WHERE disposition = 'pending'") == 0)
+        // Each update was sent at most once, by exactly one instance, and never concurrently per channel.
+        #expect(try await f.scalar(Int.self, """
+            SELECT count(*) FROM (SELECT update_id FROM deliveries WHERE status = 200 GROUP BY update_id HAVING count(*) > 1) d
+            """) == 0)
+        #expect(f.apns.state.withLock { $0.overlaps } == 0)
+        #expect(f.apns.broadcasts.count == (try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE status = 200")))
+        // The newest state of every event went last on its channel, with increasing timestamps.
+        for eventID in eventIDs {
+            let channel = try #require(try await f.channels.channels(eventID: eventID).first)
+            let sent = f.apns.broadcasts.filter { $0.channelID == channel.apnsChannelID }
+            #expect(sent.last?.aps["content-state"]?["home"] == .int(newest[eventID]!))
+            let stamps = sent.compactMap { $0.aps["timestamp"]?.intValue }
+            #expect(stamps == stamps.sorted() && Set(stamps).count == stamps.count)
+        }
+        let senders = try await f.pool.query("SELECT DISTINCT claimed_by FROM outbox")
+        #expect(senders.isEmpty)
+    }
+
+    @Test func aCarriedAlertThatWouldNotFitIsDropped() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        let long = String(repeating: "x", count: 1500)
+        try await f.post(event.id, ["home": 1, "away": 0], alert: ["title": .string(long), "body": .string(long)], at: f.clock.now)
+        let big: JSONValue = ["home": 1, "away": 0, "note": .string(String(repeating: "y", count: 3800))]
+        try await f.post(event.id, big, at: f.clock.now.addingTimeInterval(1))
+        let results = try await f.dispatcher().dispatchOnce()
+        guard case .sent = results.first else { Issue.record("expected a send, got \(results)"); return }
+        let sent = try #require(f.apns.broadcasts.last)
+        #expect(sent.aps["alert"] == nil)
+        #expect(sent.aps["content-state"] == big)
+        #expect(sent.bytes <= 5120)
+        #expect(f.metrics.alertsDropped.value() == 1)
+    }
+
+    @Test func notifyWakesTheDispatcherLongBeforeItsPoll() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        let dispatcher = f.dispatcher(clock: SystemWallClock(), listen: true) { $0.pollInterval = .seconds(120) }
+        let shutdown = ShutdownSignal()
+        let running = Task { try await dispatcher.run(until: shutdown) }
+        try await Task.sleep(for: .milliseconds(300))  // the first (empty) claim is done; now it waits
+        try await f.post(event.id, ["home": 1, "away": 0], at: Date())
+        var waited = 0
+        while f.apns.broadcasts.isEmpty && waited < 100 {
+            try await Task.sleep(for: .milliseconds(50))
+            waited += 1
+        }
+        shutdown.trigger()
+        try await running.value
+        #expect(f.apns.broadcasts.count == 1)
+    }
+
+    @Test func shutdownFinishesSendsInFlightAndStopsClaiming() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        f.apns.state.withLock { $0.broadcastDelay = .milliseconds(300) }
+        let dispatcher = f.dispatcher(clock: SystemWallClock(), listen: true) { $0.pollInterval = .milliseconds(50) }
+        let shutdown = ShutdownSignal()
+        let running = Task { try await dispatcher.run(until: shutdown) }
+        try await f.post(event.id, ["home": 1, "away": 0], priority: .high, at: Date())
+        var waited = 0
+        while f.apns.state.withLock({ $0.broadcastsStarted }) == 0 && waited < 200 {
+            try await Task.sleep(for: .milliseconds(10))
+            waited += 1
+        }
+        shutdown.trigger()
+        try await running.value
+        // The send in flight finished and was recorded; nothing is left claimed.
+        #expect(f.apns.broadcasts.count == 1)
+        #expect(try await f.dispositions(eventID: event.id) == ["broadcast": 1])
+        try await f.post(event.id, ["home": 2, "away": 0], priority: .high, at: Date().addingTimeInterval(1))
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(f.apns.broadcasts.count == 1)  // stopped: nobody claims any more
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE claimed_by IS NOT NULL") == 0)
+    }
+
+    private func priority(_ result: DispatchResult) -> PushPriority? {
+        if case .sent(_, let priority, _) = result { return priority }
+        return nil
+    }
+}
+
+extension JSONValue {
+    var intValue: Int64? {
+        if case .int(let value) = self { return value }
+        return nil
+    }
+}

@@ -1,0 +1,234 @@
+import APNs
+import Foundation
+import MarqueeCore
+import MarqueeService
+import MarqueeStore
+import Postgres
+import Testing
+
+/// The channel scheduler against a real PostgreSQL and an in-memory APNs, on a manual clock.
+@Suite(.enabled(if: PipelineServiceFixture.available))
+struct PipelineSchedulerTests {
+    @Test func opensChannelsWithinTheLeadTimeOrWithQueuedUpdates() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let soon = try await f.makeEvent("soon", startsAt: f.clock.now.addingTimeInterval(3600))
+        let later = try await f.makeEvent("later", startsAt: f.clock.now.addingTimeInterval(3 * 3600))
+        let busy = try await f.makeEvent("busy", startsAt: f.clock.now.addingTimeInterval(3 * 3600))
+        try await f.post(busy.id, ["home": 0, "away": 0, "minute": 0], at: f.clock.now)
+        let scheduler = f.scheduler()
+        let report = try #require(try await scheduler.tick())
+        #expect(report.opened.count == 2)
+        #expect(f.apns.state.withLock { $0.creates } == 2)
+        let soonChannel = try #require(try await f.channels.channels(eventID: soon.id).first)
+        #expect(soonChannel.state == .lifecycle(.open))
+        #expect(f.apns.listed.contains(soonChannel.apnsChannelID!))
+        #expect(try await f.channels.channels(eventID: busy.id).first?.state == .lifecycle(.open))
+        #expect(try await f.channels.channels(eventID: later.id).isEmpty)
+        // The queued update goes out once the channel is open.
+        #expect(try await f.dispatcher().dispatchOnce().count == 1)
+        #expect(f.apns.broadcasts.count == 1)
+
+        f.clock.advance(by: 1.5 * 3600)
+        #expect(try await scheduler.tick()?.opened.count == 1)
+        #expect(try await f.channels.channels(eventID: later.id).first?.state == .lifecycle(.open))
+        #expect(try await scheduler.tick()?.opened.isEmpty == true)
+        #expect(f.apns.state.withLock { $0.creates } == 3)
+    }
+
+    @Test func endsEventsPastTheirEndThenDeletesTheChannelAfterTheDelay() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now.addingTimeInterval(-3600), endsAt: f.clock.now.addingTimeInterval(600))
+        let scheduler = f.scheduler()
+        let dispatcher = f.dispatcher()
+        let channelID = try #require(try await scheduler.tick()?.opened.first)
+        try await f.post(event.id, ["home": 2, "away": 1, "minute": 90], at: f.clock.now)
+        #expect(try await dispatcher.dispatchOnce().count == 1)
+
+        // Not yet: endsAt + grace (30 min) has not passed.
+        f.clock.advance(by: 600 + 1200)
+        #expect(try await scheduler.tick()?.eventsEnded.isEmpty == true)
+        f.clock.advance(by: 700)
+        #expect(try await scheduler.tick()?.eventsEnded == [event.id])
+        #expect(try await f.events.get(id: event.id)?.status == .ending)
+        // The dispatcher sends the end with the latest state; the channel is ended.
+        #expect(try await dispatcher.dispatchOnce().count == 1)
+        let end = try #require(f.apns.broadcasts.last)
+        #expect(end.aps["event"] == "end")
+        #expect(end.aps["content-state"] == ["home": 2, "away": 1, "minute": 90])
+        #expect(try await f.channels.get(id: channelID)?.state == .lifecycle(.ended))
+        #expect(try await f.events.get(id: event.id)?.status == .ended)
+
+        // Deleted only after the delete delay (15 min).
+        f.clock.advance(by: 600)
+        #expect(try await scheduler.tick()?.deleted.isEmpty == true)
+        f.clock.advance(by: 400)
+        #expect(try await scheduler.tick()?.deleted == [channelID])
+        let channel = try #require(try await f.channels.get(id: channelID))
+        #expect(channel.state == .lifecycle(.deleted))
+        #expect(f.apns.state.withLock { $0.deletes } == [channel.apnsChannelID!])
+        #expect(!f.apns.listed.contains(channel.apnsChannelID!))
+        #expect(try await scheduler.tick()?.deleted.isEmpty == true)
+    }
+
+    @Test func anEventThatNeverGotAChannelIsEndedWithoutOne() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now.addingTimeInterval(-7200), endsAt: f.clock.now.addingTimeInterval(-3600))
+        #expect(try await f.scheduler().tick()?.eventsEnded == [event.id])
+        #expect(try await f.events.get(id: event.id)?.status == .ended)
+        #expect(f.apns.state.withLock { $0.creates } == 0)
+    }
+
+    @Test func onlyTheLeaseHolderActsAndShutdownHandsTheLeaseOver() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let first = f.scheduler(instance: "s1")
+        let second = f.scheduler(instance: "s2")
+        #expect(try await first.tick() != nil)
+        _ = try await f.makeEvent(startsAt: f.clock.now)
+        #expect(try await second.tick() == nil)
+        #expect(!second.isLeader)
+        await #expect(throws: ChannelSchedulerError.leaseHeldElsewhere(holder: "s1")) { try await second.runOnce() }
+        #expect(f.apns.state.withLock { $0.creates } == 0)
+
+        // The leader runs as a service; on shutdown it gives the lease up and the other takes over at once.
+        let shutdown = ShutdownSignal()
+        let running = Task { try await first.run(until: shutdown) }
+        var waited = 0
+        while f.apns.state.withLock({ $0.creates }) == 0 && waited < 100 {
+            try await Task.sleep(for: .milliseconds(50))
+            waited += 1
+        }
+        #expect(f.apns.state.withLock { $0.creates } == 1)
+        shutdown.trigger()
+        try await running.value
+        #expect(!first.isLeader)
+        #expect(try await second.tick() != nil)
+        #expect(second.isLeader)
+    }
+
+    @Test func aFencedLeaderThatLostItsLeaseWritesNothing() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let first = f.scheduler(instance: "s1")
+        let second = f.scheduler(instance: "s2")
+        #expect(try await first.tick() != nil)
+        f.clock.advance(by: 20)  // the lease (15 s) expires unrenewed
+        #expect(try await second.tick() != nil)
+        _ = try await f.makeEvent(startsAt: f.clock.now)
+        #expect(try await first.tick() == nil)  // its renewal fails: it follows
+        #expect(f.apns.state.withLock { $0.creates } == 0)
+        #expect(try await second.tick()?.opened.count == 1)
+    }
+
+    @Test func createsAreRefusedAtTheQuotaAndCannotCreateChannelConfigMapsToTheSameRefusal() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        var events: [EventRecord] = []
+        for index in 0..<3 { events.append(try await f.makeEvent("e\(index)", startsAt: f.clock.now.addingTimeInterval(Double(index)))) }
+        let scheduler = f.scheduler { $0.quota = ChannelQuota(limit: 2) }
+        let report = try #require(try await scheduler.tick())
+        #expect(report.opened.count == 2)
+        #expect(report.quotaRefused.count == 1)
+        #expect(f.apns.state.withLock { $0.creates } == 2)
+        let refused = try #require(try await f.channels.get(id: report.quotaRefused[0]))
+        #expect(refused.state == .lifecycle(.planned))
+        #expect(refused.lastError?.contains("channel quota exhausted") == true)
+        #expect(f.metrics.quotaRefusals.value(["com.example.scores/development"]) == 1)
+        #expect(f.log.all.contains { $0.contains("level=warning") && $0.contains("nearly spent") })
+        // Still refused next tick, still without asking APNs.
+        #expect(try await scheduler.tick()?.quotaRefused == [refused.id])
+        #expect(f.apns.state.withLock { $0.creates } == 2)
+
+        // APNs' CannotCreateChannelConfig: the same error, retried later.
+        let roomy = f.scheduler(instance: "s1") { $0.quota = ChannelQuota(limit: 100) }
+        f.apns.scriptCreates([RecordingChannelAPNs.failure(400, .cannotCreateChannelConfig)])
+        #expect(try await roomy.tick()?.quotaRefused == [refused.id])
+        let waiting = try #require(try await f.channels.get(id: refused.id))
+        #expect(waiting.state == .lifecycle(.creating))
+        #expect(waiting.lastError?.contains("channel quota exhausted") == true)
+        #expect(try await f.deliveries.recent(channelID: refused.id).first?.draft.reason == "CannotCreateChannelConfig")
+        f.clock.advance(by: 301)
+        #expect(try await roomy.tick()?.opened == [refused.id])
+    }
+
+    @Test func aRetriedCreateIsRetriedWithBackoffAndKeepsItsPlaceInTheQuota() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now)
+        f.apns.scriptCreates([RecordingChannelAPNs.failure(503, .serviceUnavailable)])
+        let scheduler = f.scheduler { $0.quota = ChannelQuota(limit: 1) }
+        let first = try #require(try await scheduler.tick())
+        #expect(first.createRetries.count == 1)
+        let channel = try #require(try await f.channels.channels(eventID: event.id).first)
+        #expect(channel.state == .lifecycle(.creating))
+        #expect(channel.nextAttemptAt.map { $0 > f.clock.now } == true)
+        #expect(try await scheduler.tick()?.opened.isEmpty == true)  // backing off
+        f.clock.advance(by: 2.5)  // the first retry waits 1 to 2 s
+        #expect(try await scheduler.tick()?.opened == [channel.id])
+        #expect(f.metrics.retries.value(["channel_create"]) == 1)
+        let attempts = try await f.pool.query("SELECT attempt, status FROM deliveries WHERE kind = 'channel_create' ORDER BY id")
+            .map { [try $0.decode(Int.self, column: "attempt"), try $0.decode(Int.self, column: "status")] }
+        #expect(attempts == [[1, 503], [2, 201]])
+    }
+
+    @Test func aCreateThatTimedOutIsSettledByReconcile() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now)
+        f.apns.scriptCreates([APNsResult(transportFailure: .timeout)])
+        let scheduler = f.scheduler()
+        let report = try #require(try await scheduler.tick())
+        #expect(report.createsUnknown.count == 1)
+        #expect(try await f.channels.channels(eventID: event.id).first?.state == .lifecycle(.createUnknown))
+        // Next tick lists Apple's channels, finds no id of its own and creates again.
+        let settled = try #require(try await scheduler.tick())
+        #expect(settled.opened.count == 1)
+        #expect(try await f.channels.channels(eventID: event.id).first?.state == .lifecycle(.open))
+        #expect(f.apns.state.withLock { $0.lists } == 2)  // the first tick of a new leader reconciles every app too
+    }
+
+    @Test func reconcileReportsUnknownChannelsAndDeletesThemOnlyWhenConfigured() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let orphan = f.apns.makeChannel()
+        let reporting = f.scheduler()
+        let preview = try await reporting.reconcilePreview()
+        #expect(preview.map(\.appID) == [f.appID])
+        #expect(preview.first?.unrecorded == [orphan])
+        #expect(preview.first.map { $0.unknown.isEmpty && $0.missing.isEmpty && $0.resurrected.isEmpty } == true)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM channels") == 0)  // a preview records nothing
+        let report = try await reporting.runOnce(reconcile: true)
+        #expect(report.unknown == [orphan])
+        #expect(report.unknownDeleted.isEmpty)
+        #expect(f.apns.state.withLock { $0.deletes }.isEmpty)
+        #expect(f.log.all.contains { $0.contains("unknown channel") && $0.contains(orphan) })
+        #expect(f.metrics.unknownChannels.value(["com.example.scores/development"]) == 1)
+
+        let deleting = f.scheduler { $0.deleteUnknown = true; $0.unknownDeleteGrace = 3600 }
+        #expect(try await deleting.runOnce(reconcile: true).unknownDeleted.isEmpty)  // first seen just now
+        f.clock.advance(by: 3601)
+        #expect(try await reporting.runOnce(reconcile: true).unknownDeleted.isEmpty)  // not configured
+        let deleted = try await deleting.runOnce(reconcile: true)
+        #expect(deleted.unknownDeleted == [orphan])
+        #expect(f.apns.state.withLock { $0.deletes } == [orphan])
+        #expect(!f.apns.listed.contains(orphan))
+        #expect(try await f.channels.get(appID: f.appID, apnsChannelID: orphan)?.state == .lifecycle(.deleted))
+    }
+
+    @Test func reconcileFlagsAnOpenChannelApnsNoLongerLists() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now)
+        let scheduler = f.scheduler()
+        let channelID = try #require(try await scheduler.tick()?.opened.first)
+        f.apns.state.withLock { $0.listed.removeAll() }
+        f.clock.advance(by: 1)
+        let report = try await scheduler.runOnce(reconcile: true)
+        #expect(report.lost == [channelID])
+        #expect(try await f.events.get(id: event.id)?.channelLost == true)
+        #expect(f.log.all.contains { $0.contains("level=error") && $0.contains("channel_lost") })
+    }
+}
