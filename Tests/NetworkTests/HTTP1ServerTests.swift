@@ -20,9 +20,9 @@ private struct TestRouter: HTTP1RequestHandler {
             try? await Task.sleep(for: .milliseconds(600))
             return HTTPResponse(status: 200, body: Array("slow".utf8))
         case ("GET", let path) where path.hasPrefix("/stuck/"):
-            // Outlasts any grace period a test sets, with a wide margin for a loaded machine.
+            // Outlasts any grace period: it answers only once the test releases it.
             ServerTestSignals.markStarted(path: path)
-            try? await Task.sleep(for: .seconds(2))
+            await ServerTestSignals.waitForRelease(path: path)
             return HTTPResponse(status: 200, body: Array("stuck".utf8))
         case (_, "/hello"), (_, "/echo"), (_, "/slow"):
             return HTTPResponse(status: 405, headers: ["content-type": "application/json", "allow": "GET"],
@@ -177,7 +177,8 @@ private struct RunningHTTP1Server {
         try await ServerTestSignals.waitUntilStarted(path: path)
         await running.server.shutdown()
         let result = try await slow
-        try await Task.sleep(for: .milliseconds(2200))  // the handler returns after evhttp is gone
+        ServerTestSignals.release(path: path)
+        try await Task.sleep(for: .milliseconds(200))  // the handler returns after evhttp is gone
         running.group.shutdown()
         #expect(result.status != 0, "\(result.all)")
     }

@@ -31,6 +31,13 @@ private struct TestHandler: HTTP2RequestHandler {
                 try? await Task.sleep(for: .milliseconds(600))
                 return HTTPResponse(status: 200, body: Array("slow".utf8))
             }
+        case let path where path.hasPrefix("/stuck/"):
+            // Outlasts any grace period: it answers only once the test releases it.
+            ServerTestSignals.markStarted(path: path)
+            return .deferred {
+                await ServerTestSignals.waitForRelease(path: path)
+                return HTTPResponse(status: 200, body: Array("stuck".utf8))
+            }
         case "/raise":
             connection.setMaxConcurrentStreams(7)
             return .response(HTTPResponse(status: 200))
@@ -272,12 +279,13 @@ private struct RunningServer {
 
     @Test func shutdownClosesStreamsThatOutlastTheGracePeriod() async throws {
         let running = try await RunningServer.start { $0.shutdownGracePeriod = .milliseconds(100) }
-        let path = "/slow/\(UUID().uuidString)"
+        let path = "/stuck/\(UUID().uuidString)"
         async let slow = running.curl(["\(running.url)\(path)"])
         try await ServerTestSignals.waitUntilStarted(path: path)
         await running.server.shutdown()
         let result = try await slow
-        try await Task.sleep(for: .milliseconds(700))  // the deferred response finds its connection closed
+        ServerTestSignals.release(path: path)
+        try await Task.sleep(for: .milliseconds(200))  // the deferred response finds its connection closed
         running.group.shutdown()
         #expect(result.status != 0, "\(result.all)")
         #expect(running.server.connectionCount == 0)

@@ -99,5 +99,20 @@ enum ServerTestSignals {
         throw TimedOut(path: path)
     }
 
+    private static let released = Mutex<Set<String>>([])
+
+    /// Holds a `/stuck/ID` handler until the test releases it (or 30 s pass), so a test about shutdown
+    /// grace periods does not depend on how fast a loaded machine runs timers.
+    static func waitForRelease(path: String) async {
+        for _ in 0..<3_000 {
+            if released.withLock({ $0.contains(path) }) { return }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    static func release(path: String) {
+        _ = released.withLock { $0.insert(path) }
+    }
+
     struct TimedOut: Error { var path: String }
 }
