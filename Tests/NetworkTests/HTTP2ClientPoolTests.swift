@@ -123,7 +123,8 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
                                             connection: .init(initialWindowSize: 0)))
         let stalled = HTTPRequest(method: "GET", path: "/big")
         async let first = clientResult { () async throws(NetworkError) in
-            try await harness.pool.send(stalled, to: peer.origin, key: "k", timeout: .seconds(2))
+            // Far beyond the waiters' timeouts, so a loaded machine cannot free the stream before they give up.
+            try await harness.pool.send(stalled, to: peer.origin, key: "k", timeout: .seconds(10))
         }
         while harness.pool.outstandingRequests(to: peer.origin, key: "k") != [1] { try await Task.sleep(for: .milliseconds(5)) }
         let waiting = await clientBurst(5) { _ throws(NetworkError) in

@@ -264,7 +264,7 @@ func clientMaxConcurrentStreams(inNGHTTPDLog log: String) -> Int {
         // everything behind it waits in our queue.
         let connection = harness.connect(to: peer, configuration: .init(initialWindowSize: 0))
         // Its deadline is far beyond the queued ones', so the slot stays taken while they wait.
-        async let first = connection.send(HTTPRequest(method: "GET", path: "/big"), deadline: .now + .seconds(3))
+        async let first = connection.send(HTTPRequest(method: "GET", path: "/big"), deadline: .now + .seconds(10))
         while await connection.activeStreams == 0 { try await Task.sleep(for: .milliseconds(5)) }
         let queued = await clientBurst(4) { _ throws(NetworkError) in
             try await connection.send(HTTPRequest(method: "GET", path: "/big"), timeout: .milliseconds(300))
