@@ -36,7 +36,8 @@ let package = Package(
         .target(name: "MarqueeCommandLine", dependencies: ["MarqueeCore"], swiftSettings: strict),
         .executableTarget(name: "marquee", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
         // Benchmark driver for Scripts/bench.d/h2 (release build): HTTP/2 client and server load.
-        .executableTarget(name: "NetworkBench", dependencies: ["Network"], swiftSettings: strict),
+        .target(name: "BenchSupport", swiftSettings: strict),
+        .executableTarget(name: "NetworkBench", dependencies: ["Network", "BenchSupport"], swiftSettings: strict),
         // The Network servers with trivial handlers, for Scripts/bench.d/h2-servers.
         .executableTarget(name: "ServerBench", dependencies: ["Network"], swiftSettings: strict),
 
@@ -45,7 +46,7 @@ let package = Package(
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SqlEmbedder"]),
 
         // Driver for Scripts/bench apns: APNsClient against the simulator (release build).
-        .executableTarget(name: "APNsBench", dependencies: ["APNs", "APNsSimulator", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
+        .executableTarget(name: "APNsBench", dependencies: ["APNs", "APNsSimulator", "Network", "Crypto", "MarqueeCore", "BenchSupport"], swiftSettings: strict),
 
         // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.
         .executableTarget(name: "PostgresBench", dependencies: ["Postgres"], swiftSettings: strict),

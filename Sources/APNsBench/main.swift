@@ -8,83 +8,12 @@
 //       push-to-start device pushes of about 300 bytes through APNsClient; prints the rate and RSS maxima
 import APNs
 import APNsSimulator
+import BenchSupport
 import Crypto
 import Foundation
 import MarqueeCore
 import Network
 import Synchronization
-
-/// Command-line flags as `--name value` pairs, plus bare `--switch`es.
-struct Flags {
-    private var values: [String: String] = [:]
-    private var switches: Set<String> = []
-
-    init(_ arguments: ArraySlice<String>, switches known: Set<String> = []) throws {
-        var iterator = arguments.makeIterator()
-        while let argument = iterator.next() {
-            guard argument.hasPrefix("--") else { throw BenchError("unexpected argument \(argument)") }
-            let name = String(argument.dropFirst(2))
-            if known.contains(name) {
-                switches.insert(name)
-            } else if let value = iterator.next() {
-                values[name] = value
-            } else {
-                throw BenchError("--\(name) needs a value")
-            }
-        }
-    }
-
-    func required(_ name: String) throws -> String {
-        guard let value = values[name] else { throw BenchError("--\(name) is required") }
-        return value
-    }
-
-    func int(_ name: String, default fallback: Int) throws -> Int {
-        guard let text = values[name] else { return fallback }
-        guard let value = Int(text), value > 0 else { throw BenchError("--\(name) takes a positive integer") }
-        return value
-    }
-
-    func isSet(_ name: String) -> Bool { switches.contains(name) }
-}
-
-/// A usage or setup error of the bench driver.
-struct BenchError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
-}
-
-/// A flag shared between tasks: true while the run lasts.
-final class RunningFlag: Sendable {
-    let value = Atomic<Bool>(true)
-}
-
-/// Samples this process's resident set size every 100 ms on a thread of its own.
-final class RSSSampler: Sendable {
-    private let samples = Mutex<[Int]>([])
-    private let running = Atomic<Bool>(true)
-
-    func start() {
-        Thread.detachNewThread { [self] in
-            while running.load(ordering: .relaxed) {
-                let kib = RSSSampler.currentKiB()
-                samples.withLock { $0.append(kib) }
-                usleep(100_000)
-            }
-        }
-    }
-
-    func stop() -> [Int] {
-        running.store(false, ordering: .relaxed)
-        return samples.withLock { $0 }
-    }
-
-    static func currentKiB() -> Int {
-        guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
-        let pages = statm.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
-        return pages * Int(sysconf(Int32(_SC_PAGESIZE))) / 1024
-    }
-}
 
 func signingKey(_ flags: Flags) throws -> APNsSigningKey {
     let pem = try String(contentsOfFile: try flags.required("key-file"), encoding: .utf8)

@@ -2,80 +2,14 @@
 // figures for the script to compare with its reference tool (h2load for the client).
 //   NetworkBench client --url https://127.0.0.1:8443/path [--connections 4] [--concurrency 400]
 //                       [--seconds 30] [--body-size 300] [--loops CORES] (--ca-file FILE | --insecure)
+import BenchSupport
 import Foundation
 import Network
 import Synchronization
 
-/// Command-line flags as `--name value` pairs, plus bare `--switch`es.
-struct Flags {
-    private var values: [String: String] = [:]
-    private var switches: Set<String> = []
-
-    init(_ arguments: ArraySlice<String>, switches known: Set<String>) throws {
-        var iterator = arguments.makeIterator()
-        while let argument = iterator.next() {
-            guard argument.hasPrefix("--") else { throw BenchError("unexpected argument \(argument)") }
-            let name = String(argument.dropFirst(2))
-            if known.contains(name) {
-                switches.insert(name)
-            } else if let value = iterator.next() {
-                values[name] = value
-            } else {
-                throw BenchError("--\(name) needs a value")
-            }
-        }
-    }
-
-    func string(_ name: String) -> String? { values[name] }
-    func int(_ name: String, default fallback: Int) throws -> Int {
-        guard let text = values[name] else { return fallback }
-        guard let value = Int(text), value > 0 else { throw BenchError("--\(name) takes a positive integer") }
-        return value
-    }
-    func isSet(_ name: String) -> Bool { switches.contains(name) }
-}
-
-struct BenchError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
-}
-
-/// A flag shared between tasks.
-final class Flag: Sendable {
-    let value = Atomic<Bool>(true)
-}
-
-/// Samples this process's resident set size every 100 ms on a thread of its own.
-final class RSSSampler: Sendable {
-    private let samples = Mutex<[Int]>([])
-    private let running = Atomic<Bool>(true)
-
-    func start() {
-        let thread = Thread { [self] in
-            while running.load(ordering: .relaxed) {
-                let kib = RSSSampler.currentKiB()
-                samples.withLock { $0.append(kib) }
-                usleep(100_000)
-            }
-        }
-        thread.start()
-    }
-
-    func stop() -> [Int] {
-        running.store(false, ordering: .relaxed)
-        return samples.withLock { $0 }
-    }
-
-    static func currentKiB() -> Int {
-        guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
-        let pages = statm.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
-        return pages * Int(sysconf(Int32(_SC_PAGESIZE))) / 1024
-    }
-}
-
 /// `client`: POSTs of a fixed body to one URL over a pool, as many in flight as `--concurrency`.
 func runClient(_ flags: Flags) async throws {
-    guard let text = flags.string("url"), let url = URL(string: text), url.scheme == "https", let host = url.host else {
+    guard let text = flags.value("url"), let url = URL(string: text), url.scheme == "https", let host = url.host else {
         throw BenchError("--url https://host:port/path is required")
     }
     let connections = try flags.int("connections", default: 4)
@@ -84,9 +18,9 @@ func runClient(_ flags: Flags) async throws {
     let bodySize = try flags.int("body-size", default: 300)
     let loops = try flags.int("loops", default: ProcessInfo.processInfo.activeProcessorCount)
     let verification: TLSClientConfiguration.Verification = flags.isSet("insecure") ? .insecureNoVerification : .full
-    guard flags.isSet("insecure") || flags.string("ca-file") != nil else { throw BenchError("give --ca-file FILE or --insecure") }
+    guard flags.isSet("insecure") || flags.value("ca-file") != nil else { throw BenchError("give --ca-file FILE or --insecure") }
 
-    let tls = try TLSClientContext(configuration: TLSClientConfiguration(extraCAFile: flags.string("ca-file"), verification: verification))
+    let tls = try TLSClientContext(configuration: TLSClientConfiguration(extraCAFile: flags.value("ca-file"), verification: verification))
     let group = EventLoopGroup(loopCount: loops, name: "bench")
     let pool = HTTP2ConnectionPool(group: group, tls: tls, configuration: .init(connectionsPerKey: connections,
                                                                                  maxQueuedPerConnection: concurrency))
@@ -99,7 +33,7 @@ func runClient(_ flags: Flags) async throws {
     sampler.start()
     let started = ContinuousClock.now
     // One flag instead of a clock read per request: the driver's own cost stays out of the figures.
-    let running = Flag()
+    let running = RunningFlag()
     let stopper = Task {
         try? await Task.sleep(until: started + .seconds(seconds))
         running.value.store(false, ordering: .relaxed)

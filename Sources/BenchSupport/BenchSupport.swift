@@ -1,0 +1,83 @@
+// What the release-mode benchmark drivers share: their flag parser, their error, a stop flag and an
+// RSS sampler. Each driver prints key=value lines that its Scripts/bench.d script compares.
+import Foundation
+import Synchronization
+
+/// Command-line flags as `--name value` pairs, plus bare `--switch`es.
+public struct Flags {
+    private var values: [String: String] = [:]
+    private var switches: Set<String> = []
+
+    public init(_ arguments: ArraySlice<String>, switches known: Set<String> = []) throws {
+        var iterator = arguments.makeIterator()
+        while let argument = iterator.next() {
+            guard argument.hasPrefix("--") else { throw BenchError("unexpected argument \(argument)") }
+            let name = String(argument.dropFirst(2))
+            if known.contains(name) {
+                switches.insert(name)
+            } else if let value = iterator.next() {
+                values[name] = value
+            } else {
+                throw BenchError("--\(name) needs a value")
+            }
+        }
+    }
+
+    /// The value of `--name`, if given.
+    public func value(_ name: String) -> String? { values[name] }
+
+    public func required(_ name: String) throws -> String {
+        guard let value = values[name] else { throw BenchError("--\(name) is required") }
+        return value
+    }
+
+    public func int(_ name: String, default fallback: Int) throws -> Int {
+        guard let text = values[name] else { return fallback }
+        guard let value = Int(text), value > 0 else { throw BenchError("--\(name) takes a positive integer") }
+        return value
+    }
+
+    public func isSet(_ name: String) -> Bool { switches.contains(name) }
+}
+
+/// A usage or setup error of the bench driver.
+public struct BenchError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// A flag shared between tasks: true while the run lasts.
+public final class RunningFlag: Sendable {
+    public let value = Atomic<Bool>(true)
+    public init() {}
+}
+
+/// Samples this process's resident set size every 100 ms on a thread of its own.
+public final class RSSSampler: Sendable {
+    private let samples = Mutex<[Int]>([])
+    private let running = Atomic<Bool>(true)
+
+    public init() {}
+
+    public func start() {
+        Thread.detachNewThread { [self] in
+            while running.load(ordering: .relaxed) {
+                let kib = RSSSampler.currentKiB()
+                samples.withLock { $0.append(kib) }
+                usleep(100_000)
+            }
+        }
+    }
+
+    public func stop() -> [Int] {
+        running.store(false, ordering: .relaxed)
+        return samples.withLock { $0 }
+    }
+
+    public static func currentKiB() -> Int {
+        guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+        let pages = statm.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE))) / 1024
+    }
+}
+
