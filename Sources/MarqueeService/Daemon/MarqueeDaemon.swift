@@ -24,7 +24,7 @@ public struct ServeConfiguration: Sendable {
     public var apnsCAFile: String?
 
     public init(databaseURL: String, host: String = "127.0.0.1", port: Int = 8080, migrate: Bool = true,
-                gracePeriod: Duration = .seconds(30), maxConnections: Int = 10,
+                gracePeriod: Duration = .seconds(30), maxConnections: Int = 20,
                 apnsPushURL: String? = nil, apnsManageURL: String? = nil, apnsCAFile: String? = nil) {
         self.databaseURL = databaseURL
         self.host = host
@@ -35,6 +35,16 @@ public struct ServeConfiguration: Sendable {
         self.apnsPushURL = apnsPushURL
         self.apnsManageURL = apnsManageURL
         self.apnsCAFile = apnsCAFile
+    }
+
+    /// The MARQUEE_APNS_* variables as `APNsEndpoints.resolve` reads them: the flags given to serve
+    /// over the process environment.
+    public var apnsEnvironment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment.filter { $0.key.hasPrefix("MARQUEE_APNS_") }
+        if let apnsPushURL { environment["MARQUEE_APNS_PUSH_URL"] = apnsPushURL }
+        if let apnsManageURL { environment["MARQUEE_APNS_MANAGE_URL"] = apnsManageURL }
+        if let apnsCAFile { environment["MARQUEE_APNS_CA_FILE"] = apnsCAFile }
+        return environment
     }
 
     /// Parses `host:port` (`[::1]:8080` for IPv6); nil when malformed.
@@ -59,6 +69,10 @@ public final class MarqueeDaemon: Sendable {
     /// Cached attribute types, shared by the API and (later) the ingest path.
     public let attributeTypes: AttributeTypeCatalog
     public let api: APIServer
+    /// APNs clients per app, for the broadcast pipeline.
+    public let apnsClients: APNsClientDirectory
+    /// This process's name in leases and claims: host, pid and a random suffix.
+    public let instance: String
 
     public init(configuration: ServeConfiguration, logger: Logger) {
         self.configuration = configuration
@@ -74,6 +88,8 @@ public final class MarqueeDaemon: Sendable {
         self.attributeTypes = attributeTypes
         self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes), keys: keys, metrics: metrics,
                              logger: logger.with(["component": "api"]))
+        self.apnsClients = APNsClientDirectory(apps: AppRepository(pool: pool), environment: configuration.apnsEnvironment)
+        self.instance = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0 ... .max))"
     }
 
     /// The API's feature areas. A new area adds its `APIRoutes` here (and its paths to the OpenAPI document).
@@ -87,9 +103,19 @@ public final class MarqueeDaemon: Sendable {
         ]
     }
 
-    /// The long-running parts, given the HTTP service. The broadcast pipeline adds its services here.
+    /// The long-running parts, given the HTTP service: the API, the broadcast dispatcher and the channel
+    /// scheduler (one leader across instances).
     public func services(http: any Service) -> [any Service] {
-        [http]
+        let pipelineMetrics = PipelineMetrics(registry: metrics)
+        let catalog = PostgresPipelineCatalog(pool: pool)
+        let apns = APNsClientChannelAPNs { [apnsClients] app in try await apnsClients.client(for: app) }
+        let dispatcher = BroadcastDispatcher(
+            pool: pool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns, catalog: catalog,
+            configuration: BroadcastDispatcherConfiguration(instance: instance), metrics: pipelineMetrics, logger: logger)
+        let scheduler = ChannelScheduler(
+            pool: pool, apns: apns, catalog: catalog, configuration: ChannelSchedulerConfiguration(instance: instance),
+            metrics: pipelineMetrics, logger: logger)
+        return [http, dispatcher, scheduler]
     }
 
     /// Migrates (or, with `migrate` off, requires a current schema); returns the migrations applied.
@@ -108,7 +134,13 @@ public final class MarqueeDaemon: Sendable {
         logger.info("database ready", ["migrations_applied": .int(applied.count)])
         let group = ServiceGroup(services: services(http: try makeHTTP(self)), gracePeriod: configuration.gracePeriod, logger: logger)
         defer { pool.close() }
-        try await group.run()
+        do {
+            try await group.run()
+        } catch {
+            await apnsClients.shutdown()
+            throw error
+        }
+        await apnsClients.shutdown()
         logger.info("stopped")
     }
 }
