@@ -545,12 +545,12 @@ private enum Route {
         func rest(after prefix: String) -> Substring? {
             guard path.hasPrefix(prefix) else { return nil }
             let rest = path.dropFirst(prefix.count)
-            return rest.contains("/") ? nil : rest
+            return rest.utf8.contains(UInt8(ascii: "/")) ? nil : rest
         }
         func bundle(between prefix: String, and suffix: String) -> String? {
             guard path.hasPrefix(prefix), path.hasSuffix(suffix), path.count > prefix.count + suffix.count else { return nil }
             let bundle = path.dropFirst(prefix.count).dropLast(suffix.count)
-            return bundle.contains("/") ? nil : String(bundle)
+            return bundle.utf8.contains(UInt8(ascii: "/")) ? nil : String(bundle)
         }
         let methods: [String]
         switch listener {

@@ -174,7 +174,10 @@ struct JSONParser {
             case UInt8(ascii: "\""):
                 let string: String?
                 if buffer.isEmpty {
-                    string = String(validating: bytes[segmentStart..<position], as: UTF8.self)
+                    // Through a buffer pointer: validating an ArraySlice takes the slow generic path.
+                    string = bytes.withUnsafeBufferPointer { all in
+                        String(validating: UnsafeBufferPointer(rebasing: all[segmentStart..<position]), as: UTF8.self)
+                    }
                 } else {
                     buffer.append(contentsOf: bytes[segmentStart..<position])
                     string = String(validating: buffer, as: UTF8.self)
