@@ -6,9 +6,16 @@ public struct HTTPField: Sendable, Hashable {
     public var value: String
 
     public init(name: String, value: String) {
-        self.name = name.lowercased()
+        self.name = lowercaseName(name)
         self.value = value
     }
+}
+
+/// `name` lowercased; names that already are (every HTTP/2 header, most lookups) are returned as they are,
+/// without the allocation `lowercased()` makes on every request.
+@inline(__always)
+func lowercaseName(_ name: String) -> String {
+    name.utf8.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }) ? name.lowercased() : name
 }
 
 /// An ordered list of header fields with case-insensitive lookup.
@@ -27,13 +34,13 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
 
     /// The first value for `name`, if any.
     public subscript(name: String) -> String? {
-        let name = name.lowercased()
+        let name = lowercaseName(name)
         return fields.first { $0.name == name }?.value
     }
 
     /// Every value for `name`, in order.
     public func values(for name: String) -> [String] {
-        let name = name.lowercased()
+        let name = lowercaseName(name)
         return fields.filter { $0.name == name }.map(\.value)
     }
 
@@ -50,7 +57,7 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
 
     /// Removes every field named `name`.
     public mutating func remove(_ name: String) {
-        let name = name.lowercased()
+        let name = lowercaseName(name)
         fields.removeAll { $0.name == name }
     }
 
