@@ -113,13 +113,10 @@ func runClient(_ flags: Flags) async throws {
     let samples = sampler.stop()
     await client.shutdown()
 
-    let elapsedSeconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-    let third = samples.count / 3
-    let secondThird = samples.dropFirst(third).prefix(third).max() ?? 0
-    let lastThird = samples.dropFirst(2 * third).max() ?? 0
+    let (elapsedSeconds, rss) = loadFigures(elapsed: elapsed, rssSamples: samples)
     var line = "requests=\(accepted) failed=\(failed) retries=\(retried) seconds=\(String(format: "%.2f", elapsedSeconds))"
     line += " rate=\(String(format: "%.0f", Double(accepted) / elapsedSeconds)) payload_bytes=\(pushToStartPayload(0).count)"
-    line += " rss_samples=\(samples.count) rss_max_second_third_kib=\(secondThird) rss_max_last_third_kib=\(lastThird)"
+    line += " " + rss
     if let lastFailure { line += " last_failure=\"\(lastFailure)\"" }
     print(line)
 }

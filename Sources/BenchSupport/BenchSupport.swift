@@ -81,3 +81,12 @@ public final class RSSSampler: Sendable {
     }
 }
 
+/// The figures every load driver prints: elapsed seconds, and the RSS maxima of the second and last thirds
+/// of the samples (the benchmarks check that memory stays flat).
+public func loadFigures(elapsed: Duration, rssSamples samples: [Int]) -> (seconds: Double, text: String) {
+    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    let third = samples.count / 3
+    let secondThird = samples.dropFirst(third).prefix(third).max() ?? 0
+    let lastThird = samples.dropFirst(2 * third).max() ?? 0
+    return (seconds, "rss_samples=\(samples.count) rss_max_second_third_kib=\(secondThird) rss_max_last_third_kib=\(lastThird)")
+}

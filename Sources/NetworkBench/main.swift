@@ -70,13 +70,10 @@ func runClient(_ flags: Flags) async throws {
     await pool.shutdown()
     group.shutdown()
 
-    let elapsedSeconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-    let third = samples.count / 3
-    let secondThird = samples.dropFirst(third).prefix(third).max() ?? 0
-    let lastThird = samples.dropFirst(2 * third).max() ?? 0
+    let (elapsedSeconds, rss) = loadFigures(elapsed: elapsed, rssSamples: samples)
     var line = "requests=\(succeeded) failed=\(failed) seconds=\(String(format: "%.2f", elapsedSeconds))"
     line += " rate=\(String(format: "%.0f", Double(succeeded) / elapsedSeconds))"
-    line += " rss_samples=\(samples.count) rss_max_second_third_kib=\(secondThird) rss_max_last_third_kib=\(lastThird)"
+    line += " " + rss
     if let lastError { line += " last_error=\"\(lastError)\"" }
     print(line)
 }
