@@ -31,7 +31,7 @@ let package = Package(
         .target(name: "APNs", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "MarqueeStore", dependencies: ["Postgres", "MarqueeCore"], swiftSettings: strict,
                 plugins: ["EmbedMigrations"]),
-        .target(name: "MarqueeService", dependencies: ["MarqueeStore", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
+        .target(name: "MarqueeService", dependencies: ["MarqueeStore", "Postgres", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "APNsSimulator", dependencies: ["APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "MarqueeCommandLine", dependencies: ["MarqueeCore"], swiftSettings: strict),
         .executableTarget(name: "marquee", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
@@ -57,7 +57,7 @@ let package = Package(
         .testTarget(name: "MarqueeCommandLineTests", dependencies: ["MarqueeCommandLine"], swiftSettings: strict),
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "marquee", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
     ]
