@@ -9,7 +9,7 @@ import Postgres
 
 enum ServeCommand {
     static let command = Command(
-        "serve", summary: "Run the API (and, later, the broadcast pipeline) until SIGTERM.",
+        "serve", summary: "Run the API, the broadcast dispatcher and the channel scheduler until SIGTERM.",
         discussion: """
             Applies pending migrations at start unless --no-migrate, which refuses to start when the schema is behind.
             Endpoints: /healthz (alive), /readyz (database reachable, schema current), /metrics, /openapi.json, /v1/....
