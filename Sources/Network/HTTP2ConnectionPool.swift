@@ -6,6 +6,7 @@
 // GOAWAY'd connections are replaced, after a failed connect only after an exponential backoff with jitter.
 // Requests that provably never reached the peer (`.goAway`, `.requestNotSent`) are retried here within
 // their deadline. All state sits in one Mutex; the per-request cost is two short locks.
+import MarqueeCore
 import Synchronization
 
 /// HTTP/2 connections per (origin, key), with stream-limit-aware load spreading, back-pressure and reconnects.
@@ -38,12 +39,16 @@ public final class HTTP2ConnectionPool: Sendable {
             self.maximum = maximum
         }
 
-        /// The wait after `failures` consecutive failures: half fixed, half random ("equal jitter").
+        /// The wait after `failures` consecutive failures: half fixed, half random ("equal jitter"), as
+        /// MarqueeCore's `RetryBackoff` computes it for every retry in Marquee.
         public func delay(afterFailures failures: Int) -> Duration {
             guard failures > 0 else { return .zero }
-            let exponential = initial * Double(1 << min(failures - 1, 30))
-            let capped = min(exponential, maximum)
-            return capped / 2 + capped / 2 * Double.random(in: 0...1)
+            let policy = RetryBackoff(base: Self.seconds(initial), maximum: Self.seconds(maximum))
+            return .nanoseconds(Int64((policy.delay(attempt: failures) * 1e9).rounded()))
+        }
+
+        private static func seconds(_ duration: Duration) -> Double {
+            Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
         }
     }
 
