@@ -49,7 +49,7 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         case createSucceeded, createFailedRetryable, createFailedPermanently, createTimedOut
         case retryDue, retryCreateRequested
         case endRequested, endSent
-        case deleteDelayElapsed, deleteSucceeded, deleteFailed
+        case deleteDelayElapsed, deleteRequested, deleteSucceeded, deleteFailed
         case channelNotRegistered
         case reconcileFound, reconcileNotFound
     }
@@ -201,6 +201,30 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         }
     }
 
+    /// An operator asks to delete the channel now. An open (or ending) channel is deleted only with
+    /// `force`, since running activities stop getting updates; without a channel at APNs there is
+    /// nothing to delete. While a create is unresolved this is refused: ask again once it settled.
+    public mutating func deleteRequested(force: Bool) throws(ChannelLifecycleError) -> Action {
+        switch state {
+        case .ended:
+            move(to: .deleting)
+            attempt = 1
+            return .deleteChannel(attempt: 1)
+        case .open, .ending:
+            guard force else { throw invalid(.deleteRequested) }
+            move(to: .deleting)
+            attempt = 1
+            return .deleteChannel(attempt: 1)
+        case .planned, .createFailed, .lost:
+            move(to: .deleted)
+            return .nothing
+        case .deleting, .deleted:
+            return .nothing
+        case .creating, .createUnknown:
+            throw invalid(.deleteRequested)
+        }
+    }
+
     /// APNs answered 204 to the delete.
     public mutating func deleteSucceeded() throws(ChannelLifecycleError) -> Action {
         switch state {
@@ -292,6 +316,7 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         case .endRequested: try endRequested()
         case .endSent: try endSent()
         case .deleteDelayElapsed: try deleteDelayElapsed()
+        case .deleteRequested: try deleteRequested(force: false)
         case .deleteSucceeded: try deleteSucceeded()
         case .deleteFailed: try deleteFailed()
         case .channelNotRegistered: try channelNotRegistered()
