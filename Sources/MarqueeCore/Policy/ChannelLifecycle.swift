@@ -191,9 +191,7 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
     public mutating func deleteDelayElapsed() throws(ChannelLifecycleError) -> Action {
         switch state {
         case .ended:
-            move(to: .deleting)
-            attempt = 1
-            return .deleteChannel(attempt: 1)
+            return startDelete()
         case .deleting, .deleted:
             return .nothing
         default:
@@ -207,14 +205,10 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
     public mutating func deleteRequested(force: Bool) throws(ChannelLifecycleError) -> Action {
         switch state {
         case .ended:
-            move(to: .deleting)
-            attempt = 1
-            return .deleteChannel(attempt: 1)
+            return startDelete()
         case .open, .ending:
             guard force else { throw invalid(.deleteRequested) }
-            move(to: .deleting)
-            attempt = 1
-            return .deleteChannel(attempt: 1)
+            return startDelete()
         case .planned, .createFailed, .lost:
             move(to: .deleted)
             return .nothing
@@ -271,9 +265,7 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         case .open, .ending, .ended, .deleting:
             return .nothing
         case .deleted:
-            move(to: .deleting)
-            attempt = 1
-            return .deleteChannel(attempt: 1)
+            return startDelete()
         case .planned, .creating, .createFailed:
             throw invalid(.reconcileFound)
         }
@@ -331,6 +323,12 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         move(to: .creating)
         attempt = 1
         return .createChannel(attempt: 1)
+    }
+
+    private mutating func startDelete() -> Action {
+        move(to: .deleting)
+        attempt = 1
+        return .deleteChannel(attempt: 1)
     }
 
     private mutating func move(to newState: State) {
