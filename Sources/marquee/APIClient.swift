@@ -95,7 +95,7 @@ struct AdminAPIClient: Sendable {
             throw CommandFailure("\(client.url) answered \(method) \(path) with \(response.status) and a body that is not JSON: is --url a Marquee server?",
                                  exitCode: .unavailable, code: "unexpected_response")
         }
-        guard (200..<300).contains(response.status) else { throw Self.failure(status: response.status, json: json) }
+        guard (200..<300).contains(response.status) else { throw Self.failure(status: response.status, json: json, plain: arguments.json) }
         return APIAnswer(json: json, text: String(decoding: response.body, as: UTF8.self))
     }
 
@@ -122,20 +122,21 @@ struct AdminAPIClient: Sendable {
         }
     }
 
-    /// An API error answer: the server's message and field, and the exit code for its status.
-    static func failure(status: Int, json: JSONValue) -> CommandFailure {
+    /// An API error answer: the server's message and field, and the exit code for its status. `plain` keeps
+    /// the server's message as it is (for `--json`), else the status and a hint are added for a person.
+    static func failure(status: Int, json: JSONValue, plain: Bool) -> CommandFailure {
         let error = json["error"]
         let code = error?["code"]?.stringValue ?? "http_\(status)"
         var message = error?["message"]?.stringValue ?? "the server answered \(status)"
         let field = error?["field"]?.stringValue
-        if let field { message += " (field: \(field))" }
-        message += " [HTTP \(status) \(code)]"
+        if !plain {
+            if let field { message += " (field: \(field))" }
+            message += " [HTTP \(status) \(code)]"
+            if status == 401 { message += "; pass an API key with --api-key or MARQUEE_API_KEY (marquee key create --scope admin)" }
+        }
         let exitCode: ExitCode
         switch status {
-        case 401:
-            exitCode = .permissionDenied
-            message += "; pass an API key with --api-key or MARQUEE_API_KEY (marquee key create --scope admin)"
-        case 403: exitCode = .permissionDenied
+        case 401, 403: exitCode = .permissionDenied
         case 404: exitCode = .notFound
         case 409: exitCode = .conflict
         case 400..<500: exitCode = .refused

@@ -24,15 +24,16 @@ enum ChannelCommands {
         discussion: "Example:\n  marquee channel list --app 1 --state open\n\n\(AdminAPIClient.exitCodes)",
         arguments: [
             .option("app", value: "ID", help: "Only this app's channels."),
-            .option("state", value: "STATE", help: "Only channels in this state, e.g. open."),
+            .option("state", value: "STATE", help: "Only channels in this state.",
+                    choices: ChannelLifecycle.State.allCases.map(\.rawValue) + ["unknown"]),
             .option("event", value: "ID", help: "Only this event's channels."),
-            .option("limit", value: "N", help: "At most this many channels."),
+            .option("limit", value: "N", help: "At most this many channels, 1 to 500 (the server's default is 100)."),
         ] + AdminAPIClient.options
     ) { arguments in
         let input = APIInput(arguments)
         let query: [(String, String?)] = [
             ("app", try input.id("app").map(String.init)), ("state", arguments.string("state")),
-            ("event", try input.id("event").map(String.init)), ("limit", try arguments.int("limit", in: 1...10_000).map(String.init)),
+            ("event", try input.id("event").map(String.init)), ("limit", try arguments.int("limit", in: 1...500).map(String.init)),
         ]
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("GET", "/v1/channels", query: query) }
         APIText.emit(arguments, answer) { channelTable($0["channels"]?.arrayValue ?? []) }
@@ -115,7 +116,8 @@ enum ChannelCommands {
         let body: JSONValue = ["dryRun": .bool(arguments.flag("dry-run")), "deleteUnknown": .bool(arguments.flag("delete-unknown"))]
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/channels/reconcile", body: body) }
         APIText.emit(arguments, answer) { report in
-            let apps = report["apps"]?.arrayValue ?? []
+            // A real run answers with the scheduler's whole pass (as sweep does); a dry run with a preview per app.
+            guard let apps = report["apps"]?.arrayValue else { return sweepText(report) }
             guard !apps.isEmpty else { return "(no apps)" }
             let columns = ["unrecorded", "unknown", "missing", "resurrected", "deleted"]
             return Terminal.table(["APP"] + columns.map { $0.uppercased() }, apps.map { app in
@@ -138,16 +140,19 @@ enum ChannelCommands {
         arguments: AdminAPIClient.options
     ) { arguments in
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/channels/sweep") }
-        APIText.emit(arguments, answer) { report in
-            guard let object = report.objectValue else { return report.jsonString }
-            return APIText.block(object.map { key, value in
-                let count = value.arrayValue?.count ?? 0
-                return (key, count == 0 ? "0" : "\(count): \(APIText.cell(value))")
-            })
-        }
+        APIText.emit(arguments, answer, text: sweepText)
     }
 
     // MARK: Shared pieces
+
+    /// A sweep report: each list's count and members (event, channel or APNs ids).
+    static func sweepText(_ report: JSONValue) -> String {
+        guard let object = report.objectValue else { return report.jsonString }
+        return APIText.block(object.map { key, value in
+            let count = value.arrayValue?.count ?? 0
+            return (key, count == 0 ? "0" : "\(count): \(APIText.cell(value))")
+        })
+    }
 
     static func channelTable(_ channels: [JSONValue]) -> String {
         guard !channels.isEmpty else { return "(no channels)" }

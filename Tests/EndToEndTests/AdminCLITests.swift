@@ -1,0 +1,177 @@
+import Crypto
+import Foundation
+import MarqueeCore
+import Testing
+
+/// `marquee event|channel|status`, the API's command-line client, run as a process: local checks and exit
+/// codes without a server, then against `marquee serve` on a fresh database.
+@Suite struct AdminCLITests {
+    static let binaryBuilt = FileManager.default.isExecutableFile(atPath: MarqueeProcess.binary)
+
+    /// Runs the CLI with no database, no inherited API settings, and `environment` on top.
+    static func cli(_ arguments: [String], _ environment: [String: String] = [:]) async throws -> MarqueeProcess.Result {
+        try await MarqueeProcess.run(arguments, databaseURL: nil,
+                                     environment: ["MARQUEE_URL": "", "MARQUEE_API_KEY": "", "MARQUEE_CA_FILE": ""].merging(environment) { $1 })
+    }
+
+    /// A port nothing listens on (bound, read, released).
+    static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    @Test(.enabled(if: binaryBuilt)) func invalidInputIsAUsageErrorNamingTheFlag() async throws {
+        // Every case fails before any request: the URL points nowhere, and 69 would show a request was tried.
+        let nowhere = ["--url", "http://127.0.0.1:\(Self.freePort())"]
+        let cases: [([String], String)] = [
+            (["event", "update", "4", "--patch", "{\"homeScore\":"], "--patch is not valid JSON"),
+            (["event", "update", "4", "--content-state", "[1]"], "--content-state must be a JSON object"),
+            (["event", "update", "4", "--content-state", "{}", "--patch", "{}"], "either --content-state or --patch"),
+            (["event", "update", "4"], "--content-state JSON or --patch JSON"),
+            (["event", "update", "4", "--patch", "{}", "--priority", "urgent"], "--priority must be one of auto, high, low"),
+            (["event", "update", "4", "--patch", "{}", "--relevance-score", "2"], "--relevance-score takes a number from 0.0 to 1.0"),
+            (["event", "update", "4", "--patch", "{}", "--idempotency-key", "has space"], "--idempotency-key"),
+            (["event", "update", "four", "--patch", "{}"], "ID takes a positive whole number"),
+            (["event", "update", "4", "--patch", "@/nonexistent/state.json"], "--patch: cannot read /nonexistent/state.json"),
+            (["event", "end", "4", "--dismissal-date", "tomorrow"], "--dismissal-date takes an ISO 8601 date"),
+            (["event", "create", "--app", "1", "--external-id", "x", "--kind", "match", "--attribute-type", "T",
+              "--starts-at", "2026-05-01T19:45:00Z", "--ends-at", "2026-05-01T18:00:00Z", "--content-state", "{}"], "--ends-at must be after --starts-at"),
+            (["event", "create", "--app", "1", "--external-id", "x", "--kind", "match", "--attribute-type", "T",
+              "--starts-at", "now+1h"], "missing --content-state"),
+            (["event", "list", "--limit", "501"], "--limit takes a whole number from 1 to 500"),
+            (["event", "list", "--all", "--cursor", "abc"], "--all starts at the first page"),
+            (["channel", "list", "--state", "opened"], "--state must be one of"),
+            (["channel", "delete", "0"], "ID takes a positive whole number"),
+            (["status", "--timeout", "0"], "--timeout takes a whole number from 1 to 3600"),
+        ]
+        for (arguments, message) in cases {
+            let result = try await Self.cli(arguments + nowhere)
+            #expect(result.status == 64, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+        }
+        let badURL = try await Self.cli(["status", "--url", "127.0.0.1:8080"])
+        #expect(badURL.status == 64)
+        #expect(badURL.stderr.contains("--url: invalid URL"), "\(badURL.stderr)")
+        let badCA = try await Self.cli(["status", "--url", "https://127.0.0.1:1", "--ca-file", "/nonexistent/ca.pem"])
+        #expect(badCA.status == 64)
+        #expect(badCA.stderr.contains("--ca-file"), "\(badCA.stderr)")
+    }
+
+    @Test(.enabled(if: binaryBuilt)) func helpDocumentsTheExitCodes() async throws {
+        for command in [["--help"], ["event", "--help"], ["event", "update", "--help"], ["channel", "reconcile", "--help"], ["status", "--help"]] {
+            let result = try await Self.cli(command)
+            #expect(result.status == 0)
+            for line in ["64  the command line is wrong", "65  the server refused", "66  not found", "69  the server cannot be reached",
+                         "75  conflict (409)", "77  the API key"] {
+                #expect(result.stdout.contains(line), "\(command) lacks '\(line)'")
+            }
+        }
+        let update = try await Self.cli(["event", "update", "--help"])
+        #expect(update.stdout.contains("Example:\n  marquee event update 42 --patch"))
+        #expect(update.stdout.contains("--url URL") && update.stdout.contains("[env: MARQUEE_URL]"))
+    }
+
+    @Test(.enabled(if: binaryBuilt)) func anUnreachableServerIs69() async throws {
+        let port = Self.freePort()
+        let result = try await Self.cli(["status"], ["MARQUEE_URL": "http://127.0.0.1:\(port)"])
+        #expect(result.status == 69)
+        #expect(result.stderr.contains("nothing accepts connections at http://127.0.0.1:\(port): is the server running"), "\(result.stderr)")
+        let json = try await Self.cli(["event", "list", "--json", "--url", "http://127.0.0.1:\(port)"])
+        #expect(json.status == 69)
+        #expect(try JSONValue(parsing: json.stdout)["error"]?["code"] == "unreachable")
+    }
+
+    // MARK: Against `marquee serve`
+
+    /// A serve process on a fresh database, an admin key, and one app.
+    struct Server {
+        let serve: MarqueeProcess.Running
+        let url: String
+        let databaseURL: String
+        let key: String
+
+        static func start() async throws -> Server {
+            let databaseURL = try await MarqueeProcess.freshDatabase()
+            let (serve, port) = try await ServeTests.startServe(databaseURL: databaseURL)
+            let key = try await ServeTests.adminKey(databaseURL: databaseURL)
+            return Server(serve: serve, url: "http://127.0.0.1:\(port)", databaseURL: databaseURL, key: key)
+        }
+
+        func cli(_ arguments: [String], key: String? = nil) async throws -> MarqueeProcess.Result {
+            try await AdminCLITests.cli(arguments, ["MARQUEE_URL": url, "MARQUEE_API_KEY": key ?? self.key])
+        }
+
+        func json(_ arguments: [String]) async throws -> JSONValue {
+            let result = try await cli(arguments + ["--json"])
+            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+            return try JSONValue(parsing: result.stdout)
+        }
+
+        /// Adds an app with a fresh signing key, straight in the database as `marquee app add` does; its APNs
+        /// hosts are a loopback port nothing listens on.
+        func addApp() async throws -> Int64 {
+            let folder = FileManager.default.temporaryDirectory.appending(path: "marquee-cli-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            let keyFile = folder.appending(path: "AuthKey_KEY1234567.p8").path
+            try P256.SigningKey.generate().pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
+            chmod(keyFile, 0o600)
+            let added = try await MarqueeProcess.run(["app", "add", "--bundle", "com.example.scores", "--environment", "development",
+                                                      "--team-id", "ABCDE12345", "--key-id", "KEY1234567", "--key-file", keyFile, "--push-url", "https://127.0.0.1:\(AdminCLITests.freePort())",
+                                                      "--manage-url", "https://127.0.0.1:\(AdminCLITests.freePort())", "--json"],
+                                                     databaseURL: databaseURL)
+            #expect(added.status == 0, "\(added.stderr)")
+            return try #require(try JSONValue(parsing: added.stdout)["id"]?.intValue)
+        }
+
+        func stop() async {
+            serve.signal(SIGTERM)
+            _ = await serve.wait()
+        }
+    }
+
+    @Test(.enabled(if: MarqueeProcess.available)) func statusAndChannelsAgainstServe() async throws {
+        let server = try await Server.start()
+        #expect(try await server.json(["channel", "reconcile", "--dry-run"])["apps"] == [])
+        let appID = try await server.addApp()
+
+        let anonymous = try await server.cli(["status"], key: "")
+        #expect(anonymous.status == 77)
+        #expect(anonymous.stderr.contains("MARQUEE_API_KEY"), "\(anonymous.stderr)")
+        let wrongKey = "mq_wrong_" + String(repeating: "x", count: 40)
+        let wrong = try await server.cli(["status", "--json"], key: wrongKey)
+        #expect(wrong.status == 77)
+        #expect(try JSONValue(parsing: wrong.stdout)["error"]?["code"] == "unauthorized")
+        #expect(!wrong.stdout.contains(wrongKey) && !wrong.stderr.contains(wrongKey), "the key must never be printed")
+
+        let status = try await server.json(["status"])
+        #expect(status["apps"]?.arrayValue?.map { $0["app"] } == [.int(appID)])
+        #expect(status["apps"]?.arrayValue?.first?["quota"] == 10_000)
+        #expect(status["outboxBacklog"] == 0)
+        let text = try await server.cli(["status"])
+        #expect(text.status == 0)
+        #expect(text.stdout.contains("com.example.scores  development  0       10000  0.0%"), "\(text.stdout)")
+        #expect(text.stdout.contains("lost channels: none"))
+
+        #expect(try await server.json(["channel", "list", "--app", String(appID)])["channels"] == [])
+        #expect(try await server.json(["channel", "sweep"])["opened"] == [])
+        // A 5xx answer: the server cannot reach the app's APNs host to list its channels.
+        let unreachableAPNs = try await server.cli(["channel", "reconcile", "--dry-run"])
+        #expect(unreachableAPNs.status == 69)
+        #expect(unreachableAPNs.stderr.contains("APNs did not list the channels of app \(appID)"), "\(unreachableAPNs.stderr)")
+        #expect(unreachableAPNs.stderr.contains("[HTTP 503"), "\(unreachableAPNs.stderr)")
+        for missing in [["channel", "show", "424242"], ["channel", "delete", "424242"], ["channel", "recreate", "424242"]] {
+            let result = try await server.cli(missing)
+            #expect(result.status == 66, "\(missing): \(result.stderr)")
+            #expect(result.stderr.contains("not found"), "\(missing): \(result.stderr)")
+        }
+        await server.stop()
+    }
+}
