@@ -20,6 +20,12 @@ struct APIServerTests {
         "POST /v1/attribute-types": .scope(.admin),
         "GET /v1/attribute-types": .anyKey,
         "GET /v1/attribute-types/{name}": .anyKey,
+        "POST /v1/events": .scope(.admin),
+        "GET /v1/events": .scope(.admin),
+        "GET /v1/events/{id}": .scope(.admin),
+        "GET /v1/events/{id}/state": .scope(.tokens),
+        "POST /v1/events/{id}/updates": .scope(.ingest),
+        "POST /v1/events/{id}/end": .scope(.ingest),
     ]
 
     /// Checks the one error format and returns the answer.

@@ -100,6 +100,7 @@ public final class MarqueeDaemon: Sendable {
             SystemRoutes(pool: pool, metrics: metrics, processMetrics: ProcessMetrics(registry: metrics)),
             AppRoutes(apps: apps),
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
+            EventRoutes(pool: pool, types: attributeTypes),
         ]
     }
 
