@@ -263,6 +263,23 @@ struct EventRoutesTests {
         #expect(try await s.harness.count("outbox") == 1)
     }
 
+    /// An event created after its start: its initial state holds from the start, so a feed replaying the
+    /// event from its start is not superseded by it, while input older than the start is.
+    @Test func aLateCreatedEventTakesItsFeedFromTheStart() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let created = await s.create("replayed", startsAt: "2020-05-01T15:00:00Z")
+        #expect(created.status == 201, "\(created.text)")
+        #expect(created.json?["contentStateAt"] == "2020-05-01T15:00:00Z")
+        let event = try #require(created.json?["id"]?.intValue)
+        let kickOff = await s.post("/v1/events/\(event)/updates",
+                                   body: #"{"contentStatePatch": {"period": "firstHalf"}, "occurredAt": "2020-05-01T15:00:05Z"}"#)
+        #expect(kickOff.json?["update"]?["disposition"] == "pending", "\(kickOff.text)")
+        let early = await s.post("/v1/events/\(event)/updates",
+                                 body: #"{"contentStatePatch": {"minute": 1}, "occurredAt": "2020-05-01T14:00:00Z"}"#)
+        #expect(early.json?["update"]?["disposition"] == "superseded", "\(early.text)")
+    }
+
     @Test func refusedUpdatesStoreNothing() async throws {
         let s = try await Setup.make()
         defer { s.harness.pool.close() }

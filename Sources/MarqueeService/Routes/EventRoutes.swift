@@ -1,6 +1,8 @@
 // Events: a match or a flight, with its attribute type, attributes, schedule and latest content-state.
 // Attributes and the initial content-state are validated and stored in app form (what the device's
-// JSONDecoder reads), so `contentState` in answers is exactly what a broadcast carries. A key bound to
+// JSONDecoder reads), so `contentState` in answers is exactly what a broadcast carries. The initial state
+// holds from now, or from `startsAt` for an event that already started, so a feed replaying an event
+// from its start is not superseded by the state the event was created with. A key bound to
 // one app (api_keys.app_id) sees only that app's events; another app's event is "not found".
 // Updates and ends are in EventUpdateRoutes.swift.
 import Foundation
@@ -68,7 +70,8 @@ public struct EventRoutes: APIRoutes {
         do {
             let event = try await events.create(NewEvent(
                 appID: appID, externalID: externalID, kind: kind, attributeTypeID: stored.id, attributes: attributes,
-                storagePolicy: storagePolicy, startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state))
+                storagePolicy: storagePolicy, startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
+                initialStateAt: min(Date(), startsAt)))
             typeOfEvent.remember(eventID: event.id, typeID: stored.id)
             return .json(Self.json(event, typeName: stored.type.name), status: 201)
         } catch PipelineError.externalIDTaken(let app, let external) {
