@@ -94,7 +94,8 @@ import Testing
     /// A serve process on a fresh database, an admin key, and one app.
     struct Server {
         let serve: MarqueeProcess.Running
-        let url: String
+        let port: Int
+        var url: String { "http://127.0.0.1:\(port)" }
         let databaseURL: String
         let key: String
 
@@ -102,7 +103,7 @@ import Testing
             let databaseURL = try await MarqueeProcess.freshDatabase()
             let (serve, port) = try await ServeTests.startServe(databaseURL: databaseURL)
             let key = try await ServeTests.adminKey(databaseURL: databaseURL)
-            return Server(serve: serve, url: "http://127.0.0.1:\(port)", databaseURL: databaseURL, key: key)
+            return Server(serve: serve, port: port, databaseURL: databaseURL, key: key)
         }
 
         func cli(_ arguments: [String], key: String? = nil) async throws -> MarqueeProcess.Result {
@@ -129,6 +130,16 @@ import Testing
                                                      databaseURL: databaseURL)
             #expect(added.status == 0, "\(added.stderr)")
             return try #require(try JSONValue(parsing: added.stdout)["id"]?.intValue)
+        }
+
+        /// Registers MatchAttributes for the app over the API (the CLI has no command for it).
+        func registerMatchAttributes(app: Int64) async throws {
+            let body = #"{"app":\#(app),"name":"MatchAttributes","attributes":{"homeTeam":"string","awayTeam":"string"},"#
+                + #""contentState":{"homeScore":{"type":"int","significant":true},"awayScore":"int","lastScorer":"string?"}}"#
+            let response = try await LoopbackHTTP.request(port: port, "POST", "/v1/attribute-types",
+                                                          headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
+                                                          body: Array(body.utf8))
+            #expect(response.status == 201, "\(response.text)")
         }
 
         func stop() async {
@@ -172,6 +183,75 @@ import Testing
             #expect(result.status == 66, "\(missing): \(result.stderr)")
             #expect(result.stderr.contains("not found"), "\(missing): \(result.stderr)")
         }
+        await server.stop()
+    }
+
+    @Test(.enabled(if: MarqueeProcess.available)) func eventsCreateListShowUpdateEndAgainstServe() async throws {
+        let server = try await Server.start()
+        let app = try await server.addApp()
+        try await server.registerMatchAttributes(app: app)
+        #expect(try await server.cli(["event", "list"], key: "").status == 77)
+
+        func create(_ externalID: String, contentState: String = #"{"homeScore":0,"awayScore":0}"#) async throws -> MarqueeProcess.Result {
+            try await server.cli(["event", "create", "--app", String(app), "--external-id", externalID, "--kind", "match",
+                                  "--attribute-type", "MatchAttributes", "--starts-at", "2031-05-01T19:45:00+02:00",
+                                  "--ends-at", "2031-05-01T21:45:00Z", "--topic", "team:arsenal", "--topic", "team:chelsea",
+                                  "--attributes", #"{"homeTeam":"Arsenal","awayTeam":"Chelsea"}"#, "--content-state", contentState, "--json"])
+        }
+        let created = try await create("epl-1")
+        #expect(created.status == 0, "\(created.stderr)")
+        let event = try JSONValue(parsing: created.stdout)
+        let id = try #require(event["id"]?.intValue)
+        #expect(event["externalId"] == "epl-1" && event["status"] == "scheduled" && event["app"] == .int(app))
+        #expect(event["startsAt"] == "2031-05-01T17:45:00Z", "the offset is converted to Z")
+        #expect(event["topics"] == ["team:arsenal", "team:chelsea"])
+        #expect(event["contentState"] == ["homeScore": 0, "awayScore": 0])
+
+        let duplicate = try await create("epl-1")
+        #expect(duplicate.status == 75)
+        #expect(try JSONValue(parsing: duplicate.stdout)["error"]?["field"] == "externalId")
+        let invalid = try await server.cli(["event", "create", "--app", String(app), "--external-id", "epl-bad", "--kind", "match",
+                                            "--attribute-type", "MatchAttributes", "--starts-at", "now+5h",
+                                            "--attributes", #"{"homeTeam":"A","awayTeam":"B"}"#, "--content-state", #"{"homeScore":"one","awayScore":0}"#])
+        #expect(invalid.status == 65)
+        #expect(invalid.stderr.contains("(field: contentState.homeScore)") && invalid.stderr.contains("[HTTP 422"), "\(invalid.stderr)")
+
+        for externalID in ["epl-2", "epl-3"] { #expect(try await create(externalID).status == 0) }
+        let firstPage = try await server.json(["event", "list", "--app", String(app), "--limit", "1"])
+        #expect(firstPage["events"]?.arrayValue?.count == 1)
+        #expect(firstPage["nextCursor"]?.stringValue != nil)
+        let all = try await server.json(["event", "list", "--app", String(app), "--limit", "1", "--all"])
+        #expect(Set(all["events"]?.arrayValue?.compactMap { $0["externalId"]?.stringValue } ?? []) == ["epl-1", "epl-2", "epl-3"])
+        #expect(all["nextCursor"] == .null)
+        #expect(try await server.json(["event", "list", "--status", "live"])["events"] == [])
+        let table = try await server.cli(["event", "list", "--all", "--limit", "2"])
+        #expect(table.stdout.split(separator: "\n").count == 4, "a header and three rows: \(table.stdout)")
+        #expect(table.stdout.hasPrefix("ID  APP  EXTERNAL ID  KIND   STATUS"), "\(table.stdout)")
+
+        // An update with an alert, repeated with its idempotency key, then the key reused for another body.
+        let update = ["event", "update", String(id), "--patch", #"{"homeScore":1,"lastScorer":"Saka"}"#, "--alert-title", "GOAL",
+                      "--alert-body", "Saka 54'", "--sound", "default", "--priority", "high", "--idempotency-key", "feed-1"]
+        let accepted = try await server.json(update)
+        #expect(accepted["update"]?["action"] == "update" && accepted["update"]?["disposition"] == "pending")
+        #expect(try await server.json(update)["update"]?["id"] == accepted["update"]?["id"])
+        let reused = try await server.cli(["event", "update", String(id), "--patch", #"{"homeScore":2}"#, "--idempotency-key", "feed-1"])
+        #expect(reused.status == 65)
+        #expect(reused.stderr.contains("idempotency_key_reused"), "\(reused.stderr)")
+        let late = try await server.json(["event", "update", String(id), "--content-state", #"{"homeScore":0,"awayScore":0}"#,
+                                          "--occurred-at", "now-1h", "--relevance-score", "0.5"])
+        #expect(late["update"]?["disposition"] == "superseded")
+
+        let detail = try await server.json(["event", "show", String(id)])
+        #expect(detail["contentState"] == ["homeScore": 1, "awayScore": 0, "lastScorer": "Saka"])
+        #expect(detail["counts"]?["pending"] == 1 && detail["counts"]?["superseded"] == 1)
+        let shown = try await server.cli(["event", "show", String(id)])
+        #expect(shown.stdout.contains("external id:    epl-1") && shown.stdout.contains("pending:"), "\(shown.stdout)")
+
+        let ended = try await server.json(["event", "end", String(id), "--patch", #"{"awayScore":1}"#, "--dismissal-date", "now+1h", "--at", "now+10m"])
+        #expect(ended["update"]?["action"] == "end")
+        let afterEnd = try await server.cli(["event", "update", String(id), "--patch", #"{"homeScore":2}"#])
+        #expect(afterEnd.status == 75, "\(afterEnd.stderr)")
+        #expect(try await server.cli(["event", "show", "424242"]).status == 66)
         await server.stop()
     }
 }
