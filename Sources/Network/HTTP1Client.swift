@@ -114,8 +114,12 @@ public actor HTTP1Client {
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
 
+    /// A server that closes while we write must cost an error, not the process: no SIGPIPE.
+    private static let ignoresSIGPIPE: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
+
     /// Parses the URL and, for https, loads the trusted CAs (a file read: call it at startup).
     public init(url: String, loop: EventLoop, configuration: HTTP1ClientConfiguration = HTTP1ClientConfiguration()) throws(HTTP1ClientError) {
+        HTTP1Client.ignoresSIGPIPE
         self.url = try HTTP1ClientURL(url)
         self.loop = loop
         self.configuration = configuration

@@ -90,7 +90,7 @@ enum EventCommands {
             .option("starts-before", value: "DATE", help: "Only events starting before this date."),
             .option("limit", value: "N", help: "Events per page, 1 to 500 (the server's default is 100)."),
             .option("cursor", value: "CURSOR", help: "Continue from a page's nextCursor."),
-            .flag("all", help: "Fetch every page (following nextCursor) instead of one."),
+            .flag("all", help: "Fetch every page (following nextCursor); with --json, one document with every event."),
         ] + AdminAPIClient.options
     ) { arguments in
         let input = APIInput(arguments)
@@ -166,7 +166,7 @@ enum EventCommands {
         let input = APIInput(arguments)
         let id = try input.id("id", positional: true)!
         var body = try await stateBody(input, required: true)
-        if let alert = alert(arguments) { body["alert"] = alert }
+        if let alert = try await alert(input) { body["alert"] = alert }
         if let priority = arguments.string("priority") { body["priority"] = .string(priority) }
         if let date = try input.date("occurred-at") { body["occurredAt"] = .string(date) }
         if let date = try input.date("stale-date") { body["staleDate"] = .string(date) }
@@ -203,7 +203,7 @@ enum EventCommands {
         let input = APIInput(arguments)
         let id = try input.id("id", positional: true)!
         var body = try await stateBody(input, required: false)
-        if let alert = alert(arguments) { body["alert"] = alert }
+        if let alert = try await alert(input) { body["alert"] = alert }
         if let date = try input.date("dismissal-date") { body["dismissalDate"] = .string(date) }
         if let date = try input.date("at") { body["at"] = .string(date) }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events/\(id)/end", body: .object(body)) }
@@ -221,6 +221,7 @@ enum EventCommands {
         .option("alert-title", value: "TEXT", help: "The alert's title."),
         .option("alert-body", value: "TEXT", help: "The alert's body."),
         .option("sound", value: "NAME", help: "The alert's sound, e.g. default."),
+        .option("alert", value: "JSON", help: #"The whole alert as JSON or @FILE, for localized text: {"title":{"locKey":"goal","locArgs":["Saka"]}}."#),
     ]
 
     /// `contentState` or `contentStatePatch`, never both.
@@ -236,7 +237,14 @@ enum EventCommands {
         return body
     }
 
-    static func alert(_ arguments: ParsedArguments) -> JSONValue? {
+    static func alert(_ input: APIInput) async throws -> JSONValue? {
+        let arguments = input.arguments
+        if let whole = try await input.object("alert") {
+            guard ["alert-title", "alert-body", "sound"].allSatisfy({ arguments.string($0) == nil }) else {
+                throw UsageError("give either --alert or --alert-title/--alert-body/--sound, not both", commandPath: input.path)
+            }
+            return whole
+        }
         var alert = JSONObject()
         if let title = arguments.string("alert-title") { alert["title"] = .string(title) }
         if let body = arguments.string("alert-body") { alert["body"] = .string(body) }

@@ -40,6 +40,7 @@ import Testing
             (["event", "update", "4", "--patch", "{}", "--relevance-score", "2"], "--relevance-score takes a number from 0.0 to 1.0"),
             (["event", "update", "4", "--patch", "{}", "--idempotency-key", "has space"], "--idempotency-key"),
             (["event", "update", "four", "--patch", "{}"], "ID takes a positive whole number"),
+            (["event", "update", "4", "--patch", "{}", "--alert", #"{"title":"GOAL"}"#, "--sound", "default"], "either --alert or --alert-title"),
             (["event", "update", "4", "--patch", "@/nonexistent/state.json"], "--patch: cannot read /nonexistent/state.json"),
             (["event", "end", "4", "--dismissal-date", "tomorrow"], "--dismissal-date takes an ISO 8601 date"),
             (["event", "create", "--app", "1", "--external-id", "x", "--kind", "match", "--attribute-type", "T",
@@ -237,13 +238,16 @@ import Testing
         let reused = try await server.cli(["event", "update", String(id), "--patch", #"{"homeScore":2}"#, "--idempotency-key", "feed-1"])
         #expect(reused.status == 65)
         #expect(reused.stderr.contains("idempotency_key_reused"), "\(reused.stderr)")
+        let localized = try await server.json(["event", "update", String(id), "--patch", #"{"awayScore":0}"#,
+                                               "--alert", #"{"title":"GOAL","body":{"locKey":"goal_by","locArgs":["Saka","54"]},"sound":"default"}"#])
+        #expect(localized["update"]?["disposition"] == "pending")
         let late = try await server.json(["event", "update", String(id), "--content-state", #"{"homeScore":0,"awayScore":0}"#,
                                           "--occurred-at", "now-1h", "--relevance-score", "0.5"])
         #expect(late["update"]?["disposition"] == "superseded")
 
         let detail = try await server.json(["event", "show", String(id)])
         #expect(detail["contentState"] == ["homeScore": 1, "awayScore": 0, "lastScorer": "Saka"])
-        #expect(detail["counts"]?["pending"] == 1 && detail["counts"]?["superseded"] == 1)
+        #expect(detail["counts"]?["pending"] == 2 && detail["counts"]?["superseded"] == 1, "\(detail)")
         let shown = try await server.cli(["event", "show", String(id)])
         #expect(shown.stdout.contains("external id:    epl-1") && shown.stdout.contains("pending:"), "\(shown.stdout)")
 
