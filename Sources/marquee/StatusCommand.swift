@@ -34,7 +34,10 @@ enum StatusCommand {
         if let age = status["oldestOutboxAgeSeconds"]?.doubleValue { outbox += " (oldest \(Int(age)) s)" }
         sections.append(outbox)
         let lost = status["lostChannels"]?.arrayValue ?? []
-        sections.append(lost.isEmpty ? "lost channels: none" : "lost channels (\(lost.count)):\n" + genericTable(lost))
+        sections.append(lost.isEmpty ? "lost channels: none" : "lost channels (\(lost.count); marquee channel recreate EVENT):\n"
+            + Terminal.table(["EVENT", "APP", "EXTERNAL ID", "CHANNEL", "APNS CHANNEL", "LAST ERROR"], lost.map { item in
+                ["event", "app", "externalId", "channel", "apnsChannelId", "lastError"].map { APIText.cell(item[$0]) }
+            }))
         let errors = status["lastErrors"]?.arrayValue ?? []
         sections.append(errors.isEmpty ? "last errors: none" : "last errors:\n" + ChannelCommands.deliveryTable(errors))
         return sections.joined(separator: "\n\n")
@@ -53,12 +56,5 @@ enum StatusCommand {
         } ?? "-"
         return [APIText.cell(app["app"]), APIText.cell(app["bundleId"]), APIText.cell(app["environment"]),
                 APIText.cell(app["inUse"]), APIText.cell(app["quota"]), used, byState.isEmpty ? "-" : byState]
-    }
-
-    /// A table of objects whose shape is not fixed: the first object's keys as columns.
-    static func genericTable(_ items: [JSONValue]) -> String {
-        let keys = items.first?.objectValue?.keys ?? []
-        guard !keys.isEmpty else { return items.map(\.jsonString).joined(separator: "\n") }
-        return Terminal.table(keys.map { $0.uppercased() }, items.map { item in keys.map { APIText.cell(item[$0]) } })
     }
 }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import MarqueeCore
+import Postgres
 import Testing
 
 /// `marquee event|channel|status`, the API's command-line client, run as a process: local checks and exit
@@ -100,9 +101,9 @@ import Testing
         let databaseURL: String
         let key: String
 
-        static func start() async throws -> Server {
+        static func start(_ extra: [String] = []) async throws -> Server {
             let databaseURL = try await MarqueeProcess.freshDatabase()
-            let (serve, port) = try await ServeTests.startServe(databaseURL: databaseURL)
+            let (serve, port) = try await ServeTests.startServe(databaseURL: databaseURL, extra: extra)
             let key = try await ServeTests.adminKey(databaseURL: databaseURL)
             return Server(serve: serve, port: port, databaseURL: databaseURL, key: key)
         }
@@ -256,6 +257,51 @@ import Testing
         let afterEnd = try await server.cli(["event", "update", String(id), "--patch", #"{"homeScore":2}"#])
         #expect(afterEnd.status == 75, "\(afterEnd.stderr)")
         #expect(try await server.cli(["event", "show", "424242"]).status == 66)
+        await server.stop()
+    }
+
+    @Test(.enabled(if: MarqueeProcess.available)) func statusMarksAnAppNearItsQuotaAndLostChannelsAreRecreated() async throws {
+        let server = try await Server.start(["--channel-quota", "5"])
+        let app = try await server.addApp()
+        try await server.registerMatchAttributes(app: app)
+        let event = try await server.json(["event", "create", "--app", String(app), "--external-id", "ua-1234", "--kind", "flight",
+                                           "--attribute-type", "MatchAttributes", "--starts-at", "now+5h",
+                                           "--attributes", #"{"homeTeam":"A","awayTeam":"B"}"#, "--content-state", #"{"homeScore":0,"awayScore":0}"#])
+        let eventID = try #require(event["id"]?.intValue)
+        // Four channels APNs listed but Marquee never made count against the quota of 5 (80%), and APNs lost the event's channel.
+        let pool = PostgresPool(configuration: PostgresConfiguration(url: server.databaseURL), maxConnections: 1)
+        defer { pool.close() }
+        for name in ["AAAA", "BBBB", "CCCC", "DDDD"] {
+            try await pool.query("""
+                INSERT INTO channels (app_id, apns_channel_id, storage_policy, state, first_seen_at)
+                VALUES (\(Int(app)), \(name), 'mostRecent', 'unknown', now())
+                """)
+        }
+        try await pool.query("""
+            INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, first_seen_at, opened_at, last_error, last_error_at)
+            VALUES (\(Int(app)), \(Int(eventID)), 'EEEE', 'mostRecent', 'lost', now(), now(), 'ChannelNotRegistered', now())
+            """)
+        try await pool.query("UPDATE events SET channel_lost = true WHERE id = \(Int(eventID))")
+
+        let text = try await server.cli(["status"])
+        #expect(text.stdout.contains("4       5      80.0% !  lost 1, unknown 4"), "\(text.stdout)")
+        #expect(text.stdout.contains("lost channels (1; marquee channel recreate EVENT):"), "\(text.stdout)")
+        #expect(text.stdout.contains("\(eventID)      \(app)    ua-1234      5        EEEE          ChannelNotRegistered"), "\(text.stdout)")
+        let status = try await server.json(["status"])
+        #expect(status["apps"]?.arrayValue?.first?["inUse"] == 4)
+        #expect(status["lostChannels"]?.arrayValue?.map { $0["event"] } == [.int(eventID)])
+        #expect(try await server.json(["channel", "list", "--state", "unknown"])["channels"]?.arrayValue?.count == 4)
+        let shown = try await server.cli(["event", "show", String(eventID)])
+        #expect(shown.stdout.contains("CHANNEL LOST"), "\(shown.stdout)")
+
+        let recreated = try await server.json(["channel", "recreate", String(eventID)])
+        // The new create goes to the app's APNs host, which refuses connections: the channel waits for a retry.
+        #expect(recreated["event"] == .int(eventID) && recreated["state"] != "lost", "\(recreated)")
+        // The flag clears once the new channel opens at APNs; until then the event's channel is the new attempt.
+        let channels = try await server.json(["channel", "list", "--event", String(eventID)])["channels"]?.arrayValue ?? []
+        #expect(channels.map { $0["state"] } == [recreated["state"]], "\(channels)")
+        let again = try await server.cli(["channel", "recreate", String(eventID)])
+        #expect(again.status == 75, "\(again.stderr)")
         await server.stop()
     }
 }
