@@ -138,17 +138,19 @@ public actor HTTP1Client {
         if let connection { loop.execute { connection.free() } }
     }
 
-    /// Sends `request` (its path is appended to the URL's path prefix) and returns the whole response.
-    /// A GET that meets a keep-alive connection the server had just closed is sent again on a new one.
-    public func send(_ request: HTTPRequest) async throws(HTTP1ClientError) -> HTTPResponse {
+    /// Sends `request` (its path is appended to the URL's path prefix) and returns the whole response, within
+    /// `timeout` (default: the configuration's), counted from the call. A GET that meets a keep-alive connection
+    /// the server had just closed is sent again on a new one.
+    public func send(_ request: HTTPRequest, timeout: Duration? = nil) async throws(HTTP1ClientError) -> HTTPResponse {
+        let timeout = timeout ?? configuration.timeout
+        let deadline = ContinuousClock.now + timeout
         await acquire()
         defer { release() }
         guard !isClosed else { throw .closed }
-        let deadline = ContinuousClock.now + configuration.timeout
         let reused = connection?.isReusable ?? false
-        let result = await attempt(request, deadline: deadline)
+        let result = await attempt(request, deadline: deadline, timeout: timeout)
         if case .failure(.connectionClosed) = result, reused, request.method == "GET" || request.method == "HEAD" {
-            return try await attempt(request, deadline: deadline).get()
+            return try await attempt(request, deadline: deadline, timeout: timeout).get()
         }
         return try result.get()
     }
@@ -176,15 +178,14 @@ public actor HTTP1Client {
         }
     }
 
-    private func attempt(_ request: HTTPRequest, deadline: ContinuousClock.Instant) async -> Result<HTTPResponse, HTTP1ClientError> {
+    private func attempt(_ request: HTTPRequest, deadline: ContinuousClock.Instant, timeout: Duration) async -> Result<HTTPResponse, HTTP1ClientError> {
         let connection: HTTP1ClientConnection
         switch await currentConnection() {
         case .success(let current): connection = current
         case .failure(let error): return .failure(error)
         }
-        let remaining = deadline - .now
         let result = await withCheckedContinuation { continuation in
-            connection.send(request, url: url, timeout: remaining, maxBodySize: configuration.maxResponseBodySize,
+            connection.send(request, url: url, deadline: deadline, timeout: timeout, maxBodySize: configuration.maxResponseBodySize,
                             loop: loop, continuation: continuation)
         }
         if case .failure = result, self.connection === connection {
@@ -283,15 +284,17 @@ final class HTTP1ClientConnection: @unchecked Sendable {
         evhttp_connection_free(evcon)
     }
 
-    func send(_ request: HTTPRequest, url: HTTP1ClientURL, timeout: Duration, maxBodySize: Int, loop: EventLoop,
-              continuation: CheckedContinuation<Result<HTTPResponse, HTTP1ClientError>, Never>) {
+    /// Starts `request`; `deadline` ends it, `timeout` is what the error names.
+    func send(_ request: HTTPRequest, url: HTTP1ClientURL, deadline: ContinuousClock.Instant, timeout: Duration, maxBodySize: Int,
+              loop: EventLoop, continuation: CheckedContinuation<Result<HTTPResponse, HTTP1ClientError>, Never>) {
         guard let evcon else { return continuation.resume(returning: .failure(.closed)) }
         guard let command = Self.command(request.method) else {
             return continuation.resume(returning: .failure(.invalidResponse("evhttp cannot send the method \(request.method)")))
         }
         evhttp_connection_set_max_body_size(evcon, maxBodySize)
         // evhttp's own socket timeout stays behind the request's deadline, which names the failure better.
-        var socketTimeout = timeval(timeout + .seconds(1))
+        let remaining = max(deadline - .now, .zero)
+        var socketTimeout = timeval(remaining + .seconds(1))
         evhttp_connection_set_timeout_tv(evcon, &socketTimeout)
         let pending = HTTP1ClientPendingRequest(connection: self, origin: origin, timeout: timeout, continuation: continuation)
         let context = Unmanaged.passRetained(pending).toOpaque()  // released when evhttp calls back or the request is cancelled
@@ -325,7 +328,7 @@ final class HTTP1ClientConnection: @unchecked Sendable {
             Unmanaged<HTTP1ClientPendingRequest>.fromOpaque(context).release()
             return continuation.resume(returning: .failure(.connectFailed("evhttp could not start the request to \(origin)")))
         }
-        pending.start(request: evRequest, loop: loop)
+        pending.start(request: evRequest, loop: loop, after: remaining)
     }
 
     /// After a connect or handshake failure: the certificate or TLS error kept on the bufferevent, if any.
@@ -377,10 +380,10 @@ private final class HTTP1ClientPendingRequest {
         self.continuation = continuation
     }
 
-    func start(request: UnsafeMutablePointer<evhttp_request>, loop: EventLoop) {
+    func start(request: UnsafeMutablePointer<evhttp_request>, loop: EventLoop, after remaining: Duration) {
         guard continuation != nil else { return }  // failed at once, inside evhttp_make_request
         self.request = request
-        timer = loop.schedule(after: max(timeout, .zero)) { [self] in
+        timer = loop.schedule(after: remaining) { [self] in
             timer = nil
             guard let request = self.request else { return }
             self.request = nil
