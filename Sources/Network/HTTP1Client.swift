@@ -139,24 +139,36 @@ public actor HTTP1Client {
     }
 
     /// Sends `request` (its path is appended to the URL's path prefix) and returns the whole response, within
-    /// `timeout` (default: the configuration's), counted from the call. A GET that meets a keep-alive connection
-    /// the server had just closed is sent again on a new one.
-    public func send(_ request: HTTPRequest, timeout: Duration? = nil) async throws(HTTP1ClientError) -> HTTPResponse {
+    /// the configured timeout, counted from the call. A GET that meets a keep-alive connection the server had
+    /// just closed is sent again on a new one.
+    public nonisolated func send(_ request: HTTPRequest) async throws(HTTP1ClientError) -> HTTPResponse {
+        try await exchange(request, timeout: nil).get()
+    }
+
+    /// `send(_:)` with a timeout of its own.
+    public nonisolated func send(_ request: HTTPRequest, timeout: Duration) async throws(HTTP1ClientError) -> HTTPResponse {
+        try await exchange(request, timeout: timeout).get()
+    }
+
+    /// The isolated half of `send`: it answers a `Result`, and the caller's side throws (as `HTTP2ClientConnection` does).
+    private func exchange(_ request: HTTPRequest, timeout: Duration?) async -> Result<HTTPResponse, HTTP1ClientError> {
         let timeout = timeout ?? configuration.timeout
         let deadline = ContinuousClock.now + timeout
         await acquire()
         defer { release() }
-        guard !isClosed else { throw .closed }
+        guard !isClosed else { return .failure(.closed) }
         let reused = connection?.isReusable ?? false
         let result = await attempt(request, deadline: deadline, timeout: timeout)
         if case .failure(.connectionClosed) = result, reused, request.method == "GET" || request.method == "HEAD" {
-            return try await attempt(request, deadline: deadline, timeout: timeout).get()
+            return await attempt(request, deadline: deadline, timeout: timeout)
         }
-        return try result.get()
+        return result
     }
 
-    /// Closes the connection; later requests fail with `.closed`.
-    public func close() {
+    /// Closes the connection once the request in flight (if any) has its answer; later requests fail with `.closed`.
+    public func close() async {
+        await acquire()
+        defer { release() }
         isClosed = true
         connection?.free()
         connection = nil
