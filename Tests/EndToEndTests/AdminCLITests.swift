@@ -164,6 +164,12 @@ import Testing
         #expect(try JSONValue(parsing: wrong.stdout)["error"]?["code"] == "unauthorized")
         #expect(!wrong.stdout.contains(wrongKey) && !wrong.stderr.contains(wrongKey), "the key must never be printed")
 
+        // https against the plain-http server: the handshake fails, which is "unreachable" (69) with what to check.
+        let tls = try await Self.cli(["status", "--url", "https://127.0.0.1:\(server.port)", "--api-key", server.key])
+        #expect(tls.status == 69)
+        #expect(tls.stderr.contains("TLS handshake failed"), "\(tls.stderr)")
+        #expect(!tls.stderr.contains(server.key))
+
         let status = try await server.json(["status"])
         #expect(status["apps"]?.arrayValue?.map { $0["app"] } == [.int(appID)])
         #expect(status["apps"]?.arrayValue?.first?["quota"] == 10_000)
