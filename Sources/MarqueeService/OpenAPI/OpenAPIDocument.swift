@@ -338,7 +338,7 @@ public enum OpenAPIDocument {
           "kind": { "type": "string", "enum": ["match", "flight", "other"] },
           "attributeType": { "type": "string", "description": "An attribute type registered for the app (POST /v1/attribute-types)." },
           "attributes": { "type": "object", "description": "The ActivityAttributes values; dates as ISO 8601 text or Unix seconds." },
-          "contentState": { "type": "object", "description": "The initial ContentState." },
+          "contentState": { "type": "object", "description": "The initial ContentState. It holds from now, or from startsAt when the event already started (older updates are superseded)." },
           "startsAt": { "type": "string", "format": "date-time" },
           "endsAt": { "type": "string", "format": "date-time", "description": "After startsAt." },
           "storagePolicy": { "type": "string", "enum": ["mostRecent", "none"], "default": "mostRecent" },

@@ -18,6 +18,8 @@
 // * The merge of a JSON merge patch happens under the event's row lock: `contentState` receives the
 //   locked latest state and returns the full new state (validated by the caller's schema code);
 //   the update row stores that full state, so every update can be broadcast on its own.
+// * An end's `at` (`UpdateDraft.notBefore`) is kept on the update and on the outbox row, which the next
+//   update replaces with its own; dispatchers do not claim a row before it (Sql/0004).
 import Foundation
 import MarqueeCore
 import Postgres
