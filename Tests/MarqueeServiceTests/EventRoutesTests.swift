@@ -321,6 +321,64 @@ struct EventRoutesTests {
         #expect(await s.state(event)?["contentState"] == (await s.harness.send("GET", "/v1/events/\(event)", key: s.admin).json?["contentState"]))
     }
 
+    /// The limit applies to the payload APNs would get (`{"aps": {...}}` with this state), to the byte.
+    @Test func payloadLimitIsTheRealPayloadSize() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        let current = try #require(await s.state(event)?["contentState"]?.objectValue)
+        func payloadSize(scorerLength: Int) -> Int {
+            var state = current
+            state["lastScorer"] = .string(String(repeating: "x", count: scorerLength))
+            // Keys in schema order, as the encoder writes them.
+            var ordered = JSONObject()
+            for key in ["homeScore", "awayScore", "period", "minute", "lastScorer", "kickoff", "halfWindow", "goals"] {
+                if let value = state[key] { ordered[key] = value }
+            }
+            return LiveActivityPayload.update(timestamp: 1_800_000_000, contentState: .object(ordered)).bytes.count
+        }
+        let fitting = 4096 - payloadSize(scorerLength: 0)
+        #expect(payloadSize(scorerLength: fitting) == 4096)
+        func post(_ length: Int) async -> APIHarness.Answer {
+            await s.post("/v1/events/\(event)/updates",
+                         body: "{\"contentStatePatch\": {\"lastScorer\": \"\(String(repeating: "x", count: length))\"}}")
+        }
+        expectError(await post(fitting + 1), 422, code: "payload_too_large", field: "contentState")
+        #expect(try await s.harness.count("updates") == 0)
+        let accepted = await post(fitting)
+        #expect(accepted.status == 202, "\(accepted.text)")
+        #expect(try await s.harness.count("updates") == 1)
+        // The same state with an alert no longer fits.
+        expectError(await s.post("/v1/events/\(event)/updates", body: #"{"contentStatePatch": {"minute": 1}, "alert": {"title": "a", "body": "b"}}"#),
+                    422, code: "payload_too_large")
+    }
+
+    /// Merge patches of different fields sent at once all land (each applies to the state the previous left),
+    /// and concurrent duplicates of one idempotent request store it once and answer alike.
+    @Test func concurrentPatchesAndDuplicates() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        let path = "/v1/events/\(event)/updates"
+        let patches = [#"{"homeScore": 2}"#, #"{"awayScore": 3}"#, #"{"minute": 77}"#, #"{"period": "secondHalf"}"#, #"{"lastScorer": "Havertz"}"#]
+        let statuses = await withTaskGroup(of: Int.self) { group in
+            for patch in patches { group.addTask { await s.post(path, body: "{\"contentStatePatch\": \(patch)}").status } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(statuses == Array(repeating: 202, count: patches.count))
+        let state = try #require(await s.state(event)?["contentState"])
+        #expect(state["homeScore"] == 2 && state["awayScore"] == 3 && state["minute"] == 77)
+        #expect(state["period"] == "secondHalf" && state["lastScorer"] == "Havertz")
+
+        let body = #"{"contentStatePatch": {"minute": 80}}"#
+        let answers = await withTaskGroup(of: APIHarness.Answer.self) { group in
+            for _ in 0..<4 { group.addTask { await s.post(path, body: body, idempotencyKey: "dup") } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(answers.allSatisfy { $0.status == 202 && $0.response.body == answers[0].response.body }, "\(answers.map(\.text))")
+        #expect(try await s.harness.count("updates") == patches.count + 1)
+    }
+
     @Test func idempotentRetries() async throws {
         let s = try await Setup.make()
         defer { s.harness.pool.close() }

@@ -456,7 +456,7 @@ public enum OpenAPIDocument {
           "staleDate": { "type": "string", "format": "date-time" },
           "relevanceScore": { "type": "number", "minimum": 0 },
           "priority": { "type": "string", "enum": ["auto", "high", "low"], "default": "auto", "description": "auto: 10 for an alert or a significant change, else 5." },
-          "occurredAt": { "type": "string", "format": "date-time", "description": "Default: now. Older than the latest state: recorded as superseded." }
+          "occurredAt": { "type": "string", "format": "date-time", "description": "Default: the time of arrival, never before the latest state. Older than the latest state: recorded as superseded." }
         }
       },
       "EndInput": {

@@ -48,7 +48,8 @@ extension EventRoutes {
         let relevanceScore = try body.optionalDouble("relevanceScore")
         if let relevanceScore, relevanceScore < 0 { throw APIError.validation("must be 0 or more", field: "relevanceScore") }
         let priority: RequestedPriority = try body.choice("priority", default: .auto)
-        let occurredAt = try body.optionalDate("occurredAt") ?? Date()
+        // Absent: the time of arrival under the event lock (IngestRepository), never superseded.
+        let occurredAt = try body.optionalDate("occurredAt")
         let dismissalDate = action == .end ? try body.optionalDate("dismissalDate") : nil
         let notBefore = action == .end ? try body.optionalDate("at") : nil
 
