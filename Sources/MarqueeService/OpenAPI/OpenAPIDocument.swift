@@ -525,12 +525,13 @@ public enum OpenAPIDocument {
       },
       "EventCounts": {
         "type": "object",
-        "required": ["pending", "broadcast", "conflated", "superseded", "deliveries", "failedDeliveries"],
+        "required": ["pending", "broadcast", "conflated", "superseded", "unsent", "deliveries", "failedDeliveries"],
         "properties": {
           "pending": { "type": "integer" },
           "broadcast": { "type": "integer" },
           "conflated": { "type": "integer", "description": "A newer state was broadcast instead." },
           "superseded": { "type": "integer", "description": "Arrived older than the latest state; never sent." },
+          "unsent": { "type": "integer", "description": "The event ended while no channel could carry them (never opened, refused, or lost); never sent." },
           "deliveries": { "type": "integer" },
           "failedDeliveries": { "type": "integer" }
         }
