@@ -105,7 +105,7 @@ struct EventRoutesTests {
         let detail = try #require(await s.harness.send("GET", "/v1/events/\(id)", key: s.admin).json)
         #expect(detail["id"] == .int(id))
         #expect(detail["channel"] == .null)
-        #expect(detail["counts"] == ["pending": 0, "broadcast": 0, "conflated": 0, "superseded": 0, "deliveries": 0, "failedDeliveries": 0])
+        #expect(detail["counts"] == ["pending": 0, "broadcast": 0, "conflated": 0, "superseded": 0, "unsent": 0, "deliveries": 0, "failedDeliveries": 0])
         expectError(await s.harness.send("GET", "/v1/events/999999", key: s.admin), 404, code: "not_found")
         expectError(await s.harness.send("GET", "/v1/events/abc", key: s.admin), 422, field: "id")
 

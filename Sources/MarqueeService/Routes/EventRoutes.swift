@@ -262,6 +262,7 @@ public struct EventRoutes: APIRoutes {
             "broadcast": .int(Int64(counts.broadcast)),
             "conflated": .int(Int64(counts.conflated)),
             "superseded": .int(Int64(counts.superseded)),
+            "unsent": .int(Int64(counts.unsent)),
             "deliveries": .int(Int64(counts.deliveries)),
             "failedDeliveries": .int(Int64(counts.failedDeliveries)),
         ]
