@@ -418,6 +418,16 @@ struct EventRoutesTests {
         let s = try await Setup.make()
         defer { s.harness.pool.close() }
         let event = try await s.event()
+        // An open channel: the end waits for the dispatcher.
+        let channels = ChannelRepository(pool: s.harness.pool)
+        let planned = try await channels.createPlanned(eventID: event)
+        var lifecycle = try #require(planned.lifecycle)
+        var before = lifecycle
+        _ = try lifecycle.leadTimeReached()
+        #expect(try await channels.transition(channelID: planned.id, from: before, to: lifecycle))
+        before = lifecycle
+        _ = try lifecycle.createSucceeded()
+        #expect(try await channels.transition(channelID: planned.id, from: before, to: lifecycle, apnsChannelID: "AAAAAAAAAAAAAAAAAAAAAA=="))
         // The end takes the latest state by default, or a patch of it.
         let ended = await s.post("/v1/events/\(event)/end", body: """
             {"contentStatePatch": {"period": "fullTime", "minute": 90}, "dismissalDate": "2026-11-29T21:00:00Z",
@@ -446,6 +456,27 @@ struct EventRoutesTests {
         expectError(await s.post("/v1/events/\(event)/updates", body: #"{"contentStatePatch": {"minute": 91}}"#), 409, code: "conflict")
         expectError(await s.post("/v1/events/\(event)/end", body: #"{"at": "soon"}"#), 422, field: "at")
         #expect(try await s.harness.count("updates") == 2)
+    }
+
+    /// Without an opened channel there is no activity to end: the event is ended at once.
+    @Test func anEventWithoutAnOpenChannelEndsAtOnce() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let bare = try await s.event()
+        #expect(await s.post("/v1/events/\(bare)/end", body: #"{"at": "2030-01-01T00:00:00Z"}"#).status == 202)
+        #expect(await s.state(bare)?["status"] == "ended")
+        #expect(await s.harness.send("GET", "/v1/events/\(bare)", key: s.admin).json?["counts"]?["unsent"] == 1)
+        #expect(try await s.harness.count("outbox") == 0)
+        expectError(await s.post("/v1/events/\(bare)/end", body: "{}"), 409, code: "conflict")
+
+        let planned = try await s.event()
+        let channel = try await ChannelRepository(pool: s.harness.pool).createPlanned(eventID: planned)
+        let ended = await s.post("/v1/events/\(planned)/end", body: "{}")
+        #expect(ended.status == 202, "\(ended.text)")
+        #expect(await s.state(planned)?["status"] == "ended")
+        #expect(try await ChannelRepository(pool: s.harness.pool).get(id: channel.id)?.state == .lifecycle(.deleted))
+        let detail = await s.harness.send("GET", "/v1/events/\(planned)", key: s.admin).json
+        #expect(detail?["channel"]?["state"] == "deleted")
     }
 
     @Test func keysBoundToAnotherAppSeeNoEvent() async throws {

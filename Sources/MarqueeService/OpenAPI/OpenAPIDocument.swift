@@ -238,7 +238,7 @@ public enum OpenAPIDocument {
     "/v1/events/{id}/end": {
       "post": {
         "operationId": "endEvent",
-        "summary": "Ends the event (ingest): the end broadcast carries the final content-state (default: the latest) and the dismissal date, not before 'at'. After it only another end is accepted; 409 once ended.",
+        "summary": "Ends the event (ingest): the end broadcast carries the final content-state (default: the latest) and the dismissal date, not before 'at'. After it only another end is accepted; 409 once ended. An event whose channel never opened (or was lost) is ended at once, its pending updates 'unsent'.",
         "parameters": [{ "name": "id", "in": "path", "required": true, "schema": { "type": "integer", "minimum": 1 } }, { "name": "Idempotency-Key", "in": "header", "required": false, "description": "1 to 255 printable ASCII characters. Per API key for 24 h: the same key with the same method, path and body gets the first answer (same status and body); with another request, 422 idempotency_key_reused.", "schema": { "type": "string", "minLength": 1, "maxLength": 255 } }],
         "requestBody": {
           "required": true,
