@@ -458,6 +458,29 @@ struct EventRoutesTests {
         #expect(try await s.harness.count("updates") == 2)
     }
 
+    /// The dispatcher holds an end with `at` back until then, then sends it with its dismissal date.
+    @Test(.enabled(if: PipelineServiceFixture.available)) func theDispatcherSendsAnEndAtItsTime() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        let at = f.clock.now.addingTimeInterval(600)
+        let dismissal = f.clock.now.addingTimeInterval(900)
+        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, dismissalDate: dismissal, occurredAt: nil, notBefore: at),
+                                      contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        let dispatcher = f.dispatcher()
+        #expect(try await dispatcher.dispatchOnce().isEmpty)
+        f.clock.advance(by: 599)
+        #expect(try await dispatcher.dispatchOnce().isEmpty)
+        #expect(f.apns.broadcasts.isEmpty)
+        f.clock.advance(by: 1)
+        let results = try await dispatcher.dispatchOnce()
+        guard case .sent = results.first else { Issue.record("expected the end to go, got \(results)"); return }
+        #expect(f.apns.broadcasts.last?.aps["event"] == "end")
+        #expect(f.apns.broadcasts.last?.aps["dismissal-date"] == .int(Int64(dismissal.timeIntervalSince1970)))
+        #expect(try await f.events.get(id: event.id)?.status == .ended)
+    }
+
     /// Without an opened channel there is no activity to end: the event is ended at once.
     @Test func anEventWithoutAnOpenChannelEndsAtOnce() async throws {
         let s = try await Setup.make()
