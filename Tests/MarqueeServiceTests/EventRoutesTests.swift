@@ -412,6 +412,11 @@ struct EventRoutesTests {
             expectError(await s.post(path, body: body, idempotencyKey: bad), 400, code: "bad_request", field: "idempotency-key")
         }
         #expect(try await s.harness.count("updates") == 3)
+        // A retry after the event ended still gets its first answer, not a 409.
+        try await s.harness.pool.execute("UPDATE events SET status = 'ended' WHERE id = \(event)")
+        let late = await s.post(path, body: body, idempotencyKey: "feed-42")
+        #expect(late.status == 202 && late.response.body == first.response.body, "\(late.text)")
+        expectError(await s.post(path, body: body, idempotencyKey: "feed-44"), 409, code: "conflict")
     }
 
     @Test func endWithAtThenNothingMore() async throws {
