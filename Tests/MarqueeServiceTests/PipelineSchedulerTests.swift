@@ -103,6 +103,28 @@ struct PipelineSchedulerTests {
         #expect(f.apns.broadcasts.isEmpty)
     }
 
+    @Test func theHourlyReconcilePurgesExpiredIdempotencyKeys() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let keyID = try await f.scalar(Int.self, """
+            INSERT INTO api_keys (app_id, name, prefix, salt, hash, scopes)
+            VALUES (\(f.appID), 'feed', 'feed_key1', \(Data(repeating: 1, count: 16)), \(Data(repeating: 2, count: 32)), \(["ingest"]))
+            RETURNING id
+            """)
+        for (key, age) in [("old", 2 * 86400.0), ("fresh", 0)] {
+            _ = try await f.ingest.ingest(
+                eventID: event.id, UpdateDraft(occurredAt: f.clock.now),
+                idempotency: IdempotencyRequest(apiKeyID: keyID, key: key, requestHash: Data(repeating: 3, count: 32)),
+                now: f.clock.now.addingTimeInterval(-age), contentState: { _ in ["home": 0, "away": 0] },
+                response: { _ in StoredResponse(status: 202, body: Data()) })
+        }
+        _ = try await f.scheduler().runOnce()
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM idempotency_keys") == 2)
+        _ = try await f.scheduler().runOnce(reconcile: true)
+        #expect(try await f.scalar(String.self, "SELECT string_agg(key, ',') FROM idempotency_keys") == "fresh")
+    }
+
     @Test func onlyTheLeaseHolderActsAndShutdownHandsTheLeaseOver() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

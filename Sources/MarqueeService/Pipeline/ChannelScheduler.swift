@@ -415,6 +415,11 @@ public final class ChannelScheduler: Service {
             }
         }
         if reconcileAll {
+            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours.
+            try await isolated("purge idempotency keys", 0) {
+                let purged = try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
+                if purged > 0 { logger.info("expired idempotency keys purged", ["count": .int(purged)]) }
+            }
             for app in try await catalog.apps() where !reconciled.contains(app.id) {
                 try await isolated("reconcile app", app.id) {
                     try await reconcile(appID: app.id, unresolved: [], deleteUnknown: deleteUnknown, fence: fence, report: &report)
