@@ -103,6 +103,22 @@ struct PipelineSchedulerTests {
         #expect(f.apns.broadcasts.isEmpty)
     }
 
+    @Test func anEndingEventWhoseChannelCreateFailedForGoodEndsWithoutIt() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now)
+        f.apns.scriptCreates([RecordingChannelAPNs.failure(400, .featureNotEnabled)])
+        let scheduler = f.scheduler()
+        #expect(try await scheduler.tick()?.createsFailed.count == 1)
+        try await f.post(event.id, ["home": 0, "away": 0, "minute": 90], action: .end, at: f.clock.now)
+        #expect(try await f.events.get(id: event.id)?.status == .ending)
+
+        #expect(try await scheduler.tick()?.eventsEnded == [event.id])
+        #expect(try await f.events.get(id: event.id)?.status == .ended)
+        #expect(try await f.dispositions(eventID: event.id) == ["unsent": 1])
+        #expect(try await scheduler.tick()?.eventsEnded.isEmpty == true)
+    }
+
     @Test func theHourlyReconcilePurgesExpiredIdempotencyKeys() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

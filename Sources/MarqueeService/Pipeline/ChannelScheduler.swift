@@ -369,6 +369,14 @@ public final class ChannelScheduler: Service {
         for event in work.eventsToEnd {
             try await isolated("end event", event.id) { try await end(event, fence: fence, report: &report) }
         }
+        for event in work.endsWithoutChannel {
+            try await isolated("end event without a channel", event.id) {
+                guard try await events.endWithoutChannel(eventID: event.id, expected: [.ending]) else { return }
+                report.eventsEnded.append(event.id)
+                logger.warning("event ended with no channel to carry the end; its pending updates are unsent",
+                               ["event": .int(event.id), "external_id": .string(event.externalID)])
+            }
+        }
         var planned = work.plannedChannels
         for event in work.eventsNeedingChannel {
             try await isolated("plan channel for event", event.id) {
