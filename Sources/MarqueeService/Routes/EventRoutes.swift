@@ -71,7 +71,7 @@ public struct EventRoutes: APIRoutes {
             let event = try await events.create(NewEvent(
                 appID: appID, externalID: externalID, kind: kind, attributeTypeID: stored.id, attributes: attributes,
                 storagePolicy: storagePolicy, startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
-                initialStateAt: min(Date(), startsAt)))
+                initialStateAt: startsAt < Date() ? startsAt : nil))
             typeOfEvent.remember(eventID: event.id, typeID: stored.id)
             return .json(Self.json(event, typeName: stored.type.name), status: 201)
         } catch PipelineError.externalIDTaken(let app, let external) {
@@ -262,6 +262,7 @@ public struct EventRoutes: APIRoutes {
             "broadcast": .int(Int64(counts.broadcast)),
             "conflated": .int(Int64(counts.conflated)),
             "superseded": .int(Int64(counts.superseded)),
+            "unsent": .int(Int64(counts.unsent)),
             "deliveries": .int(Int64(counts.deliveries)),
             "failedDeliveries": .int(Int64(counts.failedDeliveries)),
         ]
