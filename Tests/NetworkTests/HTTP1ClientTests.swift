@@ -133,6 +133,34 @@ private func failure(_ body: () async throws(HTTP1ClientError) -> HTTPResponse) 
         #expect(next.headers["x-path"] == "/after")
     }
 
+    @Test func resolvesAHostNameAndSendsItAsTheHost() async throws {
+        let echo = try EchoServer()
+        let client = try HTTP1Client(url: "http://localhost:\(echo.server.port)", loop: echo.loop)
+        let response = try await client.send(HTTPRequest(method: "GET", path: "/named"))
+        await client.close()
+        await echo.stop()
+        #expect(response.headers["x-host"] == "localhost:\(echo.server.port)")
+        #expect(response.headers["x-path"] == "/named")
+    }
+
+    @Test func aResponseOverTheLimitIsRefused() async throws {
+        let echo = try EchoServer()
+        var configuration = HTTP1ClientConfiguration(timeout: .seconds(10))
+        configuration.maxResponseBodySize = 1024
+        let client = try HTTP1Client(url: "http://127.0.0.1:\(echo.server.port)", loop: echo.loop, configuration: configuration)
+        let small = try await client.send(HTTPRequest(method: "POST", path: "/small", body: Array(repeating: 1, count: 1024)))
+        let error = await failure { () async throws(HTTP1ClientError) in
+            try await client.send(HTTPRequest(method: "POST", path: "/big", body: Array(repeating: 1, count: 1025)))
+        }
+        await client.close()
+        await echo.stop()
+        #expect(small.body.count == 1024)
+        guard case .invalidResponse = error else {
+            Issue.record("expected invalidResponse, got \(String(describing: error))")
+            return
+        }
+    }
+
     @Test func aClosedClientRefusesRequests() async throws {
         let echo = try EchoServer()
         let client = try echo.client()
