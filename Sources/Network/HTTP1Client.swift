@@ -293,6 +293,7 @@ final class HTTP1ClientConnection: @unchecked Sendable {
         guard let evcon else { return }
         self.evcon = nil
         isClosed = true
+        evhttp_connection_set_closecb(evcon, nil, nil)  // it would run now, possibly inside deinit
         evhttp_connection_free(evcon)
     }
 
