@@ -48,20 +48,25 @@ struct AdminAPIClient: Sendable {
         let path = arguments.commandPath
         let seconds = try arguments.int("timeout", in: 1...3600) ?? 30
         let url = try arguments.required("url")
-        var configuration = HTTP1ClientConfiguration(timeout: .seconds(seconds), extraCAFile: arguments.string("ca-file"))
-        if let file = configuration.tls.extraCAFile, !FileManager.default.isReadableFile(atPath: file) {
-            throw UsageError("--ca-file: cannot read \(file)", commandPath: path)
-        }
-        configuration.tls.trustsSystemCAs = true
+        let caFile = arguments.string("ca-file")
+        let configuration = HTTP1ClientConfiguration(timeout: .seconds(seconds), extraCAFile: caFile)
         let loop = EventLoop(name: "marquee-api")
         defer { loop.shutdown() }
-        let client: HTTP1Client
-        do {
-            client = try HTTP1Client(url: url, loop: loop, configuration: configuration)
-        } catch {
-            if case .invalidURL = error { throw UsageError("--url: \(error)", commandPath: path) }
-            throw UsageError("--ca-file: \(error)", commandPath: path)
+        // For https the client reads the CA files: on a thread of its own, never on Swift's cooperative pool.
+        let made = await withCheckedContinuation { continuation in
+            Thread.detachNewThread {
+                if let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
+                    return continuation.resume(returning: Result<HTTP1Client, UsageError>.failure(UsageError("--ca-file: cannot read \(caFile)", commandPath: path)))
+                }
+                do throws(HTTP1ClientError) {
+                    continuation.resume(returning: .success(try HTTP1Client(url: url, loop: loop, configuration: configuration)))
+                } catch {
+                    let flag = if case .invalidURL = error { "--url" } else { "--ca-file" }
+                    continuation.resume(returning: .failure(UsageError("\(flag): \(error)", commandPath: path)))
+                }
+            }
         }
+        let client = try made.get()
         let api = AdminAPIClient(client: client, loop: loop, apiKey: arguments.string("api-key"), arguments: arguments)
         do {
             let result = try await body(api)
