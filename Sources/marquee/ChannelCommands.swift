@@ -56,8 +56,8 @@ enum ChannelCommands {
     static let delete = Command(
         "delete", summary: "End and delete a channel at APNs now.",
         discussion: """
-            Devices subscribed to a deleted channel get no more updates. The server refuses (409) while the
-            channel's event is live unless --force is given.
+            Devices subscribed to a deleted channel get no more updates. The server refuses (409) to delete an
+            open channel unless --force is given, and a create whose outcome is still unknown until it settles.
 
             Example:
               marquee channel delete 7
@@ -66,7 +66,7 @@ enum ChannelCommands {
             """,
         arguments: [
             .positional("id", help: "The channel id."),
-            .flag("force", help: "Delete even while the channel's event is live."),
+            .flag("force", help: "Delete even an open channel (its running activities stop getting updates)."),
         ] + AdminAPIClient.options
     ) { arguments in
         let id = try APIInput(arguments).id("id", positional: true)!
@@ -77,9 +77,10 @@ enum ChannelCommands {
     }
 
     static let recreate = Command(
-        "recreate", summary: "Give an event whose channel APNs lost (channel lost) a new channel.",
+        "recreate", summary: "Give an event whose channel APNs lost, or refused to create, a new channel.",
         discussion: """
-            Only for events flagged channel lost (marquee status lists them). Activities already running stay
+            Only for an event whose channel is lost (marquee status lists them) or whose create APNs refused
+            for good (state create_failed); otherwise the server answers 409. Activities already running stay
             subscribed to the old channel id and get no more updates: only new activities, or ones started
             again, follow the new channel.
 
