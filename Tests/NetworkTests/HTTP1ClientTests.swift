@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Network
 import Testing
 
@@ -107,6 +108,32 @@ private func failure(_ body: () async throws(HTTP1ClientError) -> HTTPResponse) 
         #expect(first.status == 200 && second.status == 200 && second.headers["x-path"] == "/b")
         #expect(first.headers["x-connection"] != second.headers["x-connection"])
         #expect(accepted == 2)
+    }
+
+    @Test func aGETMeetingAClosedKeepAliveConnectionIsSentAgainAndAPOSTIsNot() async throws {
+        let loop = EventLoop(name: "http1-client-stale")
+        defer { loop.shutdown() }
+        for (method, retried) in [("GET", true), ("POST", false)] {
+            let server = try ClosingAfterOneAnswer()
+            let client = try HTTP1Client(url: "http://127.0.0.1:\(server.port)", loop: loop)
+            let first = try await client.send(HTTPRequest(method: "GET", path: "/first"))
+            let second: Result<HTTPResponse, HTTP1ClientError>
+            do throws(HTTP1ClientError) {
+                second = .success(try await client.send(HTTPRequest(method: method, path: "/second", body: method == "POST" ? [1] : [])))
+            } catch {
+                second = .failure(error)
+            }
+            await client.close()
+            server.stop()
+            #expect(String(decoding: first.body, as: UTF8.self) == "answer 1")
+            if retried {
+                #expect(try String(decoding: second.get().body, as: UTF8.self) == "answer 2", "\(method)")
+                #expect(server.acceptedConnections == 2)
+            } else {
+                #expect(second.map(\.status) == .failure(.connectionClosed("http://127.0.0.1:\(server.port)")), "\(method)")
+                #expect(server.acceptedConnections == 1)
+            }
+        }
     }
 
     @Test func aRefusedConnectionSaysTheServerIsNotRunning() async throws {
@@ -226,5 +253,57 @@ private func failure(_ body: () async throws(HTTP1ClientError) -> HTTPResponse) 
             Issue.record("expected a TLS failure, got \(String(describing: error))")
             return
         }
+    }
+}
+
+/// A keep-alive HTTP/1.1 server on a blocking socket that answers the first request of every connection,
+/// then closes it when the next request arrives, without answering: what a client meets when a server
+/// drops an idle keep-alive connection just as the client reuses it.
+private final class ClosingAfterOneAnswer: Sendable {
+    let port: Int
+    private let fd: Int32
+    private let accepted = Mutex(0)
+
+    init() throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        fd = listener
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+        }
+        guard bound, listen(listener, 8) == 0 else { throw ServerTestCertificates.CertificateError(detail: "cannot listen") }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread.detachNewThread { [self] in
+            while case let connection = accept(listener, nil, nil), connection >= 0 {
+                let count = accepted.withLock { $0 += 1; return $0 }
+                guard Self.readRequestHead(connection) else { close(connection); continue }
+                let body = "answer \(count)"
+                _ = "HTTP/1.1 200 OK\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)".withCString { send(connection, $0, strlen($0), 0) }
+                _ = Self.readRequestHead(connection)
+                close(connection)
+            }
+        }
+    }
+
+    var acceptedConnections: Int { accepted.withLock { $0 } }
+
+    /// Stops accepting: the accept loop ends when the socket is shut down.
+    func stop() {
+        shutdown(fd, Int32(SHUT_RDWR))
+        close(fd)
+    }
+
+    /// Reads up to the blank line that ends a request's head; false at end of stream.
+    private static func readRequestHead(_ connection: Int32) -> Bool {
+        var received: [UInt8] = []
+        var byte: UInt8 = 0
+        while !received.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)) {
+            guard recv(connection, &byte, 1, 0) == 1 else { return false }
+            received.append(byte)
+        }
+        return true
     }
 }
