@@ -305,7 +305,7 @@ import Testing
         #expect(recreated["event"] == .int(eventID) && recreated["state"] != "lost", "\(recreated)")
         // The flag clears once the new channel opens at APNs; until then the event's channel is the new attempt.
         let channels = try await server.json(["channel", "list", "--event", String(eventID)])["channels"]?.arrayValue ?? []
-        #expect(channels.map { $0["state"] } == [recreated["state"]], "\(channels)")
+        #expect(channels.count == 1 && channels.first?["id"] == recreated["id"] && channels.first?["state"] != "lost", "\(channels)")
         let again = try await server.cli(["channel", "recreate", String(eventID)])
         #expect(again.status == 75, "\(again.stderr)")
         await server.stop()
