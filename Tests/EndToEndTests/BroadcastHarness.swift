@@ -46,6 +46,8 @@ final class BroadcastHarness: Sendable {
                        _ body: (BroadcastHarness) async throws -> T) async throws -> T {
         let harness = try await start(quota: quota, instances: instances, serveArguments: serveArguments)
         do {
+            let registered = try await harness.api("POST", "/v1/attribute-types", MatchState.attributeType(app: harness.appID))
+            try #require(registered.status == 201, "POST /v1/attribute-types: \(registered.text)")
             let result = try await body(harness)
             await harness.stop()
             return result
@@ -83,12 +85,9 @@ final class BroadcastHarness: Sendable {
                 serves.append(process)
                 ports.append(port)
             }
-            let harness = BroadcastHarness(
+            return BroadcastHarness(
                 simulator: simulator, databaseURL: url, pool: PostgresPool(configuration: PostgresConfiguration(url: url), maxConnections: 2),
                 serves: serves, ports: ports, adminKey: key, appID: Int(appID), stateDirectory: state)
-            let registered = try await harness.api("POST", "/v1/attribute-types", MatchState.attributeType(app: Int(appID)))
-            try #require(registered.status == 201, "POST /v1/attribute-types: \(registered.text)")
-            return harness
         } catch {
             await simulator.shutdown()
             try? FileManager.default.removeItem(atPath: state)

@@ -53,18 +53,12 @@ struct BroadcastPipelineTests {
             let keptChannel = try await h.openChannel(of: kept)
             let unstoredChannel = try await h.openChannel(of: unstored)
 
-            // Each update waits for the previous broadcast, so none is conflated away.
+            // Each update waits for the previous broadcast, so none is conflated away. The first carries an alert
+            // (plain and localized text), a relevance score and a stale date.
             let window = MatchState.kickoffDate...MatchState.kickoffDate.addingTimeInterval(45 * 60)
-            var state = MatchState(period: .firstHalf, minute: 3, halfWindow: window)
-            let sentAt = Date()
-            #expect(try await h.update(kept, state).status == 202)
-            try await h.waitForState(state, on: keptChannel)
-
-            // An alert (plain and localized text) and a relevance score and stale date.
-            state.homeScore = 1
-            state.minute = 54
-            state.lastScorer = "Saka"
+            var state = MatchState(homeScore: 1, period: .firstHalf, minute: 54, lastScorer: "Saka", halfWindow: window)
             let staleDate = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 3600).rounded(.down))
+            let sentAt = Date()
             let goal = try await h.update(kept, state, extra: [
                 "alert": ["title": "GOAL", "body": ["locKey": "GOAL_BODY", "locArgs": ["Saka", "54"]], "sound": "default"],
                 "relevanceScore": 0.75, "staleDate": .string(BroadcastHarness.iso(staleDate)),
@@ -72,6 +66,11 @@ struct BroadcastPipelineTests {
             #expect(goal.status == 202, "\(goal.text)")
             #expect(goal.json["update"]?["action"] == "update" && goal.json["update"]?["disposition"] == "pending")
             #expect(goal.json["update"]?["event"]?.intValue == Int64(kept))
+            try await h.waitForState(state, on: keptChannel)
+
+            // Only a field that is not significant changes.
+            state.minute = 55
+            #expect(try await h.update(kept, state).status == 202)
             try await h.waitForState(state, on: keptChannel)
 
             // A merge patch changes one field and keeps the others.
@@ -88,18 +87,19 @@ struct BroadcastPipelineTests {
             #expect(try await h.update(kept, state, extra: ["priority": "low"]).status == 202)
             try await h.waitForState(state, on: keptChannel)
 
-            var other = MatchState(period: .firstHalf, minute: 1)
+            var other = MatchState(awayScore: 1, period: .firstHalf, minute: 1)
             #expect(try await h.update(unstored, other).status == 202)
             try await h.waitForState(other, on: unstoredChannel)
-            other.awayScore = 1
+            other.minute = 2
             #expect(try await h.update(unstored, other).status == 202)
             let unstoredPushes = try await h.waitForState(other, on: unstoredChannel)
 
             let pushes = try h.pushes(on: keptChannel)
-            // minute only (5), a goal with an alert (10), minute by patch (5), high (10), a score under low (5).
-            #expect(pushes.map(\.broadcast.priority) == [5, 10, 5, 10, 5])
-            #expect(pushes.map { $0.push.aps.contentState?.minute } == [3, 54, 60, 61, 61])
-            #expect(unstoredPushes.map(\.broadcast.priority) == [5, 10])
+            // A goal with an alert (10), minute only (5), minute by patch (5), high (10), a score under low (5).
+            #expect(pushes.map(\.broadcast.priority) == [10, 5, 5, 10, 5])
+            #expect(pushes.map { $0.push.aps.contentState?.minute } == [54, 55, 60, 61, 61])
+            // A score (10), then minute only (5).
+            #expect(unstoredPushes.map(\.broadcast.priority) == [10, 5])
             for (broadcast, push) in pushes + unstoredPushes {
                 let unstoredOne = broadcast.channelID == unstoredChannel
                 #expect(broadcast.bundleID == BroadcastHarness.bundleID)
@@ -121,14 +121,14 @@ struct BroadcastPipelineTests {
             }
             #expect(pushes.allSatisfy { $0.push.aps.contentState?.halfWindow == window })
             #expect(zip(pushes, pushes.dropFirst()).allSatisfy { $0.push.aps.timestamp < $1.push.aps.timestamp })
-            let goalPush = pushes[1].push.aps
+            let goalPush = pushes[0].push.aps
             #expect(goalPush.alert?.title == .plain("GOAL"))
             #expect(goalPush.alert?.body == .localized(key: "GOAL_BODY", arguments: ["Saka", "54"]))
             #expect(goalPush.alert?.sound == "default")
             #expect(goalPush.relevanceScore == 0.75)
             #expect(goalPush.staleDate == Int(staleDate.timeIntervalSince1970))
-            #expect(goalPush.contentState?.lastScorer == "Saka")
-            #expect(pushes[0].push.aps.alert == nil)
+            #expect(pushes.allSatisfy { $0.push.aps.contentState?.lastScorer == "Saka" })
+            #expect(pushes.dropFirst().allSatisfy { $0.push.aps.alert == nil })
 
             // The delivery rows agree with what APNs accepted, and every update was broadcast.
             #expect(try await h.dispositions(of: kept) == ["broadcast": 5])
