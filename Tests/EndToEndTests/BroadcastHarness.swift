@@ -112,6 +112,13 @@ final class BroadcastHarness: Sendable {
         try? FileManager.default.removeItem(atPath: stateDirectory)
     }
 
+    /// A new API key with one scope, made by `marquee key create`.
+    func key(scope: String) async throws -> String {
+        let created = try await MarqueeProcess.run(["key", "create", "--scope", scope, "--json"], databaseURL: databaseURL)
+        try #require(created.status == 0, "marquee key create: \(created.stderr)")
+        return try #require(try JSONValue(parsing: created.stdout)["key"]?.stringValue)
+    }
+
     // MARK: - HTTP
 
     /// An API answer: the status, the body as JSON (null when empty or not JSON) and as text.

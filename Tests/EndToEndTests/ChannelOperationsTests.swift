@@ -200,4 +200,43 @@ struct ChannelOperationsTests {
                 """) == 0)
         }
     }
+
+    @Test func theRoutesOfThisIssueAnswerOnlyTheirScopes() async throws {
+        try await BroadcastHarness.run { h in
+            let ingest = try await h.key(scope: "ingest")
+            let tokens = try await h.key(scope: "tokens")
+            let missing = 999_999
+            // Each route with who may call it. An allowed caller gets past authorization (a 404 for the missing
+            // event or channel, a 422 for an empty body); the others get 403, and no key gets 401.
+            let routes: [(method: String, path: String, body: JSONValue?, allowed: Set<String>)] = [
+                ("POST", "/v1/events", [:], ["admin"]),
+                ("GET", "/v1/events?app=\(h.appID)", nil, ["admin"]),
+                ("GET", "/v1/events/\(missing)", nil, ["admin"]),
+                ("GET", "/v1/events/\(missing)/state", nil, ["admin", "tokens"]),
+                ("POST", "/v1/events/\(missing)/updates", ["contentStatePatch": ["minute": 1]], ["admin", "ingest"]),
+                ("POST", "/v1/events/\(missing)/end", [:], ["admin", "ingest"]),
+                ("POST", "/v1/events/\(missing)/channel/recreate", nil, ["admin"]),
+                ("GET", "/v1/channels?app=\(h.appID)", nil, ["admin"]),
+                ("GET", "/v1/channels/\(missing)", nil, ["admin"]),
+                ("DELETE", "/v1/channels/\(missing)", nil, ["admin"]),
+                ("POST", "/v1/channels/reconcile", ["dryRun": true, "deleteUnknown": false], ["admin"]),
+                ("POST", "/v1/channels/sweep", nil, ["admin"]),
+                ("GET", "/v1/status", nil, ["admin"]),
+            ]
+            let keys = ["admin": h.adminKey, "ingest": ingest, "tokens": tokens]
+            for route in routes {
+                let label = "\(route.method) \(route.path)"
+                for (scope, key) in keys {
+                    let answer = try await h.api(route.method, route.path, route.body, key: key)
+                    if route.allowed.contains(scope) {
+                        #expect(![401, 403].contains(answer.status) && answer.status < 500, "\(label) with \(scope): \(answer.status) \(answer.text)")
+                    } else {
+                        #expect(answer.status == 403 && answer.errorCode != nil, "\(label) with \(scope): \(answer.status) \(answer.text)")
+                    }
+                }
+                let anonymous = try await LoopbackHTTP.request(port: h.ports[0], route.method, route.path, body: route.body?.jsonBytes ?? [])
+                #expect(anonymous.status == 401, "\(label) without a key: \(anonymous.status)")
+            }
+        }
+    }
 }
