@@ -181,28 +181,31 @@ struct BroadcastPipelineTests {
         try await BroadcastHarness.run { h in
             let event = try await h.createEvent("ordering", state: MatchState(period: .firstHalf))
             let channel = try await h.openChannel(of: event)
-            let now = Date()
-            func at(_ seconds: Double) -> JSONObject { ["occurredAt": .string(BroadcastHarness.iso(now.addingTimeInterval(seconds)))] }
+            // occurredAt is always after the event's initial state (created just now), so only the older inputs
+            // here are older than the latest.
+            func at(_ date: Date) -> JSONObject { ["occurredAt": .string(BroadcastHarness.iso(date))] }
 
+            let firstAt = Date()
             let first = MatchState(period: .firstHalf, minute: 10)
-            #expect(try await h.update(event, first, extra: at(-20)).status == 202)
+            #expect(try await h.update(event, first, extra: at(firstAt)).status == 202)
             try await h.waitForState(first, on: channel)
 
             // Older than what was broadcast: superseded, nothing sent.
-            let stale = try await h.update(event, MatchState(period: .firstHalf, minute: 5), extra: at(-40))
+            let stale = try await h.update(event, MatchState(period: .firstHalf, minute: 5), extra: at(firstAt.addingTimeInterval(-40)))
             #expect(stale.status == 202)
             #expect(stale.json["update"]?["disposition"] == "superseded", "\(stale.text)")
 
             // A newer one, then an older one that arrives while the newer is still pending.
+            let newestAt = Date()
             let newest = MatchState(homeScore: 1, period: .firstHalf, minute: 30)
-            #expect(try await h.update(event, newest, extra: at(0)).status == 202)
-            let late = try await h.update(event, MatchState(period: .firstHalf, minute: 20), extra: at(-10))
+            #expect(try await h.update(event, newest, extra: at(newestAt)).status == 202)
+            let late = try await h.update(event, MatchState(period: .firstHalf, minute: 20), extra: at(newestAt.addingTimeInterval(-0.5)))
+            #expect(late.status == 202)
             #expect(late.json["update"]?["disposition"] == "superseded", "\(late.text)")
             try await h.waitForState(newest, on: channel)
 
-            // A newer occurredAt that is still in the past gets a timestamp after the one already sent.
             let after = MatchState(homeScore: 1, period: .firstHalf, minute: 31)
-            #expect(try await h.update(event, after, extra: at(-5)).status == 202)
+            #expect(try await h.update(event, after).status == 202)
             let pushes = try await h.waitForState(after, on: channel)
 
             #expect(!pushes.contains { [5, 20].contains($0.push.aps.contentState?.minute) })
@@ -255,13 +258,16 @@ struct BroadcastPipelineTests {
     @Test func aSchemaMismatchOrAnOversizedUpdateIsRefusedWithNothingStored() async throws {
         try await BroadcastHarness.run { h in
             let event = try await h.createEvent("refusals")
-            #expect(try await h.update(event, MatchState(period: .firstHalf, minute: 1)).status == 202)
+            let channel = try await h.openChannel(of: event)
+            let accepted = MatchState(period: .firstHalf, minute: 1)
+            #expect(try await h.update(event, accepted).status == 202)
+            try await h.waitForState(accepted, on: channel)
+            try await h.waitUntil("the accepted update is recorded broadcast") { try await h.dispositions(of: event) == ["broadcast": 1] }
             func snapshot() async throws -> [Int] {
                 [
                     try await h.count("SELECT count(*)::bigint AS n FROM updates"),
                     try await h.count("SELECT count(*)::bigint AS n FROM outbox"),
                     try await h.count("SELECT count(*)::bigint AS n FROM events"),
-                    try await h.count("SELECT count(*)::bigint AS n FROM idempotency_keys"),
                     try await h.count("SELECT coalesce(max(latest_update_id), 0)::bigint AS n FROM events"),
                 ]
             }
@@ -270,8 +276,7 @@ struct BroadcastPipelineTests {
 
             var wrongType = MatchState().input.objectValue!
             wrongType["homeScore"] = "one"
-            let mismatch = try await h.api("POST", "/v1/events/\(event)/updates", ["contentState": .object(wrongType)],
-                                           headers: ["Idempotency-Key": "bad-1"])
+            let mismatch = try await h.api("POST", "/v1/events/\(event)/updates", ["contentState": .object(wrongType)])
             #expect(mismatch.status == 422 && mismatch.errorCode == "validation_failed", "\(mismatch.text)")
             #expect(mismatch.json["error"]?["field"]?.stringValue?.contains("homeScore") == true, "\(mismatch.text)")
 
@@ -284,7 +289,7 @@ struct BroadcastPipelineTests {
             #expect(badPatch.status == 422 && badPatch.json["error"]?["field"]?.stringValue?.contains("period") == true, "\(badPatch.text)")
 
             let big = MatchState(period: .firstHalf, minute: 2, lastScorer: String(repeating: "x", count: 4_200))
-            let oversized = try await h.update(event, big, headers: ["Idempotency-Key": "big-1"])
+            let oversized = try await h.update(event, big)
             #expect(oversized.status == 422 && oversized.errorCode == "payload_too_large", "\(oversized.text)")
             #expect(oversized.json["error"]?["field"] == "contentState")
             // Just under the limit in content-state, but the alert pushes the payload over it.
@@ -302,6 +307,7 @@ struct BroadcastPipelineTests {
 
             #expect(try await snapshot() == before)
             #expect(try await h.event(event)["contentState"] == latest)
+            #expect(try h.pushes(on: channel).count == 1)
         }
     }
 
