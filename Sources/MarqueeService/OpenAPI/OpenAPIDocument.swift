@@ -135,6 +135,113 @@ public enum OpenAPIDocument {
           "422": { "$ref": "#/components/responses/Error" }
         }
       }
+    },
+    "/v1/channels": {
+      "get": {
+        "operationId": "listChannels",
+        "summary": "Channels, newest first (admin).",
+        "parameters": [
+          { "name": "app", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1 } },
+          { "name": "state", "in": "query", "required": false, "schema": { "type": "string", "enum": ["planned", "creating", "create_unknown", "create_failed", "open", "ending", "ended", "deleting", "deleted", "lost", "unknown"] } },
+          { "name": "event", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1 } },
+          { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": 500, "default": 100 } }
+        ],
+        "responses": {
+          "200": { "description": "The channels.", "content": { "application/json": { "schema": { "type": "object", "required": ["channels"], "properties": { "channels": { "type": "array", "items": { "$ref": "#/components/schemas/Channel" } } } } } } },
+          "401": { "$ref": "#/components/responses/Error" },
+          "403": { "$ref": "#/components/responses/Error" },
+          "422": { "$ref": "#/components/responses/Error" }
+        }
+      }
+    },
+    "/v1/channels/{id}": {
+      "get": {
+        "operationId": "getChannel",
+        "summary": "One channel with its newest 20 APNs exchanges (admin).",
+        "parameters": [{ "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } }],
+        "responses": {
+          "200": { "description": "The channel.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ChannelDetail" } } } },
+          "401": { "$ref": "#/components/responses/Error" },
+          "403": { "$ref": "#/components/responses/Error" },
+          "404": { "$ref": "#/components/responses/Error" }
+        }
+      },
+      "delete": {
+        "operationId": "deleteChannel",
+        "summary": "Deletes the channel at APNs now (admin). An open channel needs force=true: its running activities stop getting updates.",
+        "parameters": [
+          { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } },
+          { "name": "force", "in": "query", "required": false, "schema": { "type": "boolean", "default": false } }
+        ],
+        "responses": {
+          "202": { "description": "The channel after the delete.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Channel" } } } },
+          "401": { "$ref": "#/components/responses/Error" },
+          "403": { "$ref": "#/components/responses/Error" },
+          "404": { "$ref": "#/components/responses/Error" },
+          "409": { "$ref": "#/components/responses/Error" },
+          "422": { "$ref": "#/components/responses/Error" }
+        }
+      }
+    },
+    "/v1/events/{id}/channel/recreate": {
+      "post": {
+        "operationId": "recreateChannel",
+        "summary": "Creates a new APNs channel for an event whose channel was lost (ChannelNotRegistered) or refused (admin). Running activities stay on the old id.",
+        "parameters": [{ "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } }],
+        "responses": {
+          "202": { "description": "The channel, being created again.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Channel" } } } },
+          "401": { "$ref": "#/components/responses/Error" },
+          "403": { "$ref": "#/components/responses/Error" },
+          "404": { "$ref": "#/components/responses/Error" },
+          "409": { "$ref": "#/components/responses/Error" }
+        }
+      }
+    },
+    "/v1/channels/reconcile": {
+      "post": {
+        "operationId": "reconcileChannels",
+        "summary": "Compares APNs' channel lists with the database (admin). dryRun changes nothing; deleteUnknown deletes unknown channels seen for the configured grace.",
+        "requestBody": {
+          "required": true,
+          "content": { "application/json": { "schema": {
+            "type": "object", "additionalProperties": false,
+            "properties": { "dryRun": { "type": "boolean", "default": false }, "deleteUnknown": { "type": "boolean", "default": false } }
+          } } }
+        },
+        "responses": {
+          "200": { "description": "What was found (a dry run) or the sweep that reconciled.", "content": { "application/json": { "schema": { "type": "object" } } } },
+          "400": { "$ref": "#/components/responses/Error" },
+          "401": { "$ref": "#/components/responses/Error" },
+          "403": { "$ref": "#/components/responses/Error" },
+          "409": { "$ref": "#/components/responses/Error" },
+          "415": { "$ref": "#/components/responses/Error" },
+          "422": { "$ref": "#/components/responses/Error" },
+          "503": { "$ref": "#/components/responses/Error" }
+        }
+      }
+    },
+    "/v1/channels/sweep": {
+      "post": {
+        "operationId": "sweepChannels",
+        "summary": "Runs the scheduler's open, end and delete pass once (admin; for cron). 409 while another instance leads.",
+        "responses": {
+          "200": { "description": "What the sweep did.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/SweepReport" } } } },
+          "401": { "$ref": "#/components/responses/Error" },
+          "403": { "$ref": "#/components/responses/Error" },
+          "409": { "$ref": "#/components/responses/Error" }
+        }
+      }
+    },
+    "/v1/status": {
+      "get": {
+        "operationId": "status",
+        "summary": "Channels against the quota per app, outbox backlog, lost channels and the last APNs errors (admin).",
+        "responses": {
+          "200": { "description": "The status.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PipelineStatus" } } } },
+          "401": { "$ref": "#/components/responses/Error" },
+          "403": { "$ref": "#/components/responses/Error" }
+        }
+      }
     }
   },
   "components": {
@@ -163,6 +270,53 @@ public enum OpenAPIDocument {
               "field": { "type": ["string", "null"], "description": "The input at fault, e.g. contentState.homeScore." }
             }
           }
+        }
+      },
+      "Channel": {
+        "type": "object",
+        "required": ["id", "app", "event", "apnsChannelId", "storagePolicy", "state", "attempts", "createdAt"],
+        "properties": {
+          "id": { "type": "integer" }, "app": { "type": "integer" }, "event": { "type": ["integer", "null"] }, "apnsChannelId": { "type": ["string", "null"] },
+          "storagePolicy": { "type": "string", "enum": ["mostRecent", "none"] }, "state": { "type": "string" },
+          "attempts": { "type": "integer" }, "nextAttemptAt": { "type": ["string", "null"], "format": "date-time" }, "requestedAt": { "type": ["string", "null"], "format": "date-time" }, "openedAt": { "type": ["string", "null"], "format": "date-time" }, "endedAt": { "type": ["string", "null"], "format": "date-time" },
+          "deletedAt": { "type": ["string", "null"], "format": "date-time" }, "firstSeenAt": { "type": ["string", "null"], "format": "date-time" }, "lastApsTimestamp": { "type": ["integer", "null"] }, "lastError": { "type": ["string", "null"] }, "lastErrorAt": { "type": ["string", "null"], "format": "date-time" },
+          "createdAt": { "type": "string", "format": "date-time" }
+        }
+      },
+      "ChannelDetail": {
+        "allOf": [
+          { "$ref": "#/components/schemas/Channel" },
+          { "type": "object", "required": ["deliveries"], "properties": { "deliveries": { "type": "array", "items": { "$ref": "#/components/schemas/Delivery" } } } }
+        ]
+      },
+      "Delivery": {
+        "type": "object",
+        "required": ["id", "app", "kind", "attempt", "sentAt"],
+        "properties": {
+          "id": { "type": "integer" }, "app": { "type": "integer" }, "kind": { "type": "string" }, "channel": { "type": ["integer", "null"] }, "update": { "type": ["integer", "null"] },
+          "apnsRequestId": { "type": ["string", "null"] }, "apnsUniqueId": { "type": ["string", "null"] }, "status": { "type": ["integer", "null"] }, "reason": { "type": ["string", "null"] }, "latencyMicroseconds": { "type": ["integer", "null"] }, "priority": { "type": ["integer", "null"] },
+          "attempt": { "type": "integer" }, "apsTimestamp": { "type": ["integer", "null"] }, "sentAt": { "type": "string", "format": "date-time" }
+        }
+      },
+      "SweepReport": {
+        "type": "object",
+        "properties": {
+          "opened": { "type": "array", "items": { "type": "integer" } }, "createRetries": { "type": "array", "items": { "type": "integer" } }, "createsUnknown": { "type": "array", "items": { "type": "integer" } }, "createsFailed": { "type": "array", "items": { "type": "integer" } }, "quotaRefused": { "type": "array", "items": { "type": "integer" } }, "eventsEnded": { "type": "array", "items": { "type": "integer" } },
+          "deleted": { "type": "array", "items": { "type": "integer" } }, "lost": { "type": "array", "items": { "type": "integer" } }, "unknown": { "type": "array", "items": { "type": "string" } }, "unknownDeleted": { "type": "array", "items": { "type": "string" } }, "reconciledApps": { "type": "array", "items": { "type": "integer" } }
+        }
+      },
+      "PipelineStatus": {
+        "type": "object",
+        "required": ["apps", "outboxBacklog", "oldestOutboxAgeSeconds", "lostChannels", "lastErrors"],
+        "properties": {
+          "apps": { "type": "array", "items": { "type": "object", "properties": {
+            "app": { "type": "integer" }, "bundleId": { "type": "string" }, "environment": { "type": "string" },
+            "quota": { "type": "integer" }, "inUse": { "type": "integer" },
+            "channelsByState": { "type": "object", "additionalProperties": { "type": "integer" } } } } },
+          "outboxBacklog": { "type": "integer" },
+          "oldestOutboxAgeSeconds": { "type": ["number", "null"] },
+          "lostChannels": { "type": "array", "items": { "type": "object" } },
+          "lastErrors": { "type": "array", "items": { "$ref": "#/components/schemas/Delivery" } }
         }
       },
       "App": {

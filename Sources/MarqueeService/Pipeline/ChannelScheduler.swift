@@ -101,6 +101,10 @@ public enum ChannelSchedulerError: Error, Equatable, CustomStringConvertible {
     case leaseHeldElsewhere(holder: String?)
     /// APNs did not give the app's channel list.
     case listFailed(appID: Int, reason: String)
+    /// No such channel, or the event has no channel to act on.
+    case channelNotFound(String)
+    /// The channel is not in a state this operator action applies to; nothing changed.
+    case refused(String)
 
     public var description: String {
         switch self {
@@ -108,6 +112,8 @@ public enum ChannelSchedulerError: Error, Equatable, CustomStringConvertible {
             "the channel scheduler lease is held by \(holder ?? "another instance"); the running daemon sweeps already"
         case .listFailed(let appID, let reason):
             "APNs did not list the channels of app \(appID) (\(reason)); check the app's key and APNs host, then try again"
+        case .channelNotFound(let what): "\(what) not found"
+        case .refused(let why): why
         }
     }
 }
@@ -241,20 +247,75 @@ public final class ChannelScheduler: Service {
 
     /// One full sweep for `marquee channel sweep` (cron): takes the lease unless held, sweeps, and gives
     /// the lease back if it took it. Throws `leaseHeldElsewhere` while a daemon leads.
-    public func runOnce(reconcile: Bool = false) async throws -> SweepReport {
-        if let fence = grant.withLock({ $0 }) { return try await sweep(fence: fence, reconcileAll: reconcile) }
+    public func runOnce(reconcile: Bool = false, deleteUnknown: Bool? = nil) async throws -> SweepReport {
+        if let fence = grant.withLock({ $0 }) { return try await sweep(fence: fence, reconcileAll: reconcile, deleteUnknown: deleteUnknown) }
         guard let fence = try await leases.acquire(name: configuration.leaseName, holder: configuration.instance,
                                                    duration: configuration.leaseDuration, now: databaseNow) else {
             throw ChannelSchedulerError.leaseHeldElsewhere(holder: try? await leases.current(name: configuration.leaseName)?.holder)
         }
         do {
-            let report = try await sweep(fence: fence, reconcileAll: reconcile)
+            let report = try await sweep(fence: fence, reconcileAll: reconcile, deleteUnknown: deleteUnknown)
             try await leases.release(fence)
             return report
         } catch {
             try? await leases.release(fence)
             throw error
         }
+    }
+
+    // MARK: operator actions (no lease needed: every step is a state-guarded transition)
+
+    /// `marquee channel recreate`: a new APNs channel for an event whose channel APNs lost or refused
+    /// to create. Activities already running stay on the old id; those started from now on use the new one.
+    public func recreateChannel(eventID: Int) async throws -> ChannelRecord {
+        guard let channel = try await channels.channels(eventID: eventID).first else {
+            throw ChannelSchedulerError.channelNotFound("a channel of event \(eventID)")
+        }
+        guard var lifecycle = channel.lifecycle, lifecycle.state == .lost || lifecycle.state == .createFailed else {
+            throw ChannelSchedulerError.refused(
+                "channel \(channel.id) of event \(eventID) is \(channel.state); only a lost or refused channel is recreated")
+        }
+        let before = lifecycle
+        guard case .createChannel(let attempt) = try lifecycle.retryCreateRequested() else { return channel }
+        var report = SweepReport()
+        try await create(channel, from: before, to: lifecycle, attempt: attempt, fence: nil, report: &report)
+        logger.info("channel recreated on an operator's request", ["channel": .int(channel.id), "event": .int(eventID)])
+        return try await channels.get(id: channel.id) ?? channel
+    }
+
+    /// `marquee channel delete`: deletes the channel at APNs now. An open channel needs `force`
+    /// (running activities stop getting updates); an unresolved create is refused until it settles.
+    public func deleteChannel(id: Int, force: Bool) async throws -> ChannelRecord {
+        guard let channel = try await channels.get(id: id) else { throw ChannelSchedulerError.channelNotFound("channel \(id)") }
+        var lifecycle: ChannelLifecycle
+        if channel.state == .unknown {
+            guard try await channels.beginDeletingUnknown(channelID: id, inFlightTimeout: configuration.inFlightTimeout) else {
+                return try await channels.get(id: id) ?? channel
+            }
+            lifecycle = ChannelLifecycle(state: .deleting, attempt: 1)
+            var report = SweepReport()
+            try await delete(channel, from: lifecycle, to: lifecycle, fence: nil, report: &report)
+            return try await channels.get(id: id) ?? channel
+        }
+        guard let current = channel.lifecycle else { return channel }
+        lifecycle = current
+        let action: ChannelLifecycle.Action
+        do {
+            action = try lifecycle.deleteRequested(force: force)
+        } catch {
+            let hint = current.state == .open || current.state == .ending
+                ? "it still carries the event's updates; end the event first, or force the delete"
+                : "its create is unresolved; try again once it settled"
+            throw ChannelSchedulerError.refused("channel \(id) is \(current.state.rawValue): \(hint)")
+        }
+        var report = SweepReport()
+        if case .deleteChannel = action {
+            try await delete(channel, from: current, to: lifecycle, fence: nil, report: &report)
+        } else if lifecycle != current {
+            try await channels.transition(channelID: id, from: current, to: lifecycle)
+        }
+        logger.info("channel deleted on an operator's request", ["channel": .int(id), "force": .bool(force)])
+        return try await channels.get(id: id) ?? channel
     }
 
     /// Lists every app's channels at APNs and compares them with the database, changing nothing but
@@ -298,8 +359,10 @@ public final class ChannelScheduler: Service {
     // MARK: one sweep
 
     /// Ends, opens, retries, resolves, deletes and (when asked) reconciles, under `fence`. A failure of
-    /// one item is logged and the sweep goes on; a lost lease or cancellation ends it.
-    public func sweep(fence: LeaseGrant, reconcileAll: Bool = false) async throws -> SweepReport {
+    /// one item is logged and the sweep goes on; a lost lease or cancellation ends it. `deleteUnknown`
+    /// overrides the configured deletion of unknown channels.
+    public func sweep(fence: LeaseGrant, reconcileAll: Bool = false, deleteUnknown: Bool? = nil) async throws -> SweepReport {
+        let deleteUnknown = deleteUnknown ?? configuration.deleteUnknown
         var report = SweepReport()
         let work = try await channels.dueWork(leadTime: configuration.leadTime, deleteDelay: configuration.deleteDelay,
                                               endGrace: configuration.endGrace, now: databaseNow, limit: configuration.batchLimit)
@@ -339,7 +402,7 @@ public final class ChannelScheduler: Service {
         for (appID, unresolved) in Dictionary(grouping: work.unresolvedCreates, by: \.appID) {
             reconciled.insert(appID)
             try await isolated("reconcile app", appID) {
-                try await reconcile(appID: appID, unresolved: unresolved, fence: fence, report: &report)
+                try await reconcile(appID: appID, unresolved: unresolved, deleteUnknown: deleteUnknown, fence: fence, report: &report)
             }
         }
         for channel in work.deletionsDue {
@@ -354,7 +417,7 @@ public final class ChannelScheduler: Service {
         if reconcileAll {
             for app in try await catalog.apps() where !reconciled.contains(app.id) {
                 try await isolated("reconcile app", app.id) {
-                    try await reconcile(appID: app.id, unresolved: [], fence: fence, report: &report)
+                    try await reconcile(appID: app.id, unresolved: [], deleteUnknown: deleteUnknown, fence: fence, report: &report)
                 }
             }
         }
@@ -406,7 +469,7 @@ public final class ChannelScheduler: Service {
 
     /// Creates the channel at APNs (after the quota check) and records the lifecycle step it leads to.
     private func create(_ channel: ChannelRecord, from before: ChannelLifecycle, to creating: ChannelLifecycle, attempt: Int,
-                        fence: LeaseGrant, report: inout SweepReport) async throws {
+                        fence: LeaseGrant?, report: inout SweepReport) async throws {
         guard let app = try await catalog.app(id: channel.appID) else { return }
         let appLabel = "\(app.bundleID)/\(app.environment)"
         // A retry (creating, create_unknown) is already counted: it takes no new place.
@@ -468,7 +531,7 @@ public final class ChannelScheduler: Service {
     }
 
     /// Leaves the channel where it was (planned, or creating waiting for a retry) with the quota error.
-    private func refuseForQuota(_ channel: ChannelRecord, state: ChannelLifecycle, app: String, error: String, fence: LeaseGrant,
+    private func refuseForQuota(_ channel: ChannelRecord, state: ChannelLifecycle, app: String, error: String, fence: LeaseGrant?,
                                 report: inout SweepReport) async throws {
         let retryAt: Date? = state.state == .creating ? clock.now.addingTimeInterval(configuration.quotaRetryDelay) : nil
         try await channels.transition(channelID: channel.id, from: state, to: state, nextAttemptAt: retryAt, error: error,
@@ -482,7 +545,7 @@ public final class ChannelScheduler: Service {
     }
 
     /// Deletes the channel at APNs and records the lifecycle step (deleted, or a retry).
-    private func delete(_ channel: ChannelRecord, from before: ChannelLifecycle, to deleting: ChannelLifecycle, fence: LeaseGrant,
+    private func delete(_ channel: ChannelRecord, from before: ChannelLifecycle, to deleting: ChannelLifecycle, fence: LeaseGrant?,
                         report: inout SweepReport) async throws {
         guard let app = try await catalog.app(id: channel.appID), let apnsID = channel.apnsChannelID else { return }
         guard try await channels.transition(channelID: channel.id, from: before, to: deleting, inFlightTimeout: configuration.inFlightTimeout,
@@ -514,7 +577,8 @@ public final class ChannelScheduler: Service {
 
     /// Compares the app's channel list at APNs with the database: settles timed-out creates, flags
     /// channels APNs lost, deletes resurrected ones, reports unknown ones (deleting old ones if configured).
-    private func reconcile(appID: Int, unresolved: [ChannelRecord], fence: LeaseGrant, report: inout SweepReport) async throws {
+    private func reconcile(appID: Int, unresolved: [ChannelRecord], deleteUnknown: Bool, fence: LeaseGrant,
+                           report: inout SweepReport) async throws {
         guard let app = try await catalog.app(id: appID) else { return }
         let appLabel = "\(app.bundleID)/\(app.environment)"
         let listedAt = clock.now
@@ -569,9 +633,9 @@ public final class ChannelScheduler: Service {
             report.unknown.append(apnsID)
             if newlyRecorded.contains(channel.id) {
                 logger.warning("unknown channel in APNs' list", ["app": .string(appLabel), "apns_channel_id": .string(apnsID),
-                                                                 "delete_unknown": .bool(configuration.deleteUnknown)])
+                                                                 "delete_unknown": .bool(deleteUnknown)])
             }
-            guard configuration.deleteUnknown,
+            guard deleteUnknown,
                   let seen = channel.firstSeenAt, clock.now.timeIntervalSince(seen) >= configuration.unknownDeleteGrace else { continue }
             guard try await channels.beginDeletingUnknown(channelID: channel.id, inFlightTimeout: configuration.inFlightTimeout,
                                                           fence: fence, now: databaseNow) else { continue }

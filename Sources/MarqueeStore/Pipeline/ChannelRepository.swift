@@ -138,6 +138,17 @@ public struct ChannelRepository: Sendable {
             """).first.map(ChannelRecord.init(row:))
     }
 
+    /// Channels newest first, optionally of one app, in one stored state, or of one event.
+    public func list(appID: Int? = nil, state: StoredChannelState? = nil, eventID: Int? = nil,
+                     limit: Int = 100) async throws -> [ChannelRecord] {
+        try await pool.query("""
+            SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
+            WHERE (\(appID)::bigint IS NULL OR app_id = \(appID)) AND (\(state?.rawValue)::text IS NULL OR state = \(state?.rawValue))
+              AND (\(eventID)::bigint IS NULL OR event_id = \(eventID))
+            ORDER BY id DESC LIMIT \(limit)
+            """).map(ChannelRecord.init(row:))
+    }
+
     /// The event's channels, newest first (the live one, if any, is among them).
     public func channels(eventID: Int) async throws -> [ChannelRecord] {
         try await pool.query("""
