@@ -39,7 +39,9 @@ struct ChannelOperationsTests {
             // Without deleteUnknown the orphan is recorded as unknown and left alone (another backend may own it).
             let recorded = try await h.api("POST", "/v1/channels/reconcile", ["dryRun": false, "deleteUnknown": false])
             #expect(recorded.status == 200, "\(recorded.text)")
-            #expect(Self.ids(Self.report(recorded, app: h.appID), "deleted").isEmpty)
+            let recordedReport = Self.report(recorded, app: h.appID)
+            #expect(Self.ids(recordedReport, "unrecorded").union(Self.ids(recordedReport, "unknown")) == [orphan], "\(recorded.text)")
+            #expect(recordedReport?["deleted"] == [], "\(recorded.text)")
             #expect(h.simulator.engine.channel(id: orphan) != nil)
             let unknown = try await h.api("GET", "/v1/channels?app=\(h.appID)&state=unknown")
             let listed = unknown.json["channels"]?.arrayValue ?? []
