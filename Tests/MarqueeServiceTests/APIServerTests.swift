@@ -27,6 +27,12 @@ struct APIServerTests {
         "POST /v1/channels/reconcile": .scope(.admin),
         "POST /v1/channels/sweep": .scope(.admin),
         "GET /v1/status": .scope(.admin),
+        "POST /v1/events": .scope(.admin),
+        "GET /v1/events": .scope(.admin),
+        "GET /v1/events/{id}": .scope(.admin),
+        "GET /v1/events/{id}/state": .scope(.tokens),
+        "POST /v1/events/{id}/updates": .scope(.ingest),
+        "POST /v1/events/{id}/end": .scope(.ingest),
     ]
 
     /// Checks the one error format and returns the answer.

@@ -81,6 +81,28 @@ struct PipelineSchedulerTests {
         #expect(f.apns.state.withLock { $0.creates } == 0)
     }
 
+    @Test func anEventWhoseChannelWasLostEndsWithItsPendingUpdatesUnsent() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now.addingTimeInterval(-3600), endsAt: f.clock.now.addingTimeInterval(60))
+        let channel = try await f.openChannel(eventID: event.id)
+        var lifecycle = try #require(channel.lifecycle)
+        let before = lifecycle
+        _ = try lifecycle.channelNotRegistered()
+        try await f.channels.transition(channelID: channel.id, from: before, to: lifecycle)
+        let update = try await f.post(event.id, ["home": 1, "away": 0, "minute": 12], at: f.clock.now)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 1)
+
+        f.clock.advance(by: 60 + 1801)
+        #expect(try await f.scheduler().tick()?.eventsEnded == [event.id])
+        #expect(try await f.events.get(id: event.id)?.status == .ended)
+        #expect(try await f.dispositions(eventID: event.id) == ["unsent": 2])
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+        #expect(try await f.events.counts(eventID: event.id).unsent == 2)
+        #expect(try await f.scalar(String.self, "SELECT disposition FROM updates WHERE id = \(update.id)") == "unsent")
+        #expect(f.apns.broadcasts.isEmpty)
+    }
+
     @Test func onlyTheLeaseHolderActsAndShutdownHandsTheLeaseOver() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

@@ -171,6 +171,7 @@ public final class MarqueeDaemon: Sendable {
             AppRoutes(apps: apps),
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
             ChannelRoutes(pool: pool, scheduler: scheduler),
+            EventRoutes(pool: pool, types: attributeTypes),
         ]
     }
 

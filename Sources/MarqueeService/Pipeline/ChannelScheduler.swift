@@ -463,7 +463,7 @@ public final class ChannelScheduler: Service {
             try await channels.transition(channelID: live.id, from: before, to: lifecycle, fence: fence, now: databaseNow)
         }
         if live == nil || live?.state == .lifecycle(.planned) || live?.state == .lifecycle(.createFailed) {
-            try await events.setStatus(eventID: event.id, to: .ended, expected: [.ending])
+            try await events.endWithoutChannel(eventID: event.id, expected: [.ending])
         }
     }
 

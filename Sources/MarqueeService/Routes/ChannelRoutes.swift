@@ -33,22 +33,22 @@ public struct ChannelRoutes: APIRoutes {
             let list = try await channels.list(appID: try Self.positive(request, "app"), state: state,
                                                eventID: try Self.positive(request, "event"),
                                                limit: try Self.positive(request, "limit", max: 500) ?? 100)
-            return .json(["channels": .array(list.map(Self.json))])
+            return .json(["channels": .array(list.map(EventRoutes.json))])
         }
         table.add("GET", "/v1/channels/{id}", access: .scope(.admin)) { [channels, deliveries] request in
             let channel = try await Self.channel(request, channels)
-            guard case .object(var object) = Self.json(channel) else { return .json(Self.json(channel)) }
+            guard case .object(var object) = EventRoutes.json(channel) else { return .json(EventRoutes.json(channel)) }
             object["deliveries"] = .array(try await deliveries.recent(channelID: channel.id).map(Self.json))
             return .json(.object(object))
         }
         table.add("DELETE", "/v1/channels/{id}", access: .scope(.admin)) { [channels, scheduler] request in
             let channel = try await Self.channel(request, channels)
             let force = try Self.bool(request.query["force"], field: "force")
-            return .json(Self.json(try await Self.operate { try await scheduler.deleteChannel(id: channel.id, force: force) }), status: 202)
+            return .json(EventRoutes.json(try await Self.operate { try await scheduler.deleteChannel(id: channel.id, force: force) }), status: 202)
         }
         table.add("POST", "/v1/events/{id}/channel/recreate", access: .scope(.admin)) { [scheduler] request in
             guard let eventID = Int(request.parameter("id")), eventID > 0 else { throw APIError.notFound("event") }
-            return .json(Self.json(try await Self.operate { try await scheduler.recreateChannel(eventID: eventID) }), status: 202)
+            return .json(EventRoutes.json(try await Self.operate { try await scheduler.recreateChannel(eventID: eventID) }), status: 202)
         }
         table.add("POST", "/v1/channels/reconcile", access: .scope(.admin), takesBody: true) { [scheduler] request in
             let body = try request.bodyObject()
@@ -140,21 +140,6 @@ public struct ChannelRoutes: APIRoutes {
     private static func ids(_ ids: [Int]) -> JSONValue { .array(ids.map { .int(Int64($0)) }) }
     private static func optional(_ int: Int?) -> JSONValue { int.map { .int(Int64($0)) } ?? .null }
     private static func optional(_ int: Int64?) -> JSONValue { int.map(JSONValue.int) ?? .null }
-    private static func optional(_ date: Date?) -> JSONValue { date.map { .string($0.ISO8601Format()) } ?? .null }
-
-    /// The API's view of a channel.
-    public static func json(_ channel: ChannelRecord) -> JSONValue {
-        [
-            "id": .int(Int64(channel.id)), "app": .int(Int64(channel.appID)), "event": optional(channel.eventID),
-            "apnsChannelId": channel.apnsChannelID.map(JSONValue.string) ?? .null,
-            "storagePolicy": .string(channel.storagePolicy.rawValue), "state": .string(channel.state.rawValue),
-            "attempts": .int(Int64(channel.attempts)), "nextAttemptAt": optional(channel.nextAttemptAt),
-            "requestedAt": optional(channel.requestedAt), "openedAt": optional(channel.openedAt), "endedAt": optional(channel.endedAt),
-            "deletedAt": optional(channel.deletedAt), "firstSeenAt": optional(channel.firstSeenAt),
-            "lastApsTimestamp": optional(channel.lastApsTimestamp), "lastError": channel.lastError.map(JSONValue.string) ?? .null,
-            "lastErrorAt": optional(channel.lastErrorAt), "createdAt": .string(channel.createdAt.ISO8601Format()),
-        ]
-    }
 
     /// The API's view of one APNs exchange.
     public static func json(_ delivery: DeliveryRecord) -> JSONValue {
@@ -167,7 +152,7 @@ public struct ChannelRoutes: APIRoutes {
             "status": optional(draft.status), "reason": draft.reason.map(JSONValue.string) ?? .null,
             "latencyMicroseconds": optional(draft.latencyMicroseconds), "priority": optional(draft.priority),
             "attempt": .int(Int64(draft.attempt)), "apsTimestamp": optional(draft.apsTimestamp),
-            "sentAt": .string(delivery.sentAt.ISO8601Format()),
+            "sentAt": EventRoutes.json(delivery.sentAt),
         ]
     }
 

@@ -230,8 +230,9 @@ public struct ChannelRepository: Sendable {
     static func resumeBroadcasting(eventID: Int, on tx: PostgresConnection) async throws {
         try await tx.query("""
             WITH cleared AS (UPDATE events SET channel_lost = false, updated_at = now() WHERE id = \(eventID) AND channel_lost)
-            INSERT INTO outbox (event_id, update_id)
-            SELECT \(eventID), max(id) FROM updates WHERE event_id = \(eventID) AND disposition = 'pending' HAVING count(*) > 0
+            INSERT INTO outbox (event_id, update_id, not_before)
+            SELECT \(eventID), id, not_before FROM updates WHERE event_id = \(eventID) AND disposition = 'pending'
+            ORDER BY id DESC LIMIT 1
             ON CONFLICT (event_id) DO NOTHING
             """)
         try await tx.query("SELECT pg_notify(\(IngestRepository.notifyChannel), \(String(eventID)))")
