@@ -228,6 +228,17 @@ final class BroadcastHarness: Sendable {
         return result
     }
 
+    /// Waits until none of the event's updates is pending (APNs answers before the dispatcher records), then
+    /// returns the update rows by disposition.
+    func settledDispositions(of event: Int, timeout: Double = 30) async throws -> [String: Int] {
+        var dispositions: [String: Int] = [:]
+        try await waitUntil("no update of event \(event) is pending", timeout: timeout) {
+            dispositions = try await self.dispositions(of: event)
+            return dispositions["pending"] == nil
+        }
+        return dispositions
+    }
+
     // MARK: - Waiting
 
     struct Timeout: Error, CustomStringConvertible {

@@ -131,7 +131,7 @@ struct BroadcastPipelineTests {
             #expect(pushes.dropFirst().allSatisfy { $0.push.aps.alert == nil })
 
             // The delivery rows agree with what APNs accepted, and every update was broadcast.
-            #expect(try await h.dispositions(of: kept) == ["broadcast": 5])
+            #expect(try await h.settledDispositions(of: kept) == ["broadcast": 5])
             #expect(try await h.count("""
                 SELECT count(*)::bigint AS n FROM deliveries d JOIN channels c ON c.id = d.channel_id
                 WHERE c.event_id = \(kept) AND d.kind = 'broadcast' AND d.status = 200
@@ -159,10 +159,7 @@ struct BroadcastPipelineTests {
                 #expect(answer.status == 202, "\(answer.text)")
             }
             let pushes = try await h.waitForState(state, on: channel)
-            try await h.waitUntil("every update of the burst is broadcast or conflated") {
-                try await h.dispositions(of: event)["pending"] == nil
-            }
-            let dispositions = try await h.dispositions(of: event)
+            let dispositions = try await h.settledDispositions(of: event)
             #expect(dispositions.values.reduce(0, +) == 30)
             #expect(Set(dispositions.keys).isSubset(of: ["broadcast", "conflated"]), "\(dispositions)")
             #expect(dispositions["broadcast"] == pushes.count, "\(dispositions) vs \(pushes.count) received")
@@ -211,7 +208,7 @@ struct BroadcastPipelineTests {
             #expect(!pushes.contains { [5, 20].contains($0.push.aps.contentState?.minute) })
             let timestamps = pushes.map(\.push.aps.timestamp)
             #expect(zip(timestamps, timestamps.dropFirst()).allSatisfy { $0 < $1 }, "\(timestamps)")
-            let dispositions = try await h.dispositions(of: event)
+            let dispositions = try await h.settledDispositions(of: event)
             #expect(dispositions["superseded"] == 2 && dispositions["pending"] == nil, "\(dispositions)")
 
             // The newest state wins in the event too.
@@ -251,7 +248,7 @@ struct BroadcastPipelineTests {
             #expect(other.status == 202 && other.text != first.text)
             let pushes = try await h.waitForState(next, on: channel)
             #expect(pushes.map { $0.push.aps.contentState?.minute } == [7, 9])
-            #expect(try await h.dispositions(of: event) == ["broadcast": 2])
+            #expect(try await h.settledDispositions(of: event) == ["broadcast": 2])
         }
     }
 
@@ -262,7 +259,7 @@ struct BroadcastPipelineTests {
             let accepted = MatchState(period: .firstHalf, minute: 1)
             #expect(try await h.update(event, accepted).status == 202)
             try await h.waitForState(accepted, on: channel)
-            try await h.waitUntil("the accepted update is recorded broadcast") { try await h.dispositions(of: event) == ["broadcast": 1] }
+            #expect(try await h.settledDispositions(of: event) == ["broadcast": 1])
             func snapshot() async throws -> [Int] {
                 [
                     try await h.count("SELECT count(*)::bigint AS n FROM updates"),
