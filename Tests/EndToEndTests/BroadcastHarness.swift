@@ -140,6 +140,17 @@ final class BroadcastHarness: Sendable {
         return Response(status: response.status, body: response.body)
     }
 
+    /// The sum of a Prometheus counter's samples on serve number `instance` whose labels contain every `labels` pair.
+    func metric(_ name: String, _ labels: [String: String] = [:], instance: Int = 0) async throws -> Double {
+        let text = try await LoopbackHTTP.request(port: ports[instance], "GET", "/metrics").text
+        var sum = 0.0
+        for line in text.split(separator: "\n") where line.hasPrefix(name + "{") || line.hasPrefix(name + " ") {
+            guard labels.allSatisfy({ line.contains("\($0.key)=\"\($0.value)\"") }), let value = line.split(separator: " ").last else { continue }
+            sum += Double(value) ?? 0
+        }
+        return sum
+    }
+
     /// `POST /v1/events` for a match; returns the event id (the answer must be 201).
     func createEvent(_ externalID: String, startsAt: Date = Date().addingTimeInterval(600), endsAt: Date? = nil,
                      storagePolicy: String? = nil, state: MatchState = MatchState()) async throws -> Int {

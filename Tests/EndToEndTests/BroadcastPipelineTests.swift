@@ -341,7 +341,8 @@ struct BroadcastPipelineTests {
 
             // Then the channel is deleted at APNs after --channel-delete-delay.
             try await h.waitUntil("the channel is deleted at the simulator") { h.simulator.engine.channel(id: channel) == nil }
-            #expect(h.simulator.engine.channelOperations.contains { $0.kind == .delete && $0.channelID == channel })
+            let deletion = try #require(h.simulator.engine.channelOperations.first { $0.kind == .delete && $0.channelID == channel })
+            #expect(deletion.at.timeIntervalSince(end.broadcast.receivedAt) >= 1, "deleted before --channel-delete-delay")
             try await h.waitUntil("the channel is recorded deleted") {
                 try await h.event(event)["channel"]?["state"] == "deleted"
             }
@@ -370,6 +371,8 @@ struct BroadcastPipelineTests {
             #expect(end.broadcast.receivedAt >= endsAt.addingTimeInterval(1), "ended before endsAt + --end-grace")
             #expect(end.push.aps.contentState == state)
             try await h.waitUntil("the channel is deleted at the simulator") { h.simulator.engine.channel(id: channel) == nil }
+            let deletion = try #require(h.simulator.engine.channelOperations.first { $0.kind == .delete && $0.channelID == channel })
+            #expect(deletion.at.timeIntervalSince(end.broadcast.receivedAt) >= 1, "deleted before --channel-delete-delay")
             try await h.waitUntil("the event is ended and its channel deleted") {
                 let detail = try await h.event(event)
                 return detail["status"] == "ended" && detail["channel"]?["state"] == "deleted"

@@ -196,6 +196,10 @@ struct ChannelOperationsTests {
                 total += pushes.count
             }
             #expect(h.simulator.engine.broadcasts.count == total)
+            // The two processes' own counts of accepted broadcasts add up to what APNs received.
+            let counted = [try await h.metric("marquee_broadcasts_total", ["result": "accepted"], instance: 0),
+                           try await h.metric("marquee_broadcasts_total", ["result": "accepted"], instance: 1)]
+            #expect(counted.reduce(0, +) == Double(total), "\(counted) for \(total) broadcasts")
             #expect(try await h.count("""
                 SELECT count(*)::bigint AS n FROM (SELECT update_id FROM deliveries WHERE kind = 'broadcast' AND status = 200
                 GROUP BY update_id HAVING count(*) > 1) twice
