@@ -321,6 +321,64 @@ struct EventRoutesTests {
         #expect(await s.state(event)?["contentState"] == (await s.harness.send("GET", "/v1/events/\(event)", key: s.admin).json?["contentState"]))
     }
 
+    /// The limit applies to the payload APNs would get (`{"aps": {...}}` with this state), to the byte.
+    @Test func payloadLimitIsTheRealPayloadSize() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        let current = try #require(await s.state(event)?["contentState"]?.objectValue)
+        func payloadSize(scorerLength: Int) -> Int {
+            var state = current
+            state["lastScorer"] = .string(String(repeating: "x", count: scorerLength))
+            // Keys in schema order, as the encoder writes them.
+            var ordered = JSONObject()
+            for key in ["homeScore", "awayScore", "period", "minute", "lastScorer", "kickoff", "halfWindow", "goals"] {
+                if let value = state[key] { ordered[key] = value }
+            }
+            return LiveActivityPayload.update(timestamp: 1_800_000_000, contentState: .object(ordered)).bytes.count
+        }
+        let fitting = 4096 - payloadSize(scorerLength: 0)
+        #expect(payloadSize(scorerLength: fitting) == 4096)
+        func post(_ length: Int) async -> APIHarness.Answer {
+            await s.post("/v1/events/\(event)/updates",
+                         body: "{\"contentStatePatch\": {\"lastScorer\": \"\(String(repeating: "x", count: length))\"}}")
+        }
+        expectError(await post(fitting + 1), 422, code: "payload_too_large", field: "contentState")
+        #expect(try await s.harness.count("updates") == 0)
+        let accepted = await post(fitting)
+        #expect(accepted.status == 202, "\(accepted.text)")
+        #expect(try await s.harness.count("updates") == 1)
+        // The same state with an alert no longer fits.
+        expectError(await s.post("/v1/events/\(event)/updates", body: #"{"contentStatePatch": {"minute": 1}, "alert": {"title": "a", "body": "b"}}"#),
+                    422, code: "payload_too_large")
+    }
+
+    /// Merge patches of different fields sent at once all land (each applies to the state the previous left),
+    /// and concurrent duplicates of one idempotent request store it once and answer alike.
+    @Test func concurrentPatchesAndDuplicates() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        let path = "/v1/events/\(event)/updates"
+        let patches = [#"{"homeScore": 2}"#, #"{"awayScore": 3}"#, #"{"minute": 77}"#, #"{"period": "secondHalf"}"#, #"{"lastScorer": "Havertz"}"#]
+        let statuses = await withTaskGroup(of: Int.self) { group in
+            for patch in patches { group.addTask { await s.post(path, body: "{\"contentStatePatch\": \(patch)}").status } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(statuses == Array(repeating: 202, count: patches.count))
+        let state = try #require(await s.state(event)?["contentState"])
+        #expect(state["homeScore"] == 2 && state["awayScore"] == 3 && state["minute"] == 77)
+        #expect(state["period"] == "secondHalf" && state["lastScorer"] == "Havertz")
+
+        let body = #"{"contentStatePatch": {"minute": 80}}"#
+        let answers = await withTaskGroup(of: APIHarness.Answer.self) { group in
+            for _ in 0..<4 { group.addTask { await s.post(path, body: body, idempotencyKey: "dup") } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(answers.allSatisfy { $0.status == 202 && $0.response.body == answers[0].response.body }, "\(answers.map(\.text))")
+        #expect(try await s.harness.count("updates") == patches.count + 1)
+    }
+
     @Test func idempotentRetries() async throws {
         let s = try await Setup.make()
         defer { s.harness.pool.close() }
@@ -354,12 +412,27 @@ struct EventRoutesTests {
             expectError(await s.post(path, body: body, idempotencyKey: bad), 400, code: "bad_request", field: "idempotency-key")
         }
         #expect(try await s.harness.count("updates") == 3)
+        // A retry after the event ended still gets its first answer, not a 409.
+        try await s.harness.pool.execute("UPDATE events SET status = 'ended' WHERE id = \(event)")
+        let late = await s.post(path, body: body, idempotencyKey: "feed-42")
+        #expect(late.status == 202 && late.response.body == first.response.body, "\(late.text)")
+        expectError(await s.post(path, body: body, idempotencyKey: "feed-44"), 409, code: "conflict")
     }
 
     @Test func endWithAtThenNothingMore() async throws {
         let s = try await Setup.make()
         defer { s.harness.pool.close() }
         let event = try await s.event()
+        // An open channel: the end waits for the dispatcher.
+        let channels = ChannelRepository(pool: s.harness.pool)
+        let planned = try await channels.createPlanned(eventID: event)
+        var lifecycle = try #require(planned.lifecycle)
+        var before = lifecycle
+        _ = try lifecycle.leadTimeReached()
+        #expect(try await channels.transition(channelID: planned.id, from: before, to: lifecycle))
+        before = lifecycle
+        _ = try lifecycle.createSucceeded()
+        #expect(try await channels.transition(channelID: planned.id, from: before, to: lifecycle, apnsChannelID: "AAAAAAAAAAAAAAAAAAAAAA=="))
         // The end takes the latest state by default, or a patch of it.
         let ended = await s.post("/v1/events/\(event)/end", body: """
             {"contentStatePatch": {"period": "fullTime", "minute": 90}, "dismissalDate": "2026-11-29T21:00:00Z",
@@ -388,6 +461,50 @@ struct EventRoutesTests {
         expectError(await s.post("/v1/events/\(event)/updates", body: #"{"contentStatePatch": {"minute": 91}}"#), 409, code: "conflict")
         expectError(await s.post("/v1/events/\(event)/end", body: #"{"at": "soon"}"#), 422, field: "at")
         #expect(try await s.harness.count("updates") == 2)
+    }
+
+    /// The dispatcher holds an end with `at` back until then, then sends it with its dismissal date.
+    @Test(.enabled(if: PipelineServiceFixture.available)) func theDispatcherSendsAnEndAtItsTime() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        let at = f.clock.now.addingTimeInterval(600)
+        let dismissal = f.clock.now.addingTimeInterval(900)
+        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, dismissalDate: dismissal, occurredAt: nil, notBefore: at),
+                                      contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        let dispatcher = f.dispatcher()
+        #expect(try await dispatcher.dispatchOnce().isEmpty)
+        f.clock.advance(by: 599)
+        #expect(try await dispatcher.dispatchOnce().isEmpty)
+        #expect(f.apns.broadcasts.isEmpty)
+        f.clock.advance(by: 1)
+        let results = try await dispatcher.dispatchOnce()
+        guard case .sent = results.first else { Issue.record("expected the end to go, got \(results)"); return }
+        #expect(f.apns.broadcasts.last?.aps["event"] == "end")
+        #expect(f.apns.broadcasts.last?.aps["dismissal-date"] == .int(Int64(dismissal.timeIntervalSince1970)))
+        #expect(try await f.events.get(id: event.id)?.status == .ended)
+    }
+
+    /// Without an opened channel there is no activity to end: the event is ended at once.
+    @Test func anEventWithoutAnOpenChannelEndsAtOnce() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let bare = try await s.event()
+        #expect(await s.post("/v1/events/\(bare)/end", body: #"{"at": "2030-01-01T00:00:00Z"}"#).status == 202)
+        #expect(await s.state(bare)?["status"] == "ended")
+        #expect(await s.harness.send("GET", "/v1/events/\(bare)", key: s.admin).json?["counts"]?["unsent"] == 1)
+        #expect(try await s.harness.count("outbox") == 0)
+        expectError(await s.post("/v1/events/\(bare)/end", body: "{}"), 409, code: "conflict")
+
+        let planned = try await s.event()
+        let channel = try await ChannelRepository(pool: s.harness.pool).createPlanned(eventID: planned)
+        let ended = await s.post("/v1/events/\(planned)/end", body: "{}")
+        #expect(ended.status == 202, "\(ended.text)")
+        #expect(await s.state(planned)?["status"] == "ended")
+        #expect(try await ChannelRepository(pool: s.harness.pool).get(id: channel.id)?.state == .lifecycle(.deleted))
+        let detail = await s.harness.send("GET", "/v1/events/\(planned)", key: s.admin).json
+        #expect(detail?["channel"]?["state"] == "deleted")
     }
 
     @Test func keysBoundToAnotherAppSeeNoEvent() async throws {

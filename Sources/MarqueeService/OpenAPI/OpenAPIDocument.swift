@@ -238,7 +238,7 @@ public enum OpenAPIDocument {
     "/v1/events/{id}/end": {
       "post": {
         "operationId": "endEvent",
-        "summary": "Ends the event (ingest): the end broadcast carries the final content-state (default: the latest) and the dismissal date, not before 'at'. After it only another end is accepted; 409 once ended.",
+        "summary": "Ends the event (ingest): the end broadcast carries the final content-state (default: the latest) and the dismissal date, not before 'at'. After it only another end is accepted; 409 once ended. An event whose channel never opened (or was lost) is ended at once, its pending updates 'unsent'.",
         "parameters": [{ "name": "id", "in": "path", "required": true, "schema": { "type": "integer", "minimum": 1 } }, { "name": "Idempotency-Key", "in": "header", "required": false, "description": "1 to 255 printable ASCII characters. Per API key for 24 h: the same key with the same method, path and body gets the first answer (same status and body); with another request, 422 idempotency_key_reused.", "schema": { "type": "string", "minLength": 1, "maxLength": 255 } }],
         "requestBody": {
           "required": true,
@@ -481,7 +481,7 @@ public enum OpenAPIDocument {
           "kind": { "type": "string", "enum": ["match", "flight", "other"] },
           "attributeType": { "type": "string", "description": "An attribute type registered for the app (POST /v1/attribute-types)." },
           "attributes": { "type": "object", "description": "The ActivityAttributes values; dates as ISO 8601 text or Unix seconds." },
-          "contentState": { "type": "object", "description": "The initial ContentState." },
+          "contentState": { "type": "object", "description": "The initial ContentState. It holds from now, or from startsAt when the event already started (older updates are superseded)." },
           "startsAt": { "type": "string", "format": "date-time" },
           "endsAt": { "type": "string", "format": "date-time", "description": "After startsAt." },
           "storagePolicy": { "type": "string", "enum": ["mostRecent", "none"], "default": "mostRecent" },
@@ -600,7 +600,7 @@ public enum OpenAPIDocument {
           "staleDate": { "type": "string", "format": "date-time" },
           "relevanceScore": { "type": "number", "minimum": 0 },
           "priority": { "type": "string", "enum": ["auto", "high", "low"], "default": "auto", "description": "auto: 10 for an alert or a significant change, else 5." },
-          "occurredAt": { "type": "string", "format": "date-time", "description": "Default: now. Older than the latest state: recorded as superseded." }
+          "occurredAt": { "type": "string", "format": "date-time", "description": "Default: the time of arrival, never before the latest state. Older than the latest state: recorded as superseded." }
         }
       },
       "EndInput": {

@@ -369,6 +369,14 @@ public final class ChannelScheduler: Service {
         for event in work.eventsToEnd {
             try await isolated("end event", event.id) { try await end(event, fence: fence, report: &report) }
         }
+        for event in work.endsWithoutChannel {
+            try await isolated("end event without a channel", event.id) {
+                guard try await events.endWithoutChannel(eventID: event.id, expected: [.ending]) else { return }
+                report.eventsEnded.append(event.id)
+                logger.warning("event ended with no channel to carry the end; its pending updates are unsent",
+                               ["event": .int(event.id), "external_id": .string(event.externalID)])
+            }
+        }
         var planned = work.plannedChannels
         for event in work.eventsNeedingChannel {
             try await isolated("plan channel for event", event.id) {
@@ -415,6 +423,11 @@ public final class ChannelScheduler: Service {
             }
         }
         if reconcileAll {
+            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours.
+            try await isolated("purge idempotency keys", 0) {
+                let purged = try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
+                if purged > 0 { logger.info("expired idempotency keys purged", ["count": .int(purged)]) }
+            }
             for app in try await catalog.apps() where !reconciled.contains(app.id) {
                 try await isolated("reconcile app", app.id) {
                     try await reconcile(appID: app.id, unresolved: [], deleteUnknown: deleteUnknown, fence: fence, report: &report)

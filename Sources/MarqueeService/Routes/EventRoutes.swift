@@ -71,7 +71,7 @@ public struct EventRoutes: APIRoutes {
             let event = try await events.create(NewEvent(
                 appID: appID, externalID: externalID, kind: kind, attributeTypeID: stored.id, attributes: attributes,
                 storagePolicy: storagePolicy, startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
-                initialStateAt: min(Date(), startsAt)))
+                initialStateAt: startsAt < Date() ? startsAt : nil))
             typeOfEvent.remember(eventID: event.id, typeID: stored.id)
             return .json(Self.json(event, typeName: stored.type.name), status: 201)
         } catch PipelineError.externalIDTaken(let app, let external) {

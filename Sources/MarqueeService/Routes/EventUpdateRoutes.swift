@@ -48,7 +48,8 @@ extension EventRoutes {
         let relevanceScore = try body.optionalDouble("relevanceScore")
         if let relevanceScore, relevanceScore < 0 { throw APIError.validation("must be 0 or more", field: "relevanceScore") }
         let priority: RequestedPriority = try body.choice("priority", default: .auto)
-        let occurredAt = try body.optionalDate("occurredAt") ?? Date()
+        // Absent: the time of arrival under the event lock (IngestRepository), never superseded.
+        let occurredAt = try body.optionalDate("occurredAt")
         let dismissalDate = action == .end ? try body.optionalDate("dismissalDate") : nil
         let notBefore = action == .end ? try body.optionalDate("at") : nil
 
@@ -96,8 +97,30 @@ extension EventRoutes {
                            message: "this Idempotency-Key was used in the last 24 h with another request; use a new key",
                            field: "idempotency-key")
         }
+        if action == .end, case .accepted(let update, _) = result, update.disposition == .pending {
+            try await endIfNothingToBroadcast(eventID: eventID)
+        }
         let answer = result.response
         return HTTPResponse(status: answer.status, headers: ["content-type": "application/json"], body: Array(answer.body))
+    }
+
+    /// An event no channel can carry (none, planned, create failed, or lost) has no activity to reach: the
+    /// channel is dropped, the event ended at once and its pending updates recorded 'unsent', as the
+    /// scheduler does for events past their end. A channel being created or open gets the end broadcast
+    /// from the dispatcher instead.
+    private func endIfNothingToBroadcast(eventID: Int) async throws {
+        let live = try await channels.channels(eventID: eventID).first { channel in
+            guard case .lifecycle(let state) = channel.state else { return false }
+            return [.planned, .creating, .createUnknown, .createFailed, .open, .ending].contains(state)
+        }
+        if let live {
+            guard var lifecycle = live.lifecycle, lifecycle.state == .planned || lifecycle.state == .createFailed else { return }
+            let before = lifecycle
+            _ = try lifecycle.endRequested()
+            // Stale (the scheduler started the create meanwhile): the dispatcher will send the end.
+            guard try await channels.transition(channelID: live.id, from: before, to: lifecycle) else { return }
+        }
+        try await events.endWithoutChannel(eventID: eventID, expected: [.ending])
     }
 
     /// The event's attribute type (cached per event: it never changes). 404 for an event outside the key's app.

@@ -73,10 +73,13 @@ public struct SchedulerWork: Sendable, Equatable {
     public var deletionsDue: [ChannelRecord] = []
     /// Events past `ends_at` plus the grace period with no end requested: end them.
     public var eventsToEnd: [EventRecord] = []
+    /// Events ending with no channel left that could carry the end (its create failed for good, or it
+    /// was lost): they end without one.
+    public var endsWithoutChannel: [EventRecord] = []
 
     public var isEmpty: Bool {
         eventsNeedingChannel.isEmpty && plannedChannels.isEmpty && retriesDue.isEmpty && unresolvedCreates.isEmpty
-            && deletionsDue.isEmpty && eventsToEnd.isEmpty
+            && deletionsDue.isEmpty && eventsToEnd.isEmpty && endsWithoutChannel.isEmpty
     }
 }
 
@@ -278,6 +281,13 @@ public struct ChannelRepository: Sendable {
                   AND e.ends_at + make_interval(secs => \(endGrace)) <= coalesce(\(now), now())
                   AND NOT EXISTS (SELECT 1 FROM updates u WHERE u.event_id = e.id AND u.action = 'end')
                 ORDER BY e.ends_at, e.id LIMIT \(limit)
+                """).map(EventRecord.init(row:))
+            work.endsWithoutChannel = try await tx.query("""
+                SELECT \(unsafeRaw: EventRecord.columns) FROM events e
+                WHERE e.status = 'ending'
+                  AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
+                                  AND c.state IN ('planned', 'creating', 'create_unknown', 'open', 'ending'))
+                ORDER BY e.id LIMIT \(limit)
                 """).map(EventRecord.init(row:))
             return work
         }
