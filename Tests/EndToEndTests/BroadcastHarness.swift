@@ -49,6 +49,12 @@ final class BroadcastHarness: Sendable {
             let registered = try await harness.api("POST", "/v1/attribute-types", MatchState.attributeType(app: harness.appID))
             try #require(registered.status == 201, "POST /v1/attribute-types: \(registered.text)")
             let result = try await body(harness)
+            // Every payload APNs accepted in the test must decode as the app declares it.
+            for broadcast in harness.simulator.engine.broadcasts {
+                #expect(throws: Never.self, "\(String(decoding: broadcast.payload, as: UTF8.self))") {
+                    try JSONDecoder().decode(ActivityPush.self, from: Data(broadcast.payload))
+                }
+            }
             await harness.stop()
             return result
         } catch {
@@ -153,7 +159,7 @@ final class BroadcastHarness: Sendable {
 
     /// `POST /v1/events` for a match; returns the event id (the answer must be 201).
     func createEvent(_ externalID: String, startsAt: Date = Date().addingTimeInterval(600), endsAt: Date? = nil,
-                     storagePolicy: String? = nil, state: MatchState = MatchState()) async throws -> Int {
+                     storagePolicy: String? = nil, state: MatchState = MatchState(), instance: Int = 0) async throws -> Int {
         var body: JSONObject = [
             "app": .int(Int64(appID)), "externalId": .string(externalID), "kind": "match", "attributeType": "MatchAttributes",
             "attributes": ["homeTeam": "Arsenal", "awayTeam": "Chelsea"], "contentState": state.input,
@@ -161,7 +167,7 @@ final class BroadcastHarness: Sendable {
         ]
         body["endsAt"] = .string(Self.iso(endsAt ?? startsAt.addingTimeInterval(7200)))
         if let storagePolicy { body["storagePolicy"] = .string(storagePolicy) }
-        let response = try await api("POST", "/v1/events", .object(body))
+        let response = try await api("POST", "/v1/events", .object(body), instance: instance)
         try #require(response.status == 201, "POST /v1/events: \(response.status) \(response.text)")
         return Int(try #require(response.json["id"]?.intValue, "no id in \(response.text)"))
     }
@@ -175,17 +181,17 @@ final class BroadcastHarness: Sendable {
     }
 
     /// `GET /v1/events/{id}` (must answer 200).
-    func event(_ id: Int) async throws -> JSONValue {
-        let response = try await api("GET", "/v1/events/\(id)")
+    func event(_ id: Int, instance: Int = 0) async throws -> JSONValue {
+        let response = try await api("GET", "/v1/events/\(id)", instance: instance)
         try #require(response.status == 200, "GET /v1/events/\(id): \(response.status) \(response.text)")
         return response.json
     }
 
     /// Waits until the event's channel is open; returns its APNs channel id.
-    func openChannel(of event: Int, timeout: Double = 30) async throws -> String {
+    func openChannel(of event: Int, timeout: Double = 30, instance: Int = 0) async throws -> String {
         var channel: JSONValue?
         try await waitUntil("event \(event)'s channel opens", timeout: timeout) {
-            channel = try await self.event(event)["channel"]
+            channel = try await self.event(event, instance: instance)["channel"]
             return channel?["state"] == "open" && channel?["apnsChannelId"]?.stringValue != nil
         }
         return try #require(channel?["apnsChannelId"]?.stringValue)

@@ -325,6 +325,9 @@ struct BroadcastPipelineTests {
             ])
             #expect(ended.status == 202, "\(ended.text)")
             #expect(ended.json["update"]?["action"] == "end")
+            // Once ending, the event takes no more updates.
+            let tooLate = try await h.update(event, live)
+            #expect(tooLate.status == 409, "\(tooLate.text)")
 
             var endPush: (broadcast: ReceivedBroadcast, push: ActivityPush)?
             try await h.waitUntil("the end broadcast arrives") {

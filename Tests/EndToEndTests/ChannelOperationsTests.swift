@@ -207,6 +207,34 @@ struct ChannelOperationsTests {
         }
     }
 
+    @Test func aStoppedLeaderLeavesTheSchedulerAndTheDispatcherToTheOtherInstance() async throws {
+        try await BroadcastHarness.run(instances: 2) { h in
+            let first = try await h.createEvent("before-stop", state: MatchState(period: .firstHalf))
+            let firstChannel = try await h.openChannel(of: first)
+            // The lease holder names its process (host-pid-random).
+            func holder() async throws -> Int? {
+                let rows = try await h.pool.query("SELECT holder FROM leader_leases WHERE expires_at > now()")
+                guard let holder = try rows.first?.decode(String.self, column: "holder") else { return nil }
+                return h.serves.firstIndex { holder.contains("-\($0.process.processIdentifier)-") }
+            }
+            let leader = try #require(try await holder(), "no instance holds the scheduler lease")
+            let other = 1 - leader
+
+            // SIGTERM gives the lease back and the process exits 0; the other instance carries on alone.
+            h.serves[leader].signal(SIGTERM)
+            #expect(await h.serves[leader].wait() == 0, "\(BroadcastHarness.tail(h.serves[leader].stderr))")
+            let second = try await h.createEvent("after-stop", state: MatchState(period: .firstHalf), instance: other)
+            let secondChannel = try await h.openChannel(of: second, instance: other)
+            #expect(try await holder() == other)
+            for (event, channel) in [(first, firstChannel), (second, secondChannel)] {
+                let state = MatchState(period: .firstHalf, minute: 33)
+                #expect(try await h.update(event, state, instance: other).status == 202)
+                try await h.waitForState(state, on: channel)
+                #expect(try await h.settledDispositions(of: event) == ["broadcast": 1])
+            }
+        }
+    }
+
     @Test func theRoutesOfThisIssueAnswerOnlyTheirScopes() async throws {
         try await BroadcastHarness.run { h in
             let ingest = try await h.key(scope: "ingest")
