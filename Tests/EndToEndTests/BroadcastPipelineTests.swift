@@ -46,7 +46,8 @@ struct BroadcastPipelineTests {
 
     @Test func updatesBecomeBroadcastsWithTheRightHeadersAndPayloads() async throws {
         try await BroadcastHarness.run { h in
-            // Kicked off already, so only the fields each update changes decide its priority.
+            // Kicked off already. The first broadcast carries an alert (priority 10 whatever it is compared with);
+            // after it, the fields each update changes decide its priority under `auto`.
             let started = MatchState(period: .firstHalf)
             let kept = try await h.createEvent("epl-1", state: started)
             let unstored = try await h.createEvent("epl-2", storagePolicy: "none", state: started)
