@@ -45,10 +45,12 @@ enum MarqueeProcess {
     }
 
     /// Starts `marquee serve --listen 127.0.0.1:0 --log-format json arguments...` and waits for its `listening`
-    /// line; returns the process and the port it bound.
+    /// line; returns the process and the port it bound. Unless told otherwise it keeps 6 database connections,
+    /// so that the many serve processes of a parallel run stay within the test cluster's connection limit.
     static func serve(databaseURL: String, arguments: [String] = [], environment extra: [String: String] = [:]) async throws
         -> (process: Running, port: Int) {
-        let serve = try start(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"] + arguments,
+        let pool = arguments.contains("--max-connections") ? [] : ["--max-connections", "6"]
+        let serve = try start(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"] + pool + arguments,
                               databaseURL: databaseURL, environment: extra)
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {

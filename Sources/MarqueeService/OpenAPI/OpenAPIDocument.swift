@@ -330,7 +330,7 @@ public enum OpenAPIDocument {
           } } }
         },
         "responses": {
-          "200": { "description": "What was found (a dry run) or the sweep that reconciled.", "content": { "application/json": { "schema": { "type": "object" } } } },
+          "200": { "description": "Per app, what a reconcile would do (dryRun) or did; a real one also carries the sweep it ran in.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ReconcileReport" } } } },
           "400": { "$ref": "#/components/responses/Error" },
           "401": { "$ref": "#/components/responses/Error" },
           "403": { "$ref": "#/components/responses/Error" },
@@ -412,7 +412,20 @@ public enum OpenAPIDocument {
         "type": "object",
         "properties": {
           "opened": { "type": "array", "items": { "type": "integer" } }, "createRetries": { "type": "array", "items": { "type": "integer" } }, "createsUnknown": { "type": "array", "items": { "type": "integer" } }, "createsFailed": { "type": "array", "items": { "type": "integer" } }, "quotaRefused": { "type": "array", "items": { "type": "integer" } }, "eventsEnded": { "type": "array", "items": { "type": "integer" } },
-          "deleted": { "type": "array", "items": { "type": "integer" } }, "lost": { "type": "array", "items": { "type": "integer" } }, "unknown": { "type": "array", "items": { "type": "string" } }, "unknownDeleted": { "type": "array", "items": { "type": "string" } }, "reconciledApps": { "type": "array", "items": { "type": "integer" } }
+          "deleted": { "type": "array", "items": { "type": "integer" } }, "lost": { "type": "array", "items": { "type": "integer" } }, "unknown": { "type": "array", "items": { "type": "string" } }, "unknownDeleted": { "type": "array", "items": { "type": "string" } }
+        }
+      },
+      "ReconcileReport": {
+        "type": "object", "required": ["apps"],
+        "properties": {
+          "apps": { "type": "array", "items": { "type": "object", "required": ["app", "unrecorded", "unknown", "missing", "resurrected", "deleted"], "properties": {
+            "app": { "type": "integer" },
+            "unrecorded": { "type": "array", "items": { "type": "string" }, "description": "Apple ids no row had (recorded as unknown unless a dry run)." },
+            "unknown": { "type": "array", "items": { "type": "string" }, "description": "Apple ids of unknown channels still listed." },
+            "missing": { "type": "array", "items": { "type": "integer" }, "description": "Channels Apple's list lacks: flagged lost, or settled as deleted." },
+            "resurrected": { "type": "array", "items": { "type": "integer" }, "description": "Channels marked deleted that Apple still lists: deleted again." },
+            "deleted": { "type": "array", "items": { "type": "string" }, "description": "Unknown channels deleted (deleteUnknown, after the grace)." } } } },
+          "sweep": { "$ref": "#/components/schemas/SweepReport" }
         }
       },
       "PipelineStatus": {

@@ -76,10 +76,25 @@ public struct SweepReport: Sendable, Equatable {
     public var unknown: [String] = []
     /// Apple ids of unknown channels this sweep started deleting (`deleteUnknown`).
     public var unknownDeleted: [String] = []
-    /// Apps whose channel list was reconciled.
-    public var reconciledApps: [Int] = []
+    /// What each reconciled app's channel list showed.
+    public var reconciled: [AppReconcileReport] = []
 
     public init() {}
+}
+
+/// What one app's reconcile found and did.
+public struct AppReconcileReport: Sendable, Equatable {
+    public var appID: Int
+    /// Apple ids of unknown channels recorded by this reconcile (first seen now).
+    public var recorded: [String] = []
+    /// Apple ids of every unknown channel still listed.
+    public var unknown: [String] = []
+    /// Channels (row ids) Apple's list lacked: flagged lost, or settled as deleted.
+    public var missing: [Int] = []
+    /// Channels (row ids) marked deleted that Apple still listed: deleted again.
+    public var resurrected: [Int] = []
+    /// Apple ids of unknown channels deleted (`deleteUnknown`).
+    public var deleted: [String] = []
 }
 
 /// What a reconcile would find for one app, without changing anything (`marquee channel reconcile --dry-run`).
@@ -603,7 +618,8 @@ public final class ChannelScheduler: Service {
             return
         }
         let result = try await channels.reconcile(appID: appID, apnsChannelIDs: listed, fence: fence, now: databaseNow)
-        report.reconciledApps.append(appID)
+        var appReport = AppReconcileReport(appID: appID)
+        defer { report.reconciled.append(appReport) }
         let listedSet = Set(listed)
         for channel in unresolved {
             guard var lifecycle = channel.lifecycle else { continue }
@@ -624,6 +640,7 @@ public final class ChannelScheduler: Service {
             let action = try lifecycle.reconcileNotFound()
             try await channels.transition(channelID: channel.id, from: before, to: lifecycle,
                                           error: "not in APNs' channel list", fence: fence, now: databaseNow)
+            appReport.missing.append(channel.id)
             if action == .flagLost {
                 report.lost.append(channel.id)
                 metrics.schedulerActions.increment(["lost"])
@@ -636,6 +653,7 @@ public final class ChannelScheduler: Service {
             guard var lifecycle = channel.lifecycle else { continue }
             let before = lifecycle
             if case .deleteChannel = try lifecycle.reconcileFound() {
+                appReport.resurrected.append(channel.id)
                 try await delete(channel, from: before, to: lifecycle, fence: fence, report: &report)
             }
         }
@@ -644,7 +662,9 @@ public final class ChannelScheduler: Service {
         for channel in result.unknown {
             guard let apnsID = channel.apnsChannelID else { continue }
             report.unknown.append(apnsID)
+            appReport.unknown.append(apnsID)
             if newlyRecorded.contains(channel.id) {
+                appReport.recorded.append(apnsID)
                 logger.warning("unknown channel in APNs' list", ["app": .string(appLabel), "apns_channel_id": .string(apnsID),
                                                                  "delete_unknown": .bool(deleteUnknown)])
             }
@@ -653,6 +673,7 @@ public final class ChannelScheduler: Service {
             guard try await channels.beginDeletingUnknown(channelID: channel.id, inFlightTimeout: configuration.inFlightTimeout,
                                                           fence: fence, now: databaseNow) else { continue }
             report.unknownDeleted.append(apnsID)
+            appReport.deleted.append(apnsID)
             let deleting = ChannelLifecycle(state: .deleting, attempt: 1)
             try await delete(channel, from: deleting, to: deleting, fence: fence, report: &report)
         }

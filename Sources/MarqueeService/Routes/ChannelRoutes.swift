@@ -58,13 +58,15 @@ public struct ChannelRoutes: APIRoutes {
             if dryRun {
                 let previews = try await Self.operate { try await scheduler.reconcilePreview() }
                 return .json(["apps": .array(previews.map { preview in
-                    ["app": .int(Int64(preview.appID)), "unrecorded": .array(preview.unrecorded.map(JSONValue.string)),
-                     "unknown": .array(preview.unknown.map(JSONValue.string)), "missing": Self.ids(preview.missing),
-                     "resurrected": Self.ids(preview.resurrected), "deleted": []]
+                    Self.reconcileJSON(app: preview.appID, unrecorded: preview.unrecorded, unknown: preview.unknown,
+                                       missing: preview.missing, resurrected: preview.resurrected, deleted: [])
                 })])
             }
             let report = try await Self.operate { try await scheduler.runOnce(reconcile: true, deleteUnknown: deleteUnknown ? true : nil) }
-            return .json(Self.json(report))
+            return .json(["apps": .array(report.reconciled.map { app in
+                Self.reconcileJSON(app: app.appID, unrecorded: app.recorded, unknown: app.unknown, missing: app.missing,
+                                   resurrected: app.resurrected, deleted: app.deleted)
+            }), "sweep": Self.json(report)])
         }
         table.add("POST", "/v1/channels/sweep", access: .scope(.admin)) { [scheduler] _ in
             .json(Self.json(try await Self.operate { try await scheduler.runOnce() }))
@@ -137,6 +139,13 @@ public struct ChannelRoutes: APIRoutes {
         }
     }
 
+    /// One app's reconcile, the same shape for a dry run (what it would do) and a real one (what it did).
+    private static func reconcileJSON(app: Int, unrecorded: [String], unknown: [String], missing: [Int], resurrected: [Int],
+                                      deleted: [String]) -> JSONValue {
+        ["app": .int(Int64(app)), "unrecorded": .array(unrecorded.map(JSONValue.string)), "unknown": .array(unknown.map(JSONValue.string)),
+         "missing": ids(missing), "resurrected": ids(resurrected), "deleted": .array(deleted.map(JSONValue.string))]
+    }
+
     private static func ids(_ ids: [Int]) -> JSONValue { .array(ids.map { .int(Int64($0)) }) }
     private static func optional(_ int: Int?) -> JSONValue { int.map { .int(Int64($0)) } ?? .null }
     private static func optional(_ int: Int64?) -> JSONValue { int.map(JSONValue.int) ?? .null }
@@ -162,7 +171,7 @@ public struct ChannelRoutes: APIRoutes {
             "opened": ids(report.opened), "createRetries": ids(report.createRetries), "createsUnknown": ids(report.createsUnknown),
             "createsFailed": ids(report.createsFailed), "quotaRefused": ids(report.quotaRefused), "eventsEnded": ids(report.eventsEnded),
             "deleted": ids(report.deleted), "lost": ids(report.lost), "unknown": .array(report.unknown.map(JSONValue.string)),
-            "unknownDeleted": .array(report.unknownDeleted.map(JSONValue.string)), "reconciledApps": ids(report.reconciledApps),
+            "unknownDeleted": .array(report.unknownDeleted.map(JSONValue.string)),
         ]
     }
 }
