@@ -42,9 +42,10 @@ final class BroadcastHarness: Sendable {
     }
 
     /// Builds the world, runs `body` and always tears the world down (serve gets SIGTERM and must exit 0).
-    static func run<T>(quota: Int = 10_000, instances: Int = 1, serveArguments: [String] = [],
+    /// `simulator` adjusts the simulator's configuration (quota, faults) before it starts.
+    static func run<T>(simulator: (inout SimulatorConfiguration) -> Void = { _ in }, instances: Int = 1, serveArguments: [String] = [],
                        _ body: (BroadcastHarness) async throws -> T) async throws -> T {
-        let harness = try await start(quota: quota, instances: instances, serveArguments: serveArguments)
+        let harness = try await start(simulator: simulator, instances: instances, serveArguments: serveArguments)
         do {
             let registered = try await harness.api("POST", "/v1/attribute-types", MatchState.attributeType(app: harness.appID))
             try #require(registered.status == 201, "POST /v1/attribute-types: \(registered.text)")
@@ -63,11 +64,12 @@ final class BroadcastHarness: Sendable {
         }
     }
 
-    private static func start(quota: Int, instances: Int, serveArguments: [String]) async throws -> BroadcastHarness {
+    private static func start(simulator adjust: (inout SimulatorConfiguration) -> Void, instances: Int, serveArguments: [String])
+        async throws -> BroadcastHarness {
         let state = FileManager.default.temporaryDirectory.appending(path: "marquee-e2e-sim-\(UUID().uuidString)").path
         var configuration = SimulatorConfiguration(stateDirectory: state)
         configuration.bundleIDs = [bundleID]
-        configuration.channelQuota = quota
+        adjust(&configuration)
         let simulator = try await APNsSimulator.start(configuration: configuration)
         do {
             let url = try await MarqueeProcess.freshDatabase()

@@ -65,7 +65,7 @@ struct ChannelOperationsTests {
     }
 
     @Test func pastTheQuotaAChannelIsRefusedWithAClearError() async throws {
-        try await BroadcastHarness.run(quota: 5) { h in
+        try await BroadcastHarness.run(simulator: { $0.channelQuota = 5 }) { h in
             // Six events in the lead window; the last starts last, so the scheduler reaches it last.
             var events: [Int] = []
             for index in 0..<6 {
@@ -146,6 +146,35 @@ struct ChannelOperationsTests {
             try await h.waitForState(next, on: replacement)
             let healthyAgain = try await h.api("POST", "/v1/events/\(healthy)/channel/recreate")
             #expect(healthyAgain.status == 409, "\(healthyAgain.text)")
+        }
+    }
+
+    @Test func transientAPNsFailuresAreRetriedUntilTheNewestStateIsSent() async throws {
+        // A third of APNs' answers are 503 ServiceUnavailable (seeded, so the same draws every run).
+        try await BroadcastHarness.run(simulator: { $0.faults.serviceUnavailable = 0.3; $0.seed = 7 }) { h in
+            var events: [Int] = []
+            var channels: [String] = []
+            for index in 0..<2 {
+                events.append(try await h.createEvent("flaky-\(index)", state: MatchState(period: .firstHalf)))
+            }
+            for event in events { channels.append(try await h.openChannel(of: event, timeout: 60)) }
+            for minute in 1...6 {
+                for event in events {
+                    #expect(try await h.update(event, MatchState(period: .firstHalf, minute: minute)).status == 202)
+                }
+                if minute % 2 == 0 { try await Task.sleep(for: .milliseconds(600)) }
+            }
+            let newest = MatchState(period: .firstHalf, minute: 6)
+            for channel in channels { try await h.waitForState(newest, on: channel, timeout: 60) }
+            for (event, channel) in zip(events, channels) {
+                let dispositions = try await h.settledDispositions(of: event, timeout: 60)
+                #expect(Set(dispositions.keys).isSubset(of: ["broadcast", "conflated"]), "\(dispositions)")
+                #expect(dispositions["broadcast"] == h.broadcasts(on: channel).count, "\(dispositions)")
+            }
+            // The failures were met and recorded as deliveries, and nothing was given up on.
+            #expect(h.simulator.engine.statusCounts[503, default: 0] > 0)
+            #expect(try await h.count("SELECT count(*)::bigint AS n FROM deliveries WHERE status = 503") == h.simulator.engine.statusCounts[503])
+            #expect(try await h.count("SELECT count(*)::bigint AS n FROM channels WHERE state <> 'open'") == 0)
         }
     }
 
