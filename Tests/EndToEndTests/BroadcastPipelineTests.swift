@@ -149,6 +149,26 @@ struct BroadcastPipelineTests {
         }
     }
 
+    @Test func thePriorityBudgetDowngradesTheRestAndCountsThem() async throws {
+        try await BroadcastHarness.run(serveArguments: ["--high-priority-budget", "2"]) { h in
+            let event = try await h.createEvent("budget", state: MatchState(period: .firstHalf))
+            let channel = try await h.openChannel(of: event)
+            var state = MatchState(period: .firstHalf)
+            for goal in 1...4 {
+                state.homeScore = goal
+                state.minute = goal * 10
+                let answer = try await h.update(event, state, extra: ["alert": ["title": "GOAL", "body": .string("Goal \(goal)")]])
+                #expect(answer.status == 202, "\(answer.text)")
+                try await h.waitForState(state, on: channel)
+            }
+            let pushes = try h.pushes(on: channel)
+            #expect(pushes.map(\.broadcast.priority) == [10, 10, 5, 5])
+            // Downgraded, not dropped: the alert still goes.
+            #expect(pushes.allSatisfy { $0.push.aps.alert != nil })
+            #expect(try await h.metric("marquee_priority_downgrades_total") == 2)
+        }
+    }
+
     @Test func aBurstIsConflatedAndTheNewestStateIsSent() async throws {
         try await BroadcastHarness.run { h in
             let event = try await h.createEvent("burst", state: MatchState(period: .firstHalf))
