@@ -424,7 +424,12 @@ public final class SimulatorEngine: Sendable {
     private static func checkPayload(_ body: [UInt8], limit: Int) throws(Rejection) {
         guard !body.isEmpty else { throw Rejection(.payloadEmpty) }
         guard body.count <= limit else { throw Rejection(.payloadTooLarge) }
-        guard (try? JSONValue(parsing: body))?["aps"]?.objectValue != nil else { throw Rejection(.badRequestPayload) }
+        switch PayloadScanner.verdict(body) {
+        case .apsObject: return
+        case .rejected: throw Rejection(.badRequestPayload)
+        case .undecided:
+            guard (try? JSONValue(parsing: body))?["aps"]?.objectValue != nil else { throw Rejection(.badRequestPayload) }
+        }
     }
 
     private static func withoutAuthorization(_ headers: HTTPHeaders) -> HTTPHeaders {
