@@ -111,6 +111,14 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         .init("apns-priority twice", .duplicateHeaders, .broadcast) { f, stored, _ in
             f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored) + [("apns-priority", "10")], body: F.payload()), on: .push)
         },
+        .init("an apns- header the simulator does not read, twice", .duplicateHeaders, .devicePush) { f, _, _ in
+            f.sendRaw(raw("POST", devicePath, deviceHeaders() + [("apns-custom", "1"), ("apns-custom", "1")], body: F.payload()), on: .push)
+        },
+        .init("authorization twice", .duplicateHeaders, .devicePush) { f, _, _ in
+            let authorization = f.token.authorization
+            return f.sendRaw(raw("POST", devicePath, [("authorization", authorization)] + deviceHeaders() + [("authorization", authorization)],
+                                 body: F.payload()), on: .push)
+        },
         .init("apns-request-id not a UUID", .badMessageId, .broadcast) { f, stored, _ in
             f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored, overriding: ["apns-request-id": "nope"]), body: F.payload()), on: .push)
         },
