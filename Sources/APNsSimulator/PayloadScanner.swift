@@ -170,25 +170,29 @@ struct PayloadScanner {
     private mutating func scanString() throws(Stop) -> Bool {
         position += 1
         var plain = true
-        while position < bytes.count {
-            let byte = bytes[position]
-            switch byte {
+        while true {
+            // Runs of plain characters, the bulk of any payload, in a tight loop over locals.
+            var index = position
+            while index < bytes.count, case let byte = bytes[index], byte >= 0x20, byte < 0x80, byte != UInt8(ascii: "\""),
+                  byte != UInt8(ascii: "\\") {
+                index += 1
+            }
+            position = index
+            guard position < bytes.count else { throw .invalid }
+            switch bytes[position] {
             case UInt8(ascii: "\""):
                 position += 1
                 return plain
             case UInt8(ascii: "\\"):
                 plain = false
                 try scanEscape()
-            case 0..<0x20:
-                throw .invalid
             case 0x80...:
                 plain = false
-                try scanUTF8Sequence(lead: byte)
-            default:
-                position += 1
+                try scanUTF8Sequence(lead: bytes[position])
+            default:  // a control character
+                throw .invalid
             }
         }
-        throw .invalid
     }
 
     private mutating func scanEscape() throws(Stop) {

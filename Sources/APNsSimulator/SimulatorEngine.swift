@@ -52,6 +52,8 @@ public final class SimulatorEngine: Sendable {
     public let configuration: SimulatorConfiguration
     public let clock: any WallClock
     private let logger: Logger?
+    /// `logger != nil`, read once: the hot path neither copies the logger nor reads the clock for it when there is none.
+    private let logs: Bool
     private let trustedKeys: [String: SimulatorTrustedKey]
     private let allowedBundleIDs: Set<String>
     private let channelsChanged: (@Sendable () -> Void)?
@@ -78,6 +80,7 @@ public final class SimulatorEngine: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
+        logs = logger != nil
         self.trustedKeys = Dictionary(trustedKeys.map { ($0.keyID, $0) }) { first, _ in first }
         allowedBundleIDs = Set(configuration.bundleIDs)
         self.channelsChanged = channelsChanged
@@ -103,7 +106,7 @@ public final class SimulatorEngine: Sendable {
     public func handle(
         _ request: HTTPRequest, on listener: SimulatorListener, connection: inout SimulatorConnectionState
     ) -> SimulatorReply {
-        let started = ContinuousClock.now
+        let started = logs ? ContinuousClock.now : nil
         let now = clock.now
         let idHeader = Self.idHeader(listener: listener, path: request.path)
         let headers = SimulatorRequestHeaders(request.headers)
@@ -155,7 +158,7 @@ public final class SimulatorEngine: Sendable {
         }
         if accepted?.channelsChanged == true { channelsChanged?() }
 
-        if let logger {
+        if logs, let logger, let started {
             let handled = ContinuousClock.now - started
             logger.info("apns request", [
                 "listener": .string(listener.rawValue),
@@ -290,9 +293,9 @@ public final class SimulatorEngine: Sendable {
         token: String, _ request: HTTPRequest, _ headers: SimulatorRequestHeaders, now: Date, apnsID: String
     ) throws(Rejection) -> Accepted {
         guard !token.isEmpty else { throw Rejection(.missingDeviceToken) }
-        guard let deviceToken = try? APNsDeviceToken(hex: token) else { throw Rejection(.badDeviceToken) }
+        guard let deviceToken = Self.deviceTokenHex(token) else { throw Rejection(.badDeviceToken) }
         guard let topic = headers.topic else { throw Rejection(.missingTopic) }
-        guard !topic.isEmpty, topic.utf8.allSatisfy(Self.isBundleIDByte) else { throw Rejection(.badTopic) }
+        guard !topic.isEmpty, Self.allBytes(of: topic, are: Self.isBundleIDByte) else { throw Rejection(.badTopic) }
         guard let pushType = headers.pushType else { throw Rejection(.missingPushType) }
         // Only Live Activity pushes are simulated; the casing of the value is not confirmed (reference §10.2).
         guard pushType.lowercased() == APNsProtocol.liveActivityPushType else { throw Rejection(.invalidPushType) }
@@ -314,10 +317,10 @@ public final class SimulatorEngine: Sendable {
         try Self.checkPayload(request.body, limit: APNsPayloadLimit.devicePush)
 
         let invalidSince = state.withLock { state -> Date? in
-            if let since = state.invalidTokens[deviceToken.hex] { return since }
+            if let since = state.invalidTokens[deviceToken] { return since }
             let share = configuration.faults.unregistered
             guard share > 0, state.random.unit() < share else { return nil }
-            state.invalidTokens[deviceToken.hex] = now
+            state.invalidTokens[deviceToken] = now
             return now
         }
         if let invalidSince {
@@ -326,7 +329,7 @@ public final class SimulatorEngine: Sendable {
         var answer: HTTPHeaders = [:]
         if configuration.environment == .development { answer.add(APNsHeader.uniqueID, APNsRequestID.random().value) }
         let push = ReceivedDevicePush(
-            deviceToken: deviceToken.hex, topic: topic, priority: priority, expiration: expiration, collapseID: collapseID,
+            deviceToken: deviceToken, topic: topic, priority: priority, expiration: expiration, collapseID: collapseID,
             requestHeaders: request.headers, payload: request.body, apnsID: apnsID, receivedAt: now)
         return Accepted(status: 200, headers: answer, record: .devicePush(push))
     }
@@ -413,6 +416,21 @@ public final class SimulatorEngine: Sendable {
     }
 
     // MARK: - Shared checks
+
+    /// The path's device token as lowercase hex; nil (`BadDeviceToken`) unless it is hex for 1 to 200 bytes, the rule
+    /// `APNsDeviceToken(hex:)` applies, checked here without its allocations.
+    private static func deviceTokenHex(_ token: String) -> String? {
+        let count = token.utf8.count
+        guard count % 2 == 0, (2...400).contains(count) else { return nil }
+        if allBytes(of: token, are: { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) { return token }
+        guard allBytes(of: token, are: { (0x30...0x39).contains($0) || (0x61...0x66).contains($0 | 0x20) }) else { return nil }
+        return token.lowercased()
+    }
+
+    /// Whether every byte of `text` passes `test`, read through the string's storage (its UTF8View's iterator is slower).
+    private static func allBytes(of text: String, are test: (UInt8) -> Bool) -> Bool {
+        text.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(test) } ?? text.utf8.allSatisfy(test)
+    }
 
     /// Letters, digits, `-` and `.`: what a bundle id (and so a topic) is made of.
     private static func isBundleIDByte(_ byte: UInt8) -> Bool {
@@ -564,12 +582,16 @@ private enum Route {
         func rest(after prefix: String) -> Substring? {
             guard path.hasPrefix(prefix) else { return nil }
             let rest = Substring(path.utf8.dropFirst(prefix.utf8.count))
-            return rest.utf8.contains(UInt8(ascii: "/")) ? nil : rest
+            return hasSlash(rest) ? nil : rest
         }
         func bundle(between prefix: String, and suffix: String) -> String? {
             guard path.hasPrefix(prefix), path.hasSuffix(suffix), path.count > prefix.count + suffix.count else { return nil }
             let bundle = path.dropFirst(prefix.count).dropLast(suffix.count)
-            return bundle.utf8.contains(UInt8(ascii: "/")) ? nil : String(bundle)
+            return hasSlash(bundle) ? nil : String(bundle)
+        }
+        // Through the bytes' storage: iterating a Substring's UTF8View is slow.
+        func hasSlash(_ text: Substring) -> Bool {
+            text.utf8.withContiguousStorageIfAvailable { $0.contains(UInt8(ascii: "/")) } ?? text.utf8.contains(UInt8(ascii: "/"))
         }
         let allowed: Bool
         switch listener {

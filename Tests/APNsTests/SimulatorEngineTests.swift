@@ -234,6 +234,12 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         .init("device token not hex", .badDeviceToken, .devicePush) { f, _, _ in
             f.sendRaw(raw("POST", "/3/device/xyz", deviceHeaders(), body: F.payload()), on: .push)
         },
+        .init("device token of odd length", .badDeviceToken, .devicePush) { f, _, _ in
+            f.sendRaw(raw("POST", "/3/device/\(F.deviceToken)a", deviceHeaders(), body: F.payload()), on: .push)
+        },
+        .init("device token of 201 bytes", .badDeviceToken, .devicePush) { f, _, _ in
+            f.sendRaw(raw("POST", "/3/device/" + String(repeating: "ab", count: 201), deviceHeaders(), body: F.payload()), on: .push)
+        },
         .init("device push without a topic", .missingTopic, .devicePush) { f, _, _ in
             f.sendRaw(raw("POST", devicePath, deviceHeaders(dropping: "apns-topic"), body: F.payload()), on: .push)
         },
@@ -324,6 +330,17 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         }
         let accepted = fixture.engine.statusCounts.filter { (200..<300).contains($0.key) }.values.reduce(0, +)
         #expect(fixture.engine.received.count == accepted, "only accepted requests are recorded")
+    }
+
+    /// Apple takes device tokens in either case; the simulator records and lists them in lowercase.
+    @Test func anUppercaseDeviceTokenIsAcceptedAndRecordedInLowercase() throws {
+        let f = try SimulatorFixture()
+        let longest = String(repeating: "AB", count: 200)
+        for token in [F.deviceToken.uppercased(), "Ab", longest] {
+            let reply = f.sendRaw(raw("POST", "/3/device/\(token)", deviceHeaders(), body: F.payload()), on: .push)
+            #expect(reply.response.status == 200, "\(token)")
+        }
+        #expect(f.engine.devicePushes.map(\.deviceToken) == [F.deviceToken, "ab", longest.lowercased()])
     }
 
     @Test func everyReasonTheSimulatorWritesIsDocumentedWithItsStatus() {
