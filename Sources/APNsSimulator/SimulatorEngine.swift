@@ -66,7 +66,7 @@ public final class SimulatorEngine: Sendable {
         var nextOrder = 0
         var quota: Int
         var invalidTokens: [String: Date] = [:]
-        var records: [SimulatorRecord] = []
+        var records: SimulatorRecordRing
         var statusCounts: [Int: Int] = [:]
         var random: SeededRandom
     }
@@ -85,7 +85,9 @@ public final class SimulatorEngine: Sendable {
         allowedBundleIDs = Set(configuration.bundleIDs)
         self.channelsChanged = channelsChanged
         let now = clock.now
-        var initial = State(quota: configuration.channelQuota, random: SeededRandom(seed: configuration.seed))
+        var initial = State(
+            quota: configuration.channelQuota, records: SimulatorRecordRing(limit: configuration.recordLimit),
+            random: SeededRandom(seed: configuration.seed))
         for token in configuration.invalidDeviceTokens { initial.invalidTokens[token.lowercased()] = now }
         state = Mutex(initial)
     }
@@ -151,7 +153,7 @@ public final class SimulatorEngine: Sendable {
 
         let delay = state.withLock { state -> Duration in
             state.statusCounts[response.status, default: 0] += 1
-            if let record = accepted?.record { append(record, to: &state) }
+            if let record = accepted?.record { state.records.append(record) }
             let range = configuration.latency
             guard range.upperBound > range.lowerBound else { return range.lowerBound }
             return range.lowerBound + (range.upperBound - range.lowerBound) * state.random.unit()
@@ -489,15 +491,8 @@ public final class SimulatorEngine: Sendable {
 
     // MARK: - Records and state, for tests and the host
 
-    private func append(_ record: SimulatorRecord, to state: inout State) {
-        let limit = configuration.recordLimit
-        guard limit > 0 else { return }
-        state.records.append(record)
-        if state.records.count > limit + limit / 4 { state.records.removeFirst(state.records.count - limit) }
-    }
-
-    /// Every accepted request still kept, oldest first.
-    public var received: [SimulatorRecord] { state.withLock { $0.records } }
+    /// Every accepted request still kept (the last `recordLimit`), oldest first.
+    public var received: [SimulatorRecord] { state.withLock { $0.records.records } }
 
     /// Accepted broadcasts, oldest first.
     public var broadcasts: [ReceivedBroadcast] {
