@@ -220,6 +220,12 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         .init("broadcast of 5,121 bytes", .payloadTooLarge, .broadcast) { f, stored, _ in
             f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored), body: F.payload(padTo: 5_121)), on: .push)
         },
+        .init("push whose aps key is written twice, once escaped (the parser decides)", .badRequestPayload, .devicePush) { f, _, _ in
+            f.sendRaw(raw("POST", devicePath, deviceHeaders(), body: Array(#"{"aps":{},"\u0061ps":{}}"#.utf8)), on: .push)
+        },
+        .init("broadcast with a number too large for a double (the parser decides)", .badRequestPayload, .broadcast) { f, stored, _ in
+            f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored), body: Array(#"{"aps":{"n":1e400}}"#.utf8)), on: .push)
+        },
         .init("broadcast that is not JSON", .badRequestPayload, .broadcast) { f, stored, _ in
             f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored), body: Array("hello".utf8)), on: .push)
         },
@@ -341,6 +347,16 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
             #expect(reply.response.status == 200, "\(token)")
         }
         #expect(f.engine.devicePushes.map(\.deviceToken) == [F.deviceToken, "ab", longest.lowercased()])
+    }
+
+    /// Payloads the scanner leaves to the parser are still accepted when the parser accepts them.
+    @Test func payloadsTheParserDecidesAreAccepted() throws {
+        let f = try SimulatorFixture()
+        for payload in [#"{"\u0061ps":{"alert":"hi"}}"#, #"{"aps":{"relevance-score":1.5e-1}}"#, #"{"é":1,"aps":{}}"#] {
+            let reply = f.sendRaw(raw("POST", devicePath, deviceHeaders(), body: Array(payload.utf8)), on: .push)
+            #expect(reply.response.status == 200, "\(payload)")
+        }
+        #expect(f.engine.devicePushes.count == 3)
     }
 
     @Test func everyReasonTheSimulatorWritesIsDocumentedWithItsStatus() {
