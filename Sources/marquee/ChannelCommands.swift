@@ -117,13 +117,15 @@ enum ChannelCommands {
         let body: JSONValue = ["dryRun": .bool(arguments.flag("dry-run")), "deleteUnknown": .bool(arguments.flag("delete-unknown"))]
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/channels/reconcile", body: body) }
         APIText.emit(arguments, answer) { report in
-            // A real run answers with the scheduler's whole pass (as sweep does); a dry run with a preview per app.
-            guard let apps = report["apps"]?.arrayValue else { return sweepText(report) }
-            guard !apps.isEmpty else { return "(no apps)" }
+            // Per app what was found; a real run also answers with the scheduler's whole pass (as sweep does).
+            let apps = report["apps"]?.arrayValue ?? []
             let columns = ["unrecorded", "unknown", "missing", "resurrected", "deleted"]
-            return Terminal.table(["APP"] + columns.map { $0.uppercased() }, apps.map { app in
+            var text = apps.isEmpty ? "(no apps)" : Terminal.table(["APP"] + columns.map { $0.uppercased() }, apps.map { app in
                 [APIText.cell(app["app"])] + columns.map { APIText.cell(app[$0]) }
-            }) + (arguments.flag("dry-run") ? "\n(dry run: nothing changed)" : "")
+            })
+            if arguments.flag("dry-run") { text += "\n(dry run: nothing changed)" }
+            if let sweep = report["sweep"], !sweep.isNull { text += "\n\nsweep:\n" + EventCommands.indent(sweepText(sweep)) }
+            return text
         }
     }
 

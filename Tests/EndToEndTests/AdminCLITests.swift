@@ -103,7 +103,7 @@ import Testing
 
         static func start(_ extra: [String] = []) async throws -> Server {
             let databaseURL = try await MarqueeProcess.freshDatabase()
-            let (serve, port) = try await ServeTests.startServe(databaseURL: databaseURL, extra: extra)
+            let (serve, port) = try await MarqueeProcess.serve(databaseURL: databaseURL, arguments: extra)
             let key = try await ServeTests.adminKey(databaseURL: databaseURL)
             return Server(serve: serve, port: port, databaseURL: databaseURL, key: key)
         }
@@ -153,6 +153,9 @@ import Testing
     @Test(.enabled(if: MarqueeProcess.available)) func statusAndChannelsAgainstServe() async throws {
         let server = try await Server.start()
         #expect(try await server.json(["channel", "reconcile", "--dry-run"])["apps"] == [])
+        let reconciled = try await server.cli(["channel", "reconcile"])
+        #expect(reconciled.status == 0, "\(reconciled.stderr)")
+        #expect(reconciled.stdout.hasPrefix("(no apps)\n\nsweep:\n  opened:"), "\(reconciled.stdout)")
         let appID = try await server.addApp()
 
         let anonymous = try await server.cli(["status"], key: "")
