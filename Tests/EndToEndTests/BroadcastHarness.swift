@@ -260,6 +260,7 @@ final class BroadcastHarness: Sendable {
 
     // MARK: - Waiting
 
+    /// Something a test waited for did not happen in time; the text names it and shows serve's log.
     struct Timeout: Error, CustomStringConvertible {
         let description: String
     }
@@ -305,6 +306,7 @@ final class BroadcastHarness: Sendable {
 /// `MatchAttributes.ContentState` exactly as an app declares it; the simulator's payloads must decode into it
 /// with a plain `JSONDecoder()` (dates as seconds since 2001, a `ClosedRange<Date>` as `[lower, upper]`).
 struct MatchState: Codable, Hashable, Sendable {
+    /// The match period, a `String`-backed enum as the schema's `enum` field declares it.
     enum Period: String, Codable, Hashable, Sendable {
         case scheduled, firstHalf, halfTime, secondHalf, fullTime
     }
@@ -356,6 +358,7 @@ struct MatchState: Codable, Hashable, Sendable {
 /// A Live Activity push as the device reads it: `aps` with Apple's hyphenated keys; `timestamp`,
 /// `stale-date` and `dismissal-date` are Unix seconds (the system reads them, not the app's decoder).
 struct ActivityPush: Decodable, Sendable {
+    /// The `aps` dictionary of a Live Activity push.
     struct APS: Decodable, Sendable {
         var timestamp: Int
         var event: String
@@ -395,6 +398,7 @@ struct ActivityPush: Decodable, Sendable {
         }
     }
 
+    /// `aps.alert`, with `sound` inside it as Apple's Live Activity samples have it.
     struct Alert: Decodable, Sendable {
         var title: AlertText
         var body: AlertText
