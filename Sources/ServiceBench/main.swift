@@ -1,0 +1,27 @@
+// Open-loop load driver for Scripts/bench service: drives `marquee serve` (with the APNs simulator behind
+// it) at a fixed rate and reports, from the same run, the ingest rate, the 202 latency, the latency from
+// ingest accepted to APNs accepted, and serve's RSS.
+//
+// Open loop: update i is due at start + i / rate whatever the server does; a pool of sender threads
+// (blocking sockets, never the cooperative pool) takes the next due update, waits for its time and sends.
+// Every latency is measured from a fixed point (the scheduled send time for the 202, the 202 for
+// delivery), so a slow server cannot hide its delays by slowing the sender (no coordinated omission).
+//
+// Delivery: an update counts as delivered at the first APNs-accepted broadcast of its event that carries
+// it or a newer state (deliveries.update_id >= its id, status 200); the time is deliveries.sent_at, taken
+// by serve when it records APNs' answer. Wall clocks of the driver and PostgreSQL are the same machine's.
+//
+//   ServiceBench --port P --admin-key K --ingest-key K --app ID --database-url URL --serve-pid PID
+//                [--events 1000] [--updates 60] [--rate 1000] [--connections 32]
+import BenchSupport
+import Foundation
+import Postgres
+import Synchronization
+
+do {
+    let flags = try Flags(CommandLine.arguments.dropFirst())
+    exit(try await runServiceBench(flags) ? 0 : 1)
+} catch {
+    FileHandle.standardError.write(Data("ServiceBench: \(error)\n".utf8))
+    exit(2)
+}
