@@ -88,8 +88,12 @@ public final class RSSSampler: Sendable {
 /// of the samples (the benchmarks check that memory stays flat).
 public func loadFigures(elapsed: Duration, rssSamples samples: [Int]) -> (seconds: Double, text: String) {
     let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    let maxima = rssMaxima(samples)
+    return (seconds, "rss_samples=\(samples.count) rss_max_second_third_kib=\(maxima.secondThird) rss_max_last_third_kib=\(maxima.lastThird)")
+}
+
+/// The maxima of the second and the last third of RSS samples (KiB).
+public func rssMaxima(_ samples: [Int]) -> (secondThird: Int, lastThird: Int) {
     let third = samples.count / 3
-    let secondThird = samples.dropFirst(third).prefix(third).max() ?? 0
-    let lastThird = samples.dropFirst(2 * third).max() ?? 0
-    return (seconds, "rss_samples=\(samples.count) rss_max_second_third_kib=\(secondThird) rss_max_last_third_kib=\(lastThird)")
+    return (samples.dropFirst(third).prefix(third).max() ?? 0, samples.dropFirst(2 * third).max() ?? 0)
 }

@@ -54,14 +54,6 @@ func firstIndex(atLeast value: Int, in sorted: [Int]) -> Int? {
     return low < sorted.count ? low : nil
 }
 
-/// Nearest-rank percentile of nanosecond values (0 when empty).
-func percentile(_ values: [Int64], _ quantile: Double) -> Int64 {
-    guard !values.isEmpty else { return 0 }
-    let sorted = values.sorted()
-    let rank = Int((quantile * Double(sorted.count)).rounded(.up))
-    return sorted[min(max(rank, 1), sorted.count) - 1]
-}
-
 func ms(_ nanoseconds: Int64) -> String {
     let value = Double(nanoseconds) / 1e6
     return value < 10 ? String(format: "%.2f ms", value) : value < 1_000 ? String(format: "%.1f ms", value) : String(format: "%.3f s", value / 1_000)

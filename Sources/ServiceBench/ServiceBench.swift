@@ -1,253 +1,296 @@
-// The run itself: setup, the open-loop load, the drain, and the report (see main.swift).
+// The run's phases: setup (attributes type, events, their channels open), the open-loop load, the drain,
+// then what APNs accepted, read from the deliveries table (see main.swift for what is measured).
 import BenchSupport
 import Foundation
 import Postgres
 import Synchronization
 
-/// Runs the benchmark; returns whether every target was met.
-func runServiceBench(_ flags: Flags) async throws -> Bool {
-    let port = UInt16(try flags.int("port", default: 8080))
-    let adminKey = try flags.required("admin-key")
-    let ingestKey = try flags.required("ingest-key")
-    let app = try flags.int("app", default: 1)
-    let databaseURL = try flags.required("database-url")
-    let servePID = Int32(try flags.int("serve-pid", default: 1))
-    let eventCount = try flags.int("events", default: 1_000)
-    let updatesPerEvent = try flags.int("updates", default: 60)
-    let rate = try flags.int("rate", default: 1_000)
-    let connections = try flags.int("connections", default: 32)
-    let run = String(wallNanoseconds() / 1_000_000_000)
+/// What one run is told by its flags.
+struct ServiceBenchSettings: Sendable {
+    var port: UInt16
+    var adminKey: String
+    var ingestKey: String
+    var app: Int
+    var databaseURL: String
+    var servePID: Int32
+    var events: Int
+    var updatesPerEvent: Int
+    var rate: Int
+    var connections: Int
+    /// Makes external ids and idempotency keys unique per run.
+    var run = String(wallNanoseconds() / 1_000_000_000)
 
-    let database = try await PostgresConnection.connect(url: databaseURL)
-
-    // ---- setup: the attributes type, the events (starting now), their channels open
-    let typeBody = """
-        {"app": \(app), "name": "BenchMatch", "attributes": {"homeTeam": "string", "awayTeam": "string"},
-         "contentState": {"homeScore": {"type": "int", "significant": true}, "awayScore": {"type": "int", "significant": true},
-                          "minute": "int", "lastEvent": "string?"}}
-        """
-    let typeAnswer = try BlockingHTTPConnection(port: port).send(
-        method: "POST", path: "/v1/attribute-types", headers: [("Authorization", "Bearer \(adminKey)"), ("Content-Type", "application/json")],
-        body: Array(typeBody.utf8))
-    guard typeAnswer.status == 201 || typeAnswer.status == 200 else {
-        throw BenchError("POST /v1/attribute-types answered \(typeAnswer.status): \(String(decoding: typeAnswer.body, as: UTF8.self))")
+    init(_ flags: Flags) throws {
+        port = UInt16(try flags.int("port", default: 8080))
+        adminKey = try flags.required("admin-key")
+        ingestKey = try flags.required("ingest-key")
+        app = try flags.int("app", default: 1)
+        databaseURL = try flags.required("database-url")
+        servePID = Int32(try flags.int("serve-pid", default: 1))
+        events = try flags.int("events", default: 1_000)
+        updatesPerEvent = try flags.int("updates", default: 60)
+        rate = try flags.int("rate", default: 1_000)
+        connections = try flags.int("connections", default: 32)
     }
-
-    let setupStart = wallNanoseconds()
-    let startsAt = iso8601(wallNanoseconds())
-    let endsAt = iso8601(wallNanoseconds() + 3 * 3_600 * 1_000_000_000)
-    let created = await onThreads(min(connections, 8)) { thread, threads -> Result<[(Int, Int)], BenchHTTPError> in
-        let connection = BlockingHTTPConnection(port: port)
-        var ids: [(Int, Int)] = []
-        for index in stride(from: thread, to: eventCount, by: threads) {
-            let body = """
-                {"app": \(app), "externalId": "bench-\(run)-\(index)", "kind": "match", "attributeType": "BenchMatch",
-                 "attributes": {"homeTeam": "Home \(index)", "awayTeam": "Away \(index)"},
-                 "contentState": {"homeScore": 0, "awayScore": 0, "minute": 0}, "startsAt": "\(startsAt)", "endsAt": "\(endsAt)"}
-                """
-            do throws(BenchHTTPError) {
-                let answer = try connection.send(method: "POST", path: "/v1/events",
-                                                 headers: [("Authorization", "Bearer \(adminKey)"), ("Content-Type", "application/json")],
-                                                 body: Array(body.utf8))
-                guard answer.status == 201, let id = firstID(in: answer.body) else {
-                    return .failure(.protocolError("POST /v1/events answered \(answer.status): \(String(decoding: answer.body, as: UTF8.self))"))
-                }
-                ids.append((index, id))
-            } catch {
-                return .failure(error)
-            }
-        }
-        return .success(ids)
-    }
-    var eventIDs = [Int](repeating: 0, count: eventCount)
-    for result in created {
-        for (index, id) in try result.get() { eventIDs[index] = id }
-    }
-    let events = eventIDs
-    log("created \(eventCount) events in \(format(seconds: wallNanoseconds() - setupStart))")
-
-    let openStart = wallNanoseconds()
-    while true {
-        let open = try await database.query("SELECT count(*) AS n FROM channels WHERE state = 'open'")[0].decode(Int.self, column: "n")
-        if open >= eventCount { break }
-        if wallNanoseconds() - openStart > 300 * 1_000_000_000 {
-            throw BenchError("only \(open) of \(eventCount) channels opened within 300 s; see serve's log")
-        }
-        try await Task.sleep(for: .milliseconds(200))
-    }
-    log("\(eventCount) channels open at the simulator after \(format(seconds: wallNanoseconds() - openStart))")
-
-    // ---- the load: update i is due at start + i / rate, for event i % events, as its update i / events
-    let total = eventCount * updatesPerEvent
-    let intervalNanoseconds = 1_000_000_000 / Int64(rate)
-    let loadStart = wallNanoseconds() + 200_000_000
-    let next = Atomic<Int>(0)
-    let sampler = RSSSampler(processID: servePID)
-    sampler.start()
-    log("sending \(total) updates at \(rate)/s over \(connections) connections (open loop)")
-
-    let perThread = await onThreads(connections) { _, _ -> [Sent] in
-        let connection = BlockingHTTPConnection(port: port)
-        var sent: [Sent] = []
-        sent.reserveCapacity(total / connections * 2)
-        while true {
-            let index = next.add(1, ordering: .relaxed).oldValue
-            guard index < total else { break }
-            let due = loadStart + Int64(index) * intervalNanoseconds
-            sleep(until: due)
-            let event = events[index % eventCount]
-            let sequence = index / eventCount + 1
-            let alert = sequence % 20 == 10
-            let home = (sequence + 10) / 20
-            var body = """
-                {"contentState": {"homeScore": \(home), "awayScore": 0, "minute": \(sequence), "lastEvent": "\(alert ? "GOAL" : "play") \(sequence)'"}
-                """
-            if alert { body += #", "alert": {"title": "GOAL", "body": "Home \#(home)-0 (\#(sequence)')", "sound": "default"}"# }
-            body += "}"
-            let start = wallNanoseconds()
-            var record = Sent(due: due, sentAt: start, acceptedAt: 0, status: 0, updateID: nil, event: event, alert: alert)
-            do {
-                let answer = try connection.send(
-                    method: "POST", path: "/v1/events/\(event)/updates",
-                    headers: [("Authorization", "Bearer \(ingestKey)"), ("Content-Type", "application/json"),
-                              ("Idempotency-Key", "bench-\(run)-\(event)-\(sequence)")],
-                    body: Array(body.utf8))
-                record.acceptedAt = wallNanoseconds()
-                record.status = answer.status
-                record.updateID = answer.status == 202 ? firstID(in: answer.body) : nil
-            } catch {
-                record.acceptedAt = wallNanoseconds()
-            }
-            sent.append(record)
-        }
-        return sent
-    }
-    let loadEnd = wallNanoseconds()
-    let rssSamples = sampler.stop()
-    let sent = perThread.flatMap { $0 }
-    let accepted = sent.filter { $0.status == 202 && $0.updateID != nil }
-    let failures = sent.count - accepted.count
-    var statuses: [Int: Int] = [:]
-    for record in sent where record.status != 202 { statuses[record.status, default: 0] += 1 }
-    log("load finished in \(format(seconds: loadEnd - loadStart)); waiting for the dispatcher to drain")
-
-    // ---- drain, then read what APNs accepted
-    let drainStart = wallNanoseconds()
-    var pendingLeft = 0
-    repeat {
-        pendingLeft = try await database.query("SELECT count(*) AS n FROM updates WHERE disposition = 'pending'")[0].decode(Int.self, column: "n")
-        if pendingLeft == 0 { break }
-        try await Task.sleep(for: .milliseconds(200))
-    } while wallNanoseconds() - drainStart < 120 * 1_000_000_000
-    log("drained after \(format(seconds: wallNanoseconds() - drainStart)) (\(pendingLeft) pending)")
-
-    var broadcastsByEvent: [Int: [Broadcast]] = [:]
-    var priorities: [Int: Int] = [:]
-    for row in try await database.query("""
-        SELECT u.event_id, d.update_id, d.priority, (extract(epoch FROM d.sent_at) * 1000000)::bigint AS sent_us
-        FROM deliveries d JOIN updates u ON u.id = d.update_id
-        WHERE d.kind = 'broadcast' AND d.status = 200
-        """) {
-        let broadcast = Broadcast(updateID: try row.decode(Int.self, column: "update_id"),
-                                  sentAt: try row.decode(Int64.self, column: "sent_us") * 1_000)
-        broadcastsByEvent[try row.decode(Int.self, column: "event_id"), default: []].append(broadcast)
-        priorities[try row.decode(Int.self, column: "priority"), default: 0] += 1
-    }
-    var dispositions: [String: Int] = [:]
-    for row in try await database.query("SELECT disposition, count(*) AS n FROM updates GROUP BY disposition") {
-        dispositions[try row.decode(String.self, column: "disposition")] = try row.decode(Int.self, column: "n")
-    }
-    let alertsBelowTen = try await database.query("""
-        SELECT count(*) AS n FROM updates u JOIN deliveries d ON d.update_id = u.id
-        WHERE u.alert IS NOT NULL AND d.kind = 'broadcast' AND d.status = 200 AND d.priority <> 10
-        """)[0].decode(Int.self, column: "n")
-
-    // Per event: broadcasts by update id, with the earliest acceptance among this and every later one.
-    var firstAcceptance: [Int: (ids: [Int], earliest: [Int64])] = [:]
-    for (event, list) in broadcastsByEvent {
-        let sorted = list.sorted { $0.updateID < $1.updateID }
-        var earliest = sorted.map(\.sentAt)
-        if earliest.count > 1 {
-            for index in stride(from: earliest.count - 2, through: 0, by: -1) { earliest[index] = min(earliest[index], earliest[index + 1]) }
-        }
-        firstAcceptance[event] = (sorted.map(\.updateID), earliest)
-    }
-    var deliveryAll: [Int64] = []
-    var deliveryAlert: [Int64] = []
-    var undelivered = 0
-    var beforeAccepted = 0
-    for record in accepted {
-        guard let table = firstAcceptance[record.event], let id = record.updateID,
-              let position = firstIndex(atLeast: id, in: table.ids) else {
-            undelivered += 1
-            continue
-        }
-        var latency = table.earliest[position] - record.acceptedAt
-        if latency < 0 {
-            beforeAccepted += 1  // serve recorded APNs' answer before this thread read its 202
-            latency = 0
-        }
-        deliveryAll.append(latency)
-        if record.alert { deliveryAlert.append(latency) }
-    }
-
-    // ---- the report
-    let ingestFromDue = accepted.map { $0.acceptedAt - $0.due }
-    let ingestService = accepted.map { $0.acceptedAt - $0.sentAt }
-    let lateSends = sent.filter { $0.sentAt - $0.due > 1_000_000 }.count
-    let lastAccepted = accepted.map(\.acceptedAt).max() ?? loadEnd
-    let sustained = Double(accepted.count) / (Double(lastAccepted - loadStart) / 1e9)
-    let figures = loadFigures(elapsed: .nanoseconds(loadEnd - loadStart), rssSamples: rssSamples)
-    let rss = figures.text.split(separator: " ").reduce(into: [String: Int]()) { values, pair in
-        let parts = pair.split(separator: "=")
-        if parts.count == 2 { values[String(parts[0])] = Int(parts[1]) }
-    }
-    let rssSecond = rss["rss_max_second_third_kib"] ?? 0
-    let rssLast = rss["rss_max_last_third_kib"] ?? 0
-    let totalBroadcasts = priorities.values.reduce(0, +)
-
-    let ingestP99 = percentile(ingestFromDue, 0.99)
-    let allP99 = percentile(deliveryAll, 0.99)
-    let alertP99 = percentile(deliveryAlert, 0.99)
-    let rssWithin = abs(rssLast - rssSecond) <= rssSecond / 10
-    let met = [ingestP99 < 10_000_000, allP99 < 1_200_000_000, alertP99 < 20_000_000, rssWithin, failures == 0, undelivered == 0]
-
-    print("""
-        rate:      \(String(format: "%.1f", sustained)) updates/s sustained (\(accepted.count) of \(total) answered 202 in \
-        \(format(seconds: lastAccepted - loadStart)); scheduled \(rate)/s; \(failures) failed\(statuses.isEmpty ? "" : " \(statuses)"); \
-        \(lateSends) sent > 1 ms late)
-        ingest:    202 latency from the scheduled send  p50 \(ms(percentile(ingestFromDue, 0.5)))  p99 \(ms(ingestP99))  \
-        p99.9 \(ms(percentile(ingestFromDue, 0.999)))  max \(ms(ingestFromDue.max() ?? 0))   (target p99 < 10 ms: \(verdict(ingestP99 < 10_000_000)))
-                   (service time alone, send to 202: p50 \(ms(percentile(ingestService, 0.5)))  p99 \(ms(percentile(ingestService, 0.99))))
-        delivery:  202 -> APNs accepted, all \(deliveryAll.count) updates  p50 \(ms(percentile(deliveryAll, 0.5)))  p99 \(ms(allP99))  \
-        p99.9 \(ms(percentile(deliveryAll, 0.999)))  max \(ms(deliveryAll.max() ?? 0))   (target p99 < 1.2 s: \(verdict(allP99 < 1_200_000_000)))
-                   alert updates (\(deliveryAlert.count), sent at once)  p50 \(ms(percentile(deliveryAlert, 0.5)))  p99 \(ms(alertP99))  \
-        p99.9 \(ms(percentile(deliveryAlert, 0.999)))  max \(ms(deliveryAlert.max() ?? 0))   (target p99 < 20 ms: \(verdict(alertP99 < 20_000_000)))
-                   \(undelivered) never delivered; \(beforeAccepted) recorded before the driver read their 202 (counted as 0)
-        apns:      \(totalBroadcasts) broadcasts accepted (\(priorities.sorted { $0.key > $1.key }.map { "\($0.value) at priority \($0.key)" }.joined(separator: ", "))); \
-        updates \(dispositions["broadcast"] ?? 0) broadcast, \(dispositions["conflated"] ?? 0) conflated, \
-        \(dispositions["superseded"] ?? 0) superseded, \(dispositions["pending"] ?? 0) pending; alerts below priority 10: \(alertsBelowTen)
-        rss:       serve sampled every 100 ms during the load (\(rssSamples.count) samples): max of the second third \(rssSecond / 1024) MiB, \
-        of the last third \(rssLast / 1024) MiB   (target within 10%: \(verdict(rssWithin)))
-        """)
-    return met.allSatisfy { $0 }
 }
 
-/// One sent update: when it was due, when its 202 came, and what it was.
-struct Sent: Sendable {
+/// One update the load sent: when it was due, sent and answered, and what it was.
+struct SentUpdate: Sendable {
     var due: Int64
     var sentAt: Int64
-    var acceptedAt: Int64
+    var answeredAt: Int64
+    /// 0 when no answer came.
     var status: Int
     var updateID: Int?
     var event: Int
     var alert: Bool
 }
 
-struct Broadcast {
-    var updateID: Int
-    var sentAt: Int64
+/// The load's outcome: every update sent, the load's window, and serve's RSS samples during it.
+struct LoadOutcome {
+    var sent: [SentUpdate]
+    var start: Int64
+    var end: Int64
+    var rssSamples: [Int]
 }
+
+/// Drives one run against `marquee serve`.
+struct ServiceBench {
+    let settings: ServiceBenchSettings
+    let database: PostgresConnection
+
+    private var adminHeaders: [(String, String)] { [("Authorization", "Bearer \(settings.adminKey)"), ("Content-Type", "application/json")] }
+
+    /// Registers the bench's attributes type and creates the events (starting now); returns their ids in order.
+    func createEvents() async throws -> [Int] {
+        let type = """
+            {"app": \(settings.app), "name": "BenchMatch", "attributes": {"homeTeam": "string", "awayTeam": "string"},
+             "contentState": {"homeScore": {"type": "int", "significant": true}, "awayScore": {"type": "int", "significant": true},
+                              "minute": "int", "lastEvent": "string?"}}
+            """
+        let answer = try BlockingHTTPConnection(port: settings.port).send(method: "POST", path: "/v1/attribute-types",
+                                                                          headers: adminHeaders, body: Array(type.utf8))
+        guard answer.status == 201 || answer.status == 200 else {
+            throw BenchError("POST /v1/attribute-types answered \(answer.status): \(String(decoding: answer.body, as: UTF8.self))")
+        }
+        let startsAt = iso8601(wallNanoseconds())
+        let endsAt = iso8601(wallNanoseconds() + 3 * 3_600 * 1_000_000_000)
+        let results = await onThreads(min(settings.connections, 8)) { [settings, adminHeaders] thread, threads -> Result<[(Int, Int)], BenchError> in
+            let connection = BlockingHTTPConnection(port: settings.port)
+            var ids: [(index: Int, id: Int)] = []
+            for index in stride(from: thread, to: settings.events, by: threads) {
+                let body = """
+                    {"app": \(settings.app), "externalId": "bench-\(settings.run)-\(index)", "kind": "match", "attributeType": "BenchMatch",
+                     "attributes": {"homeTeam": "Home \(index)", "awayTeam": "Away \(index)"},
+                     "contentState": {"homeScore": 0, "awayScore": 0, "minute": 0}, "startsAt": "\(startsAt)", "endsAt": "\(endsAt)"}
+                    """
+                do throws(BenchHTTPError) {
+                    let answer = try connection.send(method: "POST", path: "/v1/events", headers: adminHeaders, body: Array(body.utf8))
+                    guard answer.status == 201, let id = firstID(in: answer.body) else {
+                        return .failure(BenchError("POST /v1/events answered \(answer.status): \(String(decoding: answer.body, as: UTF8.self))"))
+                    }
+                    ids.append((index, id))
+                } catch {
+                    return .failure(BenchError("POST /v1/events: \(error)"))
+                }
+            }
+            return .success(ids)
+        }
+        var events = [Int](repeating: 0, count: settings.events)
+        for result in results {
+            for (index, id) in try result.get() { events[index] = id }
+        }
+        return events
+    }
+
+    /// Waits until every event's channel is open at the simulator (up to 300 s).
+    func waitForChannels() async throws {
+        let start = wallNanoseconds()
+        while true {
+            let open = try await count("SELECT count(*) AS n FROM channels WHERE state = 'open'")
+            if open >= settings.events { return }
+            if wallNanoseconds() - start > 300 * 1_000_000_000 {
+                throw BenchError("only \(open) of \(settings.events) channels opened within 300 s; see serve's log")
+            }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+    }
+
+    /// The open-loop load: update i is due at start + i / rate, for event i % events, as that event's
+    /// update i / events + 1; every 20th update of an event (10, 30, 50) is a goal with an alert.
+    func sendUpdates(to events: [Int]) async -> LoadOutcome {
+        let total = settings.events * settings.updatesPerEvent
+        let interval = 1_000_000_000 / Int64(settings.rate)
+        let start = wallNanoseconds() + 200_000_000
+        let next = Atomic<Int>(0)
+        let sampler = RSSSampler(processID: settings.servePID)
+        sampler.start()
+        let perThread = await onThreads(settings.connections) { [settings] _, threads -> [SentUpdate] in
+            let connection = BlockingHTTPConnection(port: settings.port)
+            var sent: [SentUpdate] = []
+            sent.reserveCapacity(total / threads * 2)
+            while true {
+                let index = next.add(1, ordering: .relaxed).oldValue
+                guard index < total else { break }
+                let due = start + Int64(index) * interval
+                sleep(until: due)
+                let event = events[index % settings.events]
+                let sequence = index / settings.events + 1
+                let alert = sequence % 20 == 10
+                let home = (sequence + 10) / 20
+                var body = #"{"contentState": {"homeScore": \#(home), "awayScore": 0, "minute": \#(sequence), "lastEvent": "\#(alert ? "GOAL" : "play") \#(sequence)'"}"#
+                if alert { body += #", "alert": {"title": "GOAL", "body": "Home \#(home)-0 (\#(sequence)')", "sound": "default"}"# }
+                body += "}"
+                var record = SentUpdate(due: due, sentAt: wallNanoseconds(), answeredAt: 0, status: 0, updateID: nil, event: event, alert: alert)
+                if let answer = try? connection.send(
+                    method: "POST", path: "/v1/events/\(event)/updates",
+                    headers: [("Authorization", "Bearer \(settings.ingestKey)"), ("Content-Type", "application/json"),
+                              ("Idempotency-Key", "bench-\(settings.run)-\(event)-\(sequence)")],
+                    body: Array(body.utf8)) {
+                    record.status = answer.status
+                    record.updateID = answer.status == 202 ? firstID(in: answer.body) : nil
+                }
+                record.answeredAt = wallNanoseconds()
+                sent.append(record)
+            }
+            return sent
+        }
+        let end = wallNanoseconds()
+        return LoadOutcome(sent: perThread.flatMap { $0 }, start: start, end: end, rssSamples: sampler.stop())
+    }
+
+    /// Waits until no update is pending (up to 120 s); returns how many still are.
+    func drain() async throws -> Int {
+        let start = wallNanoseconds()
+        while true {
+            let pending = try await count("SELECT count(*) AS n FROM updates WHERE disposition = 'pending'")
+            if pending == 0 || wallNanoseconds() - start > 120 * 1_000_000_000 { return pending }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+    }
+
+    /// Every broadcast APNs accepted, as (event, update id, when serve recorded the answer), and counts.
+    func acceptedBroadcasts() async throws -> (deliveries: DeliveryTable, priorities: [Int: Int], dispositions: [String: Int], alertsBelowTen: Int) {
+        var broadcasts: [(event: Int, updateID: Int, acceptedAt: Int64)] = []
+        var priorities: [Int: Int] = [:]
+        for row in try await database.query("""
+            SELECT u.event_id, d.update_id, d.priority, (extract(epoch FROM d.sent_at) * 1000000)::bigint AS sent_us
+            FROM deliveries d JOIN updates u ON u.id = d.update_id
+            WHERE d.kind = 'broadcast' AND d.status = 200
+            """) {
+            broadcasts.append((try row.decode(Int.self, column: "event_id"), try row.decode(Int.self, column: "update_id"),
+                               try row.decode(Int64.self, column: "sent_us") * 1_000))
+            priorities[try row.decode(Int.self, column: "priority"), default: 0] += 1
+        }
+        var dispositions: [String: Int] = [:]
+        for row in try await database.query("SELECT disposition, count(*) AS n FROM updates GROUP BY disposition") {
+            dispositions[try row.decode(String.self, column: "disposition")] = try row.decode(Int.self, column: "n")
+        }
+        let alertsBelowTen = try await count("""
+            SELECT count(*) AS n FROM updates u JOIN deliveries d ON d.update_id = u.id
+            WHERE u.alert IS NOT NULL AND d.kind = 'broadcast' AND d.status = 200 AND d.priority <> 10
+            """)
+        return (DeliveryTable(broadcasts), priorities, dispositions, alertsBelowTen)
+    }
+
+    private func count(_ query: PostgresQuery) async throws -> Int {
+        try await database.query(query)[0].decode(Int.self, column: "n")
+    }
+}
+
+/// When each update was delivered: at the first accepted broadcast of its event carrying it or a newer
+/// state (a broadcast of a later update id of the same event).
+struct DeliveryTable {
+    /// Per event: accepted broadcasts' update ids ascending, and the earliest acceptance at or after each.
+    private var byEvent: [Int: (updateIDs: [Int], earliest: [Int64])] = [:]
+
+    init(_ broadcasts: [(event: Int, updateID: Int, acceptedAt: Int64)]) {
+        for (event, list) in Dictionary(grouping: broadcasts, by: \.event) {
+            let sorted = list.sorted { $0.updateID < $1.updateID }
+            var earliest = sorted.map(\.acceptedAt)
+            for index in earliest.indices.reversed().dropFirst() { earliest[index] = min(earliest[index], earliest[index + 1]) }
+            byEvent[event] = (sorted.map(\.updateID), earliest)
+        }
+    }
+
+    /// When APNs first accepted this update's state or a newer one of its event; nil if never.
+    func deliveredAt(event: Int, updateID: Int) -> Int64? {
+        guard let table = byEvent[event], let position = firstIndex(atLeast: updateID, in: table.updateIDs) else { return nil }
+        return table.earliest[position]
+    }
+}
+
+/// Prints the figures next to their targets; returns whether every target was met.
+func report(_ settings: ServiceBenchSettings, load: LoadOutcome, deliveries: DeliveryTable, priorities: [Int: Int],
+            dispositions: [String: Int], alertsBelowTen: Int) -> Bool {
+    let total = settings.events * settings.updatesPerEvent
+    let accepted = load.sent.filter { $0.status == 202 && $0.updateID != nil }
+    let failures = load.sent.count - accepted.count
+    var statuses: [Int: Int] = [:]
+    for update in load.sent where update.status != 202 { statuses[update.status, default: 0] += 1 }
+
+    var deliveryAll: [Int64] = []
+    var deliveryAlert: [Int64] = []
+    var undelivered = 0
+    var beforeAnswer = 0
+    for update in accepted {
+        guard let delivered = deliveries.deliveredAt(event: update.event, updateID: update.updateID!) else {
+            undelivered += 1
+            continue
+        }
+        if delivered < update.answeredAt { beforeAnswer += 1 }  // serve recorded APNs' answer before the driver read the 202
+        let latency = max(0, delivered - update.answeredAt)
+        deliveryAll.append(latency)
+        if update.alert { deliveryAlert.append(latency) }
+    }
+    let ingest = Percentiles(accepted.map { $0.answeredAt - $0.due })
+    let service = Percentiles(accepted.map { $0.answeredAt - $0.sentAt })
+    let all = Percentiles(deliveryAll)
+    let alerts = Percentiles(deliveryAlert)
+    let late = load.sent.filter { $0.sentAt - $0.due > 1_000_000 }.count
+    let lastAnswer = accepted.map(\.answeredAt).max() ?? load.end
+    let sustained = Double(accepted.count) / (Double(lastAnswer - load.start) / 1e9)
+    let rss = rssMaxima(load.rssSamples)
+    let rssWithin = abs(rss.lastThird - rss.secondThird) <= rss.secondThird / 10
+    let targets = (ingest: ingest.p99 < 10_000_000, all: all.p99 < 1_200_000_000, alerts: alerts.p99 < 20_000_000)
+
+    print("""
+        rate:      \(String(format: "%.1f", sustained)) updates/s sustained (\(accepted.count) of \(total) answered 202 in \
+        \(format(seconds: lastAnswer - load.start)); scheduled \(settings.rate)/s; \(failures) failed\(statuses.isEmpty ? "" : " \(statuses)"); \
+        \(late) sent > 1 ms after due)
+        ingest:    202 latency from the scheduled send  \(ingest)   (target p99 < 10 ms: \(verdict(targets.ingest)))
+                   service time alone (send to 202): \(service)
+        delivery:  202 -> APNs accepted, all \(deliveryAll.count) updates  \(all)   (target p99 < 1.2 s: \(verdict(targets.all)))
+                   alert updates (\(deliveryAlert.count), sent at once)  \(alerts)   (target p99 < 20 ms: \(verdict(targets.alerts)))
+                   \(undelivered) never delivered; \(beforeAnswer) recorded by serve before the driver read the 202 (counted as 0)
+        apns:      \(priorities.values.reduce(0, +)) broadcasts accepted (\(priorities.sorted { $0.key > $1.key }.map { "\($0.value) at priority \($0.key)" }.joined(separator: ", "))); \
+        updates \(dispositions["broadcast"] ?? 0) broadcast, \(dispositions["conflated"] ?? 0) conflated, \
+        \(dispositions["superseded"] ?? 0) superseded, \(dispositions["pending"] ?? 0) pending; alerts below priority 10: \(alertsBelowTen)
+        rss:       serve every 100 ms during the load (\(load.rssSamples.count) samples): max of the second third \(rss.secondThird / 1024) MiB, \
+        of the last third \(rss.lastThird / 1024) MiB   (target within 10%: \(verdict(rssWithin)))
+        """)
+    return targets.ingest && targets.all && targets.alerts && rssWithin && failures == 0 && undelivered == 0
+}
+
+/// p50, p99, p99.9 and the maximum of nanosecond values (nearest rank).
+struct Percentiles: CustomStringConvertible {
+    var p50: Int64 = 0, p99: Int64 = 0, p999: Int64 = 0, max: Int64 = 0
+
+    init(_ values: [Int64]) {
+        let sorted = values.sorted()
+        guard !sorted.isEmpty else { return }
+        func rank(_ quantile: Double) -> Int64 {
+            sorted[Swift.min(Swift.max(Int((quantile * Double(sorted.count)).rounded(.up)), 1), sorted.count) - 1]
+        }
+        p50 = rank(0.5)
+        p99 = rank(0.99)
+        p999 = rank(0.999)
+        max = sorted[sorted.count - 1]
+    }
+
+    var description: String { "p50 \(ms(p50))  p99 \(ms(p99))  p99.9 \(ms(p999))  max \(ms(max))" }
+}
+
 func log(_ line: String) { FileHandle.standardError.write(Data("  \(line)\n".utf8)) }
 
-func verdict(_ ok: Bool) -> String { ok ? "met" : "NOT met" }
+func verdict(_ met: Bool) -> String { met ? "met" : "NOT met" }

@@ -19,8 +19,24 @@ import Postgres
 import Synchronization
 
 do {
-    let flags = try Flags(CommandLine.arguments.dropFirst())
-    exit(try await runServiceBench(flags) ? 0 : 1)
+    let settings = try ServiceBenchSettings(Flags(CommandLine.arguments.dropFirst()))
+    let bench = ServiceBench(settings: settings, database: try await PostgresConnection.connect(url: settings.databaseURL))
+    var started = wallNanoseconds()
+    let events = try await bench.createEvents()
+    log("created \(settings.events) events in \(format(seconds: wallNanoseconds() - started))")
+    started = wallNanoseconds()
+    try await bench.waitForChannels()
+    log("\(settings.events) channels open at the simulator after \(format(seconds: wallNanoseconds() - started))")
+    log("sending \(settings.events * settings.updatesPerEvent) updates at \(settings.rate)/s over \(settings.connections) connections (open loop)")
+    let load = await bench.sendUpdates(to: events)
+    log("load finished in \(format(seconds: load.end - load.start)); waiting for the dispatcher to drain")
+    started = wallNanoseconds()
+    let pending = try await bench.drain()
+    log("drained after \(format(seconds: wallNanoseconds() - started)) (\(pending) pending)")
+    let accepted = try await bench.acceptedBroadcasts()
+    let met = report(settings, load: load, deliveries: accepted.deliveries, priorities: accepted.priorities,
+                     dispositions: accepted.dispositions, alertsBelowTen: accepted.alertsBelowTen)
+    exit(met ? 0 : 1)
 } catch {
     FileHandle.standardError.write(Data("ServiceBench: \(error)\n".utf8))
     exit(2)
