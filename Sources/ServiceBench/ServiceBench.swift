@@ -265,7 +265,8 @@ func report(_ settings: ServiceBenchSettings, load: LoadOutcome, deliveries: Del
                    \(undelivered) never delivered; \(beforeAnswer) recorded by serve before the driver read the 202 (counted as 0)
         apns:      \(priorities.values.reduce(0, +)) broadcasts accepted (\(priorities.sorted { $0.key > $1.key }.map { "\($0.value) at priority \($0.key)" }.joined(separator: ", "))); \
         updates \(dispositions["broadcast"] ?? 0) broadcast, \(dispositions["conflated"] ?? 0) conflated, \
-        \(dispositions["superseded"] ?? 0) superseded, \(dispositions["pending"] ?? 0) pending; alerts below priority 10: \(alertsBelowTen)
+        \(dispositions["superseded"] ?? 0) superseded, \(dispositions["pending"] ?? 0) pending, \(dispositions["unsent"] ?? 0) unsent; \
+        alerts below priority 10: \(alertsBelowTen)
         rss:       serve every 100 ms during the load (\(load.rssSamples.count) samples): max of the second third \(rss.secondThird / 1024) MiB, \
         of the last third \(rss.lastThird / 1024) MiB   (target within 10%: \(verdict(rssWithin)))
         """)
