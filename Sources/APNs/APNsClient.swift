@@ -147,6 +147,9 @@ public final class APNsClient: Sendable {
     /// Requests currently holding one of the `maxInFlight` places.
     public var inFlight: Int { gate.inFlight }
 
+    /// Callers waiting for one of those places.
+    public var waitingCallers: Int { gate.waiting }
+
     /// Fails waiting callers, closes the connections this client opened and stops its loops.
     public func shutdown() async {
         gate.shutdown()
@@ -290,6 +293,7 @@ final class InFlightGate: Sendable {
     init(limit: Int) { self.limit = limit }
 
     var inFlight: Int { state.withLock { $0.inFlight } }
+    var waiting: Int { state.withLock { $0.waiters.count } }
 
     func enter() async throws(APNsClientError) {
         enum Entry { case entered, wait(Int), failed(APNsClientError) }

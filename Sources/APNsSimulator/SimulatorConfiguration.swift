@@ -46,7 +46,7 @@ public struct SimulatorConfiguration: Sendable {
     public var invalidDeviceTokens: [String] = []
     /// Added latency per answer, drawn uniformly from this range.
     public var latency: ClosedRange<Duration> = .zero ... .zero
-    /// Accepted requests kept in memory for queries (the oldest are dropped beyond about this many).
+    /// Accepted requests kept in memory for queries (the oldest are dropped beyond this many).
     public var recordLimit = 100_000
     /// PEM server certificate chain and key; generated (with a CA) in `stateDirectory` when nil.
     public var certificateFile: String?

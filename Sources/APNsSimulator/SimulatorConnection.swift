@@ -28,6 +28,8 @@ public struct SimulatorConnectionState: Sendable {
     var token: VerifiedToken?
 
     struct VerifiedToken: Sendable {
+        /// The `authorization` header it last came in: the same header again needs no parsing.
+        var authorization: String
         var jwt: String
         var keyID: String
         var teamID: String

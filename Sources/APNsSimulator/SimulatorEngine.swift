@@ -52,6 +52,8 @@ public final class SimulatorEngine: Sendable {
     public let configuration: SimulatorConfiguration
     public let clock: any WallClock
     private let logger: Logger?
+    /// `logger != nil`, read once: the hot path neither copies the logger nor reads the clock for it when there is none.
+    private let logs: Bool
     private let trustedKeys: [String: SimulatorTrustedKey]
     private let allowedBundleIDs: Set<String>
     private let channelsChanged: (@Sendable () -> Void)?
@@ -64,7 +66,7 @@ public final class SimulatorEngine: Sendable {
         var nextOrder = 0
         var quota: Int
         var invalidTokens: [String: Date] = [:]
-        var records: [SimulatorRecord] = []
+        var records: SimulatorRecordRing
         var statusCounts: [Int: Int] = [:]
         var random: SeededRandom
     }
@@ -78,11 +80,14 @@ public final class SimulatorEngine: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
+        logs = logger != nil
         self.trustedKeys = Dictionary(trustedKeys.map { ($0.keyID, $0) }) { first, _ in first }
         allowedBundleIDs = Set(configuration.bundleIDs)
         self.channelsChanged = channelsChanged
         let now = clock.now
-        var initial = State(quota: configuration.channelQuota, random: SeededRandom(seed: configuration.seed))
+        var initial = State(
+            quota: configuration.channelQuota, records: SimulatorRecordRing(limit: configuration.recordLimit),
+            random: SeededRandom(seed: configuration.seed))
         for token in configuration.invalidDeviceTokens { initial.invalidTokens[token.lowercased()] = now }
         state = Mutex(initial)
     }
@@ -103,17 +108,21 @@ public final class SimulatorEngine: Sendable {
     public func handle(
         _ request: HTTPRequest, on listener: SimulatorListener, connection: inout SimulatorConnectionState
     ) -> SimulatorReply {
-        let started = ContinuousClock.now
+        let started = logs ? ContinuousClock.now : nil
         let now = clock.now
         let idHeader = Self.idHeader(listener: listener, path: request.path)
-        let givenID = request.headers[idHeader]
-        let answerID = givenID.flatMap { try? APNsRequestID($0).value } ?? APNsRequestID.random().value
+        let headers = SimulatorRequestHeaders(request.headers)
+        let givenID = headers.value(of: idHeader)
+        let validGivenID = givenID.flatMap { try? APNsRequestID($0).value }
+        let answerID = validGivenID ?? APNsRequestID.random().value
 
         var response: HTTPResponse
         var reason: APNsReason?
         var accepted: Accepted?
         do {
-            let result = try evaluate(request, listener: listener, connection: &connection, now: now, answerID: answerID)
+            let result = try evaluate(
+                request, headers: headers, givenIDIsInvalid: givenID != nil && validGivenID == nil, listener: listener,
+                connection: &connection, now: now, answerID: answerID)
             accepted = result
             response = HTTPResponse(status: result.status, headers: result.headers, body: result.body)
         } catch {
@@ -123,7 +132,8 @@ public final class SimulatorEngine: Sendable {
                 headers: [APNsHeader.contentType: "application/json"],
                 body: APNsErrorBody(reason: error.reason, timestamp: error.timestamp).json)
         }
-        response.headers.set(idHeader, answerID)
+        // No answer built above carries an id header of its own.
+        response.headers.add(idHeader, answerID)
 
         var actions: [SimulatorConnectionAction] = []
         if !configuration.relaxed {
@@ -143,14 +153,14 @@ public final class SimulatorEngine: Sendable {
 
         let delay = state.withLock { state -> Duration in
             state.statusCounts[response.status, default: 0] += 1
-            if let record = accepted?.record { append(record, to: &state) }
+            if let record = accepted?.record { state.records.append(record) }
             let range = configuration.latency
             guard range.upperBound > range.lowerBound else { return range.lowerBound }
             return range.lowerBound + (range.upperBound - range.lowerBound) * state.random.unit()
         }
         if accepted?.channelsChanged == true { channelsChanged?() }
 
-        if let logger {
+        if logs, let logger, let started {
             let handled = ContinuousClock.now - started
             logger.info("apns request", [
                 "listener": .string(listener.rawValue),
@@ -158,7 +168,7 @@ public final class SimulatorEngine: Sendable {
                 "path": .string(Self.loggablePath(request.path)),
                 "status": .int(response.status),
                 "reason": .string(reason?.text ?? ""),
-                "channel_id": .string(accepted?.channelID ?? request.headers[APNsHeader.channelID] ?? ""),
+                "channel_id": .string(accepted?.channelID ?? headers.channelID ?? ""),
                 "request_id": .string(answerID),
                 "latency_ms": .double(Self.milliseconds(delay)),
                 "handled_us": .int(Int(Self.milliseconds(handled) * 1000)),
@@ -180,26 +190,21 @@ public final class SimulatorEngine: Sendable {
     /// Checks in this order: path and method, duplicate headers, provider token, injected faults, then the operation's
     /// own headers and body (Apple documents no order; reference §9.4).
     private func evaluate(
-        _ request: HTTPRequest, listener: SimulatorListener, connection: inout SimulatorConnectionState, now: Date, answerID: String
+        _ request: HTTPRequest, headers: SimulatorRequestHeaders, givenIDIsInvalid: Bool, listener: SimulatorListener,
+        connection: inout SimulatorConnectionState, now: Date, answerID: String
     ) throws(Rejection) -> Accepted {
         let route = try Route(listener: listener, method: request.method, path: request.path)
-        let headers = request.headers
-        let fields = headers.fields
-        for (index, field) in fields.enumerated() where field.name.hasPrefix("apns-") || field.name == APNsHeader.authorization {
-            if fields[(index + 1)...].contains(where: { $0.name == field.name }) { throw Rejection(.duplicateHeaders) }
-        }
-        try authenticate(headers, &connection, now: now)
+        if headers.hasRepeatedField { throw Rejection(.duplicateHeaders) }
+        try authenticate(headers.authorization, &connection, now: now)
         if let fault = drawFault() { throw fault }
-        if let given = headers[Self.idHeader(listener: listener, path: request.path)], (try? APNsRequestID(given)) == nil {
-            throw Rejection(.badMessageId)
-        }
+        if givenIDIsInvalid { throw Rejection(.badMessageId) }
 
         switch route {
         case .devicePush(let token):
-            return try devicePush(token: token, request, now: now, apnsID: answerID)
+            return try devicePush(token: token, request, headers, now: now, apnsID: answerID)
         case .broadcast(let bundleID):
             try checkBundle(bundleID)
-            return try broadcast(bundleID: bundleID, request, now: now, requestID: answerID)
+            return try broadcast(bundleID: bundleID, request, headers, now: now, requestID: answerID)
         case .channels(let bundleID):
             try checkBundle(bundleID)
             switch request.method {
@@ -219,8 +224,13 @@ public final class SimulatorEngine: Sendable {
 
     // MARK: - Provider tokens (reference §6)
 
-    private func authenticate(_ headers: HTTPHeaders, _ connection: inout SimulatorConnectionState, now: Date) throws(Rejection) {
-        guard let value = headers[APNsHeader.authorization], !value.isEmpty else { throw Rejection(.missingProviderToken) }
+    private func authenticate(_ authorization: String?, _ connection: inout SimulatorConnectionState, now: Date) throws(Rejection) {
+        guard let value = authorization, !value.isEmpty else { throw Rejection(.missingProviderToken) }
+        // The header the connection's token came in, again: no need to take it apart.
+        if let current = connection.token, current.authorization == value {
+            try checkAge(issuedAt: current.issuedAt, now: now)
+            return
+        }
         guard value.utf8.count > 7, value.prefix(7).lowercased() == APNsProtocol.bearerPrefix else {
             throw Rejection(.invalidProviderToken)
         }
@@ -231,6 +241,7 @@ public final class SimulatorEngine: Sendable {
         let jwt = String(decoding: bytes, as: UTF8.self)
         if let current = connection.token, current.jwt == jwt {
             try checkAge(issuedAt: current.issuedAt, now: now)
+            connection.token?.authorization = value
             return
         }
         // A new token string on this connection: the only time the signature is verified.
@@ -248,7 +259,7 @@ public final class SimulatorEngine: Sendable {
         if let current = connection.token, token.issuedAt.timeIntervalSince(current.issuedAt) < Self.tokenChangeInterval {
             throw Rejection(.tooManyProviderTokenUpdates)
         }
-        connection.token = .init(jwt: jwt, keyID: token.keyID, teamID: token.teamID, issuedAt: token.issuedAt)
+        connection.token = .init(authorization: value, jwt: jwt, keyID: token.keyID, teamID: token.teamID, issuedAt: token.issuedAt)
         connection.boundTeamID = token.teamID
     }
 
@@ -280,33 +291,38 @@ public final class SimulatorEngine: Sendable {
 
     // MARK: - Device pushes (reference §3.1, §7.3)
 
-    private func devicePush(token: String, _ request: HTTPRequest, now: Date, apnsID: String) throws(Rejection) -> Accepted {
-        let headers = request.headers
+    private func devicePush(
+        token: String, _ request: HTTPRequest, _ headers: SimulatorRequestHeaders, now: Date, apnsID: String
+    ) throws(Rejection) -> Accepted {
         guard !token.isEmpty else { throw Rejection(.missingDeviceToken) }
-        guard let deviceToken = try? APNsDeviceToken(hex: token) else { throw Rejection(.badDeviceToken) }
-        guard let topic = headers[APNsHeader.topic] else { throw Rejection(.missingTopic) }
-        guard !topic.isEmpty, topic.utf8.allSatisfy(Self.bundleIDBytes.contains) else { throw Rejection(.badTopic) }
-        guard let pushType = headers[APNsHeader.pushType] else { throw Rejection(.missingPushType) }
+        guard let deviceToken = Self.deviceTokenHex(token) else { throw Rejection(.badDeviceToken) }
+        guard let topic = headers.topic else { throw Rejection(.missingTopic) }
+        guard !topic.isEmpty, Self.allBytes(of: topic, are: Self.isBundleIDByte) else { throw Rejection(.badTopic) }
+        guard let pushType = headers.pushType else { throw Rejection(.missingPushType) }
         // Only Live Activity pushes are simulated; the casing of the value is not confirmed (reference §10.2).
         guard pushType.lowercased() == APNsProtocol.liveActivityPushType else { throw Rejection(.invalidPushType) }
         // The plain bundle id as the topic of a Live Activity push: DeviceTokenNotForTopic (reference §7.3, F3).
         guard topic.hasSuffix(APNsProtocol.liveActivityTopicSuffix) else { throw Rejection(.deviceTokenNotForTopic) }
-        let bundleID = String(topic.dropLast(APNsProtocol.liveActivityTopicSuffix.count))
-        guard !bundleID.isEmpty else { throw Rejection(.badTopic) }
-        guard isAllowed(bundleID) else { throw Rejection(.topicMismatch) }
-        let priority = try Self.integer(headers[APNsHeader.priority] ?? "10", allowed: [10, 5], else: .badPriority)
-        let expiration = try headers[APNsHeader.expiration].map { text throws(Rejection) in
+        // The suffix is ASCII, so counting bytes counts characters.
+        guard topic.utf8.count > APNsProtocol.liveActivityTopicSuffix.utf8.count else { throw Rejection(.badTopic) }
+        if !allowedBundleIDs.isEmpty, !isAllowed(String(topic.dropLast(APNsProtocol.liveActivityTopicSuffix.count))) {
+            throw Rejection(.topicMismatch)
+        }
+        let priority = try headers.priority.map { text throws(Rejection) in
+            try Self.integer(text, allowed: [10, 5], else: .badPriority)
+        } ?? 10
+        let expiration = try headers.expiration.map { text throws(Rejection) in
             try Self.integer(text, allowed: nil, else: .badExpirationDate)
         }
-        let collapseID = headers[APNsHeader.collapseID]
+        let collapseID = headers.collapseID
         if let collapseID, !(1...64).contains(collapseID.utf8.count) { throw Rejection(.badCollapseId) }
         try Self.checkPayload(request.body, limit: APNsPayloadLimit.devicePush)
 
         let invalidSince = state.withLock { state -> Date? in
-            if let since = state.invalidTokens[deviceToken.hex] { return since }
+            if let since = state.invalidTokens[deviceToken] { return since }
             let share = configuration.faults.unregistered
             guard share > 0, state.random.unit() < share else { return nil }
-            state.invalidTokens[deviceToken.hex] = now
+            state.invalidTokens[deviceToken] = now
             return now
         }
         if let invalidSince {
@@ -315,20 +331,21 @@ public final class SimulatorEngine: Sendable {
         var answer: HTTPHeaders = [:]
         if configuration.environment == .development { answer.add(APNsHeader.uniqueID, APNsRequestID.random().value) }
         let push = ReceivedDevicePush(
-            deviceToken: deviceToken.hex, topic: topic, priority: priority, expiration: expiration, collapseID: collapseID,
-            headers: Self.withoutAuthorization(headers), payload: request.body, apnsID: apnsID, receivedAt: now)
+            deviceToken: deviceToken, topic: topic, priority: priority, expiration: expiration, collapseID: collapseID,
+            requestHeaders: request.headers, payload: request.body, apnsID: apnsID, receivedAt: now)
         return Accepted(status: 200, headers: answer, record: .devicePush(push))
     }
 
     // MARK: - Broadcasts (reference §2, §9.4)
 
-    private func broadcast(bundleID: String, _ request: HTTPRequest, now: Date, requestID: String) throws(Rejection) -> Accepted {
-        let headers = request.headers
+    private func broadcast(
+        bundleID: String, _ request: HTTPRequest, _ headers: SimulatorRequestHeaders, now: Date, requestID: String
+    ) throws(Rejection) -> Accepted {
         let channelID = try Self.channelID(headers)
-        guard let pushType = headers[APNsHeader.pushType] else { throw Rejection(.missingPushType) }
+        guard let pushType = headers.pushType else { throw Rejection(.missingPushType) }
         guard pushType.lowercased() == APNsProtocol.liveActivityPushType else { throw Rejection(.invalidPushType) }
-        let expiration = try Self.integer(headers[APNsHeader.expiration] ?? "", allowed: nil, else: .badExpirationDate)
-        let priority = try Self.integer(headers[APNsHeader.priority] ?? "", allowed: [10, 5, 1], else: .badPriority)
+        let expiration = try Self.integer(headers.expiration ?? "", allowed: nil, else: .badExpirationDate)
+        let priority = try Self.integer(headers.priority ?? "", allowed: [10, 5, 1], else: .badPriority)
         guard let channel = channel(id: channelID), channel.bundleID == bundleID else { throw Rejection(.channelNotRegistered) }
         // A no-storage channel takes only expiration 0. Beyond 8 hours on a storing channel is accepted (reference §10.11).
         if channel.storagePolicy == .noMessageStored, expiration != 0 { throw Rejection(.badExpirationDate) }
@@ -336,7 +353,7 @@ public final class SimulatorEngine: Sendable {
         let uniqueID = APNsRequestID.random().value
         let broadcast = ReceivedBroadcast(
             bundleID: bundleID, channelID: channelID, priority: priority, expiration: expiration,
-            headers: Self.withoutAuthorization(headers), payload: request.body, requestID: requestID, uniqueID: uniqueID,
+            requestHeaders: request.headers, payload: request.body, requestID: requestID, uniqueID: uniqueID,
             receivedAt: now)
         return Accepted(status: 200, headers: [APNsHeader.uniqueID: uniqueID], record: .broadcast(broadcast), channelID: channelID)
     }
@@ -375,7 +392,7 @@ public final class SimulatorEngine: Sendable {
             channelsChanged: true)
     }
 
-    private func readChannel(bundleID: String, headers: HTTPHeaders, now: Date, requestID: String) throws(Rejection) -> Accepted {
+    private func readChannel(bundleID: String, headers: SimulatorRequestHeaders, now: Date, requestID: String) throws(Rejection) -> Accepted {
         let id = try Self.channelID(headers)
         guard let channel = channel(id: id), channel.bundleID == bundleID else { throw Rejection(.channelNotRegistered) }
         let body = JSONValue.object([
@@ -387,7 +404,7 @@ public final class SimulatorEngine: Sendable {
             record: .channel(operation), channelID: id)
     }
 
-    private func deleteChannel(bundleID: String, headers: HTTPHeaders, now: Date, requestID: String) throws(Rejection) -> Accepted {
+    private func deleteChannel(bundleID: String, headers: SimulatorRequestHeaders, now: Date, requestID: String) throws(Rejection) -> Accepted {
         let id = try Self.channelID(headers)
         let removed = state.withLock { state -> Bool in
             guard state.channels[id]?.bundleID == bundleID else { return false }
@@ -402,16 +419,39 @@ public final class SimulatorEngine: Sendable {
 
     // MARK: - Shared checks
 
-    private static let bundleIDBytes = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-.".utf8)
+    /// The path's device token as lowercase hex; nil (`BadDeviceToken`) unless it is hex for 1 to 200 bytes, the rule
+    /// `APNsDeviceToken(hex:)` applies, checked here without its allocations.
+    private static func deviceTokenHex(_ token: String) -> String? {
+        let count = token.utf8.count
+        guard count % 2 == 0, (2...400).contains(count) else { return nil }
+        if allBytes(of: token, are: { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) { return token }
+        guard allBytes(of: token, are: { (0x30...0x39).contains($0) || (0x61...0x66).contains($0 | 0x20) }) else { return nil }
+        return token.lowercased()
+    }
 
-    private static func channelID(_ headers: HTTPHeaders) throws(Rejection) -> String {
-        guard let text = headers[APNsHeader.channelID], !text.isEmpty else { throw Rejection(.missingChannelId) }
+    /// Whether every byte of `text` passes `test`, read through the string's storage (its UTF8View's iterator is slower).
+    private static func allBytes(of text: String, are test: (UInt8) -> Bool) -> Bool {
+        text.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(test) } ?? text.utf8.allSatisfy(test)
+    }
+
+    /// Letters, digits, `-` and `.`: what a bundle id (and so a topic) is made of.
+    private static func isBundleIDByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "-"), UInt8(ascii: "."):
+            true
+        default: false
+        }
+    }
+
+    private static func channelID(_ headers: SimulatorRequestHeaders) throws(Rejection) -> String {
+        guard let text = headers.channelID, !text.isEmpty else { throw Rejection(.missingChannelId) }
         guard text.utf8.count <= maximumChannelIDLength, (try? APNsChannelID(text)) != nil else { throw Rejection(.badChannelId) }
         return text
     }
 
     /// A decimal integer header; `allowed` nil means any value ≥ 0.
-    private static func integer(_ text: String, allowed: Set<Int>?, else reason: APNsReason) throws(Rejection) -> Int {
+    private static func integer(_ text: String, allowed: [Int]?, else reason: APNsReason) throws(Rejection) -> Int {
         guard !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int(text),
               allowed?.contains(value) ?? true else {
             throw Rejection(reason)
@@ -424,13 +464,12 @@ public final class SimulatorEngine: Sendable {
     private static func checkPayload(_ body: [UInt8], limit: Int) throws(Rejection) {
         guard !body.isEmpty else { throw Rejection(.payloadEmpty) }
         guard body.count <= limit else { throw Rejection(.payloadTooLarge) }
-        guard (try? JSONValue(parsing: body))?["aps"]?.objectValue != nil else { throw Rejection(.badRequestPayload) }
-    }
-
-    private static func withoutAuthorization(_ headers: HTTPHeaders) -> HTTPHeaders {
-        var copy = headers
-        copy.remove(APNsHeader.authorization)
-        return copy
+        switch PayloadScanner.verdict(body) {
+        case .apsObject: return
+        case .rejected: throw Rejection(.badRequestPayload)
+        case .undecided:
+            guard (try? JSONValue(parsing: body))?["aps"]?.objectValue != nil else { throw Rejection(.badRequestPayload) }
+        }
     }
 
     /// Device-push answers carry `apns-id`; channel-management and broadcast answers `apns-request-id`.
@@ -452,15 +491,8 @@ public final class SimulatorEngine: Sendable {
 
     // MARK: - Records and state, for tests and the host
 
-    private func append(_ record: SimulatorRecord, to state: inout State) {
-        let limit = configuration.recordLimit
-        guard limit > 0 else { return }
-        state.records.append(record)
-        if state.records.count > limit + limit / 4 { state.records.removeFirst(state.records.count - limit) }
-    }
-
-    /// Every accepted request still kept, oldest first.
-    public var received: [SimulatorRecord] { state.withLock { $0.records } }
+    /// Every accepted request still kept (the last `recordLimit`), oldest first.
+    public var received: [SimulatorRecord] { state.withLock { $0.records.records } }
 
     /// Accepted broadcasts, oldest first.
     public var broadcasts: [ReceivedBroadcast] {
@@ -544,37 +576,40 @@ private enum Route {
         // cost the simulator a tenth of its time under load.
         func rest(after prefix: String) -> Substring? {
             guard path.hasPrefix(prefix) else { return nil }
-            let rest = path.dropFirst(prefix.count)
-            return rest.utf8.contains(UInt8(ascii: "/")) ? nil : rest
+            let rest = Substring(path.utf8.dropFirst(prefix.utf8.count))
+            return hasSlash(rest) ? nil : rest
         }
         func bundle(between prefix: String, and suffix: String) -> String? {
             guard path.hasPrefix(prefix), path.hasSuffix(suffix), path.count > prefix.count + suffix.count else { return nil }
             let bundle = path.dropFirst(prefix.count).dropLast(suffix.count)
-            return bundle.utf8.contains(UInt8(ascii: "/")) ? nil : String(bundle)
+            return hasSlash(bundle) ? nil : String(bundle)
         }
-        let methods: [String]
+        // Through the bytes' storage: iterating a Substring's UTF8View is slow.
+        func hasSlash(_ text: Substring) -> Bool {
+            text.utf8.withContiguousStorageIfAvailable { $0.contains(UInt8(ascii: "/")) } ?? text.utf8.contains(UInt8(ascii: "/"))
+        }
+        let allowed: Bool
         switch listener {
         case .push:
             if let token = rest(after: "/3/device/") {
                 self = .devicePush(token: String(token))
-                methods = ["POST"]
             } else if let bundleID = rest(after: "/4/broadcasts/apps/"), !bundleID.isEmpty {
                 self = .broadcast(bundleID: String(bundleID))
-                methods = ["POST"]
             } else {
                 throw Rejection(.badPath)
             }
+            allowed = method == "POST"
         case .management:
             if let bundleID = bundle(between: "/1/apps/", and: "/channels") {
                 self = .channels(bundleID: bundleID)
-                methods = ["POST", "GET", "DELETE"]
+                allowed = method == "POST" || method == "GET" || method == "DELETE"
             } else if let bundleID = bundle(between: "/1/apps/", and: "/all-channels") {
                 self = .allChannels(bundleID: bundleID)
-                methods = ["GET"]
+                allowed = method == "GET"
             } else {
                 throw Rejection(.badPath)
             }
         }
-        guard methods.contains(method) else { throw Rejection(.methodNotAllowed) }
+        guard allowed else { throw Rejection(.methodNotAllowed) }
     }
 }

@@ -31,7 +31,9 @@ public struct ReceivedBroadcast: Sendable {
     public var priority: Int
     public var expiration: Int
     /// The request's headers, without `authorization`.
-    public var headers: HTTPHeaders
+    public var headers: HTTPHeaders { withoutAuthorization(requestHeaders) }
+    /// The request's headers as they came: kept without a copy, the provider token is dropped when they are read.
+    var requestHeaders: HTTPHeaders
     public var payload: [UInt8]
     public var requestID: String
     public var uniqueID: String
@@ -50,13 +52,21 @@ public struct ReceivedDevicePush: Sendable {
     public var expiration: Int?
     public var collapseID: String?
     /// The request's headers, without `authorization`.
-    public var headers: HTTPHeaders
+    public var headers: HTTPHeaders { withoutAuthorization(requestHeaders) }
+    /// The request's headers as they came: kept without a copy, the provider token is dropped when they are read.
+    var requestHeaders: HTTPHeaders
     public var payload: [UInt8]
     public var apnsID: String
     public var receivedAt: Date
 
     /// The payload as JSON (it was checked to parse before it was accepted).
     public var json: JSONValue { (try? JSONValue(parsing: payload)) ?? .null }
+}
+
+private func withoutAuthorization(_ headers: HTTPHeaders) -> HTTPHeaders {
+    var copy = headers
+    copy.remove(APNsHeader.authorization)
+    return copy
 }
 
 /// A channel-management request the simulator accepted.

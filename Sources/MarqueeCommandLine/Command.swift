@@ -137,6 +137,16 @@ public struct ParsedArguments: Sendable {
         }
         return value
     }
+
+    /// A number of seconds (decimals allowed), checked against a range.
+    public func seconds(_ name: String, in range: ClosedRange<Double> = 0...Double.greatestFiniteMagnitude) throws(UsageError) -> Double? {
+        guard let text = string(name) else { return nil }
+        guard let value = Double(text), value.isFinite, range.contains(value) else {
+            let bounds = range.upperBound == .greatestFiniteMagnitude ? " of at least \(range.lowerBound)" : " from \(range.lowerBound) to \(range.upperBound)"
+            throw UsageError("--\(name) takes a number of seconds\(bounds), not '\(text)'", commandPath: commandPath)
+        }
+        return value
+    }
 }
 
 /// The command line is wrong: what is wrong, and which command's `--help` to read.

@@ -50,23 +50,24 @@ public struct CommandFailure: Error, Sendable, CustomStringConvertible {
     /// A machine-readable code, e.g. `channel_not_registered`.
     public let code: String
     public let field: String?
+    /// More members of the `error` object for `--json`, e.g. the HTTP status and request id of a refused request.
+    public let details: JSONObject
 
-    public init(_ message: String, exitCode: ExitCode = .failure, code: String = "failed", field: String? = nil) {
+    public init(_ message: String, exitCode: ExitCode = .failure, code: String = "failed", field: String? = nil, details: JSONObject = [:]) {
         self.message = message
         self.exitCode = exitCode
         self.code = code
         self.field = field
+        self.details = details
     }
 
     public var description: String { message }
 
     var json: JSONValue {
-        var error: JSONValue = ["code": .string(code), "message": .string(message)]
-        if let field, case .object(var object) = error {
-            object["field"] = .string(field)
-            error = .object(object)
-        }
-        return ["error": error]
+        var error: JSONObject = ["code": .string(code), "message": .string(message)]
+        error["field"] = field.map(JSONValue.string)
+        for (key, value) in details { error[key] = value }
+        return ["error": .object(error)]
     }
 }
 

@@ -55,6 +55,11 @@ public struct AttributeTypeRepository: Sendable {
             .first.map(Self.decode)
     }
 
+    /// The type with this id.
+    public func find(id: Int) async throws -> StoredAttributeType? {
+        try await pool.query("SELECT \(fragment: Self.columns) FROM attribute_types WHERE id = \(id)").first.map(Self.decode)
+    }
+
     /// The types named `name`, over all apps.
     public func find(name: String) async throws -> [StoredAttributeType] {
         try await pool.query("SELECT \(fragment: Self.columns) FROM attribute_types WHERE name = \(name) ORDER BY app_id")

@@ -61,7 +61,9 @@ enum APNsCommandLine {
         Hosts: Apple's for the environment unless MARQUEE_APNS_PUSH_URL / MARQUEE_APNS_MANAGE_URL
         (https://host:port) say otherwise; MARQUEE_APNS_CA_FILE adds a trusted CA (e.g. the simulator's).
         Temporary failures (429, 500, 503, GOAWAY, timeouts) are retried with backoff; an expired token
-        is refreshed once; rejections are never retried.
+        is refreshed once; rejections are never retried. With --json a failure prints {"error":{...}} with
+        code, message, attempts, requestId (apnsId for push) and, when APNs answered, status, reason and
+        (410) timestamp.
 
         Exit codes:
           0   accepted
@@ -198,7 +200,8 @@ enum APNsCommandLine {
             var message = "\(outcome.request): \(failure.map { "\($0)" } ?? "failed")"
             if let requestID = last?.requestID { message += " (request id \(requestID), \(tries))" }
             if let error = outcome.transportError { message += ": \(error)" }
-            throw CommandFailure(message, exitCode: exitCode(for: outcome), code: failure?.reason?.text ?? code(for: outcome))
+            throw CommandFailure(message, exitCode: exitCode(for: outcome), code: failure?.reason?.text ?? code(for: outcome),
+                                 details: failureDetails(outcome))
         }
         var object: JSONObject = ["status": .int(Int64(acceptance.status))]
         var lines: [String] = []
@@ -227,6 +230,22 @@ enum APNsCommandLine {
         if let unique = acceptance.uniqueID { summary += ", unique id \(unique)" }
         if outcome.attempts.count > 1 { summary += " (\(tries))" }
         Terminal.emit(arguments, text: (lines + [summary]).joined(separator: "\n"), json: .object(object))
+    }
+
+    /// What `--json` adds to a failure: the HTTP status and Apple's reason when APNs answered, the request's id under
+    /// the name its success output uses (`apnsId` for device pushes, `requestId` otherwise), the 410 timestamp, and
+    /// the number of attempts.
+    static func failureDetails(_ outcome: APNsOutcome) -> JSONObject {
+        let failure = outcome.result.failure
+        var details: JSONObject = [:]
+        details["status"] = failure?.status.map { .int(Int64($0)) }
+        details["reason"] = failure?.reason.map { .string($0.text) }
+        let id = failure?.requestID ?? outcome.attempts.last?.requestID
+        details[outcome.request.operation == .devicePush ? "apnsId" : "requestId"] = id.map(JSONValue.string)
+        details["uniqueId"] = outcome.attempts.last?.uniqueID.map(JSONValue.string)
+        details["timestamp"] = failure?.timestamp.map(JSONValue.int)
+        details["attempts"] = .int(Int64(outcome.attempts.count))
+        return details
     }
 
     static func exitCode(for outcome: APNsOutcome) -> ExitCode {

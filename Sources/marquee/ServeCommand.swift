@@ -8,6 +8,42 @@ import Network
 import Postgres
 
 enum ServeCommand {
+    /// The pipeline's settings: flag, value name, help, environment variable and default.
+    static let pipelineOptions: [(name: String, value: String, help: String, environment: String, defaultValue: String)] = [
+        ("channel-lead-time", "SECONDS", "Open an event's channel this long before it starts.", "MARQUEE_CHANNEL_LEAD_TIME", "7200"),
+        ("channel-delete-delay", "SECONDS", "Delete a channel this long after its end broadcast.", "MARQUEE_CHANNEL_DELETE_DELAY", "900"),
+        ("end-grace", "SECONDS", "End an event nobody ended at endsAt plus this.", "MARQUEE_END_GRACE", "1800"),
+        ("scheduler-interval", "SECONDS", "How often the channel scheduler sweeps (decimals allowed).", "MARQUEE_SCHEDULER_INTERVAL", "5"),
+        ("reconcile-interval", "SECONDS", "How often channels are compared with APNs' lists.", "MARQUEE_RECONCILE_INTERVAL", "3600"),
+        ("unknown-channel-grace", "SECONDS", "With --delete-unknown-channels: how long an unknown channel is seen before deletion.",
+         "MARQUEE_UNKNOWN_CHANNEL_GRACE", "86400"),
+        ("channel-quota", "N", "Channels per app and environment (Apple's quota); warns at 80%.", "MARQUEE_CHANNEL_QUOTA", "10000"),
+        ("broadcast-ttl", "SECONDS", "apns-expiration for channels with most-recent storage: now plus this (at most 28800).",
+         "MARQUEE_BROADCAST_TTL", "14400"),
+        ("high-priority-budget", "N", "Priority-10 broadcasts per channel per hour before 'auto' downgrades to 5.",
+         "MARQUEE_HIGH_PRIORITY_BUDGET", "30"),
+        ("conflation-interval", "SECONDS", "At most one broadcast per channel per interval (alerts and 'high' go at once).",
+         "MARQUEE_CONFLATION_INTERVAL", "1"),
+    ]
+
+    /// Reads the pipeline settings (defaults come from the option table).
+    static func pipelineSettings(_ arguments: ParsedArguments) throws(UsageError) -> PipelineSettings {
+        var settings = PipelineSettings()
+        settings.channelLeadTime = try arguments.seconds("channel-lead-time") ?? settings.channelLeadTime
+        settings.channelDeleteDelay = try arguments.seconds("channel-delete-delay") ?? settings.channelDeleteDelay
+        settings.endGrace = try arguments.seconds("end-grace") ?? settings.endGrace
+        settings.schedulerInterval = try arguments.seconds("scheduler-interval", in: 0.05...3600) ?? settings.schedulerInterval
+        settings.reconcileInterval = try arguments.seconds("reconcile-interval", in: 1...(7 * 86400)) ?? settings.reconcileInterval
+        settings.unknownChannelGrace = try arguments.seconds("unknown-channel-grace") ?? settings.unknownChannelGrace
+        settings.channelQuota = try arguments.int("channel-quota", in: 1...1_000_000) ?? settings.channelQuota
+        settings.broadcastTTL = try arguments.seconds("broadcast-ttl", in: 1...ExpirationPolicy.maximumTimeToLive) ?? settings.broadcastTTL
+        settings.highPriorityBudget = try arguments.int("high-priority-budget", in: 0...1_000_000) ?? settings.highPriorityBudget
+        settings.conflationInterval = try arguments.seconds("conflation-interval", in: 0...3600) ?? settings.conflationInterval
+        let environment = ProcessInfo.processInfo.environment["MARQUEE_DELETE_UNKNOWN_CHANNELS"]?.lowercased()
+        settings.deleteUnknownChannels = arguments.flag("delete-unknown-channels") || ["1", "true", "yes", "on"].contains(environment ?? "")
+        return settings
+    }
+
     static let command = Command(
         "serve", summary: "Run the API, the broadcast dispatcher and the channel scheduler until SIGTERM.",
         discussion: """
@@ -34,6 +70,13 @@ enum ServeCommand {
                     environment: "MARQUEE_APNS_MANAGE_URL"),
             .option("apns-ca-file", value: "PATH", help: "CA certificates to trust for APNs (e.g. the simulator's).",
                     environment: "MARQUEE_APNS_CA_FILE"),
+        ] + pipelineOptions.map { option in
+            .option(option.name, value: option.value, help: option.help, environment: option.environment, default: option.defaultValue)
+        } + [
+            .flag("delete-unknown-channels", help: """
+                Delete channels APNs lists but Marquee never made, once seen for --unknown-channel-grace \
+                (or set MARQUEE_DELETE_UNKNOWN_CHANNELS=1). Off by default: another backend may share the bundle id.
+                """),
         ]
     ) { arguments in
         guard let listen = ServeConfiguration.parseListen(try arguments.required("listen")) else {
@@ -44,7 +87,7 @@ enum ServeCommand {
             migrate: !arguments.flag("no-migrate"), gracePeriod: .seconds(try arguments.int("grace-period", in: 0...3600) ?? 30),
             maxConnections: try arguments.int("max-connections", in: 1...200) ?? 20,
             apnsPushURL: arguments.string("apns-push-url"), apnsManageURL: arguments.string("apns-manage-url"),
-            apnsCAFile: arguments.string("apns-ca-file"))
+            apnsCAFile: arguments.string("apns-ca-file"), pipeline: try pipelineSettings(arguments))
         let logger = Logger(level: Logger.Level(rawValue: try arguments.required("log-level")) ?? .info,
                             format: Logger.Format(rawValue: try arguments.required("log-format")) ?? .logfmt) { line in
             FileHandle.standardError.write(Data((line + "\n").utf8))

@@ -3,11 +3,20 @@
 import Foundation
 import MarqueeCommandLine
 
-let root = Command("marquee", summary: "Marquee: APNs broadcast channels for Live Activities.", subcommands: [
+let root = Command("marquee", summary: "Marquee: APNs broadcast channels for Live Activities.", discussion: """
+    event, channel and status are clients of a running server's HTTP API (--url or MARQUEE_URL,
+    --api-key or MARQUEE_API_KEY); the other commands work on the database or APNs directly.
+
+    Exit codes of event, channel and status (apns and app list theirs in their --help):
+    \(AdminAPIClient.exitCodeLines)
+    """, subcommands: [
     ServeCommand.command,
     MigrateCommand.command,
     KeyCommands.command,
     AppCommands.command,
+    EventCommands.command,
+    ChannelCommands.command,
+    StatusCommand.command,
     apnsCommand,
     simulatorCommand,
     OpenAPICommand.command,

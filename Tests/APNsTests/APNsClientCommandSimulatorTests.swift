@@ -112,7 +112,10 @@ import Testing
 
         let rejected = try await Self.runBinary(["apns", "channels", "read", "--channel", "dW5rbm93bg==", "--json"], environment: s.environment)
         #expect(rejected.status == 1)
-        #expect(try JSONValue(parsing: rejected.output)["error"]?["code"]?.stringValue == "ChannelNotRegistered")
+        let error = try JSONValue(parsing: rejected.output)["error"]
+        #expect(error?["code"]?.stringValue == "ChannelNotRegistered")
+        #expect(error?["status"]?.intValue == 400 && error?["reason"]?.stringValue == "ChannelNotRegistered")
+        #expect(error?["requestId"]?.stringValue?.count == 36 && error?["attempts"]?.intValue == 1)
     }
 
     static let binary = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

@@ -100,6 +100,31 @@ import Testing
         #expect(code(APNsResult(transportFailure: .io("bad CA")), .certificateRejected("bad CA")) == .unavailable)
         #expect(ExitCode.allCases.filter { APNsCommandLine.discussion.contains("  \($0.rawValue) ") }.count == 8)
     }
+
+    /// `--json` failures carry what a script needs to follow up: status, reason, the request's id, the 410 timestamp.
+    @Test func failureDetailsNameTheStatusAndTheRequest() throws {
+        let token = try APNsDeviceToken(hex: String(repeating: "ab", count: 32))
+        let push = try APNsRequest.devicePush(bundleID: "com.example.live", deviceToken: token, payload: Array(Self.payload.utf8), priority: .immediate)
+        let apnsID = "6f1c2a3b-0d4e-4f5a-8b6c-7d8e9f0a1b2c"
+        let gone = APNsResult(
+            response: APNsResponse(status: 410, headers: ["apns-id": apnsID], body: Array(#"{"reason":"Unregistered","timestamp":1800000000000}"#.utf8)),
+            operation: .devicePush)
+        let attempt = APNsAttempt(number: 1, result: gone, transportError: nil, latency: .zero, startedAt: Date(), requestID: apnsID)
+        let details = APNsCommandLine.failureDetails(APNsOutcome(request: push, result: gone, attempts: [attempt]))
+        #expect(details["status"]?.intValue == 410)
+        #expect(details["reason"]?.stringValue == "Unregistered")
+        #expect(details["apnsId"]?.stringValue == apnsID && details["requestId"] == nil)
+        #expect(details["timestamp"]?.intValue == 1_800_000_000_000)
+        #expect(details["attempts"]?.intValue == 1)
+
+        // No answer: no status or reason, but the id the request went with and every attempt.
+        let list = try APNsRequest.listChannels(bundleID: "com.example.live")
+        let timedOut = APNsResult(transportFailure: .timeout)
+        let attempts = (1...3).map { APNsAttempt(number: $0, result: timedOut, transportError: .timedOut, latency: .zero, startedAt: Date(), requestID: "r\($0)") }
+        let unanswered = APNsCommandLine.failureDetails(APNsOutcome(request: list, result: timedOut, attempts: attempts))
+        #expect(unanswered["status"] == nil && unanswered["reason"] == nil && unanswered["timestamp"] == nil)
+        #expect(unanswered["requestId"]?.stringValue == "r3" && unanswered["attempts"]?.intValue == 3)
+    }
 }
 
 /// Runs blocking file work on a thread of its own, off Swift's cooperative pool.

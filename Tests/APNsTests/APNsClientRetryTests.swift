@@ -23,6 +23,12 @@ final class ScriptedTransport: APNsTransport {
     private let state = Mutex(State())
     private let answer: @Sendable (_ index: Int, _ request: HTTPRequest) -> Result<HTTPResponse, NetworkError>
     private let delay: Duration
+    /// While true, the first request is held on the wire (`release()` lets it answer).
+    private let holdingFirst = Mutex(false)
+
+    /// Holds the first request until `release()`, however slowly the test's tasks are scheduled.
+    func holdFirst() { holdingFirst.withLock { $0 = true } }
+    func release() { holdingFirst.withLock { $0 = false } }
 
     init(delay: Duration = .zero, answer: @escaping @Sendable (_ index: Int, _ request: HTTPRequest) -> Result<HTTPResponse, NetworkError>) {
         self.delay = delay
@@ -45,6 +51,7 @@ final class ScriptedTransport: APNsTransport {
             return state.sent.count - 1
         }
         if delay > .zero { try? await Task.sleep(for: delay) }
+        while index == 0 && holdingFirst.withLock({ $0 }) { try? await Task.sleep(for: .milliseconds(1)) }
         state.withLock { $0.running -= 1 }
         return try answer(index, request).get()
     }
@@ -150,15 +157,18 @@ final class ScriptedTransport: APNsTransport {
     }
 
     @Test func shutdownReleasesWaitingCallersAndRefusesNewOnes() async throws {
-        let transport = ScriptedTransport(delay: .milliseconds(200)) { _, _ in ScriptedTransport.ok() }
+        let transport = ScriptedTransport { _, _ in ScriptedTransport.ok() }
+        transport.holdFirst()
         let client = try client(transport, maxInFlight: 1)
         let request = try broadcast()
         let first = Task { try await client.send(request) }
         while transport.sent.isEmpty { try await Task.sleep(for: .milliseconds(1)) }
         let waiting = Task { try await client.send(request) }
-        try await Task.sleep(for: .milliseconds(20))
-        await client.shutdown()
+        while client.waitingCallers == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        let shutdown = Task { await client.shutdown() }
         await #expect(throws: APNsClientError.shutdown) { try await waiting.value }
+        transport.release()
+        await shutdown.value
         await #expect(throws: APNsClientError.shutdown) { try await client.send(request) }
         #expect(try await first.value.acceptance != nil)
     }
@@ -221,15 +231,18 @@ final class ScriptedTransport: APNsTransport {
     }
 
     @Test func aCallerCancelledWhileWaitingLeavesWithoutSending() async throws {
-        let transport = ScriptedTransport(delay: .milliseconds(300)) { _, _ in ScriptedTransport.ok() }
+        let transport = ScriptedTransport { _, _ in ScriptedTransport.ok() }
+        transport.holdFirst()
         let client = try client(transport, maxInFlight: 1)
         let request = try broadcast()
         let first = Task { try await client.send(request) }
         while transport.sent.isEmpty { try await Task.sleep(for: .milliseconds(1)) }
         let waiting = Task { try await client.send(request) }
-        try await Task.sleep(for: .milliseconds(20))
+        while client.waitingCallers == 0 { try await Task.sleep(for: .milliseconds(1)) }
         waiting.cancel()
         await #expect(throws: APNsClientError.cancelled) { try await waiting.value }
+        #expect(client.waitingCallers == 0)
+        transport.release()
         #expect(try await first.value.acceptance != nil)
         #expect(transport.sent.count == 1)
     }

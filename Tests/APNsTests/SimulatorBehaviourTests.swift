@@ -315,10 +315,27 @@ private typealias F = SimulatorFixture
         #expect(rejected["status"] == .int(400) && rejected["reason"] == .string("ChannelNotRegistered"))
     }
 
-    @Test func recordsKeepAboutTheLastRecordLimit() throws {
+    @Test func recordsKeepTheLastRecordLimitOldestFirst() throws {
         let f = try SimulatorFixture { $0.recordLimit = 8 }
-        for _ in 0..<40 { f.send(try .listChannels(bundleID: F.bundleID)) }
-        #expect((8...10).contains(f.engine.received.count))
+        // Pushes of growing sizes and list calls, so reused slots take records larger and smaller than their last.
+        for n in 0..<21 {
+            if n % 5 == 4 {
+                f.send(try .listChannels(bundleID: F.bundleID))
+            } else {
+                f.send(try f.devicePush(payload: F.payload(timestamp: 1_800_000_000 + n, padTo: 100 + (n % 3) * 200)))
+            }
+        }
+        let kept = f.engine.received
+        #expect(kept.count == 8)
+        let order: [Int?] = kept.map { record in
+            guard case .devicePush(let push) = record else { return nil }
+            #expect(push.headers["authorization"] == nil && push.headers["apns-topic"] == push.topic && push.deviceToken == F.deviceToken)
+            let timestamp = push.json["aps"]?["timestamp"]?.intValue ?? 0
+            let n = Int(timestamp) - 1_800_000_000
+            #expect(push.payload.count == 100 + (n % 3) * 200)
+            return n
+        }
+        #expect(order == [13, nil, 15, 16, 17, 18, nil, 20])
         f.engine.clearRecords()
         #expect(f.engine.received.isEmpty)
         let none = try SimulatorFixture { $0.recordLimit = 0 }

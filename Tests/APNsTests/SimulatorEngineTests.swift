@@ -111,6 +111,14 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         .init("apns-priority twice", .duplicateHeaders, .broadcast) { f, stored, _ in
             f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored) + [("apns-priority", "10")], body: F.payload()), on: .push)
         },
+        .init("an apns- header the simulator does not read, twice", .duplicateHeaders, .devicePush) { f, _, _ in
+            f.sendRaw(raw("POST", devicePath, deviceHeaders() + [("apns-custom", "1"), ("apns-custom", "1")], body: F.payload()), on: .push)
+        },
+        .init("authorization twice", .duplicateHeaders, .devicePush) { f, _, _ in
+            let authorization = f.token.authorization
+            return f.sendRaw(raw("POST", devicePath, [("authorization", authorization)] + deviceHeaders() + [("authorization", authorization)],
+                                 body: F.payload()), on: .push)
+        },
         .init("apns-request-id not a UUID", .badMessageId, .broadcast) { f, stored, _ in
             f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored, overriding: ["apns-request-id": "nope"]), body: F.payload()), on: .push)
         },
@@ -212,6 +220,12 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         .init("broadcast of 5,121 bytes", .payloadTooLarge, .broadcast) { f, stored, _ in
             f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored), body: F.payload(padTo: 5_121)), on: .push)
         },
+        .init("push whose aps key is written twice, once escaped (the parser decides)", .badRequestPayload, .devicePush) { f, _, _ in
+            f.sendRaw(raw("POST", devicePath, deviceHeaders(), body: Array(#"{"aps":{},"\u0061ps":{}}"#.utf8)), on: .push)
+        },
+        .init("broadcast with a number too large for a double (the parser decides)", .badRequestPayload, .broadcast) { f, stored, _ in
+            f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored), body: Array(#"{"aps":{"n":1e400}}"#.utf8)), on: .push)
+        },
         .init("broadcast that is not JSON", .badRequestPayload, .broadcast) { f, stored, _ in
             f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored), body: Array("hello".utf8)), on: .push)
         },
@@ -225,6 +239,12 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         },
         .init("device token not hex", .badDeviceToken, .devicePush) { f, _, _ in
             f.sendRaw(raw("POST", "/3/device/xyz", deviceHeaders(), body: F.payload()), on: .push)
+        },
+        .init("device token of odd length", .badDeviceToken, .devicePush) { f, _, _ in
+            f.sendRaw(raw("POST", "/3/device/\(F.deviceToken)a", deviceHeaders(), body: F.payload()), on: .push)
+        },
+        .init("device token of 201 bytes", .badDeviceToken, .devicePush) { f, _, _ in
+            f.sendRaw(raw("POST", "/3/device/" + String(repeating: "ab", count: 201), deviceHeaders(), body: F.payload()), on: .push)
         },
         .init("device push without a topic", .missingTopic, .devicePush) { f, _, _ in
             f.sendRaw(raw("POST", devicePath, deviceHeaders(dropping: "apns-topic"), body: F.payload()), on: .push)
@@ -316,6 +336,27 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         }
         let accepted = fixture.engine.statusCounts.filter { (200..<300).contains($0.key) }.values.reduce(0, +)
         #expect(fixture.engine.received.count == accepted, "only accepted requests are recorded")
+    }
+
+    /// Apple takes device tokens in either case; the simulator records and lists them in lowercase.
+    @Test func anUppercaseDeviceTokenIsAcceptedAndRecordedInLowercase() throws {
+        let f = try SimulatorFixture()
+        let longest = String(repeating: "AB", count: 200)
+        for token in [F.deviceToken.uppercased(), "Ab", longest] {
+            let reply = f.sendRaw(raw("POST", "/3/device/\(token)", deviceHeaders(), body: F.payload()), on: .push)
+            #expect(reply.response.status == 200, "\(token)")
+        }
+        #expect(f.engine.devicePushes.map(\.deviceToken) == [F.deviceToken, "ab", longest.lowercased()])
+    }
+
+    /// Payloads the scanner leaves to the parser are still accepted when the parser accepts them.
+    @Test func payloadsTheParserDecidesAreAccepted() throws {
+        let f = try SimulatorFixture()
+        for payload in [#"{"\u0061ps":{"alert":"hi"}}"#, #"{"aps":{"relevance-score":1.5e-1}}"#, #"{"é":1,"aps":{}}"#] {
+            let reply = f.sendRaw(raw("POST", devicePath, deviceHeaders(), body: Array(payload.utf8)), on: .push)
+            #expect(reply.response.status == 200, "\(payload)")
+        }
+        #expect(f.engine.devicePushes.count == 3)
     }
 
     @Test func everyReasonTheSimulatorWritesIsDocumentedWithItsStatus() {

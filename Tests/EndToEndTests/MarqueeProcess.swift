@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeCore
 import Postgres
 import Synchronization
 
@@ -41,6 +42,27 @@ enum MarqueeProcess {
         if let databaseURL { environment["MARQUEE_DATABASE_URL"] = databaseURL }
         environment.merge(extra) { $1 }
         return try Running(arguments: arguments, environment: environment)
+    }
+
+    /// Starts `marquee serve --listen 127.0.0.1:0 --log-format json arguments...` and waits for its `listening`
+    /// line; returns the process and the port it bound. Unless told otherwise it keeps 6 database connections,
+    /// so that the many serve processes of a parallel run stay within the test cluster's connection limit.
+    static func serve(databaseURL: String, arguments: [String] = [], environment extra: [String: String] = [:]) async throws
+        -> (process: Running, port: Int) {
+        let pool = arguments.contains("--max-connections") ? [] : ["--max-connections", "6"]
+        let serve = try start(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"] + pool + arguments,
+                              databaseURL: databaseURL, environment: extra)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            for line in serve.stderr.split(separator: "\n") {
+                if let record = try? JSONValue(parsing: String(line)), record["msg"] == "listening", let port = record["port"]?.intValue {
+                    return (serve, Int(port))
+                }
+            }
+            if !serve.process.isRunning { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw LoopbackHTTP.Failure(description: "serve did not start: \(serve.stderr)")
     }
 
     /// A running process whose output goes to temporary files (no pipe can fill up).

@@ -9,18 +9,7 @@ import Testing
 struct ServeTests {
     /// Starts `marquee serve` on a free port and waits for its `listening` line; returns the process and port.
     static func startServe(databaseURL: String, extra: [String] = []) async throws -> (MarqueeProcess.Running, Int) {
-        let serve = try MarqueeProcess.start(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"] + extra,
-                                             databaseURL: databaseURL)
-        for _ in 0..<300 {
-            for line in serve.stderr.split(separator: "\n") {
-                if let record = try? JSONValue(parsing: String(line)), record["msg"] == "listening", let port = record["port"]?.intValue {
-                    return (serve, Int(port))
-                }
-            }
-            if !serve.process.isRunning { break }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        throw LoopbackHTTP.Failure(description: "serve did not start: \(serve.stderr)")
+        try await MarqueeProcess.serve(databaseURL: databaseURL, arguments: extra)
     }
 
     static func adminKey(databaseURL: String) async throws -> String {

@@ -160,7 +160,22 @@ import Testing
                 }
             }
         }
-        #expect(refused > 20 && refused < 100)
+        #expect(refused > 20 && refused < 120)
+    }
+
+    @Test func anOperatorDeleteNeedsForceWhileTheChannelCarriesUpdates() throws {
+        var ended = ChannelLifecycle(state: .ended)
+        #expect(try ended.deleteRequested(force: false) == .deleteChannel(attempt: 1))
+        #expect(ended == ChannelLifecycle(state: .deleting, attempt: 1))
+        var open = ChannelLifecycle(state: .open)
+        #expect(throws: ChannelLifecycleError(state: .open, event: .deleteRequested)) { try open.deleteRequested(force: false) }
+        #expect(open.state == .open)
+        #expect(try open.deleteRequested(force: true) == .deleteChannel(attempt: 1))
+        var lost = ChannelLifecycle(state: .lost)
+        #expect(try lost.deleteRequested(force: false) == .nothing)
+        #expect(lost.state == .deleted)
+        var creating = ChannelLifecycle(state: .creating, attempt: 2)
+        #expect(throws: ChannelLifecycleError(state: .creating, event: .deleteRequested)) { try creating.deleteRequested(force: true) }
     }
 
     @Test func persistsWithRawState() throws {

@@ -34,7 +34,7 @@ struct APIHarness {
         let keys = APIKeyVerifier(lookup: APIKeyRepository(pool: pool), cacheDuration: keyCache)
         let logLines = LogLines()
         let logger = Logger(level: .debug, format: .logfmt) { line in logLines.lines.withLock { $0.append(line) } }
-        let api = APIServer(routes: MarqueeDaemon.routes(pool: pool, metrics: metrics), keys: keys, metrics: metrics, logger: logger)
+        let api = APIServer(routes: MarqueeDaemon.testRoutes(pool: pool, metrics: metrics), keys: keys, metrics: metrics, logger: logger)
         return APIHarness(pool: pool, api: api, keys: keys, metrics: metrics, logLines: logLines)
     }
 
@@ -75,6 +75,19 @@ struct APIHarness {
 
     func count(_ table: String) async throws -> Int {
         try await pool.query("SELECT count(*)::bigint AS n FROM \(identifier: table)")[0].decode(Int.self, column: "n")
+    }
+}
+
+extension MarqueeDaemon {
+    /// The daemon's routes over `pool`, with a scheduler whose APNs clients come from the apps' stored
+    /// keys and Apple's hosts (unreachable from tests: a test that needs APNs uses the simulator).
+    static func testRoutes(pool: PostgresPool, metrics: MetricsRegistry) -> [any APIRoutes] {
+        let clients = APNsClientDirectory(apps: AppRepository(pool: pool), environment: [:])
+        let scheduler = ChannelScheduler(
+            pool: pool, apns: APNsClientChannelAPNs { app in try await clients.client(for: app) },
+            catalog: PostgresPipelineCatalog(pool: pool), configuration: ChannelSchedulerConfiguration(instance: "api-tests"),
+            metrics: PipelineMetrics(registry: metrics), logger: Logger { _ in })
+        return routes(pool: pool, metrics: metrics, scheduler: scheduler)
     }
 }
 

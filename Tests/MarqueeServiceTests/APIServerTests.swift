@@ -20,6 +20,19 @@ struct APIServerTests {
         "POST /v1/attribute-types": .scope(.admin),
         "GET /v1/attribute-types": .anyKey,
         "GET /v1/attribute-types/{name}": .anyKey,
+        "GET /v1/channels": .scope(.admin),
+        "GET /v1/channels/{id}": .scope(.admin),
+        "DELETE /v1/channels/{id}": .scope(.admin),
+        "POST /v1/events/{id}/channel/recreate": .scope(.admin),
+        "POST /v1/channels/reconcile": .scope(.admin),
+        "POST /v1/channels/sweep": .scope(.admin),
+        "GET /v1/status": .scope(.admin),
+        "POST /v1/events": .scope(.admin),
+        "GET /v1/events": .scope(.admin),
+        "GET /v1/events/{id}": .scope(.admin),
+        "GET /v1/events/{id}/state": .scope(.tokens),
+        "POST /v1/events/{id}/updates": .scope(.ingest),
+        "POST /v1/events/{id}/end": .scope(.ingest),
     ]
 
     /// Checks the one error format and returns the answer.

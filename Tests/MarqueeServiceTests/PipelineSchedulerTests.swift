@@ -81,6 +81,66 @@ struct PipelineSchedulerTests {
         #expect(f.apns.state.withLock { $0.creates } == 0)
     }
 
+    @Test func anEventWhoseChannelWasLostEndsWithItsPendingUpdatesUnsent() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now.addingTimeInterval(-3600), endsAt: f.clock.now.addingTimeInterval(60))
+        let channel = try await f.openChannel(eventID: event.id)
+        var lifecycle = try #require(channel.lifecycle)
+        let before = lifecycle
+        _ = try lifecycle.channelNotRegistered()
+        try await f.channels.transition(channelID: channel.id, from: before, to: lifecycle)
+        let update = try await f.post(event.id, ["home": 1, "away": 0, "minute": 12], at: f.clock.now)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 1)
+
+        f.clock.advance(by: 60 + 1801)
+        #expect(try await f.scheduler().tick()?.eventsEnded == [event.id])
+        #expect(try await f.events.get(id: event.id)?.status == .ended)
+        #expect(try await f.dispositions(eventID: event.id) == ["unsent": 2])
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+        #expect(try await f.events.counts(eventID: event.id).unsent == 2)
+        #expect(try await f.scalar(String.self, "SELECT disposition FROM updates WHERE id = \(update.id)") == "unsent")
+        #expect(f.apns.broadcasts.isEmpty)
+    }
+
+    @Test func anEndingEventWhoseChannelCreateFailedForGoodEndsWithoutIt() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now)
+        f.apns.scriptCreates([RecordingChannelAPNs.failure(400, .featureNotEnabled)])
+        let scheduler = f.scheduler()
+        #expect(try await scheduler.tick()?.createsFailed.count == 1)
+        try await f.post(event.id, ["home": 0, "away": 0, "minute": 90], action: .end, at: f.clock.now)
+        #expect(try await f.events.get(id: event.id)?.status == .ending)
+
+        #expect(try await scheduler.tick()?.eventsEnded == [event.id])
+        #expect(try await f.events.get(id: event.id)?.status == .ended)
+        #expect(try await f.dispositions(eventID: event.id) == ["unsent": 1])
+        #expect(try await scheduler.tick()?.eventsEnded.isEmpty == true)
+    }
+
+    @Test func theHourlyReconcilePurgesExpiredIdempotencyKeys() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let keyID = try await f.scalar(Int.self, """
+            INSERT INTO api_keys (app_id, name, prefix, salt, hash, scopes)
+            VALUES (\(f.appID), 'feed', 'feed_key1', \(Data(repeating: 1, count: 16)), \(Data(repeating: 2, count: 32)), \(["ingest"]))
+            RETURNING id
+            """)
+        for (key, age) in [("old", 2 * 86400.0), ("fresh", 0)] {
+            _ = try await f.ingest.ingest(
+                eventID: event.id, UpdateDraft(occurredAt: f.clock.now),
+                idempotency: IdempotencyRequest(apiKeyID: keyID, key: key, requestHash: Data(repeating: 3, count: 32)),
+                now: f.clock.now.addingTimeInterval(-age), contentState: { _ in ["home": 0, "away": 0] },
+                response: { _ in StoredResponse(status: 202, body: Data()) })
+        }
+        _ = try await f.scheduler().runOnce()
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM idempotency_keys") == 2)
+        _ = try await f.scheduler().runOnce(reconcile: true)
+        #expect(try await f.scalar(String.self, "SELECT string_agg(key, ',') FROM idempotency_keys") == "fresh")
+    }
+
     @Test func onlyTheLeaseHolderActsAndShutdownHandsTheLeaseOver() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

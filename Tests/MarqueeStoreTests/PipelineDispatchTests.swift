@@ -240,6 +240,31 @@ struct PipelineDispatchTests {
         }
     }
 
+    /// An end with `at` (`notBefore`) is not claimed before it, however a dispatcher releases the row meanwhile.
+    @Test func anEndWithNotBeforeIsNotClaimedEarlier() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1], at: t0)
+        // A dispatcher holds the update's claim while the end arrives, then records the send.
+        let sending = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0).first)
+        let end = UpdateDraft(action: .end, occurredAt: t0 + 1, urgent: true, notBefore: t0 + 600)
+        _ = try await f.ingest.ingest(eventID: event.id, end, contentState: { $0.latestState ?? [:] },
+                                      response: { _ in StoredResponse(status: 202, body: Data()) })
+        #expect(try await f.outbox.recordBroadcast(sending, delivery: f.delivery(for: sending), apsTimestamp: 5, now: t0 + 2) == .newerPending)
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0 + 3).isEmpty)
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0 + 599).isEmpty)
+        #expect(try await f.scalar(Date.self, "SELECT not_before FROM updates WHERE action = 'end'") == t0 + 600)
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0 + 600).first)
+        #expect(claim.update.action == .end)
+        // A second end without `at` replaces it and may go at once.
+        try await f.outbox.release([claim])
+        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 4, urgent: true),
+                                      contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0 + 5).first?.update.action == .end)
+    }
+
     /// Out-of-order bursts on several events, dispatched by two instances: afterwards no update is
     /// pending, each is broadcast, conflated or superseded, and every event's newest state went out.
     @Test func everyAcceptedUpdateEndsBroadcastConflatedOrSuperseded() async throws {

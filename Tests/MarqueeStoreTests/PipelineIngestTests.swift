@@ -125,6 +125,28 @@ struct PipelineIngestTests {
         #expect(same.disposition == .pending)
     }
 
+    /// Without a time, an update takes the time of its arrival, never before the latest state, so it is
+    /// never superseded (even behind a state stamped in the future).
+    @Test func anUpdateWithoutATimeFollowsTheLatestState() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let now = try await f.scalar(Date.self, "SELECT now()")
+        try await f.post(event.id, ["home": 1], at: now + 3600)
+        let result = try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: nil), contentState: { _ in ["home": 2] },
+                                               response: { _ in StoredResponse(status: 202, body: Data()) })
+        guard case .accepted(let update, _) = result else { Issue.record("not accepted"); return }
+        #expect(update.disposition == .pending)
+        #expect(abs(update.occurredAt.timeIntervalSince(now + 3600)) < 0.001)
+        #expect(try await f.events.latestState(eventID: event.id).state == ["home": 2])
+        // With the latest state in the past, it takes the database's now.
+        let other = try await f.makeEvent()
+        let plain = try await f.ingest.ingest(eventID: other.id, UpdateDraft(occurredAt: nil), contentState: { _ in ["home": 1] },
+                                              response: { _ in StoredResponse(status: 202, body: Data()) })
+        guard case .accepted(let stamped, _) = plain else { Issue.record("not accepted"); return }
+        #expect(stamped.occurredAt >= now)
+    }
+
     @Test func mergePatchesApplyUnderTheEventLock() async throws {
         let f = try await PipelineFixture.make(maxConnections: 6)
         defer { f.pool.close() }

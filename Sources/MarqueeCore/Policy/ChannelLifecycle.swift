@@ -49,7 +49,7 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         case createSucceeded, createFailedRetryable, createFailedPermanently, createTimedOut
         case retryDue, retryCreateRequested
         case endRequested, endSent
-        case deleteDelayElapsed, deleteSucceeded, deleteFailed
+        case deleteDelayElapsed, deleteRequested, deleteSucceeded, deleteFailed
         case channelNotRegistered
         case reconcileFound, reconcileNotFound
     }
@@ -191,13 +191,31 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
     public mutating func deleteDelayElapsed() throws(ChannelLifecycleError) -> Action {
         switch state {
         case .ended:
-            move(to: .deleting)
-            attempt = 1
-            return .deleteChannel(attempt: 1)
+            return startDelete()
         case .deleting, .deleted:
             return .nothing
         default:
             throw invalid(.deleteDelayElapsed)
+        }
+    }
+
+    /// An operator asks to delete the channel now. An open (or ending) channel is deleted only with
+    /// `force`, since running activities stop getting updates; without a channel at APNs there is
+    /// nothing to delete. While a create is unresolved this is refused: ask again once it settled.
+    public mutating func deleteRequested(force: Bool) throws(ChannelLifecycleError) -> Action {
+        switch state {
+        case .ended:
+            return startDelete()
+        case .open, .ending:
+            guard force else { throw invalid(.deleteRequested) }
+            return startDelete()
+        case .planned, .createFailed, .lost:
+            move(to: .deleted)
+            return .nothing
+        case .deleting, .deleted:
+            return .nothing
+        case .creating, .createUnknown:
+            throw invalid(.deleteRequested)
         }
     }
 
@@ -247,9 +265,7 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         case .open, .ending, .ended, .deleting:
             return .nothing
         case .deleted:
-            move(to: .deleting)
-            attempt = 1
-            return .deleteChannel(attempt: 1)
+            return startDelete()
         case .planned, .creating, .createFailed:
             throw invalid(.reconcileFound)
         }
@@ -292,6 +308,7 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         case .endRequested: try endRequested()
         case .endSent: try endSent()
         case .deleteDelayElapsed: try deleteDelayElapsed()
+        case .deleteRequested: try deleteRequested(force: false)
         case .deleteSucceeded: try deleteSucceeded()
         case .deleteFailed: try deleteFailed()
         case .channelNotRegistered: try channelNotRegistered()
@@ -306,6 +323,12 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         move(to: .creating)
         attempt = 1
         return .createChannel(attempt: 1)
+    }
+
+    private mutating func startDelete() -> Action {
+        move(to: .deleting)
+        attempt = 1
+        return .deleteChannel(attempt: 1)
     }
 
     private mutating func move(to newState: State) {

@@ -1,5 +1,6 @@
 // Reading a JSON request body field by field: every refusal is a 422 that names the field's path,
 // and an object refuses keys it does not know, so a typo never passes silently.
+import Foundation
 import MarqueeCore
 
 /// A JSON object being read by a handler.
@@ -47,5 +48,54 @@ public struct JSONFields: Sendable {
             throw .validation("must be from \(range.lowerBound) to \(range.upperBound)", field: field(key))
         }
         return number
+    }
+}
+
+extension JSONFields {
+    /// An optional member of any type; an explicit null counts as absent.
+    public func optional(_ key: String) -> JSONValue? {
+        guard let value = object[key], !value.isNull else { return nil }
+        return value
+    }
+
+    /// An optional string member.
+    public func optionalString(_ key: String) throws(APIError) -> String? {
+        guard optional(key) != nil else { return nil }
+        return try string(key)
+    }
+
+    /// A required ISO 8601 date with an offset (`2026-11-29T18:30:00Z`, fractional seconds allowed).
+    public func date(_ key: String) throws(APIError) -> Date {
+        let text = try string(key)
+        guard let date = Date(iso8601: text) else {
+            throw .validation("expected an ISO 8601 date such as 2026-11-29T18:30:00Z", field: field(key))
+        }
+        return date
+    }
+
+    /// An optional ISO 8601 date.
+    public func optionalDate(_ key: String) throws(APIError) -> Date? {
+        guard optional(key) != nil else { return nil }
+        return try date(key)
+    }
+
+    /// An optional finite number.
+    public func optionalDouble(_ key: String) throws(APIError) -> Double? {
+        guard let value = optional(key) else { return nil }
+        guard let number = value.doubleValue, number.isFinite else {
+            throw .validation("expected a number, found \(value.typeName)", field: field(key))
+        }
+        return number
+    }
+
+    /// A string member naming one case of `T` (its raw value); `fallback` when absent.
+    public func choice<T: RawRepresentable & CaseIterable>(_ key: String, default fallback: T? = nil) throws(APIError) -> T
+    where T.RawValue == String {
+        if optional(key) == nil, let fallback { return fallback }
+        let text = try string(key)
+        guard let value = T(rawValue: text) else {
+            throw .validation("must be one of: \(T.allCases.map(\.rawValue).joined(separator: ", "))", field: field(key))
+        }
+        return value
     }
 }

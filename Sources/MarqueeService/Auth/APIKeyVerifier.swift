@@ -13,11 +13,14 @@ public struct VerifiedAPIKey: Sendable, Equatable {
     public let scopes: [APIScope]
     /// nil: the key works for every app.
     public let appID: Int?
+    /// The row id in `api_keys` (what idempotency keys and updates refer to); nil for keys not stored there.
+    public let databaseID: Int?
 
-    public init(keyID: String, scopes: [APIScope], appID: Int?) {
+    public init(keyID: String, scopes: [APIScope], appID: Int?, databaseID: Int? = nil) {
         self.keyID = keyID
         self.scopes = scopes
         self.appID = appID
+        self.databaseID = databaseID
     }
 
     /// Whether the key may use a route that needs `scope`.
@@ -69,7 +72,8 @@ public final class APIKeyVerifier: Sendable {
             if let row, !row.isRevoked, presented.matches(salt: row.salt, hash: row.hash) { await lookup.touch(id: presented.id) }
         }
         guard let row, !row.isRevoked, presented.matches(salt: row.salt, hash: row.hash) else { throw APIError.unauthorized }
-        return VerifiedAPIKey(keyID: row.keyID, scopes: row.scopes.compactMap(APIScope.init(rawValue:)), appID: row.appID)
+        return VerifiedAPIKey(keyID: row.keyID, scopes: row.scopes.compactMap(APIScope.init(rawValue:)), appID: row.appID,
+                              databaseID: row.id)
     }
 
     /// Forgets every cached row (the next request of each key reads the database).

@@ -22,10 +22,13 @@ public struct ServeConfiguration: Sendable {
     public var apnsPushURL: String?
     public var apnsManageURL: String?
     public var apnsCAFile: String?
+    /// The broadcast pipeline's timings and limits.
+    public var pipeline: PipelineSettings
 
     public init(databaseURL: String, host: String = "127.0.0.1", port: Int = 8080, migrate: Bool = true,
                 gracePeriod: Duration = .seconds(30), maxConnections: Int = 20,
-                apnsPushURL: String? = nil, apnsManageURL: String? = nil, apnsCAFile: String? = nil) {
+                apnsPushURL: String? = nil, apnsManageURL: String? = nil, apnsCAFile: String? = nil,
+                pipeline: PipelineSettings = PipelineSettings()) {
         self.databaseURL = databaseURL
         self.host = host
         self.port = port
@@ -35,6 +38,7 @@ public struct ServeConfiguration: Sendable {
         self.apnsPushURL = apnsPushURL
         self.apnsManageURL = apnsManageURL
         self.apnsCAFile = apnsCAFile
+        self.pipeline = pipeline
     }
 
     /// The MARQUEE_APNS_* variables as `APNsEndpoints.resolve` reads them: the flags given to serve
@@ -59,6 +63,56 @@ public struct ServeConfiguration: Sendable {
     }
 }
 
+/// The broadcast pipeline's timings and limits, as `marquee serve` flags set them (seconds unless named).
+public struct PipelineSettings: Sendable, Equatable {
+    /// Open a channel this long before the event starts.
+    public var channelLeadTime: TimeInterval = 2 * 3600
+    /// Delete a channel this long after its end broadcast.
+    public var channelDeleteDelay: TimeInterval = 15 * 60
+    /// End an event nobody ended at `endsAt` plus this.
+    public var endGrace: TimeInterval = 30 * 60
+    /// How often the scheduler sweeps.
+    public var schedulerInterval: TimeInterval = 5
+    /// How often the scheduler compares APNs' channel lists with the database.
+    public var reconcileInterval: TimeInterval = 3600
+    /// Delete channels APNs lists but Marquee does not know, once seen for `unknownChannelGrace`.
+    public var deleteUnknownChannels = false
+    public var unknownChannelGrace: TimeInterval = 24 * 3600
+    /// Channels per app and environment (Apple's quota).
+    public var channelQuota = 10_000
+    /// `apns-expiration` is now plus this for channels with most-recent storage (at most 8 hours).
+    public var broadcastTTL: TimeInterval = 4 * 3600
+    /// Priority-10 broadcasts per channel per hour before `auto` downgrades to 5.
+    public var highPriorityBudget = 30
+    /// At most one broadcast per channel per this interval (alerts and `high` updates excepted).
+    public var conflationInterval: TimeInterval = 1
+
+    public init() {}
+
+    /// The scheduler's configuration for `instance`.
+    public func scheduler(instance: String) -> ChannelSchedulerConfiguration {
+        var configuration = ChannelSchedulerConfiguration(instance: instance)
+        configuration.leadTime = channelLeadTime
+        configuration.deleteDelay = channelDeleteDelay
+        configuration.endGrace = endGrace
+        configuration.tickInterval = .milliseconds(Int64((schedulerInterval * 1000).rounded()))
+        configuration.reconcileInterval = reconcileInterval
+        configuration.deleteUnknown = deleteUnknownChannels
+        configuration.unknownDeleteGrace = unknownChannelGrace
+        configuration.quota = ChannelQuota(limit: channelQuota)
+        return configuration
+    }
+
+    /// The dispatcher's configuration for `instance`.
+    public func dispatcher(instance: String) -> BroadcastDispatcherConfiguration {
+        var configuration = BroadcastDispatcherConfiguration(instance: instance)
+        configuration.conflation = ConflationPolicy(minimumInterval: conflationInterval)
+        configuration.expiration = ExpirationPolicy(timeToLive: broadcastTTL)
+        configuration.highPriorityBudget = highPriorityBudget
+        return configuration
+    }
+}
+
 /// The daemon: database, API and services.
 public final class MarqueeDaemon: Sendable {
     public let configuration: ServeConfiguration
@@ -73,6 +127,10 @@ public final class MarqueeDaemon: Sendable {
     public let apnsClients: APNsClientDirectory
     /// This process's name in leases and claims: host, pid and a random suffix.
     public let instance: String
+    /// Opens, ends, deletes and reconciles channels (one leader across instances); operators reach it through the API.
+    public let scheduler: ChannelScheduler
+    /// Sends the outbox as broadcasts.
+    public let dispatcher: BroadcastDispatcher
 
     public init(configuration: ServeConfiguration, logger: Logger) {
         self.configuration = configuration
@@ -86,36 +144,41 @@ public final class MarqueeDaemon: Sendable {
         self.keys = keys
         let attributeTypes = AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
         self.attributeTypes = attributeTypes
-        self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes), keys: keys, metrics: metrics,
-                             logger: logger.with(["component": "api"]))
-        self.apnsClients = APNsClientDirectory(apps: AppRepository(pool: pool), environment: configuration.apnsEnvironment)
-        self.instance = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0 ... .max))"
+        let instance = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0 ... .max))"
+        self.instance = instance
+        let apnsClients = APNsClientDirectory(apps: AppRepository(pool: pool), environment: configuration.apnsEnvironment)
+        self.apnsClients = apnsClients
+        let pipelineMetrics = PipelineMetrics(registry: metrics)
+        let catalog = PostgresPipelineCatalog(pool: pool)
+        let apns = APNsClientChannelAPNs { app in try await apnsClients.client(for: app) }
+        scheduler = ChannelScheduler(pool: pool, apns: apns, catalog: catalog,
+                                     configuration: configuration.pipeline.scheduler(instance: instance),
+                                     metrics: pipelineMetrics, logger: logger)
+        dispatcher = BroadcastDispatcher(pool: pool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
+                                         catalog: catalog, configuration: configuration.pipeline.dispatcher(instance: instance),
+                                         metrics: pipelineMetrics, logger: logger)
+        self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler),
+                             keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
     }
 
     /// The API's feature areas. A new area adds its `APIRoutes` here (and its paths to the OpenAPI document).
-    public static func routes(pool: PostgresPool, metrics: MetricsRegistry, attributeTypes: AttributeTypeCatalog? = nil) -> [any APIRoutes] {
+    public static func routes(pool: PostgresPool, metrics: MetricsRegistry, attributeTypes: AttributeTypeCatalog? = nil,
+                              scheduler: ChannelScheduler) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
         let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
         return [
             SystemRoutes(pool: pool, metrics: metrics, processMetrics: ProcessMetrics(registry: metrics)),
             AppRoutes(apps: apps),
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
+            ChannelRoutes(pool: pool, scheduler: scheduler),
+            EventRoutes(pool: pool, types: attributeTypes),
         ]
     }
 
     /// The long-running parts, given the HTTP service: the API, the broadcast dispatcher and the channel
     /// scheduler (one leader across instances).
     public func services(http: any Service) -> [any Service] {
-        let pipelineMetrics = PipelineMetrics(registry: metrics)
-        let catalog = PostgresPipelineCatalog(pool: pool)
-        let apns = APNsClientChannelAPNs { [apnsClients] app in try await apnsClients.client(for: app) }
-        let dispatcher = BroadcastDispatcher(
-            pool: pool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns, catalog: catalog,
-            configuration: BroadcastDispatcherConfiguration(instance: instance), metrics: pipelineMetrics, logger: logger)
-        let scheduler = ChannelScheduler(
-            pool: pool, apns: apns, catalog: catalog, configuration: ChannelSchedulerConfiguration(instance: instance),
-            metrics: pipelineMetrics, logger: logger)
-        return [http, dispatcher, scheduler]
+        [http, dispatcher, scheduler]
     }
 
     /// Migrates (or, with `migrate` off, requires a current schema); returns the migrations applied.

@@ -76,10 +76,25 @@ public struct SweepReport: Sendable, Equatable {
     public var unknown: [String] = []
     /// Apple ids of unknown channels this sweep started deleting (`deleteUnknown`).
     public var unknownDeleted: [String] = []
-    /// Apps whose channel list was reconciled.
-    public var reconciledApps: [Int] = []
+    /// What each reconciled app's channel list showed.
+    public var reconciled: [AppReconcileReport] = []
 
     public init() {}
+}
+
+/// What one app's reconcile found and did.
+public struct AppReconcileReport: Sendable, Equatable {
+    public var appID: Int
+    /// Apple ids of unknown channels recorded by this reconcile (first seen now).
+    public var recorded: [String] = []
+    /// Apple ids of every unknown channel still listed.
+    public var unknown: [String] = []
+    /// Channels (row ids) Apple's list lacked: flagged lost, or settled as deleted.
+    public var missing: [Int] = []
+    /// Channels (row ids) marked deleted that Apple still listed: deleted again.
+    public var resurrected: [Int] = []
+    /// Apple ids of unknown channels deleted (`deleteUnknown`).
+    public var deleted: [String] = []
 }
 
 /// What a reconcile would find for one app, without changing anything (`marquee channel reconcile --dry-run`).
@@ -101,6 +116,10 @@ public enum ChannelSchedulerError: Error, Equatable, CustomStringConvertible {
     case leaseHeldElsewhere(holder: String?)
     /// APNs did not give the app's channel list.
     case listFailed(appID: Int, reason: String)
+    /// No such channel, or the event has no channel to act on.
+    case channelNotFound(String)
+    /// The channel is not in a state this operator action applies to; nothing changed.
+    case refused(String)
 
     public var description: String {
         switch self {
@@ -108,6 +127,8 @@ public enum ChannelSchedulerError: Error, Equatable, CustomStringConvertible {
             "the channel scheduler lease is held by \(holder ?? "another instance"); the running daemon sweeps already"
         case .listFailed(let appID, let reason):
             "APNs did not list the channels of app \(appID) (\(reason)); check the app's key and APNs host, then try again"
+        case .channelNotFound(let what): "\(what) not found"
+        case .refused(let why): why
         }
     }
 }
@@ -241,20 +262,75 @@ public final class ChannelScheduler: Service {
 
     /// One full sweep for `marquee channel sweep` (cron): takes the lease unless held, sweeps, and gives
     /// the lease back if it took it. Throws `leaseHeldElsewhere` while a daemon leads.
-    public func runOnce(reconcile: Bool = false) async throws -> SweepReport {
-        if let fence = grant.withLock({ $0 }) { return try await sweep(fence: fence, reconcileAll: reconcile) }
+    public func runOnce(reconcile: Bool = false, deleteUnknown: Bool? = nil) async throws -> SweepReport {
+        if let fence = grant.withLock({ $0 }) { return try await sweep(fence: fence, reconcileAll: reconcile, deleteUnknown: deleteUnknown) }
         guard let fence = try await leases.acquire(name: configuration.leaseName, holder: configuration.instance,
                                                    duration: configuration.leaseDuration, now: databaseNow) else {
             throw ChannelSchedulerError.leaseHeldElsewhere(holder: try? await leases.current(name: configuration.leaseName)?.holder)
         }
         do {
-            let report = try await sweep(fence: fence, reconcileAll: reconcile)
+            let report = try await sweep(fence: fence, reconcileAll: reconcile, deleteUnknown: deleteUnknown)
             try await leases.release(fence)
             return report
         } catch {
             try? await leases.release(fence)
             throw error
         }
+    }
+
+    // MARK: operator actions (no lease needed: every step is a state-guarded transition)
+
+    /// `marquee channel recreate`: a new APNs channel for an event whose channel APNs lost or refused
+    /// to create. Activities already running stay on the old id; those started from now on use the new one.
+    public func recreateChannel(eventID: Int) async throws -> ChannelRecord {
+        guard let channel = try await channels.channels(eventID: eventID).first else {
+            throw ChannelSchedulerError.channelNotFound("a channel of event \(eventID)")
+        }
+        guard var lifecycle = channel.lifecycle, lifecycle.state == .lost || lifecycle.state == .createFailed else {
+            throw ChannelSchedulerError.refused(
+                "channel \(channel.id) of event \(eventID) is \(channel.state); only a lost or refused channel is recreated")
+        }
+        let before = lifecycle
+        guard case .createChannel(let attempt) = try lifecycle.retryCreateRequested() else { return channel }
+        var report = SweepReport()
+        try await create(channel, from: before, to: lifecycle, attempt: attempt, fence: nil, report: &report)
+        logger.info("channel recreated on an operator's request", ["channel": .int(channel.id), "event": .int(eventID)])
+        return try await channels.get(id: channel.id) ?? channel
+    }
+
+    /// `marquee channel delete`: deletes the channel at APNs now. An open channel needs `force`
+    /// (running activities stop getting updates); an unresolved create is refused until it settles.
+    public func deleteChannel(id: Int, force: Bool) async throws -> ChannelRecord {
+        guard let channel = try await channels.get(id: id) else { throw ChannelSchedulerError.channelNotFound("channel \(id)") }
+        var lifecycle: ChannelLifecycle
+        if channel.state == .unknown {
+            guard try await channels.beginDeletingUnknown(channelID: id, inFlightTimeout: configuration.inFlightTimeout) else {
+                return try await channels.get(id: id) ?? channel
+            }
+            lifecycle = ChannelLifecycle(state: .deleting, attempt: 1)
+            var report = SweepReport()
+            try await delete(channel, from: lifecycle, to: lifecycle, fence: nil, report: &report)
+            return try await channels.get(id: id) ?? channel
+        }
+        guard let current = channel.lifecycle else { return channel }
+        lifecycle = current
+        let action: ChannelLifecycle.Action
+        do {
+            action = try lifecycle.deleteRequested(force: force)
+        } catch {
+            let hint = current.state == .open || current.state == .ending
+                ? "it still carries the event's updates; end the event first, or force the delete"
+                : "its create is unresolved; try again once it settled"
+            throw ChannelSchedulerError.refused("channel \(id) is \(current.state.rawValue): \(hint)")
+        }
+        var report = SweepReport()
+        if case .deleteChannel = action {
+            try await delete(channel, from: current, to: lifecycle, fence: nil, report: &report)
+        } else if lifecycle != current {
+            try await channels.transition(channelID: id, from: current, to: lifecycle)
+        }
+        logger.info("channel deleted on an operator's request", ["channel": .int(id), "force": .bool(force)])
+        return try await channels.get(id: id) ?? channel
     }
 
     /// Lists every app's channels at APNs and compares them with the database, changing nothing but
@@ -298,13 +374,23 @@ public final class ChannelScheduler: Service {
     // MARK: one sweep
 
     /// Ends, opens, retries, resolves, deletes and (when asked) reconciles, under `fence`. A failure of
-    /// one item is logged and the sweep goes on; a lost lease or cancellation ends it.
-    public func sweep(fence: LeaseGrant, reconcileAll: Bool = false) async throws -> SweepReport {
+    /// one item is logged and the sweep goes on; a lost lease or cancellation ends it. `deleteUnknown`
+    /// overrides the configured deletion of unknown channels.
+    public func sweep(fence: LeaseGrant, reconcileAll: Bool = false, deleteUnknown: Bool? = nil) async throws -> SweepReport {
+        let deleteUnknown = deleteUnknown ?? configuration.deleteUnknown
         var report = SweepReport()
         let work = try await channels.dueWork(leadTime: configuration.leadTime, deleteDelay: configuration.deleteDelay,
                                               endGrace: configuration.endGrace, now: databaseNow, limit: configuration.batchLimit)
         for event in work.eventsToEnd {
             try await isolated("end event", event.id) { try await end(event, fence: fence, report: &report) }
+        }
+        for event in work.endsWithoutChannel {
+            try await isolated("end event without a channel", event.id) {
+                guard try await events.endWithoutChannel(eventID: event.id, expected: [.ending]) else { return }
+                report.eventsEnded.append(event.id)
+                logger.warning("event ended with no channel to carry the end; its pending updates are unsent",
+                               ["event": .int(event.id), "external_id": .string(event.externalID)])
+            }
         }
         var planned = work.plannedChannels
         for event in work.eventsNeedingChannel {
@@ -339,7 +425,7 @@ public final class ChannelScheduler: Service {
         for (appID, unresolved) in Dictionary(grouping: work.unresolvedCreates, by: \.appID) {
             reconciled.insert(appID)
             try await isolated("reconcile app", appID) {
-                try await reconcile(appID: appID, unresolved: unresolved, fence: fence, report: &report)
+                try await reconcile(appID: appID, unresolved: unresolved, deleteUnknown: deleteUnknown, fence: fence, report: &report)
             }
         }
         for channel in work.deletionsDue {
@@ -352,9 +438,14 @@ public final class ChannelScheduler: Service {
             }
         }
         if reconcileAll {
+            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours.
+            try await isolated("purge idempotency keys", 0) {
+                let purged = try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
+                if purged > 0 { logger.info("expired idempotency keys purged", ["count": .int(purged)]) }
+            }
             for app in try await catalog.apps() where !reconciled.contains(app.id) {
                 try await isolated("reconcile app", app.id) {
-                    try await reconcile(appID: app.id, unresolved: [], fence: fence, report: &report)
+                    try await reconcile(appID: app.id, unresolved: [], deleteUnknown: deleteUnknown, fence: fence, report: &report)
                 }
             }
         }
@@ -400,13 +491,13 @@ public final class ChannelScheduler: Service {
             try await channels.transition(channelID: live.id, from: before, to: lifecycle, fence: fence, now: databaseNow)
         }
         if live == nil || live?.state == .lifecycle(.planned) || live?.state == .lifecycle(.createFailed) {
-            try await events.setStatus(eventID: event.id, to: .ended, expected: [.ending])
+            try await events.endWithoutChannel(eventID: event.id, expected: [.ending])
         }
     }
 
     /// Creates the channel at APNs (after the quota check) and records the lifecycle step it leads to.
     private func create(_ channel: ChannelRecord, from before: ChannelLifecycle, to creating: ChannelLifecycle, attempt: Int,
-                        fence: LeaseGrant, report: inout SweepReport) async throws {
+                        fence: LeaseGrant?, report: inout SweepReport) async throws {
         guard let app = try await catalog.app(id: channel.appID) else { return }
         let appLabel = "\(app.bundleID)/\(app.environment)"
         // A retry (creating, create_unknown) is already counted: it takes no new place.
@@ -468,7 +559,7 @@ public final class ChannelScheduler: Service {
     }
 
     /// Leaves the channel where it was (planned, or creating waiting for a retry) with the quota error.
-    private func refuseForQuota(_ channel: ChannelRecord, state: ChannelLifecycle, app: String, error: String, fence: LeaseGrant,
+    private func refuseForQuota(_ channel: ChannelRecord, state: ChannelLifecycle, app: String, error: String, fence: LeaseGrant?,
                                 report: inout SweepReport) async throws {
         let retryAt: Date? = state.state == .creating ? clock.now.addingTimeInterval(configuration.quotaRetryDelay) : nil
         try await channels.transition(channelID: channel.id, from: state, to: state, nextAttemptAt: retryAt, error: error,
@@ -482,7 +573,7 @@ public final class ChannelScheduler: Service {
     }
 
     /// Deletes the channel at APNs and records the lifecycle step (deleted, or a retry).
-    private func delete(_ channel: ChannelRecord, from before: ChannelLifecycle, to deleting: ChannelLifecycle, fence: LeaseGrant,
+    private func delete(_ channel: ChannelRecord, from before: ChannelLifecycle, to deleting: ChannelLifecycle, fence: LeaseGrant?,
                         report: inout SweepReport) async throws {
         guard let app = try await catalog.app(id: channel.appID), let apnsID = channel.apnsChannelID else { return }
         guard try await channels.transition(channelID: channel.id, from: before, to: deleting, inFlightTimeout: configuration.inFlightTimeout,
@@ -514,7 +605,8 @@ public final class ChannelScheduler: Service {
 
     /// Compares the app's channel list at APNs with the database: settles timed-out creates, flags
     /// channels APNs lost, deletes resurrected ones, reports unknown ones (deleting old ones if configured).
-    private func reconcile(appID: Int, unresolved: [ChannelRecord], fence: LeaseGrant, report: inout SweepReport) async throws {
+    private func reconcile(appID: Int, unresolved: [ChannelRecord], deleteUnknown: Bool, fence: LeaseGrant,
+                           report: inout SweepReport) async throws {
         guard let app = try await catalog.app(id: appID) else { return }
         let appLabel = "\(app.bundleID)/\(app.environment)"
         let listedAt = clock.now
@@ -526,7 +618,8 @@ public final class ChannelScheduler: Service {
             return
         }
         let result = try await channels.reconcile(appID: appID, apnsChannelIDs: listed, fence: fence, now: databaseNow)
-        report.reconciledApps.append(appID)
+        var appReport = AppReconcileReport(appID: appID)
+        defer { report.reconciled.append(appReport) }
         let listedSet = Set(listed)
         for channel in unresolved {
             guard var lifecycle = channel.lifecycle else { continue }
@@ -547,6 +640,7 @@ public final class ChannelScheduler: Service {
             let action = try lifecycle.reconcileNotFound()
             try await channels.transition(channelID: channel.id, from: before, to: lifecycle,
                                           error: "not in APNs' channel list", fence: fence, now: databaseNow)
+            appReport.missing.append(channel.id)
             if action == .flagLost {
                 report.lost.append(channel.id)
                 metrics.schedulerActions.increment(["lost"])
@@ -559,6 +653,7 @@ public final class ChannelScheduler: Service {
             guard var lifecycle = channel.lifecycle else { continue }
             let before = lifecycle
             if case .deleteChannel = try lifecycle.reconcileFound() {
+                appReport.resurrected.append(channel.id)
                 try await delete(channel, from: before, to: lifecycle, fence: fence, report: &report)
             }
         }
@@ -567,15 +662,18 @@ public final class ChannelScheduler: Service {
         for channel in result.unknown {
             guard let apnsID = channel.apnsChannelID else { continue }
             report.unknown.append(apnsID)
+            appReport.unknown.append(apnsID)
             if newlyRecorded.contains(channel.id) {
+                appReport.recorded.append(apnsID)
                 logger.warning("unknown channel in APNs' list", ["app": .string(appLabel), "apns_channel_id": .string(apnsID),
-                                                                 "delete_unknown": .bool(configuration.deleteUnknown)])
+                                                                 "delete_unknown": .bool(deleteUnknown)])
             }
-            guard configuration.deleteUnknown,
+            guard deleteUnknown,
                   let seen = channel.firstSeenAt, clock.now.timeIntervalSince(seen) >= configuration.unknownDeleteGrace else { continue }
             guard try await channels.beginDeletingUnknown(channelID: channel.id, inFlightTimeout: configuration.inFlightTimeout,
                                                           fence: fence, now: databaseNow) else { continue }
             report.unknownDeleted.append(apnsID)
+            appReport.deleted.append(apnsID)
             let deleting = ChannelLifecycle(state: .deleting, attempt: 1)
             try await delete(channel, from: deleting, to: deleting, fence: fence, report: &report)
         }

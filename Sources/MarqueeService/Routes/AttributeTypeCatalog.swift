@@ -31,6 +31,11 @@ public final class AttributeTypeCatalog: Sendable {
         }.first
     }
 
+    /// The type with this id (events refer to their type by id).
+    public func find(id: Int) async throws -> StoredAttributeType? {
+        try await cached(name: "#\(id)", appID: nil) { try await repository.find(id: id).map { [$0] } ?? [] }.first
+    }
+
     /// The types named `name` over all apps.
     public func find(name: String) async throws -> [StoredAttributeType] {
         try await cached(name: name, appID: nil) { try await repository.find(name: name) }

@@ -73,10 +73,13 @@ public struct SchedulerWork: Sendable, Equatable {
     public var deletionsDue: [ChannelRecord] = []
     /// Events past `ends_at` plus the grace period with no end requested: end them.
     public var eventsToEnd: [EventRecord] = []
+    /// Events ending with no channel left that could carry the end (its create failed for good, or it
+    /// was lost): they end without one.
+    public var endsWithoutChannel: [EventRecord] = []
 
     public var isEmpty: Bool {
         eventsNeedingChannel.isEmpty && plannedChannels.isEmpty && retriesDue.isEmpty && unresolvedCreates.isEmpty
-            && deletionsDue.isEmpty && eventsToEnd.isEmpty
+            && deletionsDue.isEmpty && eventsToEnd.isEmpty && endsWithoutChannel.isEmpty
     }
 }
 
@@ -136,6 +139,17 @@ public struct ChannelRepository: Sendable {
         try await pool.query("""
             SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels WHERE app_id = \(appID) AND apns_channel_id = \(apnsChannelID)
             """).first.map(ChannelRecord.init(row:))
+    }
+
+    /// Channels newest first, optionally of one app, in one stored state, or of one event.
+    public func list(appID: Int? = nil, state: StoredChannelState? = nil, eventID: Int? = nil,
+                     limit: Int = 100) async throws -> [ChannelRecord] {
+        try await pool.query("""
+            SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
+            WHERE (\(appID)::bigint IS NULL OR app_id = \(appID)) AND (\(state?.rawValue)::text IS NULL OR state = \(state?.rawValue))
+              AND (\(eventID)::bigint IS NULL OR event_id = \(eventID))
+            ORDER BY id DESC LIMIT \(limit)
+            """).map(ChannelRecord.init(row:))
     }
 
     /// The event's channels, newest first (the live one, if any, is among them).
@@ -219,8 +233,9 @@ public struct ChannelRepository: Sendable {
     static func resumeBroadcasting(eventID: Int, on tx: PostgresConnection) async throws {
         try await tx.query("""
             WITH cleared AS (UPDATE events SET channel_lost = false, updated_at = now() WHERE id = \(eventID) AND channel_lost)
-            INSERT INTO outbox (event_id, update_id)
-            SELECT \(eventID), max(id) FROM updates WHERE event_id = \(eventID) AND disposition = 'pending' HAVING count(*) > 0
+            INSERT INTO outbox (event_id, update_id, not_before)
+            SELECT \(eventID), id, not_before FROM updates WHERE event_id = \(eventID) AND disposition = 'pending'
+            ORDER BY id DESC LIMIT 1
             ON CONFLICT (event_id) DO NOTHING
             """)
         try await tx.query("SELECT pg_notify(\(IngestRepository.notifyChannel), \(String(eventID)))")
@@ -266,6 +281,13 @@ public struct ChannelRepository: Sendable {
                   AND e.ends_at + make_interval(secs => \(endGrace)) <= coalesce(\(now), now())
                   AND NOT EXISTS (SELECT 1 FROM updates u WHERE u.event_id = e.id AND u.action = 'end')
                 ORDER BY e.ends_at, e.id LIMIT \(limit)
+                """).map(EventRecord.init(row:))
+            work.endsWithoutChannel = try await tx.query("""
+                SELECT \(unsafeRaw: EventRecord.columns) FROM events e
+                WHERE e.status = 'ending'
+                  AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
+                                  AND c.state IN ('planned', 'creating', 'create_unknown', 'open', 'ending'))
+                ORDER BY e.id LIMIT \(limit)
                 """).map(EventRecord.init(row:))
             return work
         }

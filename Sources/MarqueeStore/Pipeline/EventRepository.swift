@@ -118,15 +118,17 @@ public struct EventCounts: Sendable, Equatable {
     public var broadcast = 0
     public var conflated = 0
     public var superseded = 0
+    public var unsent = 0
     public var deliveries = 0
     public var failedDeliveries = 0
 
-    public init(pending: Int = 0, broadcast: Int = 0, conflated: Int = 0, superseded: Int = 0,
+    public init(pending: Int = 0, broadcast: Int = 0, conflated: Int = 0, superseded: Int = 0, unsent: Int = 0,
                 deliveries: Int = 0, failedDeliveries: Int = 0) {
         self.pending = pending
         self.broadcast = broadcast
         self.conflated = conflated
         self.superseded = superseded
+        self.unsent = unsent
         self.deliveries = deliveries
         self.failedDeliveries = failedDeliveries
     }
@@ -232,6 +234,7 @@ public struct EventRepository: Sendable {
               (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'broadcast') AS broadcast,
               (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'conflated') AS conflated,
               (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'superseded') AS superseded,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'unsent') AS unsent,
               (SELECT count(*) FROM deliveries d JOIN channels c ON c.id = d.channel_id WHERE c.event_id = \(eventID)) AS deliveries,
               (SELECT count(*) FROM deliveries d JOIN channels c ON c.id = d.channel_id
                 WHERE c.event_id = \(eventID) AND (d.status IS NULL OR d.status >= 400)) AS failed
@@ -240,8 +243,26 @@ public struct EventRepository: Sendable {
                            broadcast: try row.decode(Int.self, column: "broadcast"),
                            conflated: try row.decode(Int.self, column: "conflated"),
                            superseded: try row.decode(Int.self, column: "superseded"),
+                           unsent: try row.decode(Int.self, column: "unsent"),
                            deliveries: try row.decode(Int.self, column: "deliveries"),
                            failedDeliveries: try row.decode(Int.self, column: "failed"))
+    }
+
+    /// Ends an event no channel can carry (none opened, refused, or lost), if it is in one of `expected`:
+    /// its pending updates become 'unsent' and its outbox row goes. Returns whether it ended.
+    @discardableResult
+    public func endWithoutChannel(eventID: Int, expected: [EventStatus]) async throws -> Bool {
+        try await pool.withTransaction { tx in
+            guard try await tx.execute("""
+                UPDATE events SET status = 'ended', updated_at = now()
+                WHERE id = \(eventID) AND status = ANY (\(expected.map(\.rawValue))::text[])
+                """) == 1 else { return false }
+            try await tx.execute("""
+                UPDATE updates SET disposition = 'unsent', disposed_at = now() WHERE event_id = \(eventID) AND disposition = 'pending'
+                """)
+            try await tx.execute("DELETE FROM outbox WHERE event_id = \(eventID)")
+            return true
+        }
     }
 
     /// Moves the event to `status` if it is in one of `expected` (a stale writer changes nothing);

@@ -18,6 +18,8 @@
 // * The merge of a JSON merge patch happens under the event's row lock: `contentState` receives the
 //   locked latest state and returns the full new state (validated by the caller's schema code);
 //   the update row stores that full state, so every update can be broadcast on its own.
+// * An end's `at` (`UpdateDraft.notBefore`) is kept on the update and on the outbox row, which the next
+//   update replaces with its own; dispatchers do not claim a row before it (Sql/0004).
 import Foundation
 import MarqueeCore
 import Postgres
@@ -30,15 +32,19 @@ public struct UpdateDraft: Sendable, Equatable {
     public var dismissalDate: Date?
     public var relevanceScore: Double?
     public var priority: RequestedPriority
-    public var occurredAt: Date
+    /// When the state held at the source; nil: now, but never before the event's latest state (the
+    /// order of arrival under the event lock, so concurrent updates without a time are never superseded).
+    public var occurredAt: Date?
     /// The API key that sent it (nil for operator tools without one).
     public var apiKeyID: Int?
     /// Make the event's outbox row due now even if it waits (a `high` update or an alert may go at once).
     public var urgent: Bool
+    /// Not broadcast before this instant (`at` of an end); nil: as soon as the dispatcher may.
+    public var notBefore: Date?
 
     public init(action: UpdateAction = .update, alert: JSONValue? = nil, staleDate: Date? = nil,
                 dismissalDate: Date? = nil, relevanceScore: Double? = nil, priority: RequestedPriority = .auto,
-                occurredAt: Date, apiKeyID: Int? = nil, urgent: Bool = false) {
+                occurredAt: Date?, apiKeyID: Int? = nil, urgent: Bool = false, notBefore: Date? = nil) {
         self.action = action
         self.alert = alert
         self.staleDate = staleDate
@@ -48,6 +54,7 @@ public struct UpdateDraft: Sendable, Equatable {
         self.occurredAt = occurredAt
         self.apiKeyID = apiKeyID
         self.urgent = urgent
+        self.notBefore = notBefore
     }
 }
 
@@ -149,13 +156,14 @@ public struct IngestRepository: Sendable {
             let row = try await tx.query("""
                 WITH stored AS (
                     INSERT INTO updates (event_id, api_key_id, action, content_state, alert, stale_date, dismissal_date,
-                                         relevance_score, priority, occurred_at, disposition, disposed_at)
+                                         relevance_score, priority, occurred_at, not_before, disposition, disposed_at)
                     SELECT \(eventID), \(draft.apiKeyID), \(draft.action), \(state.postgresJSON), \(draft.alert?.postgresJSON),
                            \(draft.staleDate), \(draft.dismissalDate), \(draft.relevanceScore), \(draft.priority.rawValue),
-                           \(draft.occurredAt), s.disposition, CASE WHEN s.disposition = 'superseded' THEN now() END
-                    FROM (SELECT CASE WHEN \(draft.action) = 'update' AND \(draft.occurredAt) < latest_state_at
-                                      THEN 'superseded' ELSE 'pending' END AS disposition
-                          FROM events WHERE id = \(eventID)) s
+                           s.occurred_at, \(draft.notBefore), s.disposition, CASE WHEN s.disposition = 'superseded' THEN now() END
+                    FROM (SELECT t.occurred_at, CASE WHEN \(draft.action) = 'update' AND t.occurred_at < t.latest_state_at
+                                                     THEN 'superseded' ELSE 'pending' END AS disposition
+                          FROM (SELECT coalesce(\(draft.occurredAt), greatest(now(), latest_state_at)) AS occurred_at, latest_state_at
+                                FROM events WHERE id = \(eventID)) t) s
                     RETURNING id, content_state, disposition, occurred_at, received_at
                 ), latest AS (
                     UPDATE events SET latest_state = stored.content_state,
@@ -164,10 +172,10 @@ public struct IngestRepository: Sendable {
                                       status = CASE WHEN \(draft.action) = 'end' THEN 'ending' ELSE events.status END
                     FROM stored WHERE events.id = \(eventID) AND stored.disposition = 'pending'
                 ), queued AS (
-                    INSERT INTO outbox (event_id, update_id)
-                    SELECT \(eventID), id FROM stored WHERE disposition = 'pending'
+                    INSERT INTO outbox (event_id, update_id, not_before)
+                    SELECT \(eventID), id, \(draft.notBefore) FROM stored WHERE disposition = 'pending'
                     ON CONFLICT (event_id) DO UPDATE SET
-                        update_id = EXCLUDED.update_id, updated_at = now(),
+                        update_id = EXCLUDED.update_id, not_before = EXCLUDED.not_before, updated_at = now(),
                         next_attempt_at = CASE WHEN \(draft.urgent) THEN least(outbox.next_attempt_at, now())
                                                ELSE outbox.next_attempt_at END
                 ), notified AS (

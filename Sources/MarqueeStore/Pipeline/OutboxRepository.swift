@@ -77,7 +77,8 @@ public struct OutboxRepository: Sendable {
     public init(pool: PostgresPool) { self.pool = pool }
 
     /// Claims up to `limit` due outbox rows of events whose channel is open (or ending), oldest due
-    /// first, skipping rows other instances are claiming, for `lease` seconds. `now` overrides the
+    /// first, skipping rows other instances are claiming and rows whose `not_before` (an end's `at`) is
+    /// ahead, for `lease` seconds. `now` overrides the
     /// database clock (tests).
     public func claim(instance: String, limit: Int, lease: TimeInterval, now: Date? = nil) async throws -> [ClaimedBroadcast] {
         try await pool.withTransaction { tx in
@@ -93,6 +94,7 @@ public struct OutboxRepository: Sendable {
                     JOIN channels c ON c.event_id = o.event_id AND c.state IN ('open', 'ending')
                     WHERE o.next_attempt_at <= coalesce(\(now), now())
                       AND (o.claimed_until IS NULL OR o.claimed_until <= coalesce(\(now), now()))
+                      AND (o.not_before IS NULL OR o.not_before <= coalesce(\(now), now()))
                       AND NOT e.channel_lost
                     ORDER BY o.next_attempt_at, o.id
                     LIMIT \(limit)

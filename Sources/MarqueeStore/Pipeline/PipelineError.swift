@@ -63,6 +63,8 @@ public enum UpdateDisposition: String, Sendable, Codable, CaseIterable, Postgres
     case conflated
     /// It arrived older than the event's latest state; never sent.
     case superseded
+    /// The event ended while no channel could carry it (never opened, refused, or lost); never sent.
+    case unsent
 }
 
 /// A channel's state as stored: a `ChannelLifecycle.State`, or `unknown` (found only in Apple's list).

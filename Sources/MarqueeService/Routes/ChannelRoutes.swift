@@ -1,0 +1,177 @@
+// Channels, for operators (`marquee channel ...`): list and show them, delete or recreate one on an
+// operator's word, reconcile with APNs' lists, and run the scheduler's sweep once (cron). Deleting and
+// recreating need no lease: each step is a state-guarded transition, so a racing scheduler cannot undo
+// it. Reconcile (unless a dry run) and sweep act as the scheduler and answer 409 while another instance leads.
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Network
+import Postgres
+
+/// `/v1/channels...`, `/v1/events/{id}/channel/recreate` and `/v1/status` (admin).
+public struct ChannelRoutes: APIRoutes {
+    private let channels: ChannelRepository
+    private let deliveries: DeliveryRepository
+    private let status: StatusRepository
+    private let scheduler: ChannelScheduler
+
+    public init(pool: PostgresPool, scheduler: ChannelScheduler) {
+        channels = ChannelRepository(pool: pool)
+        deliveries = DeliveryRepository(pool: pool)
+        status = StatusRepository(pool: pool)
+        self.scheduler = scheduler
+    }
+
+    public func register(in table: inout RouteTable) {
+        table.add("GET", "/v1/channels", access: .scope(.admin)) { [channels] request in
+            let state: StoredChannelState? = try request.query["state"].map { text throws(APIError) in
+                guard let state = StoredChannelState(rawValue: text) else {
+                    throw APIError.validation("unknown channel state '\(text)'", field: "state")
+                }
+                return state
+            }
+            let list = try await channels.list(appID: try Self.positive(request, "app"), state: state,
+                                               eventID: try Self.positive(request, "event"),
+                                               limit: try Self.positive(request, "limit", max: 500) ?? 100)
+            return .json(["channels": .array(list.map(EventRoutes.json))])
+        }
+        table.add("GET", "/v1/channels/{id}", access: .scope(.admin)) { [channels, deliveries] request in
+            let channel = try await Self.channel(request, channels)
+            guard case .object(var object) = EventRoutes.json(channel) else { return .json(EventRoutes.json(channel)) }
+            object["deliveries"] = .array(try await deliveries.recent(channelID: channel.id).map(Self.json))
+            return .json(.object(object))
+        }
+        table.add("DELETE", "/v1/channels/{id}", access: .scope(.admin)) { [channels, scheduler] request in
+            let channel = try await Self.channel(request, channels)
+            let force = try Self.bool(request.query["force"], field: "force")
+            return .json(EventRoutes.json(try await Self.operate { try await scheduler.deleteChannel(id: channel.id, force: force) }), status: 202)
+        }
+        table.add("POST", "/v1/events/{id}/channel/recreate", access: .scope(.admin)) { [scheduler] request in
+            guard let eventID = Int(request.parameter("id")), eventID > 0 else { throw APIError.notFound("event") }
+            return .json(EventRoutes.json(try await Self.operate { try await scheduler.recreateChannel(eventID: eventID) }), status: 202)
+        }
+        table.add("POST", "/v1/channels/reconcile", access: .scope(.admin), takesBody: true) { [scheduler] request in
+            let body = try request.bodyObject()
+            try body.allowOnly(["dryRun", "deleteUnknown"])
+            let dryRun = try Self.bool(body.object["dryRun"], field: "dryRun")
+            let deleteUnknown = try Self.bool(body.object["deleteUnknown"], field: "deleteUnknown")
+            if dryRun {
+                let previews = try await Self.operate { try await scheduler.reconcilePreview() }
+                return .json(["apps": .array(previews.map { preview in
+                    Self.reconcileJSON(app: preview.appID, unrecorded: preview.unrecorded, unknown: preview.unknown,
+                                       missing: preview.missing, resurrected: preview.resurrected, deleted: [])
+                })])
+            }
+            let report = try await Self.operate { try await scheduler.runOnce(reconcile: true, deleteUnknown: deleteUnknown ? true : nil) }
+            return .json(["apps": .array(report.reconciled.map { app in
+                Self.reconcileJSON(app: app.appID, unrecorded: app.recorded, unknown: app.unknown, missing: app.missing,
+                                   resurrected: app.resurrected, deleted: app.deleted)
+            }), "sweep": Self.json(report)])
+        }
+        table.add("POST", "/v1/channels/sweep", access: .scope(.admin)) { [scheduler] _ in
+            .json(Self.json(try await Self.operate { try await scheduler.runOnce() }))
+        }
+        table.add("GET", "/v1/status", access: .scope(.admin)) { [status, scheduler] _ in
+            let current = try await status.status()
+            let quota = scheduler.configuration.quota.limit
+            return .json([
+                "apps": .array(current.apps.map { app in
+                    ["app": .int(Int64(app.appID)), "bundleId": .string(app.bundleID), "environment": .string(app.environment),
+                     "quota": .int(Int64(quota)), "inUse": .int(Int64(app.quotaInUse)),
+                     "channelsByState": .object(app.channelsByState.sorted { $0.key < $1.key }.reduce(into: JSONObject()) {
+                         $0[$1.key] = .int(Int64($1.value))
+                     })]
+                }),
+                "outboxBacklog": .int(Int64(current.outboxBacklog)),
+                "oldestOutboxAgeSeconds": current.oldestOutboxAge.map(JSONValue.double) ?? .null,
+                "lostChannels": .array(current.lostChannels.map { lost in
+                    ["event": .int(Int64(lost.eventID)), "app": .int(Int64(lost.appID)), "externalId": .string(lost.externalID),
+                     "channel": Self.optional(lost.channelID), "apnsChannelId": lost.apnsChannelID.map(JSONValue.string) ?? .null,
+                     "lastError": lost.lastError.map(JSONValue.string) ?? .null]
+                }),
+                "lastErrors": .array(current.lastErrors.map(Self.json)),
+            ])
+        }
+    }
+
+    /// Runs an operator action, turning the scheduler's refusals into 404 and 409 answers.
+    private static func operate<T>(_ action: () async throws -> T) async throws -> T {
+        do {
+            return try await action()
+        } catch let error as ChannelSchedulerError {
+            switch error {
+            case .channelNotFound(let what): throw APIError.notFound(what)
+            case .refused(let why): throw APIError.conflict(why)
+            case .leaseHeldElsewhere: throw APIError.conflict("\(error)")
+            case .listFailed: throw APIError.unavailable("\(error)")
+            }
+        }
+    }
+
+    private static func channel(_ request: APIRequest, _ channels: ChannelRepository) async throws -> ChannelRecord {
+        guard let id = Int(request.parameter("id")), id > 0, let channel = try await channels.get(id: id) else {
+            throw APIError.notFound("channel")
+        }
+        return channel
+    }
+
+    /// An optional positive integer query parameter.
+    private static func positive(_ request: APIRequest, _ name: String, max: Int = .max) throws(APIError) -> Int? {
+        guard let text = request.query[name] else { return nil }
+        guard let value = Int(text), (1...max).contains(value) else {
+            throw APIError.validation("expected a whole number from 1 to \(max)", field: name)
+        }
+        return value
+    }
+
+    /// An optional boolean (a JSON bool, or a query parameter `true`/`false`); absent is false.
+    private static func bool(_ value: JSONValue?, field: String) throws(APIError) -> Bool {
+        guard let value, !value.isNull else { return false }
+        guard let bool = value.boolValue else { throw APIError.validation("expected true or false, found \(value.typeName)", field: field) }
+        return bool
+    }
+
+    private static func bool(_ text: String?, field: String) throws(APIError) -> Bool {
+        switch text {
+        case nil, "false": false
+        case "true": true
+        default: throw APIError.validation("expected true or false", field: field)
+        }
+    }
+
+    /// One app's reconcile, the same shape for a dry run (what it would do) and a real one (what it did).
+    private static func reconcileJSON(app: Int, unrecorded: [String], unknown: [String], missing: [Int], resurrected: [Int],
+                                      deleted: [String]) -> JSONValue {
+        ["app": .int(Int64(app)), "unrecorded": .array(unrecorded.map(JSONValue.string)), "unknown": .array(unknown.map(JSONValue.string)),
+         "missing": ids(missing), "resurrected": ids(resurrected), "deleted": .array(deleted.map(JSONValue.string))]
+    }
+
+    private static func ids(_ ids: [Int]) -> JSONValue { .array(ids.map { .int(Int64($0)) }) }
+    private static func optional(_ int: Int?) -> JSONValue { int.map { .int(Int64($0)) } ?? .null }
+    private static func optional(_ int: Int64?) -> JSONValue { int.map(JSONValue.int) ?? .null }
+
+    /// The API's view of one APNs exchange.
+    public static func json(_ delivery: DeliveryRecord) -> JSONValue {
+        let draft = delivery.draft
+        return [
+            "id": .int(Int64(delivery.id)), "app": .int(Int64(draft.appID)), "kind": .string(draft.kind.rawValue),
+            "channel": optional(draft.channelID), "update": optional(draft.updateID),
+            "apnsRequestId": draft.apnsRequestID.map { .string($0.uuidString.lowercased()) } ?? .null,
+            "apnsUniqueId": draft.apnsUniqueID.map { .string($0.uuidString.lowercased()) } ?? .null,
+            "status": optional(draft.status), "reason": draft.reason.map(JSONValue.string) ?? .null,
+            "latencyMicroseconds": optional(draft.latencyMicroseconds), "priority": optional(draft.priority),
+            "attempt": .int(Int64(draft.attempt)), "apsTimestamp": optional(draft.apsTimestamp),
+            "sentAt": EventRoutes.json(delivery.sentAt),
+        ]
+    }
+
+    /// The API's view of a sweep.
+    public static func json(_ report: SweepReport) -> JSONValue {
+        [
+            "opened": ids(report.opened), "createRetries": ids(report.createRetries), "createsUnknown": ids(report.createsUnknown),
+            "createsFailed": ids(report.createsFailed), "quotaRefused": ids(report.quotaRefused), "eventsEnded": ids(report.eventsEnded),
+            "deleted": ids(report.deleted), "lost": ids(report.lost), "unknown": .array(report.unknown.map(JSONValue.string)),
+            "unknownDeleted": .array(report.unknownDeleted.map(JSONValue.string)),
+        ]
+    }
+}

@@ -1,0 +1,285 @@
+// Events: a match or a flight, with its attribute type, attributes, schedule and latest content-state.
+// Attributes and the initial content-state are validated and stored in app form (what the device's
+// JSONDecoder reads), so `contentState` in answers is exactly what a broadcast carries. The initial state
+// holds from now, or from `startsAt` for an event that already started, so a feed replaying an event
+// from its start is not superseded by the state the event was created with. A key bound to
+// one app (api_keys.app_id) sees only that app's events; another app's event is "not found".
+// Updates and ends are in EventUpdateRoutes.swift.
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Network
+import Postgres
+import Synchronization
+
+/// `POST /v1/events`, `GET /v1/events`, `GET /v1/events/{id}` (admin), `GET /v1/events/{id}/state`
+/// (tokens), and the update and end routes of EventUpdateRoutes.swift (ingest).
+public struct EventRoutes: APIRoutes {
+    let events: EventRepository
+    let channels: ChannelRepository
+    let ingest: IngestRepository
+    let types: AttributeTypeCatalog
+    /// The attribute type of each event seen (it never changes), so an ingest looks nothing up.
+    let typeOfEvent = EventTypeCache()
+
+    public init(pool: PostgresPool, types: AttributeTypeCatalog) {
+        events = EventRepository(pool: pool)
+        channels = ChannelRepository(pool: pool)
+        ingest = IngestRepository(pool: pool)
+        self.types = types
+    }
+
+    public func register(in table: inout RouteTable) {
+        table.add("POST", "/v1/events", access: .scope(.admin), takesBody: true) { [self] request in try await create(request) }
+        table.add("GET", "/v1/events", access: .scope(.admin)) { [self] request in try await list(request) }
+        table.add("GET", "/v1/events/{id}", access: .scope(.admin)) { [self] request in try await detail(request) }
+        table.add("GET", "/v1/events/{id}/state", access: .scope(.tokens)) { [self] request in try await state(request) }
+        registerUpdates(in: &table)
+    }
+
+    private static let createFields: Set<String> = [
+        "app", "externalId", "kind", "attributeType", "attributes", "contentState", "startsAt", "endsAt", "storagePolicy", "topics",
+    ]
+
+    private func create(_ request: APIRequest) async throws -> HTTPResponse {
+        let body = try request.bodyObject()
+        try body.allowOnly(Self.createFields)
+        let appID = Int(try body.int("app", in: 1...Int64.max))
+        if let bound = request.key?.appID, bound != appID {
+            throw APIError.validation("this API key is limited to app \(bound)", field: "app")
+        }
+        let externalID = try body.string("externalId")
+        guard (1...200).contains(externalID.count) else { throw APIError.validation("1 to 200 characters", field: "externalId") }
+        let kind: EventKind = try body.choice("kind")
+        let typeName = try body.string("attributeType")
+        guard let stored = try await types.find(name: typeName, appID: appID) else {
+            throw APIError.validation("app \(appID) has no attribute type '\(typeName)'; register it with POST /v1/attribute-types",
+                                      field: "attributeType")
+        }
+        let attributes = try Self.validated { () throws(ValidationError) in
+            try stored.type.encodeAttributes(body.optional("attributes") ?? [:])
+        }
+        let rawState = try body.required("contentState")
+        let state = try Self.validated { () throws(ValidationError) in try stored.type.encodeContentState(rawState) }
+        try Self.checkSize(LiveActivityPayload.update(timestamp: Self.unixSeconds(Date()), contentState: state))
+        let startsAt = try body.date("startsAt")
+        let endsAt = try body.optionalDate("endsAt")
+        if let endsAt, endsAt <= startsAt { throw APIError.validation("must be after startsAt", field: "endsAt") }
+        let storagePolicy: MessageStoragePolicy = try body.choice("storagePolicy", default: .mostRecent)
+        let topics = try Self.topics(body)
+        do {
+            let event = try await events.create(NewEvent(
+                appID: appID, externalID: externalID, kind: kind, attributeTypeID: stored.id, attributes: attributes,
+                storagePolicy: storagePolicy, startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
+                initialStateAt: startsAt < Date() ? startsAt : nil))
+            typeOfEvent.remember(eventID: event.id, typeID: stored.id)
+            return .json(Self.json(event, typeName: stored.type.name), status: 201)
+        } catch PipelineError.externalIDTaken(let app, let external) {
+            throw APIError.conflict("app \(app) already has an event with external id '\(external)'; GET /v1/events?app=\(app) finds it",
+                                    field: "externalId")
+        } catch PipelineError.invalidReference(let what) {
+            throw APIError.validation("invalid reference: \(what)", field: "app")
+        }
+    }
+
+    private static let listParameters: Set<String> = ["app", "status", "kind", "topic", "startsAfter", "startsBefore", "limit", "cursor"]
+
+    private func list(_ request: APIRequest) async throws -> HTTPResponse {
+        let query = request.query
+        if let unknown = query.names.first(where: { !Self.listParameters.contains($0) }) {
+            throw APIError.validation("unknown query parameter; allowed: \(Self.listParameters.sorted().joined(separator: ", "))",
+                                      field: unknown)
+        }
+        func value(_ name: String) -> String? { query[name].flatMap { $0.isEmpty ? nil : $0 } }
+        func choice<T: RawRepresentable & CaseIterable>(_ name: String) throws(APIError) -> T? where T.RawValue == String {
+            guard let text = value(name) else { return nil }
+            guard let parsed = T(rawValue: text) else {
+                throw .validation("must be one of: \(T.allCases.map(\.rawValue).joined(separator: ", "))", field: name)
+            }
+            return parsed
+        }
+        func date(_ name: String) throws(APIError) -> Date? {
+            guard let text = value(name) else { return nil }
+            guard let parsed = Date(iso8601: text) else { throw .validation("expected an ISO 8601 date such as 2026-11-29T18:30:00Z", field: name) }
+            return parsed
+        }
+        var filter = EventFilter(status: try choice("status"), kind: try choice("kind"), topic: value("topic"),
+                                 startsAfter: try date("startsAfter"), startsBefore: try date("startsBefore"))
+        if let text = value("app") {
+            guard let app = Int(text), app > 0 else { throw APIError.validation("an app id is a positive integer", field: "app") }
+            filter.appID = app
+        }
+        if let bound = request.key?.appID {
+            if let app = filter.appID, app != bound { throw APIError.validation("this API key is limited to app \(bound)", field: "app") }
+            filter.appID = bound
+        }
+        var limit = 100
+        if let text = value("limit") {
+            guard let parsed = Int(text), (1...500).contains(parsed) else { throw APIError.validation("must be from 1 to 500", field: "limit") }
+            limit = parsed
+        }
+        let page: EventPage
+        do {
+            page = try await events.list(filter, limit: limit, cursor: value("cursor"))
+        } catch PipelineError.invalidCursor {
+            throw APIError.validation("not a cursor this service issued; list again without one", field: "cursor")
+        }
+        var listed: [JSONValue] = []
+        listed.reserveCapacity(page.events.count)
+        for event in page.events { listed.append(Self.json(event, typeName: try await typeName(event))) }
+        return .json(["events": .array(listed), "nextCursor": page.nextCursor.map(JSONValue.string) ?? .null])
+    }
+
+    private func detail(_ request: APIRequest) async throws -> HTTPResponse {
+        let event = try await find(request)
+        async let counts = events.counts(eventID: event.id)
+        async let eventChannels = channels.channels(eventID: event.id)
+        let channel = try await eventChannels.first
+        var json = Self.json(event, typeName: try await typeName(event)).objectValue ?? JSONObject()
+        json["channel"] = channel.map(Self.json) ?? .null
+        json["counts"] = Self.json(try await counts)
+        return .json(.object(json))
+    }
+
+    private func state(_ request: APIRequest) async throws -> HTTPResponse {
+        let event = try await find(request)
+        return .json([
+            "event": .int(Int64(event.id)),
+            "contentState": event.latestState ?? .null,
+            "timestamp": event.latestStateAt.map { .int(Self.unixSeconds($0)) } ?? .null,
+            "updatedAt": Self.json(event.latestStateAt),
+            "status": .string(event.status.rawValue),
+        ])
+    }
+
+    // MARK: Shared with the update routes
+
+    /// The `{id}` path parameter as an event id.
+    static func eventID(_ request: APIRequest) throws(APIError) -> Int {
+        guard let id = Int(request.parameter("id")), id > 0 else { throw APIError.validation("an event id is a positive integer", field: "id") }
+        return id
+    }
+
+    /// The event of the path, within the key's app; 404 otherwise.
+    private func find(_ request: APIRequest) async throws -> EventRecord {
+        let id = try Self.eventID(request)
+        guard let event = try await events.get(id: id, appID: request.key?.appID) else { throw APIError.notFound("event \(id)") }
+        typeOfEvent.remember(eventID: event.id, typeID: event.attributeTypeID)
+        return event
+    }
+
+    private func typeName(_ event: EventRecord) async throws -> String {
+        try await types.find(id: event.attributeTypeID)?.type.name ?? ""
+    }
+
+    /// Runs schema validation, turning its error into a 422 naming the field's path.
+    static func validated(_ body: () throws(ValidationError) -> JSONValue) throws(APIError) -> JSONValue {
+        do {
+            return try body()
+        } catch {
+            throw APIError.validation(error.description, field: error.path.isRoot ? nil : "\(error.path)")
+        }
+    }
+
+    /// Refuses a payload over the ingest limit (4,096 bytes) with 422 `payload_too_large`.
+    static func checkSize(_ payload: LiveActivityPayload) throws(APIError) {
+        do {
+            _ = try payload.body(within: .ingest)
+        } catch {
+            throw APIError(status: 422, code: "payload_too_large", message: "the update payload would be \(error.description)",
+                           field: "contentState")
+        }
+    }
+
+    static func unixSeconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970.rounded(.down)) }
+
+    private static func topics(_ body: JSONFields) throws(APIError) -> [String] {
+        guard let value = body.optional("topics") else { return [] }
+        guard case .array(let items) = value else { throw APIError.validation("expected an array of strings, found \(value.typeName)", field: "topics") }
+        var topics: [String] = []
+        for (index, item) in items.enumerated() {
+            guard let topic = item.stringValue, (1...200).contains(topic.count) else {
+                throw APIError.validation("a topic is a string of 1 to 200 characters", field: "topics[\(index)]")
+            }
+            if !topics.contains(topic) { topics.append(topic) }
+        }
+        return topics
+    }
+
+    // MARK: JSON views
+
+    static func json(_ date: Date?) -> JSONValue { date.map { .string($0.ISO8601Format()) } ?? .null }
+
+    /// The API's view of an event (`Event` in the OpenAPI document).
+    public static func json(_ event: EventRecord, typeName: String) -> JSONValue {
+        [
+            "id": .int(Int64(event.id)),
+            "app": .int(Int64(event.appID)),
+            "externalId": .string(event.externalID),
+            "kind": .string(event.kind.rawValue),
+            "attributeType": .string(typeName),
+            "attributes": event.attributes,
+            "storagePolicy": .string(event.storagePolicy.rawValue),
+            "status": .string(event.status.rawValue),
+            "channelLost": .bool(event.channelLost),
+            "startsAt": json(event.startsAt),
+            "endsAt": json(event.endsAt),
+            "topics": .array(event.topics.map(JSONValue.string)),
+            "contentState": event.latestState ?? .null,
+            "contentStateAt": json(event.latestStateAt),
+            "createdAt": json(event.createdAt),
+            "updatedAt": json(event.updatedAt),
+        ]
+    }
+
+    /// The API's view of a channel (`Channel` in the OpenAPI document).
+    public static func json(_ channel: ChannelRecord) -> JSONValue {
+        [
+            "id": .int(Int64(channel.id)),
+            "app": .int(Int64(channel.appID)),
+            "event": channel.eventID.map { .int(Int64($0)) } ?? .null,
+            "apnsChannelId": channel.apnsChannelID.map(JSONValue.string) ?? .null,
+            "storagePolicy": .string(channel.storagePolicy.rawValue),
+            "state": .string(channel.state.rawValue),
+            "attempts": .int(Int64(channel.attempts)),
+            "nextAttemptAt": json(channel.nextAttemptAt),
+            "requestedAt": json(channel.requestedAt),
+            "openedAt": json(channel.openedAt),
+            "endedAt": json(channel.endedAt),
+            "deletedAt": json(channel.deletedAt),
+            "firstSeenAt": json(channel.firstSeenAt),
+            "lastApsTimestamp": channel.lastApsTimestamp.map(JSONValue.int) ?? .null,
+            "lastError": channel.lastError.map(JSONValue.string) ?? .null,
+            "lastErrorAt": json(channel.lastErrorAt),
+            "createdAt": json(channel.createdAt),
+        ]
+    }
+
+    /// What became of an event's updates (`EventCounts` in the OpenAPI document).
+    public static func json(_ counts: EventCounts) -> JSONValue {
+        [
+            "pending": .int(Int64(counts.pending)),
+            "broadcast": .int(Int64(counts.broadcast)),
+            "conflated": .int(Int64(counts.conflated)),
+            "superseded": .int(Int64(counts.superseded)),
+            "unsent": .int(Int64(counts.unsent)),
+            "deliveries": .int(Int64(counts.deliveries)),
+            "failedDeliveries": .int(Int64(counts.failedDeliveries)),
+        ]
+    }
+}
+
+/// The attribute type id of each event seen by this process (an event's type never changes).
+final class EventTypeCache: Sendable {
+    private let typeOfEvent = Mutex<[Int: Int]>([:])
+    private static let capacity = 100_000
+
+    func typeID(eventID: Int) -> Int? { typeOfEvent.withLock { $0[eventID] } }
+
+    func remember(eventID: Int, typeID: Int) {
+        typeOfEvent.withLock { cache in
+            if cache.count >= Self.capacity { cache.removeAll() }
+            cache[eventID] = typeID
+        }
+    }
+}

@@ -1,0 +1,185 @@
+// Updates and ends (`ingest`): the hot path. A whole content-state is validated before the transaction;
+// a merge patch is applied inside it, under the event's row lock (IngestRepository.ingest), to the
+// latest state, and the result validated. Either way the real APNs payload (state, alert, stale date,
+// relevance score, dismissal date) is built and refused with 422 `payload_too_large` past 4,096 bytes,
+// so every accepted update can travel as a broadcast or a device push. The answer is 202 only once the
+// update, the latest state and the outbox row are committed together.
+//
+// `Idempotency-Key` (per API key, 24 h): the request is identified by SHA-256 of method, path and body;
+// the same key with the same request gets the first answer byte for byte, with another request 422
+// `idempotency_key_reused`. Refusals (4xx) are not stored: the transaction rolls back with the key.
+import Crypto
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Network
+
+extension EventRoutes {
+    func registerUpdates(in table: inout RouteTable) {
+        table.add("POST", "/v1/events/{id}/updates", access: .scope(.ingest), takesBody: true) { [self] request in
+            try await ingestUpdate(request, action: .update)
+        }
+        table.add("POST", "/v1/events/{id}/end", access: .scope(.ingest), takesBody: true) { [self] request in
+            try await ingestUpdate(request, action: .end)
+        }
+    }
+
+    private static let updateFields: Set<String> = [
+        "contentState", "contentStatePatch", "alert", "staleDate", "relevanceScore", "priority", "occurredAt",
+    ]
+    private static let endFields = updateFields.union(["dismissalDate", "at"])
+
+    private func ingestUpdate(_ request: APIRequest, action: UpdateAction) async throws -> HTTPResponse {
+        let eventID = try Self.eventID(request)
+        let idempotency = try Self.idempotency(request)
+        let body = try request.bodyObject()
+        try body.allowOnly(action == .end ? Self.endFields : Self.updateFields)
+        let whole = body.optional("contentState")
+        let patch = body.optional("contentStatePatch")
+        if whole != nil, patch != nil {
+            throw APIError.validation("send contentState or contentStatePatch, not both", field: "contentStatePatch")
+        }
+        if action == .update, whole == nil, patch == nil {
+            throw APIError.validation("required: contentState (the whole state) or contentStatePatch (a JSON merge patch)",
+                                      field: "contentState")
+        }
+        let alert = try body.optional("alert").map(Self.alert)
+        let staleDate = try body.optionalDate("staleDate")
+        let relevanceScore = try body.optionalDouble("relevanceScore")
+        if let relevanceScore, relevanceScore < 0 { throw APIError.validation("must be 0 or more", field: "relevanceScore") }
+        let priority: RequestedPriority = try body.choice("priority", default: .auto)
+        // Absent: the time of arrival under the event lock (IngestRepository), never superseded.
+        let occurredAt = try body.optionalDate("occurredAt")
+        let dismissalDate = action == .end ? try body.optionalDate("dismissalDate") : nil
+        let notBefore = action == .end ? try body.optionalDate("at") : nil
+
+        let type = try await attributeType(eventID: eventID, key: request.key)
+        let encodedWhole = try whole.map { value in
+            try Self.validated { () throws(ValidationError) in try type.encodeContentState(value) }
+        }
+        let draft = UpdateDraft(action: action, alert: alert?.json, staleDate: staleDate, dismissalDate: dismissalDate,
+                                relevanceScore: relevanceScore, priority: priority, occurredAt: occurredAt,
+                                apiKeyID: request.key?.databaseID, urgent: priority == .high || alert != nil, notBefore: notBefore)
+        let timestamp = Self.unixSeconds(Date())
+        let result: IngestResult
+        do {
+            result = try await ingest.ingest(eventID: eventID, draft, idempotency: idempotency, contentState: { locked in
+                if let bound = request.key?.appID, bound != locked.appID { throw APIError.notFound("event \(eventID)") }
+                let state: JSONValue
+                if let encodedWhole {
+                    state = encodedWhole
+                } else if let patch {
+                    state = try Self.validated { () throws(ValidationError) in
+                        try type.patchContentState(locked.latestState ?? [:], with: patch, at: ["contentStatePatch"])
+                    }
+                } else if let latest = locked.latestState {
+                    state = latest
+                } else {
+                    throw APIError.validation("the event has no content-state yet; send one", field: "contentState")
+                }
+                let payload: LiveActivityPayload = action == .end
+                    ? .end(timestamp: timestamp, contentState: state, dismissalDate: dismissalDate, staleDate: staleDate,
+                           relevanceScore: relevanceScore, alert: alert)
+                    : .update(timestamp: timestamp, contentState: state, staleDate: staleDate, relevanceScore: relevanceScore, alert: alert)
+                try Self.checkSize(payload)
+                return state
+            }, response: { update in
+                StoredResponse(status: 202, body: Data(Self.json(update, action: action).jsonBytes))
+            })
+        } catch PipelineError.eventNotFound {
+            throw APIError.notFound("event \(eventID)")
+        } catch PipelineError.eventClosed(_, let status) {
+            throw APIError.conflict(status == .ending
+                ? "event \(eventID) is ending and takes only another end"
+                : "event \(eventID) is \(status.rawValue) and takes no more updates", field: nil)
+        } catch PipelineError.idempotencyKeyReused {
+            throw APIError(status: 422, code: "idempotency_key_reused",
+                           message: "this Idempotency-Key was used in the last 24 h with another request; use a new key",
+                           field: "idempotency-key")
+        }
+        if action == .end, case .accepted(let update, _) = result, update.disposition == .pending {
+            try await endIfNothingToBroadcast(eventID: eventID)
+        }
+        let answer = result.response
+        return HTTPResponse(status: answer.status, headers: ["content-type": "application/json"], body: Array(answer.body))
+    }
+
+    /// An event no channel can carry (none, planned, create failed, or lost) has no activity to reach: the
+    /// channel is dropped, the event ended at once and its pending updates recorded 'unsent', as the
+    /// scheduler does for events past their end. A channel being created or open gets the end broadcast
+    /// from the dispatcher instead.
+    private func endIfNothingToBroadcast(eventID: Int) async throws {
+        let live = try await channels.channels(eventID: eventID).first { channel in
+            guard case .lifecycle(let state) = channel.state else { return false }
+            return [.planned, .creating, .createUnknown, .createFailed, .open, .ending].contains(state)
+        }
+        if let live {
+            guard var lifecycle = live.lifecycle, lifecycle.state == .planned || lifecycle.state == .createFailed else { return }
+            let before = lifecycle
+            _ = try lifecycle.endRequested()
+            // Stale (the scheduler started the create meanwhile): the dispatcher will send the end.
+            guard try await channels.transition(channelID: live.id, from: before, to: lifecycle) else { return }
+        }
+        try await events.endWithoutChannel(eventID: eventID, expected: [.ending])
+    }
+
+    /// The event's attribute type (cached per event: it never changes). 404 for an event outside the key's app.
+    private func attributeType(eventID: Int, key: VerifiedAPIKey?) async throws -> ActivityType {
+        var typeID = typeOfEvent.typeID(eventID: eventID)
+        if typeID == nil {
+            guard let event = try await events.get(id: eventID, appID: key?.appID) else { throw APIError.notFound("event \(eventID)") }
+            typeOfEvent.remember(eventID: eventID, typeID: event.attributeTypeID)
+            typeID = event.attributeTypeID
+        }
+        guard let typeID, let stored = try await types.find(id: typeID) else { throw APIError.notFound("event \(eventID)") }
+        return stored.type
+    }
+
+    /// The `Idempotency-Key` header, bound to the caller's key and a hash of method, path and body.
+    private static func idempotency(_ request: APIRequest) throws(APIError) -> IdempotencyRequest? {
+        guard let key = request.http.headers["idempotency-key"] else { return nil }
+        guard (1...255).contains(key.utf8.count), key.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) else {
+            throw APIError.badRequest("an Idempotency-Key is 1 to 255 printable ASCII characters", field: "idempotency-key")
+        }
+        guard let apiKeyID = request.key?.databaseID else { return nil }
+        var hashed = Array("\(request.http.method) \(request.http.path)\n".utf8)
+        hashed += request.http.body
+        return IdempotencyRequest(apiKeyID: apiKeyID, key: key, requestHash: Data(SHA256.hash(hashed)))
+    }
+
+    /// An alert as the API takes it: `title` and `body` are a string or `{"locKey", "locArgs"}`; `sound` is optional.
+    private static func alert(_ value: JSONValue) throws(APIError) -> LiveActivityAlert {
+        func apsForm(_ text: JSONValue?) -> JSONValue? {
+            guard case .object(let object)? = text else { return text }
+            var converted = JSONObject()
+            for (key, member) in object { converted[key == "locKey" ? "loc-key" : key == "locArgs" ? "loc-args" : key] = member }
+            return .object(converted)
+        }
+        var converted = value
+        if case .object(var object) = value {
+            for key in ["title", "body"] { if let text = apsForm(object[key]) { object[key] = text } }
+            converted = .object(object)
+        }
+        do {
+            return try LiveActivityAlert(json: converted, at: ["alert"])
+        } catch {
+            let field = "\(error.path)".replacingOccurrences(of: "loc-key", with: "locKey").replacingOccurrences(of: "loc-args", with: "locArgs")
+            let message = error.description.replacingOccurrences(of: "loc-key", with: "locKey").replacingOccurrences(of: "loc-args", with: "locArgs")
+            throw APIError.validation(message, field: field)
+        }
+    }
+
+    /// The answer to an accepted update or end.
+    static func json(_ update: IngestedUpdate, action: UpdateAction) -> JSONValue {
+        [
+            "update": [
+                "id": .int(Int64(update.id)),
+                "event": .int(Int64(update.eventID)),
+                "action": .string(action.rawValue),
+                "disposition": .string(update.disposition.rawValue),
+                "occurredAt": json(update.occurredAt),
+                "receivedAt": json(update.receivedAt),
+            ],
+        ]
+    }
+}

@@ -1,0 +1,287 @@
+// What the API commands (`event`, `channel`, `status`) share: the connection options, one HTTP/1.1 client
+// per command run, API answers turned into documented exit codes, and the local checks of flag values
+// (JSON, dates, ids) that fail as usage errors naming the flag before anything is sent.
+import Foundation
+import MarqueeCommandLine
+import MarqueeCore
+import Network
+
+extension ExitCode {
+    /// The API refused the input (400, 413, 422 and other 4xx but 401, 403, 404, 409).
+    static let refused = ExitCode.dataError
+    /// The API has no such thing (404).
+    static let notFound = ExitCode.noInput
+    /// The API answered 409: the thing is in a state that does not allow it.
+    static let conflict = ExitCode.temporaryFailure
+}
+
+/// A client of Marquee's HTTP API for one command run: `--url`, `--api-key`, `--ca-file`, `--timeout`.
+struct AdminAPIClient: Sendable {
+    /// The options every API command takes (plus `--json` and `--help`, which every command has).
+    static let options: [Argument] = [
+        .option("url", value: "URL", help: "The Marquee API (http:// or https://).", environment: "MARQUEE_URL", default: "http://127.0.0.1:8080"),
+        .option("api-key", value: "KEY", help: "An API key, usually of scope admin; never printed.", environment: "MARQUEE_API_KEY"),
+        .option("ca-file", value: "PATH", help: "A PEM file of CAs to trust for an https URL, besides the system's.", environment: "MARQUEE_CA_FILE"),
+        .option("timeout", value: "SECONDS", help: "How long one request may take.", default: "30"),
+    ]
+
+    /// The exit codes of the API commands, for their `--help` and the README.
+    static let exitCodes = "Exit codes:\n" + exitCodeLines
+
+    static let exitCodeLines = """
+          0   success
+          64  the command line is wrong (an unknown flag, bad JSON, a date that does not parse)
+          65  the server refused the input (400, 413, 422: its message and the field are shown)
+          66  not found (404)
+          69  the server cannot be reached, or answered 5xx
+          75  conflict (409): the thing exists already, or its state does not allow this
+          77  the API key is missing or wrong (401), or lacks the scope (403)
+        """
+
+    private let client: HTTP1Client
+    private let loop: EventLoop
+    private let apiKey: String?
+    let arguments: ParsedArguments
+
+    /// Runs `body` with a client for the command's `--url`, then closes it and its loop.
+    static func with<T: Sendable>(_ arguments: ParsedArguments, _ body: (AdminAPIClient) async throws -> T) async throws -> T {
+        let path = arguments.commandPath
+        let seconds = try arguments.int("timeout", in: 1...3600) ?? 30
+        let url = try arguments.required("url")
+        let caFile = arguments.string("ca-file")
+        let configuration = HTTP1ClientConfiguration(timeout: .seconds(seconds), extraCAFile: caFile)
+        let loop = EventLoop(name: "marquee-api")
+        defer { loop.shutdown() }
+        // For https the client reads the CA files: on a thread of its own, never on Swift's cooperative pool.
+        let made = await withCheckedContinuation { continuation in
+            Thread.detachNewThread {
+                if let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
+                    return continuation.resume(returning: Result<HTTP1Client, UsageError>.failure(UsageError("--ca-file: cannot read \(caFile)", commandPath: path)))
+                }
+                do throws(HTTP1ClientError) {
+                    continuation.resume(returning: .success(try HTTP1Client(url: url, loop: loop, configuration: configuration)))
+                } catch {
+                    let flag = if case .invalidURL = error { "--url" } else { "--ca-file" }
+                    continuation.resume(returning: .failure(UsageError("\(flag): \(error)", commandPath: path)))
+                }
+            }
+        }
+        let client = try made.get()
+        let api = AdminAPIClient(client: client, loop: loop, apiKey: arguments.string("api-key"), arguments: arguments)
+        do {
+            let result = try await body(api)
+            await client.close()
+            return result
+        } catch {
+            await client.close()
+            throw error
+        }
+    }
+
+    /// One request; a 2xx answer's body (parsed, and as sent for `--json`), anything else a `CommandFailure`.
+    func send(_ method: String, _ path: String, query: [(String, String?)] = [], body: JSONValue? = nil,
+              headers extra: [(String, String)] = []) async throws -> APIAnswer {
+        var headers: HTTPHeaders = ["accept": "application/json", "user-agent": "marquee-cli"]
+        if let apiKey { headers.add("authorization", "Bearer \(apiKey)") }
+        if body != nil { headers.add("content-type", "application/json") }
+        for (name, value) in extra { headers.add(name, value) }
+        let items = query.compactMap { name, value in value.map { "\(name)=\(Self.percentEncoded($0))" } }
+        let target = items.isEmpty ? path : path + "?" + items.joined(separator: "&")
+        let response: HTTPResponse
+        do {
+            response = try await client.send(HTTPRequest(method: method, path: target, headers: headers, body: body?.jsonBytes ?? []))
+        } catch {
+            throw Self.failure(error)
+        }
+        let json: JSONValue
+        do {
+            json = response.body.isEmpty ? .null : try JSONValue(parsing: response.body)
+        } catch {
+            throw CommandFailure("\(client.url) answered \(method) \(path) with \(response.status) and a body that is not JSON: is --url a Marquee server?",
+                                 exitCode: .unavailable, code: "unexpected_response")
+        }
+        guard (200..<300).contains(response.status) else { throw Self.failure(status: response.status, json: json, plain: arguments.json) }
+        return APIAnswer(json: json, text: String(decoding: response.body, as: UTF8.self))
+    }
+
+    /// Every page of a list, following `nextCursor`; `collection` names the array in each page.
+    func pages(_ path: String, query: [(String, String?)], collection: String, progressLabel: String) async throws -> [JSONValue] {
+        var all: [JSONValue] = []
+        var cursor: String?
+        let progress = Terminal.standardErrorIsTerminal && !arguments.json
+        repeat {
+            let page = try await send("GET", path, query: query + [("cursor", cursor)]).json
+            all += page[collection]?.arrayValue ?? []
+            cursor = page["nextCursor"]?.stringValue
+            if progress { FileHandle.standardError.write(Data("\r\(progressLabel): \(all.count) so far…".utf8)) }
+        } while cursor != nil
+        if progress { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        return all
+    }
+
+    /// A transport failure: 69 (unreachable, TLS, timeout) with what to check.
+    static func failure(_ error: HTTP1ClientError) -> CommandFailure {
+        switch error {
+        case .certificateRejected: CommandFailure("\(error); pass its CA with --ca-file", exitCode: .unavailable, code: "unreachable")
+        default: CommandFailure("\(error)", exitCode: .unavailable, code: "unreachable")
+        }
+    }
+
+    /// An API error answer: the server's message and field, and the exit code for its status. `plain` keeps
+    /// the server's message as it is (for `--json`), else the status and a hint are added for a person.
+    static func failure(status: Int, json: JSONValue, plain: Bool) -> CommandFailure {
+        let error = json["error"]
+        let code = error?["code"]?.stringValue ?? "http_\(status)"
+        var message = error?["message"]?.stringValue ?? "the server answered \(status)"
+        let field = error?["field"]?.stringValue
+        if !plain {
+            if let field { message += " (field: \(field))" }
+            message += " [HTTP \(status) \(code)]"
+            if status == 401 { message += "; pass an API key with --api-key or MARQUEE_API_KEY (marquee key create --scope admin)" }
+        }
+        let exitCode: ExitCode
+        switch status {
+        case 401, 403: exitCode = .permissionDenied
+        case 404: exitCode = .notFound
+        case 409: exitCode = .conflict
+        case 400..<500: exitCode = .refused
+        default: exitCode = .unavailable
+        }
+        return CommandFailure(message, exitCode: exitCode, code: code, field: field)
+    }
+
+    private static func percentEncoded(_ value: String) -> String {
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: "&=+#")
+        return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value
+    }
+}
+
+/// A successful API answer: parsed, and the body as the server sent it (what `--json` prints).
+struct APIAnswer: Sendable {
+    let json: JSONValue
+    let text: String
+}
+
+/// Flag values checked before anything is sent; each failure is a usage error naming the flag.
+struct APIInput {
+    let arguments: ParsedArguments
+    var path: [String] { arguments.commandPath }
+
+    init(_ arguments: ParsedArguments) { self.arguments = arguments }
+
+    /// A positive integer id, from a positional or an option.
+    func id(_ name: String, positional: Bool = false) throws -> Int64? {
+        guard let text = arguments.string(name) else { return nil }
+        guard let value = Int64(text), value > 0 else {
+            throw UsageError("\(positional ? name.uppercased() : "--\(name)") takes a positive whole number, not '\(text)'", commandPath: path)
+        }
+        return value
+    }
+
+    /// A JSON object given inline or as `@FILE` (`@-` reads standard input).
+    func object(_ name: String) async throws -> JSONValue? {
+        guard let text = arguments.string(name) else { return nil }
+        var bytes = Array(text.utf8)
+        if text.hasPrefix("@") {
+            let file = String(text.dropFirst())
+            do {
+                bytes = file == "-" ? try await Self.readStandardInput() : try await APNsCommandLine.readFile(file)
+            } catch {
+                throw UsageError("--\(name): cannot read \(file): \(error.localizedDescription)", commandPath: path)
+            }
+        }
+        let value: JSONValue
+        do {
+            value = try JSONValue(parsing: bytes)
+        } catch {
+            throw UsageError("--\(name) is not valid JSON: \(error)", commandPath: path)
+        }
+        guard value.objectValue != nil else { throw UsageError("--\(name) must be a JSON object, not \(value.typeName)", commandPath: path) }
+        return value
+    }
+
+    /// A date as the API wants it (ISO 8601 with Z): ISO 8601 with Z or an offset, `now`, or `now+90s`, `now-15m`, `now+2h`, `now+1d`.
+    func date(_ name: String, now: Date = Date()) throws -> String? {
+        guard let text = arguments.string(name) else { return nil }
+        guard let date = Self.parseDate(text, now: now) else {
+            throw UsageError("--\(name) takes an ISO 8601 date such as 2026-05-01T19:45:00Z, or now, now+2h, now-15m; not '\(text)'",
+                             commandPath: path)
+        }
+        return Self.format(date)
+    }
+
+    /// A number, checked against a range.
+    func number(_ name: String, in range: ClosedRange<Double>) throws -> Double? {
+        guard let text = arguments.string(name) else { return nil }
+        guard let value = Double(text), value.isFinite, range.contains(value) else {
+            throw UsageError("--\(name) takes a number from \(range.lowerBound) to \(range.upperBound), not '\(text)'", commandPath: path)
+        }
+        return value
+    }
+
+    static func parseDate(_ text: String, now: Date) -> Date? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if trimmed == "now" { return now }
+        if trimmed.hasPrefix("now"), trimmed.count > 4 {
+            let sign: Double = trimmed.dropFirst(3).first == "-" ? -1 : 1
+            guard ["+", "-"].contains(trimmed.dropFirst(3).first), let unit = trimmed.last,
+                  let amount = Double(trimmed.dropFirst(4).dropLast()), amount.isFinite else { return nil }
+            let seconds: Double? = switch unit {
+            case "s": 1
+            case "m": 60
+            case "h": 3600
+            case "d": 86400
+            default: nil
+            }
+            return seconds.map { now.addingTimeInterval(sign * amount * $0) }
+        }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = formatter.date(from: trimmed) { return date }
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.date(from: trimmed)
+    }
+
+    static func format(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        let whole = date.timeIntervalSince1970.rounded(.down) == date.timeIntervalSince1970
+        formatter.formatOptions = whole ? [.withInternetDateTime] : [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: date)
+    }
+
+    private static func readStandardInput() async throws -> [UInt8] {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: [UInt8](FileHandle.standardInput.readDataToEndOfFile())) }
+        }
+    }
+}
+
+/// Human output of API objects: key: value blocks and table cells.
+enum APIText {
+    /// `key: value` lines with the values aligned.
+    static func block(_ rows: [(String, String)]) -> String {
+        let width = rows.map(\.0.count).max() ?? 0
+        return rows.map { key, value in "\((key + ":").padding(toLength: width + 1, withPad: " ", startingAt: 0)) \(value)" }
+            .joined(separator: "\n")
+    }
+
+    /// A JSON value as one cell: `-` for null or absent, strings bare, lists joined, objects as compact JSON.
+    static func cell(_ value: JSONValue?) -> String {
+        switch value {
+        case nil, .null?: "-"
+        case .string(let text)?: text.isEmpty ? "-" : text
+        case .bool(let flag)?: flag ? "yes" : "no"
+        case .int(let number)?: String(number)
+        case .double(let number)?: String(number)
+        case .array(let items)? where items.allSatisfy({ $0.stringValue != nil || $0.intValue != nil }):
+            items.isEmpty ? "-" : items.map { cell($0) }.joined(separator: ", ")
+        case let other?: other.jsonString
+        }
+    }
+
+    /// Prints `--json` as the server sent it, else the human text.
+    static func emit(_ arguments: ParsedArguments, _ answer: APIAnswer, text: (JSONValue) -> String) {
+        Terminal.print(arguments.json ? answer.text : text(answer.json))
+    }
+}

@@ -1,0 +1,60 @@
+// `marquee status`: what an operator checks first (GET /v1/status): channels against the quota per app,
+// the outbox backlog, events whose channel APNs lost, and the last failed deliveries.
+import Foundation
+import MarqueeCommandLine
+import MarqueeCore
+
+enum StatusCommand {
+    /// The share of the quota from which a warning mark is shown (the scheduler warns there too).
+    static let warningShare = 0.8
+
+    static let command = Command(
+        "status", summary: "Show channels against the quota per app, the outbox backlog, lost channels and the last errors.",
+        discussion: """
+            An app at 80% of its channel quota or more is marked with '!': past the quota new channels are refused.
+            Lost channels are events whose channel APNs no longer knows (see marquee channel recreate).
+
+            Example:
+              marquee status --url https://marquee.internal:8443 --ca-file ca.pem
+
+            \(AdminAPIClient.exitCodes)
+            """,
+        arguments: AdminAPIClient.options
+    ) { arguments in
+        let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("GET", "/v1/status") }
+        APIText.emit(arguments, answer, text: text)
+    }
+
+    static func text(_ status: JSONValue) -> String {
+        var sections: [String] = []
+        let apps = status["apps"]?.arrayValue ?? []
+        sections.append(apps.isEmpty ? "channels: (no apps)" : "channels:\n" + Terminal.table(
+            ["APP", "BUNDLE", "ENVIRONMENT", "IN USE", "QUOTA", "USED", "BY STATE"], apps.map(appRow)))
+        var outbox = "outbox backlog: \(APIText.cell(status["outboxBacklog"]))"
+        if let age = status["oldestOutboxAgeSeconds"]?.doubleValue { outbox += " (oldest \(Int(age)) s)" }
+        sections.append(outbox)
+        let lost = status["lostChannels"]?.arrayValue ?? []
+        sections.append(lost.isEmpty ? "lost channels: none" : "lost channels (\(lost.count); marquee channel recreate EVENT):\n"
+            + Terminal.table(["EVENT", "APP", "EXTERNAL ID", "CHANNEL", "APNS CHANNEL", "LAST ERROR"], lost.map { item in
+                ["event", "app", "externalId", "channel", "apnsChannelId", "lastError"].map { APIText.cell(item[$0]) }
+            }))
+        let errors = status["lastErrors"]?.arrayValue ?? []
+        sections.append(errors.isEmpty ? "last errors: none" : "last errors:\n" + ChannelCommands.deliveryTable(errors))
+        return sections.joined(separator: "\n\n")
+    }
+
+    static func appRow(_ app: JSONValue) -> [String] {
+        let inUse = app["inUse"]?.doubleValue ?? 0
+        let quota = app["quota"]?.doubleValue ?? 0
+        var used = "-"
+        if quota > 0 {
+            let share = inUse / quota
+            used = String(format: "%.1f%%", share * 100) + (share >= warningShare ? " !" : "")
+        }
+        let byState = app["channelsByState"]?.objectValue.map { states in
+            states.map { "\($0.key) \(APIText.cell($0.value))" }.joined(separator: ", ")
+        } ?? "-"
+        return [APIText.cell(app["app"]), APIText.cell(app["bundleId"]), APIText.cell(app["environment"]),
+                APIText.cell(app["inUse"]), APIText.cell(app["quota"]), used, byState.isEmpty ? "-" : byState]
+    }
+}
