@@ -17,6 +17,8 @@ struct ServiceBenchSettings: Sendable {
     var updatesPerEvent: Int
     var rate: Int
     var connections: Int
+    /// The simulator's JSON request log: when it answered each broadcast (nil: serve's records only).
+    var simulatorLog: String?
     /// Makes external ids and idempotency keys unique per run.
     var run = String(wallNanoseconds() / 1_000_000_000)
 
@@ -31,6 +33,7 @@ struct ServiceBenchSettings: Sendable {
         updatesPerEvent = try flags.int("updates", default: 60)
         rate = try flags.int("rate", default: 1_000)
         connections = try flags.int("connections", default: 32)
+        simulatorLog = flags.value("simulator-log")
     }
 }
 
@@ -169,17 +172,25 @@ struct ServiceBench {
         }
     }
 
-    /// Every broadcast APNs accepted, as (event, update id, when serve recorded the answer), and counts.
-    func acceptedBroadcasts() async throws -> (deliveries: DeliveryTable, priorities: [Int: Int], dispositions: [String: Int], alertsBelowTen: Int) {
-        var broadcasts: [(event: Int, updateID: Int, acceptedAt: Int64)] = []
+    /// Every broadcast APNs accepted, as (event, update id, when): by the simulator's log of its answer
+    /// (matched on apns-request-id) and by serve's record of it; and counts.
+    func acceptedBroadcasts() async throws -> AcceptedBroadcasts {
+        let answered = try settings.simulatorLog.map(simulatorAnswerTimes) ?? [:]
+        var bySimulator: [(event: Int, updateID: Int, acceptedAt: Int64)] = []
+        var byServe: [(event: Int, updateID: Int, acceptedAt: Int64)] = []
         var priorities: [Int: Int] = [:]
         for row in try await database.query("""
-            SELECT u.event_id, d.update_id, d.priority, (extract(epoch FROM d.sent_at) * 1000000)::bigint AS sent_us
+            SELECT u.event_id, d.update_id, d.priority, d.apns_request_id::text AS request_id,
+                   (extract(epoch FROM d.sent_at) * 1000000)::bigint AS sent_us
             FROM deliveries d JOIN updates u ON u.id = d.update_id
             WHERE d.kind = 'broadcast' AND d.status = 200
             """) {
-            broadcasts.append((try row.decode(Int.self, column: "event_id"), try row.decode(Int.self, column: "update_id"),
-                               try row.decode(Int64.self, column: "sent_us") * 1_000))
+            let event = try row.decode(Int.self, column: "event_id"), updateID = try row.decode(Int.self, column: "update_id")
+            let recorded = try row.decode(Int64.self, column: "sent_us") * 1_000
+            byServe.append((event, updateID, recorded))
+            if let id = try row.decode(String?.self, column: "request_id"), let at = answered[id.lowercased()] {
+                bySimulator.append((event, updateID, at))
+            }
             priorities[try row.decode(Int.self, column: "priority"), default: 0] += 1
         }
         var dispositions: [String: Int] = [:]
@@ -190,12 +201,46 @@ struct ServiceBench {
             SELECT count(*) AS n FROM updates u JOIN deliveries d ON d.update_id = u.id
             WHERE u.alert IS NOT NULL AND d.kind = 'broadcast' AND d.status = 200 AND d.priority <> 10
             """)
-        return (DeliveryTable(broadcasts), priorities, dispositions, alertsBelowTen)
+        return AcceptedBroadcasts(bySimulator: bySimulator.count == byServe.count ? DeliveryTable(bySimulator) : nil,
+                                  byServe: DeliveryTable(byServe), matched: bySimulator.count, priorities: priorities,
+                                  dispositions: dispositions, alertsBelowTen: alertsBelowTen)
+    }
+
+    /// When the simulator answered each accepted broadcast, by request id (its log's `ts`, in milliseconds).
+    private func simulatorAnswerTimes(_ path: String) throws -> [String: Int64] {
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        var times: [String: Int64] = [:]
+        for line in text.split(separator: "\n") where line.contains("/4/broadcasts/") && line.contains(#""status":200"#) {
+            guard let ts = Self.field("ts", in: line), let id = Self.field("request_id", in: line),
+                  let date = formatter.date(from: ts) else { continue }
+            times[id.lowercased()] = Int64((date.timeIntervalSince1970 * 1e9).rounded())
+        }
+        return times
+    }
+
+    /// A string field of a JSON log line, without a JSON parser (the simulator writes no escapes in these).
+    private static func field(_ name: String, in line: Substring) -> String? {
+        guard let start = line.range(of: "\"\(name)\":\"") else { return nil }
+        let rest = line[start.upperBound...]
+        guard let end = rest.firstIndex(of: "\"") else { return nil }
+        return String(rest[..<end])
     }
 
     private func count(_ query: PostgresQuery) async throws -> Int {
         try await database.query(query)[0].decode(Int.self, column: "n")
     }
+}
+
+/// What APNs accepted: delivery times by the simulator's log (nil unless every broadcast matched) and by serve.
+struct AcceptedBroadcasts {
+    var bySimulator: DeliveryTable?
+    var byServe: DeliveryTable
+    var matched: Int
+    var priorities: [Int: Int]
+    var dispositions: [String: Int]
+    var alertsBelowTen: Int
 }
 
 /// When each update was delivered: at the first accepted broadcast of its event carrying it or a newer
@@ -221,8 +266,9 @@ struct DeliveryTable {
 }
 
 /// Prints the figures next to their targets; returns whether every target was met.
-func report(_ settings: ServiceBenchSettings, load: LoadOutcome, deliveries: DeliveryTable, priorities: [Int: Int],
-            dispositions: [String: Int], alertsBelowTen: Int) -> Bool {
+func report(_ settings: ServiceBenchSettings, load: LoadOutcome, accepted broadcasts: AcceptedBroadcasts) -> Bool {
+    let (priorities, dispositions, alertsBelowTen) = (broadcasts.priorities, broadcasts.dispositions, broadcasts.alertsBelowTen)
+    let deliveries = broadcasts.bySimulator ?? broadcasts.byServe
     let total = settings.events * settings.updatesPerEvent
     let accepted = load.sent.filter { $0.status == 202 && $0.updateID != nil }
     let failures = load.sent.count - accepted.count
@@ -233,12 +279,16 @@ func report(_ settings: ServiceBenchSettings, load: LoadOutcome, deliveries: Del
     var deliveryAlert: [Int64] = []
     var undelivered = 0
     var beforeAnswer = 0
+    var recordedByServe: [Int64] = []
     for update in accepted {
+        if let recorded = broadcasts.byServe.deliveredAt(event: update.event, updateID: update.updateID!) {
+            recordedByServe.append(max(0, recorded - update.answeredAt))
+        }
         guard let delivered = deliveries.deliveredAt(event: update.event, updateID: update.updateID!) else {
             undelivered += 1
             continue
         }
-        if delivered < update.answeredAt { beforeAnswer += 1 }  // serve recorded APNs' answer before the driver read the 202
+        if delivered < update.answeredAt { beforeAnswer += 1 }  // APNs answered before the driver read the 202
         let latency = max(0, delivered - update.answeredAt)
         deliveryAll.append(latency)
         if update.alert { deliveryAlert.append(latency) }
@@ -262,7 +312,9 @@ func report(_ settings: ServiceBenchSettings, load: LoadOutcome, deliveries: Del
                    service time alone (send to 202): \(service)
         delivery:  202 -> APNs accepted, all \(deliveryAll.count) updates  \(all)   (target p99 < 1.2 s: \(verdict(targets.all)))
                    alert updates (\(deliveryAlert.count), sent at once)  \(alerts)   (target p99 < 20 ms: \(verdict(targets.alerts)))
-                   \(undelivered) never delivered; \(beforeAnswer) recorded by serve before the driver read the 202 (counted as 0)
+                   \(undelivered) never delivered; \(beforeAnswer) accepted before the driver read the 202 (counted as 0)
+                   APNs accepted = \(broadcasts.bySimulator != nil ? "the simulator's log time of its answer (all \(broadcasts.matched) matched by apns-request-id)" : "serve's record of the answer (deliveries.sent_at)"); \
+        by serve's record instead: p99 \(ms(Percentiles(recordedByServe).p99))
         apns:      \(priorities.values.reduce(0, +)) broadcasts accepted (\(priorities.sorted { $0.key > $1.key }.map { "\($0.value) at priority \($0.key)" }.joined(separator: ", "))); \
         updates \(dispositions["broadcast"] ?? 0) broadcast, \(dispositions["conflated"] ?? 0) conflated, \
         \(dispositions["superseded"] ?? 0) superseded, \(dispositions["pending"] ?? 0) pending, \(dispositions["unsent"] ?? 0) unsent; \

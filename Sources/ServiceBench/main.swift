@@ -8,11 +8,12 @@
 // delivery), so a slow server cannot hide its delays by slowing the sender (no coordinated omission).
 //
 // Delivery: an update counts as delivered at the first APNs-accepted broadcast of its event that carries
-// it or a newer state (deliveries.update_id >= its id, status 200); the time is deliveries.sent_at, taken
-// by serve when it records APNs' answer. Wall clocks of the driver and PostgreSQL are the same machine's.
+// it or a newer state (deliveries.update_id >= its id, status 200); the time is the simulator's log time of
+// that answer (matched by apns-request-id), else deliveries.sent_at (serve's record of it, a little later).
+// The driver, the simulator and PostgreSQL read the same machine's wall clock.
 //
 //   ServiceBench --port P --admin-key K --ingest-key K --app ID --database-url URL --serve-pid PID
-//                [--events 1000] [--updates 60] [--rate 1000] [--connections 32]
+//                [--events 1000] [--updates 60] [--rate 1000] [--connections 32] [--simulator-log FILE]
 import BenchSupport
 import Foundation
 import Postgres
@@ -34,8 +35,7 @@ do {
     let pending = try await bench.drain()
     log("drained after \(format(seconds: wallNanoseconds() - started)) (\(pending) pending)")
     let accepted = try await bench.acceptedBroadcasts()
-    let met = report(settings, load: load, deliveries: accepted.deliveries, priorities: accepted.priorities,
-                     dispositions: accepted.dispositions, alertsBelowTen: accepted.alertsBelowTen)
+    let met = report(settings, load: load, accepted: accepted)
     exit(met ? 0 : 1)
 } catch {
     FileHandle.standardError.write(Data("ServiceBench: \(error)\n".utf8))
