@@ -48,6 +48,9 @@ let package = Package(
         // Driver for Scripts/bench apns: APNsClient against the simulator (release build).
         .executableTarget(name: "APNsBench", dependencies: ["APNs", "APNsSimulator", "Network", "Crypto", "MarqueeCore", "BenchSupport"], swiftSettings: strict),
 
+        // Driver for Scripts/bench service: an open-loop load generator against `marquee serve` (release build).
+        .executableTarget(name: "ServiceBench", dependencies: ["Postgres", "BenchSupport"], swiftSettings: strict),
+
         // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.
         .executableTarget(name: "PostgresBench", dependencies: ["Postgres"], swiftSettings: strict),
 
@@ -59,6 +62,7 @@ let package = Package(
         .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "marquee", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "ServiceBenchTests", dependencies: ["ServiceBench"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
     ]
 )

@@ -54,18 +54,28 @@ public struct APNsRequestID: Sendable, Hashable, CustomStringConvertible {
     /// over a counter seeded once from the system generator: no system call per id (Foundation's `UUID()` on
     /// Linux opens /dev/urandom on every call, a tenth of the simulator's time under load).
     public static func random() -> APNsRequestID {
-        var bytes = withUnsafeBytes(of: (RequestIDSource.next(), RequestIDSource.next())) { Array($0) }
-        bytes[6] = (bytes[6] & 0x0F) | 0x40
-        bytes[8] = (bytes[8] & 0x3F) | 0x80
-        let digits = Array("0123456789abcdef".utf8)
-        var text = [UInt8]()
-        text.reserveCapacity(36)
-        for (index, byte) in bytes.enumerated() {
-            if index == 4 || index == 6 || index == 8 || index == 10 { text.append(UInt8(ascii: "-")) }
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0x0F)])
+        let halves = (RequestIDSource.next(), RequestIDSource.next())
+        // One allocation: the 36 characters are written straight into the string's storage.
+        let text = String(unsafeUninitializedCapacity: 36) { buffer in
+            withUnsafeBytes(of: halves) { raw in
+                let digits: StaticString = "0123456789abcdef"
+                var out = 0
+                for index in 0..<16 {
+                    var byte = raw[index]
+                    if index == 6 { byte = (byte & 0x0F) | 0x40 }
+                    if index == 8 { byte = (byte & 0x3F) | 0x80 }
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        buffer[out] = UInt8(ascii: "-")
+                        out += 1
+                    }
+                    buffer[out] = digits.utf8Start[Int(byte >> 4)]
+                    buffer[out + 1] = digits.utf8Start[Int(byte & 0x0F)]
+                    out += 2
+                }
+                return out
+            }
         }
-        return APNsRequestID(validated: String(decoding: text, as: UTF8.self))
+        return APNsRequestID(validated: text)
     }
 
     private init(validated value: String) { self.value = value }

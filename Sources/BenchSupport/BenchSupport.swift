@@ -52,17 +52,20 @@ public final class RunningFlag: Sendable {
     public init() {}
 }
 
-/// Samples this process's resident set size every 100 ms on a thread of its own.
+/// Samples the resident set size of this process (or of `processID`) every 100 ms on a thread of its own.
 public final class RSSSampler: Sendable {
     private let samples = Mutex<[Int]>([])
     private let running = Atomic<Bool>(true)
+    private let statm: String
 
-    public init() {}
+    public init(processID: Int32? = nil) {
+        statm = processID.map { "/proc/\($0)/statm" } ?? "/proc/self/statm"
+    }
 
     public func start() {
         Thread.detachNewThread { [self] in
             while running.load(ordering: .relaxed) {
-                let kib = RSSSampler.currentKiB()
+                let kib = RSSSampler.currentKiB(statm: statm)
                 samples.withLock { $0.append(kib) }
                 usleep(100_000)
             }
@@ -74,8 +77,8 @@ public final class RSSSampler: Sendable {
         return samples.withLock { $0 }
     }
 
-    public static func currentKiB() -> Int {
-        guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    public static func currentKiB(statm path: String = "/proc/self/statm") -> Int {
+        guard let statm = try? String(contentsOfFile: path, encoding: .utf8) else { return 0 }
         let pages = statm.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
         return pages * Int(sysconf(Int32(_SC_PAGESIZE))) / 1024
     }
@@ -85,8 +88,12 @@ public final class RSSSampler: Sendable {
 /// of the samples (the benchmarks check that memory stays flat).
 public func loadFigures(elapsed: Duration, rssSamples samples: [Int]) -> (seconds: Double, text: String) {
     let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    let maxima = rssMaxima(samples)
+    return (seconds, "rss_samples=\(samples.count) rss_max_second_third_kib=\(maxima.secondThird) rss_max_last_third_kib=\(maxima.lastThird)")
+}
+
+/// The maxima of the second and the last third of RSS samples (KiB).
+public func rssMaxima(_ samples: [Int]) -> (secondThird: Int, lastThird: Int) {
     let third = samples.count / 3
-    let secondThird = samples.dropFirst(third).prefix(third).max() ?? 0
-    let lastThird = samples.dropFirst(2 * third).max() ?? 0
-    return (seconds, "rss_samples=\(samples.count) rss_max_second_third_kib=\(secondThird) rss_max_last_third_kib=\(lastThird)")
+    return (samples.dropFirst(third).prefix(third).max() ?? 0, samples.dropFirst(2 * third).max() ?? 0)
 }

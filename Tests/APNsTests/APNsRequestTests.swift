@@ -130,6 +130,8 @@ import Testing
         #expect(random.value == random.value.lowercased())
         #expect(try APNsRequestID(random.value) == random)
         #expect(random != APNsRequestID.random())
+        let characters = Array(random.value)
+        #expect(UUID(uuidString: random.value) != nil && characters[14] == "4" && "89ab".contains(characters[19]), "\(random)")
         for bad in ["", "6a9fb03c1c1e4d57b3b46c0b5d3f1e2a", "6a9fb03c-1c1e-4d57-b3b4-6c0b5d3f1e2g",
                     "{6a9fb03c-1c1e-4d57-b3b4-6c0b5d3f1e2a}", "6a9fb03c-1c1e-4d57-b3b4_6c0b5d3f1e2a"] {
             #expect(throws: APNsRequestError.invalidRequestID(bad)) { try APNsRequestID(bad) }

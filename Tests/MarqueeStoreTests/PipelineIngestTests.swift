@@ -9,14 +9,10 @@ import Testing
 struct PipelineIngestTests {
     let t0 = Date(timeIntervalSince1970: 1_800_000_000)
 
-    @Test func storesUpdateLatestStateAndOutboxAndNotifies() async throws {
+    @Test func storesUpdateLatestStateAndOutbox() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
         let event = try await f.makeEvent()
-        let listener = PostgresListener(configuration: f.configuration, channels: [IngestRepository.notifyChannel])
-        defer { listener.stop() }
-        var iterator = listener.events.makeAsyncIterator()
-        #expect(await iterator.next() == .listening)
 
         let result = try await f.post(event.id, ["home": 1, "away": 0], at: t0)
         guard case .accepted(let update, let response) = result else { Issue.record("not accepted"); return }
@@ -27,10 +23,6 @@ struct PipelineIngestTests {
         #expect(latest.at == t0)
         #expect(latest.updateID == update.id)
         #expect(try await f.scalar(Int.self, "SELECT update_id FROM outbox WHERE event_id = \(event.id)") == update.id)
-        guard case .notification(let note) = await iterator.next() else { Issue.record("no notification"); return }
-        #expect(note.channel == IngestRepository.notifyChannel)
-        #expect(note.payload == String(event.id))
-
         // A second update moves the single outbox row to the newer update.
         guard case .accepted(let second, _) = try await f.post(event.id, ["home": 2, "away": 0], at: t0 + 1) else {
             Issue.record("not accepted"); return

@@ -151,19 +151,23 @@ public final class MarqueeDaemon: Sendable {
         let pipelineMetrics = PipelineMetrics(registry: metrics)
         let catalog = PostgresPipelineCatalog(pool: pool)
         let apns = APNsClientChannelAPNs { app in try await apnsClients.client(for: app) }
+        let dispatcher = BroadcastDispatcher(pool: pool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
+                                             catalog: catalog, configuration: configuration.pipeline.dispatcher(instance: instance),
+                                             metrics: pipelineMetrics, logger: logger)
+        let notifier = OutboxNotifier(pool: pool, logger: logger)
+        notifier.onCommitted { [dispatcher] in dispatcher.wake() }
+        self.dispatcher = dispatcher
         scheduler = ChannelScheduler(pool: pool, apns: apns, catalog: catalog,
                                      configuration: configuration.pipeline.scheduler(instance: instance),
-                                     metrics: pipelineMetrics, logger: logger)
-        dispatcher = BroadcastDispatcher(pool: pool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
-                                         catalog: catalog, configuration: configuration.pipeline.dispatcher(instance: instance),
-                                         metrics: pipelineMetrics, logger: logger)
-        self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler),
+                                     metrics: pipelineMetrics, logger: logger, notifier: notifier)
+        self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
+                                                 notifier: notifier),
                              keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
     }
 
     /// The API's feature areas. A new area adds its `APIRoutes` here (and its paths to the OpenAPI document).
     public static func routes(pool: PostgresPool, metrics: MetricsRegistry, attributeTypes: AttributeTypeCatalog? = nil,
-                              scheduler: ChannelScheduler) -> [any APIRoutes] {
+                              scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
         let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
         return [
@@ -171,7 +175,7 @@ public final class MarqueeDaemon: Sendable {
             AppRoutes(apps: apps),
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
             ChannelRoutes(pool: pool, scheduler: scheduler),
-            EventRoutes(pool: pool, types: attributeTypes),
+            EventRoutes(pool: pool, types: attributeTypes, notifier: notifier),
         ]
     }
 

@@ -107,6 +107,9 @@ public final class BroadcastDispatcher: Service {
 
     // MARK: the service
 
+    /// Claims now rather than at the next poll (outbox work was committed in this process).
+    public func wake() { wakeup.signal() }
+
     public func run(until shutdown: ShutdownSignal) async throws {
         let listener = listenConfiguration.map { PostgresListener(configuration: $0, channels: [IngestRepository.notifyChannel]) }
         let bridge = Task { [wakeup] in

@@ -153,10 +153,13 @@ public final class ChannelScheduler: Service {
     private let lastReconcile = Mutex<Date?>(nil)
     private let wakeup = Wakeup()
     private let renewWakeup = Wakeup()
+    /// Wakes dispatchers after the scheduler queues an end.
+    private let notifier: OutboxNotifier?
 
     public init(pool: PostgresPool, apns: any BroadcastChannelAPNs, catalog: any PipelineCatalog,
                 configuration: ChannelSchedulerConfiguration, metrics: PipelineMetrics, logger: Logger,
-                clock: any WallClock = SystemWallClock()) {
+                clock: any WallClock = SystemWallClock(), notifier: OutboxNotifier? = nil) {
+        self.notifier = notifier
         self.pool = pool
         self.apns = apns
         self.catalog = catalog
@@ -478,6 +481,7 @@ public final class ChannelScheduler: Service {
         } catch PipelineError.eventClosed {
             return
         }
+        notifier?.committed()
         report.eventsEnded.append(event.id)
         metrics.schedulerActions.increment(["end"])
         logger.info("event past its end; end queued", ["event": .int(event.id), "external_id": .string(event.externalID)])

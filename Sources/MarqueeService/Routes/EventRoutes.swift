@@ -19,14 +19,17 @@ public struct EventRoutes: APIRoutes {
     let channels: ChannelRepository
     let ingest: IngestRepository
     let types: AttributeTypeCatalog
+    /// Wakes dispatchers after an accepted update (nil: they find it by polling).
+    let notifier: OutboxNotifier?
     /// The attribute type of each event seen (it never changes), so an ingest looks nothing up.
     let typeOfEvent = EventTypeCache()
 
-    public init(pool: PostgresPool, types: AttributeTypeCatalog) {
+    public init(pool: PostgresPool, types: AttributeTypeCatalog, notifier: OutboxNotifier? = nil) {
         events = EventRepository(pool: pool)
         channels = ChannelRepository(pool: pool)
         ingest = IngestRepository(pool: pool)
         self.types = types
+        self.notifier = notifier
     }
 
     public func register(in table: inout RouteTable) {

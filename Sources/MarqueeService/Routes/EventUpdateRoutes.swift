@@ -97,8 +97,9 @@ extension EventRoutes {
                            message: "this Idempotency-Key was used in the last 24 h with another request; use a new key",
                            field: "idempotency-key")
         }
-        if action == .end, case .accepted(let update, _) = result, update.disposition == .pending {
-            try await endIfNothingToBroadcast(eventID: eventID)
+        if case .accepted(let update, _) = result, update.disposition == .pending {
+            notifier?.committed()
+            if action == .end { try await endIfNothingToBroadcast(eventID: eventID) }
         }
         let answer = result.response
         return HTTPResponse(status: answer.status, headers: ["content-type": "application/json"], body: Array(answer.body))

@@ -1,7 +1,10 @@
 // The hot path of `POST /v1/events/{id}/updates`: the reply is 202 only once this transaction
 // commits. Four statements (two without an idempotency key), in a fixed order so concurrent ingests
 // cannot deadlock: the idempotency row first, then the event row (FOR UPDATE), then one statement
-// for the update, the event's latest state, its outbox row and the NOTIFY, then the stored answer.
+// for the update, the event's latest state and its outbox row, then the stored answer. There is no
+// NOTIFY in here: one inside the transaction would hold PostgreSQL's cluster-wide notify lock through
+// the commit's WAL flush and serialize every ingest commit; the caller wakes dispatchers after the
+// commit (MarqueeService's OutboxNotifier).
 //
 // Choices:
 // * An in-flight duplicate (same API key and idempotency key while the first request's transaction
@@ -122,7 +125,7 @@ public enum IngestResult: Sendable, Equatable {
 public struct IngestRepository: Sendable {
     /// How long an idempotency key is remembered.
     public static let idempotencyWindow: TimeInterval = 24 * 3600
-    /// The NOTIFY channel the dispatcher listens on; the payload is the event id.
+    /// The NOTIFY channel dispatchers listen on (a wake-up; the payload means nothing).
     public static let notifyChannel = "marquee_outbox"
 
     let pool: PostgresPool
@@ -151,8 +154,8 @@ public struct IngestRepository: Sendable {
             case (.ending, .update), (.ended, _), (.cancelled, _): throw PipelineError.eventClosed(eventID, locked.status)
             }
             let state = try contentState(locked)
-            // One statement: the update, and unless it is superseded, the latest state, the outbox row
-            // pointing at it, and the NOTIFY (a plain SELECT in a CTE runs only when referenced).
+            // One statement: the update, and unless it is superseded, the latest state and the outbox row
+            // pointing at it.
             let row = try await tx.query("""
                 WITH stored AS (
                     INSERT INTO updates (event_id, api_key_id, action, content_state, alert, stale_date, dismissal_date,
@@ -178,10 +181,8 @@ public struct IngestRepository: Sendable {
                         update_id = EXCLUDED.update_id, not_before = EXCLUDED.not_before, updated_at = now(),
                         next_attempt_at = CASE WHEN \(draft.urgent) THEN least(outbox.next_attempt_at, now())
                                                ELSE outbox.next_attempt_at END
-                ), notified AS (
-                    SELECT pg_notify(\(Self.notifyChannel), \(String(eventID))) FROM stored WHERE disposition = 'pending'
                 )
-                SELECT id, disposition, occurred_at, received_at, (SELECT count(*) FROM notified) AS notified FROM stored
+                SELECT id, disposition, occurred_at, received_at FROM stored
                 """)[0]
             let update = IngestedUpdate(id: try row.decode(Int.self, column: "id"), eventID: eventID,
                                         disposition: try row.decode(UpdateDisposition.self, column: "disposition"),

@@ -1,0 +1,37 @@
+import Foundation
+import MarqueeCore
+import MarqueeService
+import MarqueeStore
+import Postgres
+import Synchronization
+import Testing
+
+/// Wake-ups after a commit: the local dispatcher at once, other instances by a NOTIFY that commits merge into.
+@Suite(.enabled(if: PipelineServiceFixture.available))
+struct OutboxNotifierTests {
+    @Test func wakesTheLocalDispatcherEveryTimeAndNotifiesOtherInstancesInBatches() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let listener = PostgresListener(configuration: f.configuration, channels: [IngestRepository.notifyChannel])
+        defer { listener.stop() }
+        var iterator = listener.events.makeAsyncIterator()
+        #expect(await iterator.next() == .listening)
+
+        let notifier = OutboxNotifier(pool: f.pool, interval: .milliseconds(200), logger: Logger { _ in })
+        let wakes = Mutex(0)
+        notifier.onCommitted { wakes.withLock { $0 += 1 } }
+        for _ in 0..<100 { notifier.committed() }
+        #expect(wakes.withLock { $0 } == 100)
+
+        guard case .notification(let note) = await iterator.next() else { Issue.record("no notification"); return }
+        #expect(note.channel == IngestRepository.notifyChannel)
+        // The hundred commits went out as the first NOTIFY and at most one more, once the interval passed.
+        try await Task.sleep(for: .seconds(1))
+        listener.stop()
+        var more = 0
+        while let event = await iterator.next() {
+            if case .notification = event { more += 1 }
+        }
+        #expect(more <= 1)
+    }
+}
