@@ -31,6 +31,26 @@ struct PipelineDispatchTests {
         #expect(try await f.outbox.claim(instance: "b", limit: 10, lease: 30).map(\.eventID) == [withChannel.id])
     }
 
+    @Test func anUrgentUpdateIsClaimedBeforeABacklog() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        var events: [Int] = []
+        for index in 0..<5 {
+            let event = try await f.makeEvent("e\(index)")
+            _ = try await f.openChannel(eventID: event.id)
+            try await f.post(event.id, ["home": 1], at: t0)
+            events.append(event.id)
+        }
+        // The backlog has waited; then a goal arrives for the newest event.
+        try await f.pool.execute("UPDATE outbox SET next_attempt_at = now() - interval '1 minute'")
+        _ = try await f.ingest.ingest(eventID: events[4], UpdateDraft(alert: ["title": "GOAL"], occurredAt: t0 + 1, urgent: true),
+                                      contentState: { _ in ["home": 2] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        let first = try await f.outbox.claim(instance: "a", limit: 1, lease: 30)
+        #expect(first.map(\.eventID) == [events[4]])
+        #expect(first.first?.update.alert == ["title": "GOAL"])
+        #expect(try await f.outbox.claim(instance: "a", limit: 10, lease: 30).map(\.eventID) == Array(events[0..<4]))
+    }
+
     @Test func twoClaimersNeverClaimTheSameEvent() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }

@@ -481,7 +481,7 @@ public final class ChannelScheduler: Service {
         } catch PipelineError.eventClosed {
             return
         }
-        notifier?.committed()
+        notifier?.committed(urgent: true)
         report.eventsEnded.append(event.id)
         metrics.schedulerActions.increment(["end"])
         logger.info("event past its end; end queued", ["event": .int(event.id), "external_id": .string(event.externalID)])

@@ -1,9 +1,11 @@
 // Why outbox wake-ups are sent after the commit rather than inside the ingest transaction: a NOTIFY in a
 // transaction takes PostgreSQL's cluster-wide notify lock at commit and holds it through the WAL flush,
 // so with durable settings no two ingest commits could share a flush (Scripts/bench service measured
-// 847 updates/s with it against 996 without). Here the dispatcher of this process is woken at once, and
-// other instances get one NOTIFY per `interval` at most, sent by a statement of its own that writes no
-// WAL. Lost or late notifications cost nothing but latency: every dispatcher also polls.
+// 847 updates/s with it against 996 without). Here wake-ups are batched: at most one per `interval`
+// wakes this process's dispatcher and sends one NOTIFY to the others (a statement of its own, which
+// writes no WAL), so a claim gathers the commits of the interval instead of one claim per commit. An
+// urgent update (an alert or `high`) wakes this process's dispatcher at once. Lost or late
+// notifications cost nothing but latency: every dispatcher also polls.
 import Foundation
 import MarqueeCore
 import MarqueeStore
@@ -19,20 +21,21 @@ public final class OutboxNotifier: Sendable {
     /// A NOTIFY is being sent (or waits for its interval); `again` asks for one more after it.
     private let sending = Mutex<(active: Bool, again: Bool)>((false, false))
 
-    public init(pool: PostgresPool, interval: Duration = .milliseconds(5), logger: Logger) {
+    public init(pool: PostgresPool, interval: Duration = .milliseconds(20), logger: Logger) {
         self.pool = pool
         self.interval = interval
         self.logger = logger
     }
 
-    /// Calls `wake` on every `committed()` (the dispatcher of this process).
+    /// Calls `wake` for committed work: at once for urgent work, else once per interval (this process's dispatcher).
     public func onCommitted(_ wake: @escaping @Sendable () -> Void) {
         localWakeups.withLock { $0.append(wake) }
     }
 
-    /// Outbox work was committed: wake the local dispatcher now and the others soon. Never blocks.
-    public func committed() {
-        for wake in localWakeups.withLock({ $0 }) { wake() }
+    /// Outbox work was committed: wake dispatchers within the interval, this process's at once when
+    /// `urgent`. Never blocks.
+    public func committed(urgent: Bool = false) {
+        if urgent { wakeLocal() }
         let start = sending.withLock { state -> Bool in
             if state.active {
                 state.again = true
@@ -45,9 +48,14 @@ public final class OutboxNotifier: Sendable {
         Task { await notifyUntilQuiet() }
     }
 
-    /// Sends one NOTIFY, then another while commits kept arriving, at most one per interval.
+    private func wakeLocal() {
+        for wake in localWakeups.withLock({ $0 }) { wake() }
+    }
+
+    /// Wakes and sends one NOTIFY, then again while commits kept arriving, at most once per interval.
     private func notifyUntilQuiet() async {
         while true {
+            wakeLocal()
             do {
                 try await pool.execute("SELECT pg_notify(\(IngestRepository.notifyChannel), '')")
             } catch {

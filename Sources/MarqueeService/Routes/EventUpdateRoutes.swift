@@ -98,7 +98,7 @@ extension EventRoutes {
                            field: "idempotency-key")
         }
         if case .accepted(let update, _) = result, update.disposition == .pending {
-            notifier?.committed()
+            notifier?.committed(urgent: draft.urgent)
             if action == .end { try await endIfNothingToBroadcast(eventID: eventID) }
         }
         let answer = result.response

@@ -125,6 +125,9 @@ public enum IngestResult: Sendable, Equatable {
 public struct IngestRepository: Sendable {
     /// How long an idempotency key is remembered.
     public static let idempotencyWindow: TimeInterval = 24 * 3600
+    /// When an urgent update (an alert, `high`) makes its outbox row due: at the epoch, so claims, which
+    /// take rows by `next_attempt_at`, take it before a backlog of ordinary rows.
+    static let urgentDue = Date(timeIntervalSince1970: 0)
     /// The NOTIFY channel dispatchers listen on (a wake-up; the payload means nothing).
     public static let notifyChannel = "marquee_outbox"
 
@@ -175,11 +178,12 @@ public struct IngestRepository: Sendable {
                                       status = CASE WHEN \(draft.action) = 'end' THEN 'ending' ELSE events.status END
                     FROM stored WHERE events.id = \(eventID) AND stored.disposition = 'pending'
                 ), queued AS (
-                    INSERT INTO outbox (event_id, update_id, not_before)
-                    SELECT \(eventID), id, \(draft.notBefore) FROM stored WHERE disposition = 'pending'
+                    INSERT INTO outbox (event_id, update_id, not_before, next_attempt_at)
+                    SELECT \(eventID), id, \(draft.notBefore), CASE WHEN \(draft.urgent) THEN \(Self.urgentDue) ELSE now() END
+                    FROM stored WHERE disposition = 'pending'
                     ON CONFLICT (event_id) DO UPDATE SET
                         update_id = EXCLUDED.update_id, not_before = EXCLUDED.not_before, updated_at = now(),
-                        next_attempt_at = CASE WHEN \(draft.urgent) THEN least(outbox.next_attempt_at, now())
+                        next_attempt_at = CASE WHEN \(draft.urgent) THEN \(Self.urgentDue)
                                                ELSE outbox.next_attempt_at END
                 )
                 SELECT id, disposition, occurred_at, received_at FROM stored
