@@ -165,6 +165,8 @@ struct BroadcastPipelineTests {
             #expect(pushes.map(\.broadcast.priority) == [10, 10, 5, 5])
             // Downgraded, not dropped: the alert still goes.
             #expect(pushes.allSatisfy { $0.push.aps.alert != nil })
+            // The counter moves once the broadcast is recorded, just after APNs answered.
+            try await h.waitUntil("two downgrades are counted") { try await h.metric("marquee_priority_downgrades_total") >= 2 }
             #expect(try await h.metric("marquee_priority_downgrades_total") == 2)
         }
     }
@@ -184,14 +186,16 @@ struct BroadcastPipelineTests {
             #expect(dispositions.values.reduce(0, +) == 30)
             #expect(Set(dispositions.keys).isSubset(of: ["broadcast", "conflated"]), "\(dispositions)")
             #expect(dispositions["broadcast"] == pushes.count, "\(dispositions) vs \(pushes.count) received")
-            #expect(pushes.count < 15, "\(pushes.count) broadcasts for a burst of 30")
-            // Minutes only grow, and about one broadcast per conflation interval (a gap may shrink by network jitter).
+            #expect(dispositions["conflated", default: 0] > 0, "\(dispositions)")
+            // At most one broadcast per conflation interval: n broadcasts span at least n - 1 intervals as sent. They
+            // are seen at the simulator, where one late arrival (a loaded machine) can shorten the span by a second.
+            let span = try #require(pushes.last).broadcast.receivedAt.timeIntervalSince(try #require(pushes.first).broadcast.receivedAt)
+            #expect(pushes.count <= Int(span / BroadcastHarness.conflationInterval) + 2, "\(pushes.count) broadcasts in \(span) s")
+            // Minutes only grow; timestamps strictly increase.
             let minutes = pushes.compactMap { $0.push.aps.contentState?.minute }
             #expect(minutes == minutes.sorted() && Set(minutes).count == minutes.count)
-            for (earlier, later) in zip(pushes, pushes.dropFirst()) {
-                #expect(later.broadcast.receivedAt.timeIntervalSince(earlier.broadcast.receivedAt) > BroadcastHarness.conflationInterval / 2)
-                #expect(earlier.push.aps.timestamp < later.push.aps.timestamp)
-            }
+            let timestamps = pushes.map(\.push.aps.timestamp)
+            #expect(zip(timestamps, timestamps.dropFirst()).allSatisfy { $0 < $1 }, "\(timestamps)")
         }
     }
 

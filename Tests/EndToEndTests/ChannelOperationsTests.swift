@@ -226,8 +226,13 @@ struct ChannelOperationsTests {
             }
             #expect(h.simulator.engine.broadcasts.count == total)
             // The two processes' own counts of accepted broadcasts add up to what APNs received.
-            let counted = [try await h.metric("marquee_broadcasts_total", ["result": "accepted"], instance: 0),
+            // (Each counter moves just after its broadcast is recorded.)
+            var counted: [Double] = []
+            try await h.waitUntil("the counters reach the broadcasts received") {
+                counted = [try await h.metric("marquee_broadcasts_total", ["result": "accepted"], instance: 0),
                            try await h.metric("marquee_broadcasts_total", ["result": "accepted"], instance: 1)]
+                return counted.reduce(0, +) >= Double(total)
+            }
             #expect(counted.reduce(0, +) == Double(total), "\(counted) for \(total) broadcasts")
             #expect(try await h.count("""
                 SELECT count(*)::bigint AS n FROM (SELECT update_id FROM deliveries WHERE kind = 'broadcast' AND status = 200
