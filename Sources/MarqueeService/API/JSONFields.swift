@@ -88,6 +88,13 @@ extension JSONFields {
         return number
     }
 
+    /// An optional boolean member.
+    public func optionalBool(_ key: String) throws(APIError) -> Bool? {
+        guard let value = optional(key) else { return nil }
+        guard let bool = value.boolValue else { throw .validation("expected true or false, found \(value.typeName)", field: field(key)) }
+        return bool
+    }
+
     /// A string member naming one case of `T` (its raw value); `fallback` when absent.
     public func choice<T: RawRepresentable & CaseIterable>(_ key: String, default fallback: T? = nil) throws(APIError) -> T
     where T.RawValue == String {

@@ -53,8 +53,8 @@ public struct ChannelRoutes: APIRoutes {
         table.add("POST", "/v1/channels/reconcile", access: .scope(.admin), takesBody: true) { [scheduler] request in
             let body = try request.bodyObject()
             try body.allowOnly(["dryRun", "deleteUnknown"])
-            let dryRun = try Self.bool(body.object["dryRun"], field: "dryRun")
-            let deleteUnknown = try Self.bool(body.object["deleteUnknown"], field: "deleteUnknown")
+            let dryRun = try body.optionalBool("dryRun") ?? false
+            let deleteUnknown = try body.optionalBool("deleteUnknown") ?? false
             if dryRun {
                 let previews = try await Self.operate { try await scheduler.reconcilePreview() }
                 return .json(["apps": .array(previews.map { preview in
@@ -124,13 +124,7 @@ public struct ChannelRoutes: APIRoutes {
         return value
     }
 
-    /// An optional boolean (a JSON bool, or a query parameter `true`/`false`); absent is false.
-    private static func bool(_ value: JSONValue?, field: String) throws(APIError) -> Bool {
-        guard let value, !value.isNull else { return false }
-        guard let bool = value.boolValue else { throw APIError.validation("expected true or false, found \(value.typeName)", field: field) }
-        return bool
-    }
-
+    /// An optional boolean query parameter, `true` or `false`; absent is false.
     private static func bool(_ text: String?, field: String) throws(APIError) -> Bool {
         switch text {
         case nil, "false": false
