@@ -78,6 +78,20 @@ struct ChannelRoutesTests {
         #expect(!harness.fixture.apns.listed.contains(channel.apnsChannelID!))
     }
 
+    @Test func anUnknownChannelIsDeletedOnAnOperatorsWord() async throws {
+        let harness = try await Harness.make()
+        defer { harness.fixture.pool.close() }
+        let orphan = harness.fixture.apns.makeChannel()
+        #expect(await harness.send("POST", "/v1/channels/reconcile", body: "{}").status == 200)
+        let unknown = try #require(try await harness.fixture.channels.get(appID: harness.fixture.appID, apnsChannelID: orphan))
+        #expect(unknown.state == .unknown)
+
+        let deleted = await harness.send("DELETE", "/v1/channels/\(unknown.id)")
+        #expect(deleted.status == 202 && deleted.json["state"] == "deleted", "\(deleted.json)")
+        #expect(harness.fixture.apns.state.withLock { $0.deletes } == [orphan])
+        #expect(!harness.fixture.apns.listed.contains(orphan))
+    }
+
     @Test func recreateActsOnlyOnALostChannel() async throws {
         let harness = try await Harness.make()
         defer { harness.fixture.pool.close() }

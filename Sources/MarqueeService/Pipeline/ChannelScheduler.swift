@@ -305,32 +305,28 @@ public final class ChannelScheduler: Service {
     /// (running activities stop getting updates); an unresolved create is refused until it settles.
     public func deleteChannel(id: Int, force: Bool) async throws -> ChannelRecord {
         guard let channel = try await channels.get(id: id) else { throw ChannelSchedulerError.channelNotFound("channel \(id)") }
-        var lifecycle: ChannelLifecycle
-        if channel.state == .unknown {
-            guard try await channels.beginDeletingUnknown(channelID: id, inFlightTimeout: configuration.inFlightTimeout) else {
-                return try await channels.get(id: id) ?? channel
-            }
-            lifecycle = ChannelLifecycle(state: .deleting, attempt: 1)
-            var report = SweepReport()
-            try await delete(channel, from: lifecycle, to: lifecycle, fence: nil, report: &report)
-            return try await channels.get(id: id) ?? channel
-        }
-        guard let current = channel.lifecycle else { return channel }
-        lifecycle = current
-        let action: ChannelLifecycle.Action
-        do {
-            action = try lifecycle.deleteRequested(force: force)
-        } catch {
-            let hint = current.state == .open || current.state == .ending
-                ? "it still carries the event's updates; end the event first, or force the delete"
-                : "its create is unresolved; try again once it settled"
-            throw ChannelSchedulerError.refused("channel \(id) is \(current.state.rawValue): \(hint)")
-        }
         var report = SweepReport()
-        if case .deleteChannel = action {
-            try await delete(channel, from: current, to: lifecycle, fence: nil, report: &report)
-        } else if lifecycle != current {
-            try await channels.transition(channelID: id, from: current, to: lifecycle)
+        if channel.state == .unknown {
+            if try await channels.beginDeletingUnknown(channelID: id, inFlightTimeout: configuration.inFlightTimeout) {
+                let deleting = ChannelLifecycle(state: .deleting, attempt: 1)
+                try await delete(channel, from: deleting, to: deleting, fence: nil, report: &report)
+            }
+        } else if let current = channel.lifecycle {
+            var next = current
+            let action: ChannelLifecycle.Action
+            do {
+                action = try next.deleteRequested(force: force)
+            } catch {
+                let hint = current.state == .open || current.state == .ending
+                    ? "it still carries the event's updates; end the event first, or force the delete"
+                    : "its create is unresolved; try again once it settled"
+                throw ChannelSchedulerError.refused("channel \(id) is \(current.state.rawValue): \(hint)")
+            }
+            if case .deleteChannel = action {
+                try await delete(channel, from: current, to: next, fence: nil, report: &report)
+            } else if next != current {
+                try await channels.transition(channelID: id, from: current, to: next)
+            }
         }
         logger.info("channel deleted on an operator's request", ["channel": .int(id), "force": .bool(force)])
         return try await channels.get(id: id) ?? channel
