@@ -8,25 +8,32 @@ import Network
 import Postgres
 
 enum ServeCommand {
-    /// The pipeline's settings: flag, value name, help, environment variable and default.
+    /// The pipeline's settings: flag, value name, help, environment variable and default (PipelineSettings' own).
     static let pipelineOptions: [(name: String, value: String, help: String, environment: String, defaultValue: String)] = [
-        ("channel-lead-time", "SECONDS", "Open an event's channel this long before it starts.", "MARQUEE_CHANNEL_LEAD_TIME", "7200"),
-        ("channel-delete-delay", "SECONDS", "Delete a channel this long after its end broadcast.", "MARQUEE_CHANNEL_DELETE_DELAY", "900"),
-        ("end-grace", "SECONDS", "End an event nobody ended at endsAt plus this.", "MARQUEE_END_GRACE", "1800"),
-        ("scheduler-interval", "SECONDS", "How often the channel scheduler sweeps (decimals allowed).", "MARQUEE_SCHEDULER_INTERVAL", "5"),
-        ("reconcile-interval", "SECONDS", "How often channels are compared with APNs' lists.", "MARQUEE_RECONCILE_INTERVAL", "3600"),
+        ("channel-lead-time", "SECONDS", "Open an event's channel this long before it starts.", "MARQUEE_CHANNEL_LEAD_TIME", seconds(defaults.channelLeadTime)),
+        ("channel-delete-delay", "SECONDS", "Delete a channel this long after its end broadcast.", "MARQUEE_CHANNEL_DELETE_DELAY", seconds(defaults.channelDeleteDelay)),
+        ("end-grace", "SECONDS", "End an event nobody ended at endsAt plus this.", "MARQUEE_END_GRACE", seconds(defaults.endGrace)),
+        ("scheduler-interval", "SECONDS", "How often the channel scheduler sweeps (decimals allowed).", "MARQUEE_SCHEDULER_INTERVAL", seconds(defaults.schedulerInterval)),
+        ("reconcile-interval", "SECONDS", "How often channels are compared with APNs' lists.", "MARQUEE_RECONCILE_INTERVAL", seconds(defaults.reconcileInterval)),
         ("unknown-channel-grace", "SECONDS", "With --delete-unknown-channels: how long an unknown channel is seen before deletion.",
-         "MARQUEE_UNKNOWN_CHANNEL_GRACE", "86400"),
-        ("channel-quota", "N", "Channels per app and environment (Apple's quota); warns at 80%.", "MARQUEE_CHANNEL_QUOTA", "10000"),
+         "MARQUEE_UNKNOWN_CHANNEL_GRACE", seconds(defaults.unknownChannelGrace)),
+        ("channel-quota", "N", "Channels per app and environment (Apple's quota); warns at 80%.", "MARQUEE_CHANNEL_QUOTA", "\(defaults.channelQuota)"),
         ("broadcast-ttl", "SECONDS", "apns-expiration for channels with most-recent storage: now plus this (at most 28800).",
-         "MARQUEE_BROADCAST_TTL", "14400"),
+         "MARQUEE_BROADCAST_TTL", seconds(defaults.broadcastTTL)),
         ("high-priority-budget", "N", "Priority-10 broadcasts per channel per hour before 'auto' downgrades to 5.",
-         "MARQUEE_HIGH_PRIORITY_BUDGET", "30"),
+         "MARQUEE_HIGH_PRIORITY_BUDGET", "\(defaults.highPriorityBudget)"),
         ("conflation-interval", "SECONDS", "At most one broadcast per channel per interval (alerts and 'high' go at once).",
-         "MARQUEE_CONFLATION_INTERVAL", "1"),
+         "MARQUEE_CONFLATION_INTERVAL", seconds(defaults.conflationInterval)),
     ]
 
-    /// Reads the pipeline settings (defaults come from the option table).
+    private static let defaults = PipelineSettings()
+
+    /// Seconds as an option default: whole numbers without a fraction.
+    private static func seconds(_ value: TimeInterval) -> String {
+        value == value.rounded() ? String(Int(value)) : String(value)
+    }
+
+    /// Reads the pipeline settings (every option has its default, so none is missing).
     static func pipelineSettings(_ arguments: ParsedArguments) throws(UsageError) -> PipelineSettings {
         var settings = PipelineSettings()
         settings.channelLeadTime = try arguments.seconds("channel-lead-time") ?? settings.channelLeadTime
