@@ -84,54 +84,84 @@ final class LibPQConnection {
         let types: [Oid]
     }
 
+    /// The parameters of a statement as libpq takes them: text values (binary for bytes) in one buffer.
+    private struct Parameters {
+        var types: [Oid]
+        var lengths: [Int32]
+        var formats: [Int32]
+        var offsets: [Int?]
+        var storage: [UInt8]
+
+        init(_ query: PostgresQuery) {
+            let count = query.binds.count
+            types = [Oid](repeating: 0, count: count)
+            lengths = [Int32](repeating: 0, count: count)
+            formats = [Int32](repeating: 0, count: count)
+            offsets = [Int?](repeating: nil, count: count)
+            storage = []
+            for (index, bind) in query.binds.enumerated() {
+                types[index] = bind.oid
+                switch bind.storage {
+                case .null:
+                    break
+                case .bytes(let bytes):
+                    offsets[index] = storage.count
+                    storage.append(contentsOf: bytes)
+                    lengths[index] = Int32(bytes.count)
+                    formats[index] = 1
+                default:
+                    offsets[index] = storage.count
+                    bind.appendText(to: &storage)
+                    lengths[index] = Int32(storage.count - offsets[index]!)
+                    storage.append(0)
+                }
+            }
+            storage.append(0)  // never empty, so baseAddress is never nil
+        }
+
+        /// Calls `body` with the value pointers (nil for NULL).
+        func withValues<T>(_ body: ([UnsafePointer<CChar>?]) -> T) -> T {
+            storage.withUnsafeBytes { buffer in
+                let base = buffer.baseAddress!
+                return body(offsets.map { offset in offset.map { base.advanced(by: $0).assumingMemoryBound(to: CChar.self) } })
+            }
+        }
+    }
+
+    /// The name the statement is prepared under on this session, and whether it must be prepared first
+    /// (nil: past the limit, run unnamed).
+    private func preparedName(for query: PostgresQuery, types: [Oid]) -> (name: String, isNew: Bool)? {
+        let key = StatementKey(sql: query.sql, types: types)
+        if let name = prepared[key] { return (name, false) }
+        guard prepared.count < Self.preparedLimit else { return nil }
+        preparedCount += 1
+        let name = "marquee_\(preparedCount)"
+        prepared[key] = name
+        return (name, true)
+    }
+
     /// Runs one statement with `$n` parameters (extended protocol, text results). A statement is
     /// prepared on first use and then only bound and executed, which saves the server a parse and
     /// plan per call (the first 256 distinct statements of a session; the rest go unnamed).
     func execute(_ query: PostgresQuery) throws -> PostgresResultStorage {
         try checkAlive()
-        let count = query.binds.count
-        var types = [Oid](repeating: 0, count: count)
-        var lengths = [Int32](repeating: 0, count: count)
-        var formats = [Int32](repeating: 0, count: count)
-        var offsets = [Int?](repeating: nil, count: count)
-        var storage = [UInt8]()
-        for (index, bind) in query.binds.enumerated() {
-            types[index] = bind.oid
-            switch bind.storage {
-            case .null:
-                break
-            case .bytes(let bytes):
-                offsets[index] = storage.count
-                storage.append(contentsOf: bytes)
-                lengths[index] = Int32(bytes.count)
-                formats[index] = 1
-            default:
-                offsets[index] = storage.count
-                bind.appendText(to: &storage)
-                lengths[index] = Int32(storage.count - offsets[index]!)
-                storage.append(0)
+        let parameters = Parameters(query)
+        let count = Int32(query.binds.count)
+        var name = preparedName(for: query, types: parameters.types)
+        if let (newName, isNew) = name, isNew {
+            do {
+                _ = try check(PQprepare(handle, newName, query.sql, count, parameters.types))
+            } catch {
+                forget(query, types: parameters.types)
+                throw error
             }
         }
-        storage.append(0)  // never empty, so baseAddress is never nil
-        let key = StatementKey(sql: query.sql, types: types)
-        var name = prepared[key]
-        if name == nil, prepared.count < Self.preparedLimit {
-            preparedCount += 1
-            let newName = "marquee_\(preparedCount)"
-            _ = try check(PQprepare(handle, newName, query.sql, Int32(count), types))
-            prepared[key] = newName
-            name = newName
-        }
         func run() -> OpaquePointer? {
-            storage.withUnsafeBytes { buffer -> OpaquePointer? in
-                let base = buffer.baseAddress!
-                let values: [UnsafePointer<CChar>?] = offsets.map { offset in
-                    offset.map { base.advanced(by: $0).assumingMemoryBound(to: CChar.self) }
+            parameters.withValues { values in
+                if let (name, _) = name {
+                    return PQexecPrepared(handle, name, count, values, parameters.lengths, parameters.formats, 0)
                 }
-                if let name {
-                    return PQexecPrepared(handle, name, Int32(count), values, lengths, formats, 0)
-                }
-                return PQexecParams(handle, query.sql, Int32(count), types, values, lengths, formats, 0)
+                return PQexecParams(handle, query.sql, count, parameters.types, values, parameters.lengths, parameters.formats, 0)
             }
         }
         do {
@@ -139,11 +169,93 @@ final class LibPQConnection {
         } catch let error as PostgresError where name != nil && Self.invalidatesPrepared(error) {
             // The session lost its statements (DISCARD ALL) or a table changed shape under a cached
             // plan. Forget them; outside a transaction the statement can simply run again.
-            if error.sqlState == .invalidSQLStatementName { prepared.removeAll() } else { prepared[key] = nil }
+            forgetPrepared(after: error, query, types: parameters.types)
             guard PQtransactionStatus(handle) == PQTRANS_IDLE else { throw error }
             name = nil
             return try check(run())
         }
+    }
+
+    /// Sends statements in one round trip (libpq's pipeline mode) and runs them as one implicit
+    /// transaction, unless a transaction block is already open: all take effect or none does. Returns
+    /// each statement's result; throws the first statement's error (the later ones did not run).
+    func execute(pipeline queries: [PostgresQuery]) throws -> [PostgresResultStorage] {
+        try checkAlive()
+        do {
+            return try runPipeline(queries)
+        } catch let error as PostgresError where Self.invalidatesPrepared(error) && PQtransactionStatus(handle) == PQTRANS_IDLE {
+            // As in execute(_:): the implicit transaction rolled back, so the statements can run again.
+            return try runPipeline(queries)
+        }
+    }
+
+    private func runPipeline(_ queries: [PostgresQuery]) throws -> [PostgresResultStorage] {
+        guard PQenterPipelineMode(handle) == 1 else { throw PostgresError(kind: .server, message: lastErrorMessage) }
+        // Each command queued (a prepare or a statement) yields its results, each list ending in NULL.
+        var commands: [(statement: Int?, query: PostgresQuery, types: [Oid])] = []
+        var sendFailed = false
+        for (index, query) in queries.enumerated() where !sendFailed {
+            let parameters = Parameters(query)
+            let count = Int32(query.binds.count)
+            let name = preparedName(for: query, types: parameters.types)
+            if let (newName, isNew) = name, isNew {
+                if PQsendPrepare(handle, newName, query.sql, count, parameters.types) != 1 { sendFailed = true; break }
+                commands.append((nil, query, parameters.types))
+            }
+            let sent = parameters.withValues { values in
+                if let (name, _) = name {
+                    return PQsendQueryPrepared(handle, name, count, values, parameters.lengths, parameters.formats, 0)
+                }
+                return PQsendQueryParams(handle, query.sql, count, parameters.types, values, parameters.lengths, parameters.formats, 0)
+            }
+            if sent != 1 { sendFailed = true; break }
+            commands.append((index, query, parameters.types))
+        }
+        if !sendFailed && PQpipelineSync(handle) != 1 { sendFailed = true }
+        if sendFailed {
+            // Nothing can be read back reliably: the connection is unusable (the pool replaces it).
+            throw connectionError()
+        }
+        var results: [PostgresResultStorage] = []
+        var firstError: Error?
+        for command in commands {
+            var storage: PostgresResultStorage?
+            while let result = PQgetResult(handle) {
+                if PQresultStatus(result) == PGRES_PIPELINE_ABORTED { PQclear(result); continue }
+                do {
+                    let checked = try check(result)
+                    if storage == nil { storage = checked }
+                } catch {
+                    if firstError == nil {
+                        firstError = error
+                        if let error = error as? PostgresError, Self.invalidatesPrepared(error) {
+                            forgetPrepared(after: error, command.query, types: command.types)
+                        }
+                    }
+                }
+            }
+            // A prepare that failed or was skipped after an earlier error left nothing on the server.
+            if command.statement == nil && firstError != nil { forget(command.query, types: command.types) }
+            if command.statement != nil, let storage, firstError == nil { results.append(storage) }
+        }
+        // The sync point: PGRES_PIPELINE_SYNC, then pipeline mode can end.
+        if let sync = PQgetResult(handle) {
+            PQclear(sync)
+        } else if firstError == nil {
+            firstError = connectionError()
+        }
+        _ = PQexitPipelineMode(handle)
+        if let firstError { throw firstError }
+        guard results.count == queries.count else { throw connectionError() }
+        return results
+    }
+
+    private func forget(_ query: PostgresQuery, types: [Oid]) {
+        prepared[StatementKey(sql: query.sql, types: types)] = nil
+    }
+
+    private func forgetPrepared(after error: PostgresError, _ query: PostgresQuery, types: [Oid]) {
+        if error.sqlState == .invalidSQLStatementName { prepared.removeAll() } else { forget(query, types: types) }
     }
 
     private static func invalidatesPrepared(_ error: PostgresError) -> Bool {

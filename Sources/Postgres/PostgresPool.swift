@@ -161,6 +161,17 @@ public final class PostgresPool: Sendable {
         }
     }
 
+    /// Runs statements in one round trip as one implicit transaction (`PostgresConnection.pipeline`) on a
+    /// pooled connection; retried once on a fresh connection if the first had died before sending.
+    @discardableResult
+    public func pipeline(_ queries: [PostgresQuery]) async throws -> [PostgresRows] {
+        do {
+            return try await withConnection { try await $0.pipeline(queries) }
+        } catch let error as PostgresError where error.notSent {
+            return try await withConnection { try await $0.pipeline(queries) }
+        }
+    }
+
     /// Runs one statement and returns the number of rows it affected.
     @discardableResult
     public func execute(_ query: PostgresQuery) async throws -> Int {
