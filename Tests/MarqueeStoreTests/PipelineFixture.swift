@@ -72,8 +72,15 @@ struct PipelineFixture {
               key: String? = nil, body: String = "") async throws -> IngestResult {
         let idempotency = key.map { IdempotencyRequest(apiKeyID: apiKeyID, key: $0, requestHash: Self.hash(body)) }
         return try await ingest.ingest(eventID: eventID, UpdateDraft(priority: priority, occurredAt: occurredAt, apiKeyID: apiKeyID),
-                                       idempotency: idempotency, contentState: { _ in state },
-                                       response: { update in StoredResponse(status: 202, body: Data("{\"id\":\(update.id)}".utf8)) })
+                                       state: state, idempotency: idempotency, response: Self.answer)
+    }
+
+    /// A stand-in answer made of everything a replay must rebuild exactly.
+    static func answer(_ update: IngestedUpdate) -> StoredResponse {
+        StoredResponse(status: 202, body: Data("""
+            {"id":\(update.id),"event":\(update.eventID),"disposition":"\(update.disposition.rawValue)",\
+            "occurredAt":\(update.occurredAt.timeIntervalSince1970),"receivedAt":\(update.receivedAt.timeIntervalSince1970)}
+            """.utf8))
     }
 
     /// A stand-in request hash: 32 bytes derived from the body.

@@ -49,10 +49,15 @@ struct PipelineIngestTests {
             try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: t0), idempotency: idempotency,
                                       contentState: { _ in throw SchemaMismatch() }, response: { _ in StoredResponse(status: 202, body: Data()) })
         }
-        // A failure while building the stored answer (after update, state and outbox were written).
-        await #expect(throws: SchemaMismatch.self) {
-            try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: t0), idempotency: idempotency,
-                                      contentState: { _ in ["home": 1] }, response: { _ in throw SchemaMismatch() })
+        // Refusals by the event (closed, or another app's for a key bound to an app) leave no key behind.
+        try await f.pool.execute("UPDATE events SET status = 'ended' WHERE id = \(event.id)")
+        await #expect(throws: PipelineError.eventClosed(event.id, .ended)) {
+            try await f.post(event.id, ["home": 1], at: t0, key: "k1", body: "a")
+        }
+        try await f.pool.execute("UPDATE events SET status = 'live' WHERE id = \(event.id)")
+        await #expect(throws: PipelineError.eventNotFound(event.id)) {
+            try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: t0), state: ["home": 1], appID: 999_999,
+                                      idempotency: idempotency, response: PipelineFixture.answer)
         }
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 0)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
@@ -82,6 +87,55 @@ struct PipelineIngestTests {
         guard case .accepted = later else { Issue.record("expired key not taken over"); return }
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 2)
         #expect(try await f.ingest.purgeExpiredIdempotencyKeys(now: Date() + 3 * 24 * 3600) == 1)
+    }
+
+    /// A replay's answer is rebuilt from the stored update: the disposition it had at ingest, whatever became of it since.
+    @Test func replaysAreRebuiltFromTheStoredUpdate() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let newer = try await f.post(event.id, ["home": 2], at: t0 + 10, key: "newer", body: "newer")
+        let older = try await f.post(event.id, ["home": 1], at: t0 + 5, key: "older", body: "older")
+        guard case .accepted(let sent, _) = newer, case .accepted(let superseded, _) = older else { Issue.record("not accepted"); return }
+        #expect(superseded.disposition == .superseded)
+        try await f.pool.execute("UPDATE updates SET disposition = 'broadcast', disposed_at = now() WHERE id = \(sent.id)")
+        #expect(try await f.post(event.id, ["home": 2], at: t0 + 10, key: "newer", body: "newer") == .replayed(newer.response))
+        #expect(try await f.post(event.id, ["home": 1], at: t0 + 5, key: "older", body: "older") == .replayed(older.response))
+        #expect(String(decoding: older.response.body, as: UTF8.self).contains("superseded"))
+        // A key a refused request left behind (update_id and answer NULL) is taken over by the next request.
+        try await f.pool.execute("""
+            INSERT INTO idempotency_keys (api_key_id, key, request_hash) VALUES (\(f.apiKeyID), 'left', \(PipelineFixture.hash("other")))
+            """)
+        guard case .accepted(let taken, _) = try await f.post(event.id, ["home": 3], at: t0 + 20, key: "left", body: "mine") else {
+            Issue.record("a left key was not taken over"); return
+        }
+        #expect(try await f.scalar(Int.self, "SELECT update_id FROM idempotency_keys WHERE key = 'left'") == taken.id)
+    }
+
+    /// Concurrent whole states without a time: ids, times and the latest state follow the order of arrival
+    /// under the event's row lock, so the outbox row always points at the newest pending update.
+    @Test func concurrentWholeStatesFollowTheOrderOfArrival() async throws {
+        let f = try await PipelineFixture.make(maxConnections: 8)
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<24 {
+                group.addTask {
+                    _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: nil), state: ["home": .int(Int64(index))],
+                                                  response: PipelineFixture.answer)
+                }
+            }
+            try await group.waitForAll()
+        }
+        let rows = try await f.pool.query("SELECT id, occurred_at, disposition FROM updates WHERE event_id = \(event.id) ORDER BY id")
+        let times = try rows.map { try $0.decode(Date.self, column: "occurred_at") }
+        #expect(rows.count == 24)
+        #expect(try rows.allSatisfy { try $0.decode(String.self, column: "disposition") == "pending" })
+        #expect(times == times.sorted())
+        let newest = try rows.last!.decode(Int.self, column: "id")
+        #expect(try await f.events.latestState(eventID: event.id).updateID == newest)
+        #expect(try await f.scalar(Int.self, "SELECT update_id FROM outbox WHERE event_id = \(event.id)") == newest)
+        #expect(try await f.scalar(Date.self, "SELECT latest_state_at FROM events WHERE id = \(event.id)") == times.last)
     }
 
     @Test func concurrentDuplicatesWaitAndReplay() async throws {

@@ -1,13 +1,13 @@
-// Updates and ends (`ingest`): the hot path. A whole content-state is validated before the transaction;
-// a merge patch is applied inside it, under the event's row lock (IngestRepository.ingest), to the
-// latest state, and the result validated. Either way the real APNs payload (state, alert, stale date,
+// Updates and ends (`ingest`): the hot path. A whole content-state is validated before it is stored;
+// a merge patch is applied to the event's latest state and the result validated, and IngestRepository
+// stores it only if that state is still the latest (else it is applied again to the newer one). Either way the real APNs payload (state, alert, stale date,
 // relevance score, dismissal date) is built and refused with 422 `payload_too_large` past 4,096 bytes,
 // so every accepted update can travel as a broadcast or a device push. The answer is 202 only once the
 // update, the latest state and the outbox row are committed together.
 //
 // `Idempotency-Key` (per API key, 24 h): the request is identified by SHA-256 of method, path and body;
-// the same key with the same request gets the first answer byte for byte, with another request 422
-// `idempotency_key_reused`. Refusals (4xx) are not stored: the transaction rolls back with the key.
+// the same key with the same request gets the first answer byte for byte (rebuilt from the stored
+// update), with another request 422 `idempotency_key_reused`. Refusals (4xx) leave no key behind.
 import Crypto
 import Foundation
 import MarqueeCore
@@ -61,37 +61,45 @@ extension EventRoutes {
                                 relevanceScore: relevanceScore, priority: priority, occurredAt: occurredAt,
                                 apiKeyID: request.key?.databaseID, urgent: priority == .high || alert != nil, notBefore: notBefore)
         let timestamp = Self.unixSeconds(Date())
+        // The real payload must fit, so every accepted update can travel.
+        func checked(_ state: JSONValue) throws -> JSONValue {
+            let payload: LiveActivityPayload = action == .end
+                ? .end(timestamp: timestamp, contentState: state, dismissalDate: dismissalDate, staleDate: staleDate,
+                       relevanceScore: relevanceScore, alert: alert)
+                : .update(timestamp: timestamp, contentState: state, staleDate: staleDate, relevanceScore: relevanceScore, alert: alert)
+            try Self.checkSize(payload)
+            return state
+        }
+        let answerOf = { (update: IngestedUpdate) in StoredResponse(status: 202, body: Data(Self.json(update, action: action).jsonBytes)) }
+        let appID = request.key?.appID
         let result: IngestResult
         do {
-            result = try await ingest.ingest(eventID: eventID, draft, idempotency: idempotency, contentState: { locked in
-                if let bound = request.key?.appID, bound != locked.appID { throw APIError.notFound("event \(eventID)") }
-                let state: JSONValue
-                if let encodedWhole {
-                    state = encodedWhole
-                } else if let patch {
-                    state = try Self.validated { () throws(ValidationError) in
-                        try type.patchContentState(locked.latestState ?? [:], with: patch, at: ["contentStatePatch"])
+            if let encodedWhole {
+                result = try await ingest.ingest(eventID: eventID, draft, state: try checked(encodedWhole), appID: appID,
+                                                 idempotency: idempotency, response: answerOf)
+            } else {
+                result = try await ingest.ingest(eventID: eventID, draft, appID: appID, idempotency: idempotency, contentState: { snapshot in
+                    if let patch {
+                        return try checked(try Self.validated { () throws(ValidationError) in
+                            try type.patchContentState(snapshot.latestState ?? [:], with: patch, at: ["contentStatePatch"])
+                        })
                     }
-                } else if let latest = locked.latestState {
-                    state = latest
-                } else {
-                    throw APIError.validation("the event has no content-state yet; send one", field: "contentState")
-                }
-                let payload: LiveActivityPayload = action == .end
-                    ? .end(timestamp: timestamp, contentState: state, dismissalDate: dismissalDate, staleDate: staleDate,
-                           relevanceScore: relevanceScore, alert: alert)
-                    : .update(timestamp: timestamp, contentState: state, staleDate: staleDate, relevanceScore: relevanceScore, alert: alert)
-                try Self.checkSize(payload)
-                return state
-            }, response: { update in
-                StoredResponse(status: 202, body: Data(Self.json(update, action: action).jsonBytes))
-            })
+                    guard let latest = snapshot.latestState else {
+                        throw APIError.validation("the event has no content-state yet; send one", field: "contentState")
+                    }
+                    return try checked(latest)
+                }, response: answerOf)
+            }
         } catch PipelineError.eventNotFound {
             throw APIError.notFound("event \(eventID)")
         } catch PipelineError.eventClosed(_, let status) {
             throw APIError.conflict(status == .ending
                 ? "event \(eventID) is ending and takes only another end"
                 : "event \(eventID) is \(status.rawValue) and takes no more updates", field: nil)
+        } catch PipelineError.eventBusy {
+            throw APIError(status: 503, code: "event_busy",
+                           message: "other updates of event \(eventID) kept changing the state this patch applies to; retry",
+                           field: nil)
         } catch PipelineError.idempotencyKeyReused {
             throw APIError(status: 422, code: "idempotency_key_reused",
                            message: "this Idempotency-Key was used in the last 24 h with another request; use a new key",

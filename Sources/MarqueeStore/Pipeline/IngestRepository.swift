@@ -1,16 +1,24 @@
-// The hot path of `POST /v1/events/{id}/updates`: the reply is 202 only once this transaction
-// commits. Four statements (two without an idempotency key), in a fixed order so concurrent ingests
-// cannot deadlock: the idempotency row first, then the event row (FOR UPDATE), then one statement
-// for the update, the event's latest state and its outbox row, then the stored answer. There is no
-// NOTIFY in here: one inside the transaction would hold PostgreSQL's cluster-wide notify lock through
-// the commit's WAL flush and serialize every ingest commit; the caller wakes dispatchers after the
-// commit (MarqueeService's OutboxNotifier).
+// The hot path of `POST /v1/events/{id}/updates`: the reply is 202 only once the update is durable.
+// One round trip: a pipeline that PostgreSQL runs as one implicit transaction, with at most three
+// statements: take the idempotency key (when there is one), write, and read the key back. The write is
+// one statement: the event row is updated first (its row lock orders concurrent ingests, and READ
+// COMMITTED re-checks its WHERE and recomputes its SET on the newest row version after a wait), then
+// the update row, the outbox row, and the key's pointer to the update. There is no NOTIFY in here: one
+// inside the transaction would hold PostgreSQL's cluster-wide notify lock through the commit's WAL flush
+// and serialize every ingest commit; the caller wakes dispatchers after the commit (OutboxNotifier).
 //
 // Choices:
-// * An in-flight duplicate (same API key and idempotency key while the first request's transaction
-//   is open) WAITS: its INSERT into idempotency_keys blocks on the first one's uncommitted row. When
-//   the first commits, the duplicate gets its stored answer (or `idempotencyKeyReused`); when it
-//   rolls back, the duplicate runs as if it were first. No "try again later" error is needed.
+// * Update ids are taken under the event's row lock (nextval in the event's UPDATE), so per event they
+//   follow the order of arrival: the dispatcher conflates "every pending update up to the outbox one".
+// * A whole content-state needs nothing from the event, so it is written at once. A state derived from
+//   the latest one (a JSON merge patch, an end that keeps the state) is computed from a snapshot of the
+//   event and written only if the event's latest update is still the snapshot's (compare and swap under
+//   the row lock); otherwise it is computed again. So a patch always applies to the state it replaces.
+// * An in-flight duplicate (same API key and idempotency key while the first request's transaction is
+//   open) WAITS: its INSERT into idempotency_keys blocks on the first one's uncommitted row. When the
+//   first commits, the duplicate gets the answer rebuilt from the stored update (or
+//   `idempotencyKeyReused`); when it rolls back, the duplicate runs as if it were first. A refused
+//   request (event not found or closed) leaves no key behind.
 // * Older pending updates of the event stay 'pending' here; the dispatcher marks them 'conflated'
 //   when it records the broadcast of a newer one (`OutboxRepository.recordBroadcast`), so
 //   'conflated' always means "a newer state actually went". An update older than the latest state
@@ -18,9 +26,6 @@
 // * An `end` is never superseded (the final state must go out); it moves the event to 'ending'.
 //   After that only another `end` is accepted, and nothing once the event is ended or cancelled
 //   (`eventClosed`), so every accepted update can still reach a channel.
-// * The merge of a JSON merge patch happens under the event's row lock: `contentState` receives the
-//   locked latest state and returns the full new state (validated by the caller's schema code);
-//   the update row stores that full state, so every update can be broadcast on its own.
 // * An end's `at` (`UpdateDraft.notBefore`) is kept on the update and on the outbox row, which the next
 //   update replaces with its own; dispatchers do not claim a row before it (Sql/0004).
 import Foundation
@@ -86,8 +91,8 @@ public struct StoredResponse: Sendable, Hashable {
     }
 }
 
-/// The event as locked for an ingest: what a merge patch applies to.
-public struct LockedEvent: Sendable, Equatable {
+/// The event as read for an ingest whose state derives from the latest one (what a merge patch applies to).
+public struct EventSnapshot: Sendable, Equatable {
     public var id: Int
     public var appID: Int
     public var attributeTypeID: Int
@@ -121,7 +126,8 @@ public enum IngestResult: Sendable, Equatable {
     }
 }
 
-/// Ingests updates: one transaction per update, under a lock on the event.
+
+/// Ingests updates: one round trip per update (two when the state derives from the latest one).
 public struct IngestRepository: Sendable {
     /// How long an idempotency key is remembered.
     public static let idempotencyWindow: TimeInterval = 24 * 3600
@@ -130,77 +136,83 @@ public struct IngestRepository: Sendable {
     static let urgentDue = Date(timeIntervalSince1970: 0)
     /// The NOTIFY channel dispatchers listen on (a wake-up; the payload means nothing).
     public static let notifyChannel = "marquee_outbox"
+    /// Writes of a derived state that may lose the compare-and-swap to concurrent updates before giving up.
+    static let maxAttempts = 16
 
     let pool: PostgresPool
 
     public init(pool: PostgresPool) { self.pool = pool }
 
-    /// Stores one update. `contentState` gets the locked event and returns the full new state (apply a
-    /// merge patch there; throw to refuse, which stores nothing). `response` builds the answer stored
-    /// for idempotent replays. `now` overrides the database clock for idempotency expiry (tests).
-    /// Throws `eventNotFound`, `eventClosed`, `idempotencyKeyReused`, or what the closures throw.
+    /// Stores one update with its whole content-state (validated by the caller). `appID` (an API key bound
+    /// to an app) makes events of other apps not found. `response` builds the answer from the stored
+    /// update, for this request and for its idempotent replays. `now` overrides the database clock for
+    /// idempotency expiry (tests). Throws `eventNotFound`, `eventClosed`, `idempotencyKeyReused`.
     public func ingest(
         eventID: Int,
         _ draft: UpdateDraft,
+        state: JSONValue,
+        appID: Int? = nil,
         idempotency: IdempotencyRequest? = nil,
         now: Date? = nil,
-        contentState: (LockedEvent) throws -> JSONValue,
-        response: (IngestedUpdate) throws -> StoredResponse
+        response: (IngestedUpdate) -> StoredResponse
     ) async throws -> IngestResult {
-        try await pool.withTransaction { tx in
-            if let idempotency, let stored = try await claimKey(idempotency, now: now, on: tx) {
-                return .replayed(stored)
+        try await ingest(eventID: eventID, draft, appID: appID, idempotency: idempotency, now: now,
+                         contentState: { _ in state }, whole: state, response: response)
+    }
+
+    /// Stores one update whose content-state derives from the event's latest one: `contentState` gets a
+    /// snapshot of the event and returns the full new state (apply a merge patch there; throw to refuse,
+    /// which stores nothing). It runs again when another update got in first. Otherwise as above.
+    public func ingest(
+        eventID: Int,
+        _ draft: UpdateDraft,
+        appID: Int? = nil,
+        idempotency: IdempotencyRequest? = nil,
+        now: Date? = nil,
+        contentState: (EventSnapshot) throws -> JSONValue,
+        response: (IngestedUpdate) -> StoredResponse
+    ) async throws -> IngestResult {
+        try await ingest(eventID: eventID, draft, appID: appID, idempotency: idempotency, now: now,
+                         contentState: contentState, whole: nil, response: response)
+    }
+
+    private func ingest(
+        eventID: Int, _ draft: UpdateDraft, appID: Int?, idempotency: IdempotencyRequest?, now: Date?,
+        contentState: (EventSnapshot) throws -> JSONValue, whole: JSONValue?,
+        response: (IngestedUpdate) -> StoredResponse
+    ) async throws -> IngestResult {
+        for attempt in 1...Self.maxAttempts {
+            // A whole state is written blind the first time; a refusal, or a derived state, needs the event.
+            var state = whole
+            var expectedUpdateID: Int??
+            if attempt > 1 || whole == nil {
+                let snapshot = try await self.snapshot(eventID: eventID, appID: appID, action: draft.action)
+                if whole == nil {
+                    state = try contentState(snapshot)
+                    expectedUpdateID = .some(snapshot.latestUpdateID)
+                }
             }
-            let locked = try await lockEvent(eventID, on: tx)
-            switch (locked.status, draft.action) {
-            case (.scheduled, _), (.live, _), (.ending, .end): break
-            case (.ending, .update), (.ended, _), (.cancelled, _): throw PipelineError.eventClosed(eventID, locked.status)
+            guard let state else { preconditionFailure("a whole or a derived state") }
+            var statements: [PostgresQuery] = []
+            if let idempotency { statements.append(Self.claimKey(idempotency, now: now)) }
+            statements.append(Self.write(eventID: eventID, draft, state: state, appID: appID,
+                                         expectedUpdateID: expectedUpdateID, idempotency: idempotency))
+            let results = try await pool.pipeline(statements)
+            if let row = results.last?.first {
+                let update = IngestedUpdate(id: try row.decode(Int.self, column: "id"), eventID: eventID,
+                                            disposition: try row.decode(UpdateDisposition.self, column: "disposition"),
+                                            contentState: state, occurredAt: try row.decode(Date.self, column: "occurred_at"),
+                                            receivedAt: try row.decode(Date.self, column: "received_at"))
+                return .accepted(update, response(update))
             }
-            let state = try contentState(locked)
-            // One statement: the update, and unless it is superseded, the latest state and the outbox row
-            // pointing at it.
-            let row = try await tx.query("""
-                WITH stored AS (
-                    INSERT INTO updates (event_id, api_key_id, action, content_state, alert, stale_date, dismissal_date,
-                                         relevance_score, priority, occurred_at, not_before, disposition, disposed_at)
-                    SELECT \(eventID), \(draft.apiKeyID), \(draft.action), \(state.postgresJSON), \(draft.alert?.postgresJSON),
-                           \(draft.staleDate), \(draft.dismissalDate), \(draft.relevanceScore), \(draft.priority.rawValue),
-                           s.occurred_at, \(draft.notBefore), s.disposition, CASE WHEN s.disposition = 'superseded' THEN now() END
-                    FROM (SELECT t.occurred_at, CASE WHEN \(draft.action) = 'update' AND t.occurred_at < t.latest_state_at
-                                                     THEN 'superseded' ELSE 'pending' END AS disposition
-                          FROM (SELECT coalesce(\(draft.occurredAt), greatest(now(), latest_state_at)) AS occurred_at, latest_state_at
-                                FROM events WHERE id = \(eventID)) t) s
-                    RETURNING id, content_state, disposition, occurred_at, received_at
-                ), latest AS (
-                    UPDATE events SET latest_state = stored.content_state,
-                                      latest_state_at = greatest(events.latest_state_at, stored.occurred_at),
-                                      latest_update_id = stored.id, updated_at = now(),
-                                      status = CASE WHEN \(draft.action) = 'end' THEN 'ending' ELSE events.status END
-                    FROM stored WHERE events.id = \(eventID) AND stored.disposition = 'pending'
-                ), queued AS (
-                    INSERT INTO outbox (event_id, update_id, not_before, next_attempt_at)
-                    SELECT \(eventID), id, \(draft.notBefore), CASE WHEN \(draft.urgent) THEN \(Self.urgentDue) ELSE now() END
-                    FROM stored WHERE disposition = 'pending'
-                    ON CONFLICT (event_id) DO UPDATE SET
-                        update_id = EXCLUDED.update_id, not_before = EXCLUDED.not_before, updated_at = now(),
-                        next_attempt_at = CASE WHEN \(draft.urgent) THEN \(Self.urgentDue)
-                                               ELSE outbox.next_attempt_at END
-                )
-                SELECT id, disposition, occurred_at, received_at FROM stored
-                """)[0]
-            let update = IngestedUpdate(id: try row.decode(Int.self, column: "id"), eventID: eventID,
-                                        disposition: try row.decode(UpdateDisposition.self, column: "disposition"),
-                                        contentState: state, occurredAt: try row.decode(Date.self, column: "occurred_at"),
-                                        receivedAt: try row.decode(Date.self, column: "received_at"))
-            let answer = try response(update)
-            if let idempotency {
-                try await tx.query("""
-                    UPDATE idempotency_keys SET response_status = \(answer.status), response_body = \(answer.body)
-                    WHERE api_key_id = \(idempotency.apiKeyID) AND key = \(idempotency.key)
-                    """)
+            if let idempotency, results[0].isEmpty {
+                // The key is another request's: answer as it was answered.
+                return .replayed(try await storedAnswer(idempotency, eventID: eventID, response: response))
             }
-            return .accepted(update, answer)
+            // Nothing written: the event is gone or closed (the snapshot says so next time round), or
+            // another update got in between the snapshot and the write.
         }
+        throw PipelineError.eventBusy(eventID)
     }
 
     /// Deletes expired idempotency keys; returns how many went.
@@ -209,43 +221,132 @@ public struct IngestRepository: Sendable {
         try await pool.execute("DELETE FROM idempotency_keys WHERE expires_at <= coalesce(\(now), now())")
     }
 
-    /// Takes the key for this request, or returns the stored answer of an earlier one. An expired key
-    /// is taken over. Waits while another transaction holds the same key (see the file comment).
-    private func claimKey(_ request: IdempotencyRequest, now: Date?, on tx: PostgresConnection) async throws -> StoredResponse? {
-        let taken = try await tx.query("""
-            INSERT INTO idempotency_keys (api_key_id, key, request_hash, created_at, expires_at)
-            VALUES (\(request.apiKeyID), \(request.key), \(request.requestHash), coalesce(\(now), now()),
-                    coalesce(\(now), now()) + make_interval(secs => \(Self.idempotencyWindow)))
-            ON CONFLICT (api_key_id, key) DO UPDATE SET
-                request_hash = EXCLUDED.request_hash, created_at = EXCLUDED.created_at,
-                expires_at = EXCLUDED.expires_at, response_status = NULL, response_body = NULL
-            WHERE idempotency_keys.expires_at <= EXCLUDED.created_at
-            RETURNING 1 AS taken
-            """)
-        if !taken.isEmpty { return nil }
-        let row = try await tx.query("""
-            SELECT request_hash, response_status, response_body FROM idempotency_keys
-            WHERE api_key_id = \(request.apiKeyID) AND key = \(request.key)
-            """)[0]
-        guard try row.decode(Data.self, column: "request_hash") == request.requestHash,
-              let status = try row.decode(Int?.self, column: "response_status"),
-              let body = try row.decode(Data?.self, column: "response_body")
-        else { throw PipelineError.idempotencyKeyReused(key: request.key) }
-        return StoredResponse(status: status, body: body)
-    }
-
-    private func lockEvent(_ eventID: Int, on tx: PostgresConnection) async throws -> LockedEvent {
-        let rows = try await tx.query("""
-            SELECT id, app_id, attribute_type_id, status, channel_lost, latest_state, latest_state_at, latest_update_id
-            FROM events WHERE id = \(eventID) FOR UPDATE
+    /// The event for a derived state or a refusal; throws what the write's refusal means.
+    private func snapshot(eventID: Int, appID: Int?, action: UpdateAction) async throws -> EventSnapshot {
+        let rows = try await pool.query("""
+            SELECT app_id, attribute_type_id, status, channel_lost, latest_state, latest_state_at, latest_update_id
+            FROM events WHERE id = \(eventID)
             """)
         guard let row = rows.first else { throw PipelineError.eventNotFound(eventID) }
-        return LockedEvent(id: eventID, appID: try row.decode(Int.self, column: "app_id"),
-                           attributeTypeID: try row.decode(Int.self, column: "attribute_type_id"),
-                           status: try row.decode(EventStatus.self, column: "status"),
-                           channelLost: try row.decode(Bool.self, column: "channel_lost"),
-                           latestState: try row.decodeJSON(column: "latest_state"),
-                           latestStateAt: try row.decode(Date?.self, column: "latest_state_at"),
-                           latestUpdateID: try row.decode(Int?.self, column: "latest_update_id"))
+        let snapshot = EventSnapshot(id: eventID, appID: try row.decode(Int.self, column: "app_id"),
+                                     attributeTypeID: try row.decode(Int.self, column: "attribute_type_id"),
+                                     status: try row.decode(EventStatus.self, column: "status"),
+                                     channelLost: try row.decode(Bool.self, column: "channel_lost"),
+                                     latestState: try row.decodeJSON(column: "latest_state"),
+                                     latestStateAt: try row.decode(Date?.self, column: "latest_state_at"),
+                                     latestUpdateID: try row.decode(Int?.self, column: "latest_update_id"))
+        if let appID, appID != snapshot.appID { throw PipelineError.eventNotFound(eventID) }
+        switch (snapshot.status, action) {
+        case (.scheduled, _), (.live, _), (.ending, .end): return snapshot
+        case (.ending, .update), (.ended, _), (.cancelled, _): throw PipelineError.eventClosed(eventID, snapshot.status)
+        }
+    }
+
+    /// Takes the key for this request (returns a row), or leaves it to the request that holds it; an
+    /// expired key, or one a refused request left, is taken over. Waits while another transaction holds
+    /// the same key (see the file comment).
+    private static func claimKey(_ request: IdempotencyRequest, now: Date?) -> PostgresQuery {
+        """
+        INSERT INTO idempotency_keys (api_key_id, key, request_hash, created_at, expires_at)
+        VALUES (\(request.apiKeyID), \(request.key), \(request.requestHash), coalesce(\(now), now()),
+                coalesce(\(now), now()) + make_interval(secs => \(idempotencyWindow)))
+        ON CONFLICT (api_key_id, key) DO UPDATE SET
+            request_hash = EXCLUDED.request_hash, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
+            update_id = NULL, response_status = NULL, response_body = NULL
+        WHERE idempotency_keys.expires_at <= EXCLUDED.created_at
+           OR (idempotency_keys.update_id IS NULL AND idempotency_keys.response_status IS NULL)
+        RETURNING 1 AS taken
+        """
+    }
+
+    /// Superseded: an update stamped before the event's latest state. The same test holds on the row
+    /// before the write (in SET) and after it (in RETURNING), because the write leaves latest_state_at
+    /// alone for a superseded update and sets it to occurred_at otherwise.
+    private static let superseded = "(i.action = 'update' AND i.occurred_at < e.latest_state_at) IS TRUE"
+
+    /// The write: the event row (only if open for this action, in the caller's app, still at the expected
+    /// latest update, and the idempotency key is this request's), then the update, the outbox row and the
+    /// key's pointer; or, when the event refused, the key dropped. Returns the update, or no row.
+    private static func write(eventID: Int, _ draft: UpdateDraft, state: JSONValue, appID: Int?, expectedUpdateID: Int??,
+                              idempotency: IdempotencyRequest?) -> PostgresQuery {
+        let keyID = idempotency?.apiKeyID
+        let key = idempotency?.key
+        return """
+            WITH input AS (
+                SELECT \(eventID)::bigint AS event_id, \(draft.action)::text AS action, \(draft.occurredAt)::timestamptz AS occurred_at
+            ), latest AS (
+                UPDATE events e SET
+                    latest_state = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_state ELSE \(state.postgresJSON) END,
+                    latest_state_at = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_state_at
+                                           ELSE greatest(e.latest_state_at, coalesce(i.occurred_at, now())) END,
+                    latest_update_id = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_update_id
+                                            ELSE nextval('updates_id_seq') END,
+                    status = CASE WHEN i.action = 'end' THEN 'ending' ELSE e.status END,
+                    updated_at = now()
+                FROM input i
+                WHERE e.id = i.event_id
+                  AND (e.status IN ('scheduled', 'live') OR (e.status = 'ending' AND i.action = 'end'))
+                  AND (\(appID)::bigint IS NULL OR e.app_id = \(appID))
+                  AND (NOT \(expectedUpdateID != nil) OR e.latest_update_id IS NOT DISTINCT FROM \(expectedUpdateID ?? nil)::bigint)
+                  AND (\(keyID)::bigint IS NULL OR EXISTS (
+                        SELECT 1 FROM idempotency_keys k WHERE k.api_key_id = \(keyID) AND k.key = \(key)
+                          AND k.update_id IS NULL AND k.response_status IS NULL))
+                RETURNING e.latest_update_id, e.latest_state_at, \(unsafeRaw: superseded) AS superseded
+            ), stored AS (
+                INSERT INTO updates (id, event_id, api_key_id, action, content_state, alert, stale_date, dismissal_date,
+                                     relevance_score, priority, occurred_at, not_before, disposition, disposed_at)
+                OVERRIDING SYSTEM VALUE
+                SELECT CASE WHEN l.superseded THEN nextval('updates_id_seq') ELSE l.latest_update_id END,
+                       i.event_id, \(draft.apiKeyID), i.action, \(state.postgresJSON), \(draft.alert?.postgresJSON),
+                       \(draft.staleDate), \(draft.dismissalDate), \(draft.relevanceScore), \(draft.priority.rawValue),
+                       coalesce(i.occurred_at, l.latest_state_at), \(draft.notBefore),
+                       CASE WHEN l.superseded THEN 'superseded' ELSE 'pending' END,
+                       CASE WHEN l.superseded THEN now() END
+                FROM latest l, input i
+                RETURNING id, disposition, occurred_at, received_at
+            ), queued AS (
+                INSERT INTO outbox (event_id, update_id, not_before, next_attempt_at)
+                SELECT \(eventID), id, \(draft.notBefore), CASE WHEN \(draft.urgent) THEN \(urgentDue) ELSE now() END
+                FROM stored WHERE disposition = 'pending'
+                ON CONFLICT (event_id) DO UPDATE SET
+                    update_id = EXCLUDED.update_id, not_before = EXCLUDED.not_before, updated_at = now(),
+                    next_attempt_at = CASE WHEN \(draft.urgent) THEN \(urgentDue) ELSE outbox.next_attempt_at END
+            ), remembered AS (
+                UPDATE idempotency_keys k SET update_id = stored.id FROM stored
+                WHERE k.api_key_id = \(keyID) AND k.key = \(key)
+            ), refused AS (
+                DELETE FROM idempotency_keys k
+                WHERE k.api_key_id = \(keyID) AND k.key = \(key) AND k.update_id IS NULL AND k.response_status IS NULL
+                  AND NOT EXISTS (SELECT 1 FROM stored)
+            )
+            SELECT id, disposition, occurred_at, received_at FROM stored
+            """
+    }
+
+    /// The answer to a replay: rebuilt from the update the key's first request stored (the disposition it
+    /// had at ingest: superseded at once, or pending), or as stored by an earlier version.
+    private func storedAnswer(_ request: IdempotencyRequest, eventID: Int,
+                              response: (IngestedUpdate) -> StoredResponse) async throws -> StoredResponse {
+        let rows = try await pool.query("""
+            SELECT k.request_hash, k.response_status, k.response_body, u.id, u.event_id, u.content_state, u.disposition,
+                   u.occurred_at, u.received_at
+            FROM idempotency_keys k LEFT JOIN updates u ON u.id = k.update_id
+            WHERE k.api_key_id = \(request.apiKeyID) AND k.key = \(request.key)
+            """)
+        // Gone since (purged as expired): the first request's answer cannot be rebuilt; neither can it run twice.
+        guard let row = rows.first, try row.decode(Data.self, column: "request_hash") == request.requestHash else {
+            throw PipelineError.idempotencyKeyReused(key: request.key)
+        }
+        if let status = try row.decode(Int?.self, column: "response_status"),
+           let body = try row.decode(Data?.self, column: "response_body") {
+            return StoredResponse(status: status, body: body)
+        }
+        guard let id = try row.decode(Int?.self, column: "id") else { throw PipelineError.eventNotFound(eventID) }
+        let disposition = try row.decode(UpdateDisposition.self, column: "disposition")
+        return response(IngestedUpdate(id: id, eventID: try row.decode(Int.self, column: "event_id"),
+                                       disposition: disposition == .superseded ? .superseded : .pending,
+                                       contentState: try row.decodeJSON(column: "content_state") ?? [:],
+                                       occurredAt: try row.decode(Date.self, column: "occurred_at"),
+                                       receivedAt: try row.decode(Date.self, column: "received_at")))
     }
 }

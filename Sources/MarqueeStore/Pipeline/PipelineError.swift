@@ -17,6 +17,9 @@ public enum PipelineError: Error, Equatable, Sendable, CustomStringConvertible {
     case invalidReference(String)
     /// The idempotency key was used in the last 24 h with another request body: answer 422.
     case idempotencyKeyReused(key: String)
+    /// Concurrent updates of the event kept changing its latest state under a derived one (a merge
+    /// patch): answer 503; the client retries.
+    case eventBusy(Int)
     /// The aps.timestamp is not above the channel's last one: take a new one from `TimestampSequencer`.
     case apsTimestampNotIncreasing(channelID: Int, attempted: Int64)
     /// The caller no longer holds the lease (expired, taken over, or released): stop leader work.
@@ -31,6 +34,7 @@ public enum PipelineError: Error, Equatable, Sendable, CustomStringConvertible {
         case .externalIDTaken(let app, let external): "app \(app) already has an event with external id \(external); fetch it instead"
         case .invalidReference(let what): "invalid reference: \(what)"
         case .idempotencyKeyReused(let key): "idempotency key \(key) was used with another request body in the last 24 h; use a new key"
+        case .eventBusy(let id): "event \(id) kept changing under this update; retry it"
         case .apsTimestampNotIncreasing(let channel, let ts): "aps.timestamp \(ts) is not above channel \(channel)'s last one; take the next from TimestampSequencer"
         case .leaseNotHeld(let name): "lease \(name) is not held any more; stop leader work and try to acquire it again"
         case .invalidCursor: "the list cursor is not valid; list again without one"
