@@ -186,7 +186,16 @@ public struct IngestRepository: Sendable {
             var state = whole
             var expectedUpdateID: Int??
             if attempt > 1 || whole == nil {
-                let snapshot = try await self.snapshot(eventID: eventID, appID: appID, action: draft.action)
+                let snapshot: EventSnapshot
+                do {
+                    snapshot = try await self.snapshot(eventID: eventID, appID: appID, action: draft.action)
+                } catch let refusal as PipelineError {
+                    // A retry of a request that was accepted gets its answer, even once the event has closed.
+                    if let idempotency, let answer = try await storedAnswer(idempotency, eventID: eventID, response: response) {
+                        return .replayed(answer)
+                    }
+                    throw refusal
+                }
                 if whole == nil {
                     state = try contentState(snapshot)
                     expectedUpdateID = .some(snapshot.latestUpdateID)
@@ -206,8 +215,9 @@ public struct IngestRepository: Sendable {
                 return .accepted(update, response(update))
             }
             if let idempotency, results[0].isEmpty {
-                // The key is another request's: answer as it was answered.
-                return .replayed(try await storedAnswer(idempotency, eventID: eventID, response: response))
+                // The key is another request's: answer as it was answered (unless that one was refused meanwhile).
+                if let answer = try await storedAnswer(idempotency, eventID: eventID, response: response) { return .replayed(answer) }
+                continue
             }
             // Nothing written: the event is gone or closed (the snapshot says so next time round), or
             // another update got in between the snapshot and the write.
@@ -324,23 +334,25 @@ public struct IngestRepository: Sendable {
     }
 
     /// The answer to a replay: rebuilt from the update the key's first request stored (the disposition it
-    /// had at ingest: superseded at once, or pending), or as stored by an earlier version.
+    /// had at ingest: superseded at once, or pending), or as stored by an earlier version. Nil when no
+    /// answer is stored under the key (none, or a refused request's); throws `idempotencyKeyReused` for
+    /// another request's key, `eventNotFound` when the stored update is gone with its event.
     private func storedAnswer(_ request: IdempotencyRequest, eventID: Int,
-                              response: (IngestedUpdate) -> StoredResponse) async throws -> StoredResponse {
+                              response: (IngestedUpdate) -> StoredResponse) async throws -> StoredResponse? {
         let rows = try await pool.query("""
-            SELECT k.request_hash, k.response_status, k.response_body, u.id, u.event_id, u.content_state, u.disposition,
-                   u.occurred_at, u.received_at
+            SELECT k.request_hash, k.update_id, k.response_status, k.response_body, u.id, u.event_id, u.content_state,
+                   u.disposition, u.occurred_at, u.received_at
             FROM idempotency_keys k LEFT JOIN updates u ON u.id = k.update_id
             WHERE k.api_key_id = \(request.apiKeyID) AND k.key = \(request.key)
             """)
-        // Gone since (purged as expired): the first request's answer cannot be rebuilt; neither can it run twice.
-        guard let row = rows.first, try row.decode(Data.self, column: "request_hash") == request.requestHash else {
+        guard let row = rows.first else { return nil }
+        let status = try row.decode(Int?.self, column: "response_status")
+        let updateID = try row.decode(Int?.self, column: "update_id")
+        if status == nil && updateID == nil { return nil }
+        guard try row.decode(Data.self, column: "request_hash") == request.requestHash else {
             throw PipelineError.idempotencyKeyReused(key: request.key)
         }
-        if let status = try row.decode(Int?.self, column: "response_status"),
-           let body = try row.decode(Data?.self, column: "response_body") {
-            return StoredResponse(status: status, body: body)
-        }
+        if let status, let body = try row.decode(Data?.self, column: "response_body") { return StoredResponse(status: status, body: body) }
         guard let id = try row.decode(Int?.self, column: "id") else { throw PipelineError.eventNotFound(eventID) }
         let disposition = try row.decode(UpdateDisposition.self, column: "disposition")
         return response(IngestedUpdate(id: id, eventID: try row.decode(Int.self, column: "event_id"),
