@@ -49,8 +49,16 @@ struct ChannelRoutesTests {
         #expect(listed.status == 200)
         #expect(listed.json["channels"]?.arrayValue?.map { $0["id"]?.intValue } == [Int64(channel.id)])
         #expect(listed.json["channels"]?.arrayValue?.first?["apnsChannelId"]?.stringValue == channel.apnsChannelID)
-        #expect(await harness.send("GET", "/v1/channels?state=closed").status == 422)
-        #expect(await harness.send("GET", "/v1/channels?limit=0").status == 422)
+        // Query parameters: a bad value is a 422 naming it; an empty one counts as absent.
+        for (query, field) in [("state=closed", "state"), ("limit=0", "limit"), ("limit=501", "limit"), ("app=x", "app"), ("event=-1", "event")] {
+            let refused = await harness.send("GET", "/v1/channels?\(query)")
+            #expect(refused.status == 422 && refused.json["error"]?["field"]?.stringValue == field, "\(query)")
+        }
+        #expect(await harness.send("GET", "/v1/channels?limit=&state=").json["channels"]?.arrayValue?.count == 1)
+        let forced = await harness.send("DELETE", "/v1/channels/\(channel.id)?force=maybe")
+        #expect(forced.status == 422 && forced.json["error"]?["field"]?.stringValue == "force")
+        let malformed = await harness.send("POST", "/v1/events/abc/channel/recreate")
+        #expect(malformed.status == 422 && malformed.json["error"]?["field"]?.stringValue == "id")
 
         let shown = await harness.send("GET", "/v1/channels/\(channel.id)")
         #expect(shown.status == 200 && shown.json["event"]?.intValue == Int64(event.id))

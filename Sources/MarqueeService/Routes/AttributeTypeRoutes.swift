@@ -47,12 +47,12 @@ public struct AttributeTypeRoutes: APIRoutes {
             }
         }
         table.add("GET", "/v1/attribute-types", access: .anyKey) { [types] request in
-            let appID = try Self.appQuery(request)
+            let appID = try request.query.integer("app")
             return .json(["attributeTypes": .array(try await types.repository.list(appID: appID).map(Self.json))])
         }
         table.add("GET", "/v1/attribute-types/{name}", access: .anyKey) { [types] request in
             let name = request.parameter("name")
-            if let appID = try Self.appQuery(request) {
+            if let appID = try request.query.integer("app") {
                 guard let stored = try await types.find(name: name, appID: appID) else { throw APIError.notFound("attribute type") }
                 return .json(Self.json(stored))
             }
@@ -63,13 +63,6 @@ public struct AttributeTypeRoutes: APIRoutes {
             }
             return .json(Self.json(first))
         }
-    }
-
-    /// The optional `app` query parameter.
-    private static func appQuery(_ request: APIRequest) throws(APIError) -> Int? {
-        guard let text = request.query["app"] else { return nil }
-        guard let id = Int(text), id > 0 else { throw APIError.validation("an app id is a positive integer", field: "app") }
-        return id
     }
 
     /// The API's view of an attribute type: the schema document plus its app and id.

@@ -24,15 +24,10 @@ public struct ChannelRoutes: APIRoutes {
 
     public func register(in table: inout RouteTable) {
         table.add("GET", "/v1/channels", access: .scope(.admin)) { [channels] request in
-            let state: StoredChannelState? = try request.query["state"].map { text throws(APIError) in
-                guard let state = StoredChannelState(rawValue: text) else {
-                    throw APIError.validation("unknown channel state '\(text)'", field: "state")
-                }
-                return state
-            }
-            let list = try await channels.list(appID: try Self.positive(request, "app"), state: state,
-                                               eventID: try Self.positive(request, "event"),
-                                               limit: try Self.positive(request, "limit", max: 500) ?? 100)
+            let query = request.query
+            let list = try await channels.list(appID: try query.integer("app"), state: try query.choice("state"),
+                                               eventID: try query.integer("event"),
+                                               limit: try query.integer("limit", in: 1...500) ?? 100)
             return .json(["channels": .array(list.map(EventRoutes.json))])
         }
         table.add("GET", "/v1/channels/{id}", access: .scope(.admin)) { [channels, deliveries] request in
@@ -43,11 +38,11 @@ public struct ChannelRoutes: APIRoutes {
         }
         table.add("DELETE", "/v1/channels/{id}", access: .scope(.admin)) { [channels, scheduler] request in
             let channel = try await Self.channel(request, channels)
-            let force = try Self.bool(request.query["force"], field: "force")
+            let force = try request.query.flag("force")
             return .json(EventRoutes.json(try await Self.operate { try await scheduler.deleteChannel(id: channel.id, force: force) }), status: 202)
         }
         table.add("POST", "/v1/events/{id}/channel/recreate", access: .scope(.admin)) { [scheduler] request in
-            guard let eventID = Int(request.parameter("id")), eventID > 0 else { throw APIError.notFound("event") }
+            let eventID = try EventRoutes.eventID(request)
             return .json(EventRoutes.json(try await Self.operate { try await scheduler.recreateChannel(eventID: eventID) }), status: 202)
         }
         table.add("POST", "/v1/channels/reconcile", access: .scope(.admin), takesBody: true) { [scheduler] request in
@@ -115,23 +110,6 @@ public struct ChannelRoutes: APIRoutes {
         return channel
     }
 
-    /// An optional positive integer query parameter.
-    private static func positive(_ request: APIRequest, _ name: String, max: Int = .max) throws(APIError) -> Int? {
-        guard let text = request.query[name] else { return nil }
-        guard let value = Int(text), (1...max).contains(value) else {
-            throw APIError.validation("expected a whole number from 1 to \(max)", field: name)
-        }
-        return value
-    }
-
-    /// An optional boolean query parameter, `true` or `false`; absent is false.
-    private static func bool(_ text: String?, field: String) throws(APIError) -> Bool {
-        switch text {
-        case nil, "false": false
-        case "true": true
-        default: throw APIError.validation("expected true or false", field: field)
-        }
-    }
 
     /// One app's reconcile, the same shape for a dry run (what it would do) and a real one (what it did).
     private static func reconcileJSON(app: Int, unrecorded: [String], unknown: [String], missing: [Int], resurrected: [Int],

@@ -93,37 +93,17 @@ public struct EventRoutes: APIRoutes {
             throw APIError.validation("unknown query parameter; allowed: \(Self.listParameters.sorted().joined(separator: ", "))",
                                       field: unknown)
         }
-        func value(_ name: String) -> String? { query[name].flatMap { $0.isEmpty ? nil : $0 } }
-        func choice<T: RawRepresentable & CaseIterable>(_ name: String) throws(APIError) -> T? where T.RawValue == String {
-            guard let text = value(name) else { return nil }
-            guard let parsed = T(rawValue: text) else {
-                throw .validation("must be one of: \(T.allCases.map(\.rawValue).joined(separator: ", "))", field: name)
-            }
-            return parsed
-        }
-        func date(_ name: String) throws(APIError) -> Date? {
-            guard let text = value(name) else { return nil }
-            guard let parsed = Date(iso8601: text) else { throw .validation("expected an ISO 8601 date such as 2026-11-29T18:30:00Z", field: name) }
-            return parsed
-        }
-        var filter = EventFilter(status: try choice("status"), kind: try choice("kind"), topic: value("topic"),
-                                 startsAfter: try date("startsAfter"), startsBefore: try date("startsBefore"))
-        if let text = value("app") {
-            guard let app = Int(text), app > 0 else { throw APIError.validation("an app id is a positive integer", field: "app") }
-            filter.appID = app
-        }
+        var filter = EventFilter(status: try query.choice("status"), kind: try query.choice("kind"), topic: query.text("topic"),
+                                 startsAfter: try query.date("startsAfter"), startsBefore: try query.date("startsBefore"))
+        filter.appID = try query.integer("app")
         if let bound = request.key?.appID {
             if let app = filter.appID, app != bound { throw APIError.validation("this API key is limited to app \(bound)", field: "app") }
             filter.appID = bound
         }
-        var limit = 100
-        if let text = value("limit") {
-            guard let parsed = Int(text), (1...500).contains(parsed) else { throw APIError.validation("must be from 1 to 500", field: "limit") }
-            limit = parsed
-        }
+        let limit = try query.integer("limit", in: 1...500) ?? 100
         let page: EventPage
         do {
-            page = try await events.list(filter, limit: limit, cursor: value("cursor"))
+            page = try await events.list(filter, limit: limit, cursor: query.text("cursor"))
         } catch PipelineError.invalidCursor {
             throw APIError.validation("not a cursor this service issued; list again without one", field: "cursor")
         }

@@ -72,9 +72,11 @@ public enum UpdateDisposition: String, Sendable, Codable, CaseIterable, Postgres
 }
 
 /// A channel's state as stored: a `ChannelLifecycle.State`, or `unknown` (found only in Apple's list).
-public enum StoredChannelState: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+public enum StoredChannelState: RawRepresentable, CaseIterable, Sendable, Hashable, CustomStringConvertible {
     case lifecycle(ChannelLifecycle.State)
     case unknown
+
+    public static var allCases: [StoredChannelState] { ChannelLifecycle.State.allCases.map(Self.lifecycle) + [.unknown] }
 
     public init?(rawValue: String) {
         if rawValue == "unknown" { self = .unknown } else if let state = ChannelLifecycle.State(rawValue: rawValue) { self = .lifecycle(state) } else { return nil }
