@@ -231,7 +231,8 @@ public enum OpenAPIDocument {
           "409": { "$ref": "#/components/responses/Error" },
           "413": { "$ref": "#/components/responses/Error" },
           "415": { "$ref": "#/components/responses/Error" },
-          "422": { "$ref": "#/components/responses/Error" }
+          "422": { "$ref": "#/components/responses/Error" },
+          "503": { "description": "event_busy: other updates kept changing the state a contentStatePatch applies to; retry.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
         }
       }
     },
@@ -253,7 +254,8 @@ public enum OpenAPIDocument {
           "409": { "$ref": "#/components/responses/Error" },
           "413": { "$ref": "#/components/responses/Error" },
           "415": { "$ref": "#/components/responses/Error" },
-          "422": { "$ref": "#/components/responses/Error" }
+          "422": { "$ref": "#/components/responses/Error" },
+          "503": { "description": "event_busy: other updates kept changing the state a contentStatePatch applies to; retry.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
         }
       }
     },
