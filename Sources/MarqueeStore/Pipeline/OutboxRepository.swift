@@ -105,7 +105,8 @@ public struct OutboxRepository: Sendable {
         // locked between the two: the second reads the rows that still carry this claim's tokens, with
         // whatever update_id they have by then (the record methods check update_id again).
         // The due rows are found by walking outbox_due (next_attempt_at) in order: the LIMIT inside the
-        // LATERAL subquery keeps the planner from turning it into a join over every open channel.
+        // LATERAL subquery keeps the planner from turning it into a join over every open channel, and
+        // `o.id = ANY (ARRAY(...))` has the UPDATE find its rows by primary key, not by hashing the table.
         let taken = try await pool.query("""
             WITH due AS (
                 SELECT o.id, live.channel_id,
@@ -137,7 +138,7 @@ public struct OutboxRepository: Sendable {
                                      THEN coalesce(\(now), now()) + make_interval(secs => \(lease)) END,
                 next_attempt_at = coalesce(due.paced_until, o.next_attempt_at),
                 channel_id = due.channel_id, updated_at = now()
-            FROM due WHERE o.id = due.id
+            FROM due WHERE o.id = due.id AND o.id = ANY (ARRAY(SELECT id FROM due))
             RETURNING o.id, o.claim_token, o.next_attempt_at
             """)
         var claimed: [(id: String, token: String)] = []
