@@ -333,6 +333,43 @@ struct PipelineDispatcherTests {
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE claimed_by IS NOT NULL") == 0)
     }
 
+    /// An update that comes too soon after a broadcast is sent when the pacing allows, not at the next
+    /// poll: the loop sleeps until the earliest due time it set. The pacing still holds.
+    @Test func aPacedUpdateGoesWhenDueLongBeforeThePoll() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        let dispatcher = f.dispatcher(clock: SystemWallClock()) { $0.pollInterval = .seconds(120) }
+        try await f.post(event.id, ["home": 1, "away": 0], at: Date())
+        let shutdown = ShutdownSignal()
+        let running = Task { try await dispatcher.run(until: shutdown) }
+        func waitForBroadcasts(_ count: Int) async throws {
+            var waited = 0
+            while f.apns.broadcasts.count < count && waited < 200 {
+                try await Task.sleep(for: .milliseconds(50))
+                waited += 1
+            }
+        }
+        try await waitForBroadcasts(1)
+        // Too soon for the channel; nothing but the loop's own due time can bring it out (no NOTIFY, poll 120 s).
+        try await f.post(event.id, ["home": 2, "away": 0], at: Date())
+        dispatcher.wake()
+        try await waitForBroadcasts(2)
+        // And a third, released or paced, the same way.
+        try await f.post(event.id, ["home": 3, "away": 0], at: Date())
+        dispatcher.wake()
+        try await waitForBroadcasts(3)
+        shutdown.trigger()
+        try await running.value
+        #expect(f.apns.broadcasts.map { $0.aps["content-state"]?["home"] } == [1, 2, 3])
+        let sentAt = try await f.pool.query("""
+            SELECT sent_at FROM deliveries WHERE channel_id = \(channel.id) AND status = 200 ORDER BY sent_at
+            """).map { try $0.decode(Date.self, column: "sent_at") }
+        #expect(sentAt.count == 3)
+        for (earlier, later) in zip(sentAt, sentAt.dropFirst()) { #expect(later.timeIntervalSince(earlier) >= 1) }
+    }
+
     private func priority(_ result: DispatchResult) -> PushPriority? {
         if case .sent(_, let priority, _) = result { return priority }
         return nil
