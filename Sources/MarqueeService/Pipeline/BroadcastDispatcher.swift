@@ -207,6 +207,11 @@ public final class BroadcastDispatcher: Service {
         nextDue.withLock { due in due = min(due ?? time, time) }
     }
 
+    /// How long from now until a channel that broadcast at `sentAt` may broadcast again.
+    private func pacedDelay(sentAt: Date) -> TimeInterval {
+        max(0, sentAt.addingTimeInterval(configuration.conflation.minimumInterval).timeIntervalSince(clock.now))
+    }
+
     /// `noteDue(after:)` for a due time on the dispatcher's clock.
     private func noteDue(at date: Date) { noteDue(after: date.timeIntervalSince(clock.now)) }
 
@@ -355,7 +360,7 @@ public final class BroadcastDispatcher: Service {
             do {
                 // A newer update that arrived during the send is due when the pacing allows (at once if urgent).
                 recorded = try await outbox.recordBroadcast(claim, delivery: delivery, apsTimestamp: apsTimestamp,
-                                                            nextAttemptDelay: configuration.conflation.minimumInterval, now: databaseNow)
+                                                            nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now, now: databaseNow)
             } catch PipelineError.apsTimestampNotIncreasing {
                 // Another instance sent a later timestamp meanwhile: send again with a new one.
                 memory.withLock { $0.forget(channelID: claim.channelID) }
@@ -378,7 +383,7 @@ public final class BroadcastDispatcher: Service {
                 memory.withLock { $0.forget(channelID: claim.channelID) }
                 logger.info("end broadcast accepted; channel ended", logFields)
             }
-            if recorded == .newerPending { noteDue(after: configuration.conflation.minimumInterval) }
+            if recorded == .newerPending { noteDue(after: pacedDelay(sentAt: now)) }
             if recorded == .claimLost { logger.warning("claim lost while sending; broadcast recorded", logFields) }
             return await withEarlierAttempts(.sent(updateID: claim.update.id, priority: priority.priority, apsTimestamp: apsTimestamp))
 

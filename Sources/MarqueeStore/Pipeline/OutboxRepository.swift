@@ -220,10 +220,11 @@ public struct OutboxRepository: Sendable {
     /// `last_broadcast_at`, the sent update 'broadcast' and every older pending one 'conflated', the
     /// delivery row, and the outbox row deleted, or, when a newer update arrived meanwhile, released
     /// and due after `nextAttemptDelay` (at once if the row was made urgent). An `end` update also
-    /// moves the channel to 'ended' and the event to 'ended'.
+    /// moves the channel to 'ended' and the event to 'ended'. `last_broadcast_at` becomes `sentAt`
+    /// (when the send began: the pacing's reference, as in the dispatcher's memory), else `now`.
     @discardableResult
     public func recordBroadcast(_ claim: ClaimedBroadcast, delivery: DeliveryDraft, apsTimestamp: Int64,
-                                nextAttemptDelay: TimeInterval = 0, now: Date? = nil) async throws -> BroadcastOutcome {
+                                nextAttemptDelay: TimeInterval = 0, sentAt: Date? = nil, now: Date? = nil) async throws -> BroadcastOutcome {
         var sent = delivery
         sent.apsTimestamp = apsTimestamp
         if sent.updateID == nil { sent.updateID = claim.update.id }
@@ -237,7 +238,7 @@ public struct OutboxRepository: Sendable {
         // channel, the updates, the event, then the outbox row, as ingest locks the event first).
         let recorded = try await pool.query("""
             WITH stamped AS (
-                UPDATE channels SET last_aps_timestamp = \(apsTimestamp), last_broadcast_at = coalesce(\(now), now()),
+                UPDATE channels SET last_aps_timestamp = \(apsTimestamp), last_broadcast_at = coalesce(\(sentAt), \(now), now()),
                     state = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN 'ended' ELSE state END,
                     attempts = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN 0 ELSE attempts END,
                     next_attempt_at = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN NULL ELSE next_attempt_at END,
