@@ -1,6 +1,6 @@
 // The dispatcher's side of the outbox. A claim is a LEASE written on the outbox row (claimed_by,
-// claim_token, claimed_until; Sql/0002), taken in a short transaction with FOR UPDATE SKIP LOCKED,
-// not a row lock held while APNs answers:
+// claim_token, claimed_until; Sql/0002), taken by one UPDATE with FOR UPDATE SKIP LOCKED, not a row
+// lock held while APNs answers:
 // * ingest upserts the same row; a lock held across an APNs round trip would stall every ingest of
 //   that event behind it (and pin a pooled connection per batch);
 // * an instance killed with -9, or cut off by a partition, leaves a lease that expires on its own;
@@ -9,6 +9,8 @@
 //   whose lease expired and was taken over cannot delete or reschedule the new owner's work.
 // The outbox has one row per event and an event has at most one live channel, so claiming a row is
 // claiming the channel: one channel is never sent by two instances at once while leases hold.
+// Every round trip costs CPU on both sides, so each outcome is recorded by ONE statement (a chain of
+// data-modifying CTEs, atomic without BEGIN/COMMIT), and a claim is two statements.
 import Foundation
 import MarqueeCore
 import Postgres
@@ -53,7 +55,8 @@ public struct ClaimedBroadcast: Sendable, Equatable {
     public var channelState: ChannelLifecycle.State
     /// The channel's last aps.timestamp: the next must be above it (`TimestampSequencer.next(after:now:)`).
     public var lastApsTimestamp: Int64?
-    /// When APNs last accepted a broadcast on the channel (for the one-per-second pacing).
+    /// When the last broadcast APNs accepted on the channel was sent (for the one-per-second pacing;
+    /// `channels.last_broadcast_at`).
     public var lastBroadcastAt: Date?
     public var update: OutboxUpdate
     /// Every pending update of the event up to `update`, oldest first (`update` last).
