@@ -89,6 +89,11 @@ public final class BroadcastDispatcher: Service {
     private let outbox: OutboxRepository
     private let deliveries: DeliveryRepository
     private let wakeup = Wakeup()
+    /// Something asked for a claim (NOTIFY, `wake()`, shutdown, a send slot the loop waited for), as
+    /// opposed to a wake-up that only moved `nextDue` earlier.
+    private let claimRequested = Mutex(false)
+    /// Every send slot was busy at the last turn of the loop: the next finished send asks for a claim.
+    private let slotWanted = Mutex(false)
     private let sending = Mutex<Set<Int>>([])
     /// The earliest time a row this instance postponed, paced or released becomes due (nil: none pending).
     private let nextDue = Mutex<ContinuousClock.Instant?>(nil)
@@ -116,13 +121,18 @@ public final class BroadcastDispatcher: Service {
     // MARK: the service
 
     /// Claims now rather than at the next poll (outbox work was committed in this process).
-    public func wake() { wakeup.signal() }
+    public func wake() { requestClaim() }
+
+    private func requestClaim() {
+        claimRequested.withLock { $0 = true }
+        wakeup.signal()
+    }
 
     public func run(until shutdown: ShutdownSignal) async throws {
         let listener = listenConfiguration.map { PostgresListener(configuration: $0, channels: [IngestRepository.notifyChannel]) }
-        let bridge = Task { [wakeup] in
+        let bridge = Task { [self] in
             await shutdown.wait()
-            wakeup.signal()
+            requestClaim()
         }
         defer {
             listener?.stop()
@@ -132,8 +142,8 @@ public final class BroadcastDispatcher: Service {
                                            "max_concurrent_sends": .int(configuration.maxConcurrentSends)])
         await withDiscardingTaskGroup { group in
             if let listener {
-                group.addTask { [wakeup] in
-                    for await _ in listener.events { wakeup.signal() }
+                group.addTask { [self] in
+                    for await _ in listener.events { requestClaim() }
                 }
             }
             var lastSample: ContinuousClock.Instant?
@@ -144,6 +154,7 @@ public final class BroadcastDispatcher: Service {
                     await sampleStatus()
                 }
                 let free = configuration.maxConcurrentSends - sending.withLock { $0.count }
+                slotWanted.withLock { $0 = free <= 0 }
                 var full = false
                 if free > 0 {
                     let limit = min(configuration.claimBatch, free)
@@ -161,7 +172,9 @@ public final class BroadcastDispatcher: Service {
                         for claim in batch.claims {
                             group.addTask { [self] in
                                 _ = await handle(claim, shutdown: shutdown)
-                                wakeup.signal()
+                                // Only a loop short of slots needs to hear of it: what a send leaves due
+                                // later (postponed, released) is in `nextDue`.
+                                if slotWanted.withLock({ wanted in defer { wanted = false }; return wanted }) { requestClaim() }
                             }
                         }
                     } catch {
@@ -172,18 +185,31 @@ public final class BroadcastDispatcher: Service {
                         }
                     }
                 }
-                var backoff = claimFailures == 0 ? configuration.pollInterval
+                let backoff = claimFailures == 0 ? configuration.pollInterval
                     : min(configuration.pollInterval * (1 << min(claimFailures, 6)), .seconds(5))
-                if claimFailures == 0, let due = nextDue.withLock({ $0 }) {
-                    // A little after the due time, so the database's clock has passed it too.
-                    backoff = max(.zero, min(backoff, due - ContinuousClock.now + .milliseconds(2)))
+                // Short of slots, due times wait too: a finished send asks for the next claim.
+                if !full {
+                    await waitForWork(until: ContinuousClock.now + backoff, dueTimes: claimFailures == 0 && free > 0, shutdown: shutdown)
                 }
-                if !full { await wakeup.wait(upTo: backoff) }
             }
             // Stop claiming; the group waits for the sends in flight (they finish and record).
             listener?.stop()
         }
         logger.info("dispatcher stopped", ["instance": .string(configuration.instance)])
+    }
+
+    /// Returns when a claim is asked for, at `deadline`, or (with `dueTimes`) a little after the earliest
+    /// due time this instance set, so the database's clock has passed it too. A due time set earlier
+    /// meanwhile shortens the wait without a claim.
+    private func waitForWork(until deadline: ContinuousClock.Instant, dueTimes: Bool, shutdown: ShutdownSignal) async {
+        while !shutdown.isTriggered && !Task.isCancelled {
+            var end = deadline
+            if dueTimes, let due = nextDue.withLock({ $0 }) { end = min(end, due + .milliseconds(2)) }
+            let left = end - ContinuousClock.now
+            if left <= .zero { return }
+            await wakeup.wait(upTo: left)
+            if claimRequested.withLock({ requested in defer { requested = false }; return requested }) { return }
+        }
     }
 
     /// Claims one batch and handles every claim in it (for tests and one-shot tools); returns the results.
@@ -204,7 +230,12 @@ public final class BroadcastDispatcher: Service {
     /// Remembers that a row becomes due `delay` seconds from now (the run loop wakes for it).
     private func noteDue(after delay: TimeInterval) {
         let time = ContinuousClock.now + .microseconds(Int64(max(0, delay) * 1_000_000))
-        nextDue.withLock { due in due = min(due ?? time, time) }
+        let earlier = nextDue.withLock { due -> Bool in
+            if let due, due <= time { return false }
+            due = time
+            return true
+        }
+        if earlier { wakeup.signal() }  // the waiting loop shortens its wait
     }
 
     /// How long from now until a channel that broadcast at `sentAt` may broadcast again.
