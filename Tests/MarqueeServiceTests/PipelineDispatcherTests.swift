@@ -372,6 +372,33 @@ struct PipelineDispatcherTests {
         for (earlier, later) in zip(times, times.dropFirst()) { #expect(later.timeIntervalSince(earlier) >= 1) }
     }
 
+    /// With every send slot busy the loop waits; the send that frees one asks for the next claim at once.
+    @Test func aFreedSendSlotClaimsTheWorkThatWaitedForIt() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        for index in 0..<3 {
+            let event = try await f.makeEvent("slot-\(index)")
+            _ = try await f.openChannel(eventID: event.id)
+            try await f.post(event.id, ["home": .int(Int64(index)), "away": 0], at: Date())
+        }
+        f.apns.state.withLock { $0.broadcastDelay = .milliseconds(100) }
+        let dispatcher = f.dispatcher(clock: SystemWallClock()) {
+            $0.pollInterval = .seconds(120)
+            $0.maxConcurrentSends = 1
+        }
+        let shutdown = ShutdownSignal()
+        let running = Task { try await dispatcher.run(until: shutdown) }
+        var waited = 0
+        while f.apns.broadcasts.count < 3 && waited < 200 {
+            try await Task.sleep(for: .milliseconds(50))
+            waited += 1
+        }
+        shutdown.trigger()
+        try await running.value
+        #expect(f.apns.broadcasts.count == 3)
+        #expect(f.apns.state.withLock { $0.overlaps } == 0)
+    }
+
     private func priority(_ result: DispatchResult) -> PushPriority? {
         if case .sent(_, let priority, _) = result { return priority }
         return nil
