@@ -333,6 +333,72 @@ struct PipelineDispatcherTests {
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE claimed_by IS NOT NULL") == 0)
     }
 
+    /// An update that comes too soon after a broadcast is sent when the pacing allows, not at the next
+    /// poll: the loop sleeps until the earliest due time it set. The pacing still holds.
+    @Test func aPacedUpdateGoesWhenDueLongBeforeThePoll() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        let dispatcher = f.dispatcher(clock: SystemWallClock()) { $0.pollInterval = .seconds(120) }
+        try await f.post(event.id, ["home": 1, "away": 0], at: Date())
+        let shutdown = ShutdownSignal()
+        let running = Task { try await dispatcher.run(until: shutdown) }
+        // Waits for the n-th accepted broadcast to be recorded; returns when its send began (the pacing reference).
+        func recordedBroadcast(_ count: Int) async throws -> Date? {
+            var waited = 0
+            while try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE channel_id = \(channel.id) AND status = 200") < count
+                    && waited < 200 {
+                try await Task.sleep(for: .milliseconds(50))
+                waited += 1
+            }
+            return try await f.pool.query("SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)")[0]
+                .decode(Date?.self, column: "last_broadcast_at")
+        }
+        var sentAt = [try await recordedBroadcast(1)]
+        // Too soon for the channel; nothing but the loop's own due time can bring it out (no NOTIFY, poll 120 s).
+        try await f.post(event.id, ["home": 2, "away": 0], at: Date())
+        dispatcher.wake()
+        sentAt.append(try await recordedBroadcast(2))
+        // And a third the same way.
+        try await f.post(event.id, ["home": 3, "away": 0], at: Date())
+        dispatcher.wake()
+        sentAt.append(try await recordedBroadcast(3))
+        shutdown.trigger()
+        try await running.value
+        #expect(f.apns.broadcasts.map { $0.aps["content-state"]?["home"] } == [1, 2, 3])
+        let times = sentAt.compactMap { $0 }
+        #expect(times.count == 3)
+        for (earlier, later) in zip(times, times.dropFirst()) { #expect(later.timeIntervalSince(earlier) >= 1) }
+    }
+
+    /// With every send slot busy the loop waits; the send that frees one asks for the next claim at once.
+    @Test func aFreedSendSlotClaimsTheWorkThatWaitedForIt() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        for index in 0..<3 {
+            let event = try await f.makeEvent("slot-\(index)")
+            _ = try await f.openChannel(eventID: event.id)
+            try await f.post(event.id, ["home": .int(Int64(index)), "away": 0], at: Date())
+        }
+        f.apns.state.withLock { $0.broadcastDelay = .milliseconds(100) }
+        let dispatcher = f.dispatcher(clock: SystemWallClock()) {
+            $0.pollInterval = .seconds(120)
+            $0.maxConcurrentSends = 1
+        }
+        let shutdown = ShutdownSignal()
+        let running = Task { try await dispatcher.run(until: shutdown) }
+        var waited = 0
+        while f.apns.broadcasts.count < 3 && waited < 200 {
+            try await Task.sleep(for: .milliseconds(50))
+            waited += 1
+        }
+        shutdown.trigger()
+        try await running.value
+        #expect(f.apns.broadcasts.count == 3)
+        #expect(f.apns.state.withLock { $0.overlaps } == 0)
+    }
+
     private func priority(_ result: DispatchResult) -> PushPriority? {
         if case .sent(_, let priority, _) = result { return priority }
         return nil

@@ -335,4 +335,192 @@ struct PipelineDispatchTests {
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM deliveries") ==
                 f.scalar(Int.self, "SELECT count(*) FROM updates WHERE disposition = 'broadcast'"))
     }
+
+    // MARK: last_broadcast_at, recordBroadcast's outcomes, claim-time pacing
+
+    /// 0007 fills `channels.last_broadcast_at` from the newest accepted broadcast delivery of each channel.
+    @Test func lastBroadcastAtIsBackfilledFromAcceptedBroadcasts() async throws {
+        let pool = PostgresPool(configuration: try await TestDatabase.fresh(), maxConnections: 2)
+        defer { pool.close() }
+        try await MigrationRunner(pool: pool, migrations: Migration.embedded.filter { $0.name < "0007" }).migrate()
+        let seeded = try await InitialSchemaTests.seed(pool)
+        let channel = try await pool.query("""
+            INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, opened_at, first_seen_at)
+            VALUES (\(seeded.app), \(seeded.event), 'Y2gx', 'mostRecent', 'open', now(), now()) RETURNING id
+            """)[0].decode(Int.self, column: "id")
+        let quiet = try await pool.query("""
+            INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, opened_at, first_seen_at, ended_at)
+            VALUES (\(seeded.app), \(seeded.event), 'Y2gy', 'mostRecent', 'ended', now(), now(), now()) RETURNING id
+            """)[0].decode(Int.self, column: "id")
+        for (kind, status, at) in [("broadcast", 200, t0), ("broadcast", 200, t0 + 5), ("broadcast", 429, t0 + 9),
+                                   ("channel_read", 200, t0 + 20)] {
+            try await pool.execute("""
+                INSERT INTO deliveries (app_id, kind, channel_id, status, sent_at)
+                VALUES (\(seeded.app), \(kind), \(channel), \(status), \(at))
+                """)
+        }
+        #expect(try await MigrationRunner(pool: pool).migrate().contains("0007_channel_last_broadcast.sql"))
+        let backfilled = try await pool.query("SELECT id, last_broadcast_at FROM channels ORDER BY id")
+            .map { (try $0.decode(Int.self, column: "id"), try $0.decode(Date?.self, column: "last_broadcast_at")) }
+        #expect(backfilled.map(\.0) == [channel, quiet])
+        #expect(backfilled.map(\.1) == [t0 + 5, nil])
+    }
+
+    @Test func recordBroadcastSetsLastBroadcastAtAndTheClaimReadsIt() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1], at: t0)
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(claim.lastBroadcastAt == nil)
+        let sentAt = Date(timeIntervalSince1970: 1_900_000_000)
+        #expect(try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 9, now: sentAt) == .completed)
+        #expect(try await f.scalar(Date.self, "SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)") == sentAt)
+        try await f.post(event.id, ["home": 2], at: t0 + 1)
+        let next = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(next.lastBroadcastAt == sentAt)
+        // A failed attempt does not move it.
+        try await f.outbox.recordRetryableFailure(next, delivery: f.delivery(for: next, status: 500, reason: "InternalServerError"),
+                                                  retryAfter: 0)
+        #expect(try await f.scalar(Date.self, "SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)") == sentAt)
+    }
+
+    /// A refused aps.timestamp leaves no trace: no stamp, dispositions, delivery, end transition or outbox change.
+    @Test func aRefusedTimestampRecordsNothingEvenForAnEnd() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1], at: t0)
+        let first = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        try await f.outbox.recordBroadcast(first, delivery: f.delivery(for: first), apsTimestamp: 50, now: t0)
+        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 1),
+                                      contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        let end = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(end.update.action == .end)
+        for stale in [Int64(50), 49] {
+            await #expect(throws: PipelineError.apsTimestampNotIncreasing(channelID: channel.id, attempted: stale)) {
+                try await f.outbox.recordBroadcast(end, delivery: f.delivery(for: end), apsTimestamp: stale, now: t0 + 5)
+            }
+        }
+        let after = try #require(try await f.channels.get(id: channel.id))
+        #expect(after.state == .lifecycle(.open))
+        #expect(after.lastApsTimestamp == 50)
+        #expect(try await f.scalar(Date.self, "SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)") == t0)
+        #expect(try await f.events.get(id: event.id)?.status == .ending)
+        #expect(try await f.scalar(String.self, "SELECT disposition FROM updates WHERE id = \(end.update.id)") == "pending")
+        #expect(try await f.deliveries.recent(channelID: channel.id).count == 1)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE claim_token = \(end.claimToken)") == 1)
+        // With a higher one it all happens.
+        #expect(try await f.outbox.recordBroadcast(end, delivery: f.delivery(for: end), apsTimestamp: 51, now: t0 + 5) == .completed)
+        #expect(try await f.channels.get(id: channel.id)?.state == .lifecycle(.ended))
+        #expect(try await f.events.get(id: event.id)?.status == .ended)
+    }
+
+    /// A newer update arriving during the send: the row is released due after `nextAttemptDelay`, or
+    /// at once when the newer update is urgent.
+    @Test func aReleasedRowIsDueAfterTheDelayUnlessUrgent() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1], at: t0)
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        try await f.post(event.id, ["home": 2], at: t0 + 1)
+        let now = Date()
+        #expect(try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 10, nextAttemptDelay: 1,
+                                                   now: now) == .newerPending)
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: now + 0.5).isEmpty)
+        let paced = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: now + 1).first)
+        #expect(paced.update.contentState == ["home": 2])
+        // Now an urgent update arrives during that send.
+        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(alert: ["title": "GOAL"], occurredAt: t0 + 2, urgent: true),
+                                      contentState: { _ in ["home": 3] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        #expect(try await f.outbox.recordBroadcast(paced, delivery: f.delivery(for: paced), apsTimestamp: 11, nextAttemptDelay: 1,
+                                                   now: now + 1) == .newerPending)
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: now + 1).first?.update.alert == ["title": "GOAL"])
+    }
+
+    /// An ingest that commits a newer update_id after recordBroadcast's snapshot, while it waits for the
+    /// row: the row is released for the newer update, not deleted and not left claimed.
+    @Test func aNewerUpdateCommittedDuringTheRecordIsReleased() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        guard case .accepted(let sent, _) = try await f.post(event.id, ["home": 1], at: t0) else { Issue.record("x"); return }
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        guard case .accepted(let newer, _) = try await f.post(event.id, ["home": 2], at: t0 + 1) else { Issue.record("x"); return }
+        try await f.pool.execute("UPDATE outbox SET update_id = \(sent.id)")  // as if the newer update's upsert had not happened yet
+        let ingest = f.secondPool()
+        defer { ingest.close() }
+        let committed = try await ingest.withTransaction { tx in
+            try await tx.execute("UPDATE outbox SET update_id = \(newer.id), updated_at = now()")
+            let recording = Task { try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 20) }
+            // Commit only once the record waits for this transaction's row lock.
+            var waited = 0
+            while try await f.scalar(Int.self, "SELECT count(*) FROM pg_locks WHERE NOT granted") == 0 && waited < 500 {
+                try await Task.sleep(for: .milliseconds(10))
+                waited += 1
+            }
+            return recording
+        }
+        #expect(try await committed.value == .newerPending)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE claim_token IS NULL AND update_id = \(newer.id)") == 1)
+        #expect(try await f.scalar(String.self, "SELECT disposition FROM updates WHERE id = \(sent.id)") == "broadcast")
+        #expect(try await f.scalar(String.self, "SELECT disposition FROM updates WHERE id = \(newer.id)") == "pending")
+        #expect(try await f.channels.get(id: channel.id)?.lastApsTimestamp == 20)
+        let again = try #require(try await f.outbox.claim(instance: "b", limit: 1, lease: 30).first)
+        #expect(again.update.id == newer.id)
+    }
+
+    /// A late instance whose claim was taken over: its failure is recorded, the new owner's row untouched.
+    @Test func aLostClaimsRetryableFailureLeavesTheRowAlone() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1], at: t0)
+        let late = try #require(try await f.outbox.claim(instance: "late", limit: 1, lease: 30).first)
+        let owner = try #require(try await f.outbox.claim(instance: "b", limit: 1, lease: 30, now: Date() + 31).first)
+        #expect(try await f.outbox.recordRetryableFailure(late, delivery: f.delivery(for: late, status: 503, reason: "ServiceUnavailable"),
+                                                          retryAfter: 60) == false)
+        #expect(try await f.deliveries.recent(channelID: channel.id).map(\.draft.status) == [503])
+        #expect(try await f.scalar(Int.self, "SELECT attempts FROM outbox WHERE claim_token = \(owner.claimToken)") == 0)
+        #expect(try await f.outbox.recordRetryableFailure(owner, delivery: f.delivery(for: owner, status: 503), retryAfter: 60))
+        #expect(try await f.scalar(Int.self, "SELECT attempts FROM outbox WHERE claim_token IS NULL") == 1)
+    }
+
+    /// With pacing, a row whose channel broadcast less than the interval ago is not claimed but made due
+    /// when the pacing allows; urgent rows and rows of quiet channels are claimed as before.
+    @Test func theClaimPacesChannelsThatJustBroadcast() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        var events: [Int] = []
+        for index in 0..<3 {
+            let event = try await f.makeEvent("e\(index)")
+            _ = try await f.openChannel(eventID: event.id)
+            try await f.post(event.id, ["home": 1], at: t0)
+            events.append(event.id)
+        }
+        let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 10).rounded())
+        for claim in try await f.outbox.claim(instance: "a", limit: 10, lease: 30, now: now) {
+            // events[2] broadcast long ago; the others just now.
+            let sentAt = claim.eventID == events[2] ? now - 5 : now - 0.25
+            try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 5, now: sentAt)
+        }
+        for eventID in events { try await f.post(eventID, ["home": 2], at: t0 + 1) }
+        _ = try await f.ingest.ingest(eventID: events[1], UpdateDraft(alert: ["title": "GOAL"], occurredAt: t0 + 2, urgent: true),
+                                      contentState: { _ in ["home": 3] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        let batch = try await f.outbox.claimBatch(instance: "a", limit: 10, lease: 30, pacing: 1, now: now)
+        #expect(batch.taken == 3)
+        #expect(Set(batch.claims.map(\.eventID)) == [events[1], events[2]])
+        #expect(batch.pacedUntil == now + 0.75)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE claim_token IS NULL AND event_id = \(events[0])") == 1)
+        #expect(try await f.outbox.claimBatch(instance: "a", limit: 10, lease: 30, pacing: 1, now: now + 0.5).taken == 0)
+        let due = try await f.outbox.claimBatch(instance: "a", limit: 10, lease: 30, pacing: 1, now: now + 0.75)
+        #expect(due.claims.map(\.eventID) == [events[0]])
+        #expect(due.pacedUntil == nil)
+    }
 }

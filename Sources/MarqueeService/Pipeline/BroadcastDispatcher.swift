@@ -5,7 +5,13 @@
 // the payload (newest state, carried alert dropped if it would not fit 5,120 bytes), a strictly
 // increasing aps.timestamp, the expiration of the storage policy, and the priority (auto: alert or
 // significant change → 10, within a per-channel hourly budget). Then it sends and records the result
-// in one transaction per outcome.
+// in one statement per outcome.
+//
+// Pacing costs no round trip where it can be helped: the run loop's claim leaves alone (and makes due
+// later) rows whose channel broadcast less than the conflation interval ago and that hold nothing
+// urgent, a row released because a newer update arrived during its send is made due when the pacing
+// allows, and the loop sleeps until the earliest due time it set (postponed, paced or released), not
+// a whole poll interval.
 //
 // Per-channel memory (last aps.timestamp, last state sent, when, and the priority-10 budget) is kept
 // in process and trusted only while the claim's `lastApsTimestamp` matches what this instance last
@@ -83,7 +89,14 @@ public final class BroadcastDispatcher: Service {
     private let outbox: OutboxRepository
     private let deliveries: DeliveryRepository
     private let wakeup = Wakeup()
+    /// Something asked for a claim (NOTIFY, `wake()`, shutdown, a send slot the loop waited for), as
+    /// opposed to a wake-up that only moved `nextDue` earlier.
+    private let claimRequested = Mutex(false)
+    /// Every send slot was busy at the last turn of the loop: the next finished send asks for a claim.
+    private let slotWanted = Mutex(false)
     private let sending = Mutex<Set<Int>>([])
+    /// The earliest time a row this instance postponed, paced or released becomes due (nil: none pending).
+    private let nextDue = Mutex<ContinuousClock.Instant?>(nil)
     private let memory: Mutex<ChannelMemoryTable>
 
     /// `listenTo` is the database to LISTEN on for `marquee_outbox` (nil: poll only).
@@ -108,13 +121,18 @@ public final class BroadcastDispatcher: Service {
     // MARK: the service
 
     /// Claims now rather than at the next poll (outbox work was committed in this process).
-    public func wake() { wakeup.signal() }
+    public func wake() { requestClaim() }
+
+    private func requestClaim() {
+        claimRequested.withLock { $0 = true }
+        wakeup.signal()
+    }
 
     public func run(until shutdown: ShutdownSignal) async throws {
         let listener = listenConfiguration.map { PostgresListener(configuration: $0, channels: [IngestRepository.notifyChannel]) }
-        let bridge = Task { [wakeup] in
+        let bridge = Task { [self] in
             await shutdown.wait()
-            wakeup.signal()
+            requestClaim()
         }
         defer {
             listener?.stop()
@@ -124,8 +142,8 @@ public final class BroadcastDispatcher: Service {
                                            "max_concurrent_sends": .int(configuration.maxConcurrentSends)])
         await withDiscardingTaskGroup { group in
             if let listener {
-                group.addTask { [wakeup] in
-                    for await _ in listener.events { wakeup.signal() }
+                group.addTask { [self] in
+                    for await _ in listener.events { requestClaim() }
                 }
             }
             var lastSample: ContinuousClock.Instant?
@@ -136,18 +154,27 @@ public final class BroadcastDispatcher: Service {
                     await sampleStatus()
                 }
                 let free = configuration.maxConcurrentSends - sending.withLock { $0.count }
+                slotWanted.withLock { $0 = free <= 0 }
                 var full = false
                 if free > 0 {
                     let limit = min(configuration.claimBatch, free)
+                    // What comes due by now is claimed now; later due times stay for the wait below.
+                    nextDue.withLock { due in
+                        if let time = due, time <= ContinuousClock.now { due = nil }
+                    }
                     do {
-                        let claims = try await outbox.claim(instance: configuration.instance, limit: limit,
-                                                            lease: configuration.claimLease, now: databaseNow)
-                        full = claims.count == limit
+                        let batch = try await outbox.claimBatch(instance: configuration.instance, limit: limit,
+                                                                lease: configuration.claimLease,
+                                                                pacing: configuration.conflation.minimumInterval, now: databaseNow)
+                        full = batch.taken == limit
                         claimFailures = 0
-                        for claim in claims {
+                        if let paced = batch.pacedUntil { noteDue(at: paced) }
+                        for claim in batch.claims {
                             group.addTask { [self] in
                                 _ = await handle(claim, shutdown: shutdown)
-                                wakeup.signal()
+                                // Only a loop short of slots needs to hear of it: what a send leaves due
+                                // later (postponed, released) is in `nextDue`.
+                                if slotWanted.withLock({ wanted in defer { wanted = false }; return wanted }) { requestClaim() }
                             }
                         }
                     } catch {
@@ -160,7 +187,10 @@ public final class BroadcastDispatcher: Service {
                 }
                 let backoff = claimFailures == 0 ? configuration.pollInterval
                     : min(configuration.pollInterval * (1 << min(claimFailures, 6)), .seconds(5))
-                if !full { await wakeup.wait(upTo: backoff) }
+                // Short of slots, due times wait too: a finished send asks for the next claim.
+                if !full {
+                    await waitForWork(until: ContinuousClock.now + backoff, dueTimes: claimFailures == 0 && free > 0, shutdown: shutdown)
+                }
             }
             // Stop claiming; the group waits for the sends in flight (they finish and record).
             listener?.stop()
@@ -168,7 +198,22 @@ public final class BroadcastDispatcher: Service {
         logger.info("dispatcher stopped", ["instance": .string(configuration.instance)])
     }
 
+    /// Returns when a claim is asked for, at `deadline`, or (with `dueTimes`) a little after the earliest
+    /// due time this instance set, so the database's clock has passed it too. A due time set earlier
+    /// meanwhile shortens the wait without a claim.
+    private func waitForWork(until deadline: ContinuousClock.Instant, dueTimes: Bool, shutdown: ShutdownSignal) async {
+        while !shutdown.isTriggered && !Task.isCancelled {
+            var end = deadline
+            if dueTimes, let due = nextDue.withLock({ $0 }) { end = min(end, due + .milliseconds(2)) }
+            let left = end - ContinuousClock.now
+            if left <= .zero { return }
+            await wakeup.wait(upTo: left)
+            if claimRequested.withLock({ requested in defer { requested = false }; return requested }) { return }
+        }
+    }
+
     /// Claims one batch and handles every claim in it (for tests and one-shot tools); returns the results.
+    /// Unlike the run loop it claims rows that are too soon for the pacing too, so each due row gets a result.
     public func dispatchOnce(limit: Int? = nil) async throws -> [DispatchResult] {
         let claims = try await outbox.claim(instance: configuration.instance, limit: limit ?? configuration.claimBatch,
                                             lease: configuration.claimLease, now: databaseNow)
@@ -180,6 +225,33 @@ public final class BroadcastDispatcher: Service {
             for await (index, result) in group { results[index] = result }
             return results
         }
+    }
+
+    /// Remembers that a row becomes due `delay` seconds from now (the run loop wakes for it).
+    private func noteDue(after delay: TimeInterval) {
+        let time = ContinuousClock.now + .microseconds(Int64(max(0, delay) * 1_000_000))
+        let earlier = nextDue.withLock { due -> Bool in
+            if let due, due <= time { return false }
+            due = time
+            return true
+        }
+        if earlier { wakeup.signal() }  // the waiting loop shortens its wait
+    }
+
+    /// How long from now until a channel that broadcast at `sentAt` may broadcast again.
+    private func pacedDelay(sentAt: Date) -> TimeInterval {
+        max(0, sentAt.addingTimeInterval(configuration.conflation.minimumInterval).timeIntervalSince(clock.now))
+    }
+
+    /// `noteDue(after:)` for a due time on the dispatcher's clock.
+    private func noteDue(at date: Date) { noteDue(after: date.timeIntervalSince(clock.now)) }
+
+    /// Gives a claim back unsent, due after `delay`, and remembers when.
+    @discardableResult
+    private func postpone(_ claim: ClaimedBroadcast, by delay: TimeInterval) async throws -> Bool {
+        let postponed = try await outbox.postpone(claim, by: delay, now: databaseNow)
+        noteDue(after: delay)
+        return postponed
     }
 
     private func sampleStatus() async {
@@ -196,7 +268,7 @@ public final class BroadcastDispatcher: Service {
         // One channel is never sent twice at once: a claim whose lease ran out during a slow send of
         // this instance can come back to it; give it back for a moment.
         guard sending.withLock({ $0.insert(claim.channelID).inserted }) else {
-            _ = try? await outbox.postpone(claim, by: 0.2, now: databaseNow)
+            _ = try? await postpone(claim, by: 0.2)
             return .released
         }
         defer { _ = sending.withLock { $0.remove(claim.channelID) } }
@@ -205,7 +277,7 @@ public final class BroadcastDispatcher: Service {
         } catch {
             logger.error("broadcast failed", ["event": .int(claim.eventID), "channel": .int(claim.channelID),
                                               "error": .string("\(error)")])
-            _ = try? await outbox.postpone(claim, by: configuration.retryBackoff.delay(attempt: claim.attempts + 1), now: databaseNow)
+            _ = try? await postpone(claim, by: configuration.retryBackoff.delay(attempt: claim.attempts + 1))
             return .abandoned
         }
     }
@@ -225,7 +297,7 @@ public final class BroadcastDispatcher: Service {
         var wantsHighPriority = claim.update.priority == .high
         switch decision {
         case .wait(let until):
-            try await outbox.postpone(claim, by: max(0.01, until.timeIntervalSince(now)), now: databaseNow)
+            try await postpone(claim, by: max(0.01, until.timeIntervalSince(now)))
             return .postponed
         case .send(let plan):
             alertFrom = plan.alertFrom
@@ -317,12 +389,13 @@ public final class BroadcastDispatcher: Service {
         case .accepted:
             let recorded: BroadcastOutcome
             do {
-                recorded = try await outbox.recordBroadcast(claim, delivery: delivery, apsTimestamp: apsTimestamp, nextAttemptDelay: 0,
-                                                            now: databaseNow)
+                // A newer update that arrived during the send is due when the pacing allows (at once if urgent).
+                recorded = try await outbox.recordBroadcast(claim, delivery: delivery, apsTimestamp: apsTimestamp,
+                                                            nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now, now: databaseNow)
             } catch PipelineError.apsTimestampNotIncreasing {
                 // Another instance sent a later timestamp meanwhile: send again with a new one.
                 memory.withLock { $0.forget(channelID: claim.channelID) }
-                try await outbox.postpone(claim, by: 0, now: databaseNow)
+                try await postpone(claim, by: 0)
                 logger.warning("aps.timestamp overtaken; sending again", logFields)
                 return .abandoned
             }
@@ -341,6 +414,7 @@ public final class BroadcastDispatcher: Service {
                 memory.withLock { $0.forget(channelID: claim.channelID) }
                 logger.info("end broadcast accepted; channel ended", logFields)
             }
+            if recorded == .newerPending { noteDue(after: pacedDelay(sentAt: now)) }
             if recorded == .claimLost { logger.warning("claim lost while sending; broadcast recorded", logFields) }
             return await withEarlierAttempts(.sent(updateID: claim.update.id, priority: priority.priority, apsTimestamp: apsTimestamp))
 
@@ -366,6 +440,7 @@ public final class BroadcastDispatcher: Service {
             var delay = configuration.retryBackoff.delay(attempt: claim.attempts + 1)
             if let after = failure?.retryAfterSeconds { delay = max(delay, TimeInterval(after)) }
             try await outbox.recordRetryableFailure(claim, delivery: delivery, retryAfter: delay, now: databaseNow)
+            noteDue(after: delay)
             metrics.broadcasts.increment([label, "retryable"])
             metrics.retries.increment(["broadcast"])
             let level: Logger.Level = failure?.status == 403 ? .error : .warning

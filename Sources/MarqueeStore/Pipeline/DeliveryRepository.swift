@@ -87,13 +87,19 @@ public struct DeliveryRepository: Sendable {
 
     @discardableResult
     static func insert(_ d: DeliveryDraft, on connection: PostgresConnection) async throws -> Int {
-        try await connection.query("""
-            INSERT INTO deliveries (app_id, kind, channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
-                                    latency_us, priority, attempt, aps_timestamp)
-            VALUES (\(d.appID), \(d.kind), \(d.channelID), \(d.updateID), \(d.apnsRequestID), \(d.apnsUniqueID), \(d.status),
-                    \(d.reason), \(d.latencyMicroseconds), \(d.priority), \(d.attempt), \(d.apsTimestamp))
-            RETURNING id
-            """)[0].decode(Int.self, column: "id")
+        try await connection.query("\(fragment: insertSelect(d)) RETURNING id")[0].decode(Int.self, column: "id")
+    }
+
+    /// `INSERT INTO deliveries (...) SELECT <the values, typed>`: a statement of its own, or, followed by
+    /// `FROM cte`, one step of a larger statement that inserts only when that CTE returned a row.
+    static func insertSelect(_ d: DeliveryDraft) -> PostgresQuery {
+        """
+        INSERT INTO deliveries (app_id, kind, channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
+                                latency_us, priority, attempt, aps_timestamp)
+        SELECT \(d.appID)::bigint, \(d.kind)::text, \(d.channelID)::bigint, \(d.updateID)::bigint, \(d.apnsRequestID)::uuid,
+               \(d.apnsUniqueID)::uuid, \(d.status)::integer, \(d.reason)::text, \(d.latencyMicroseconds)::bigint,
+               \(d.priority)::smallint, \(d.attempt)::integer, \(d.apsTimestamp)::bigint
+        """
     }
 
     /// The channel's latest exchanges, newest first.

@@ -1,6 +1,6 @@
 // The dispatcher's side of the outbox. A claim is a LEASE written on the outbox row (claimed_by,
-// claim_token, claimed_until; Sql/0002), taken in a short transaction with FOR UPDATE SKIP LOCKED,
-// not a row lock held while APNs answers:
+// claim_token, claimed_until; Sql/0002), taken by one UPDATE with FOR UPDATE SKIP LOCKED, not a row
+// lock held while APNs answers:
 // * ingest upserts the same row; a lock held across an APNs round trip would stall every ingest of
 //   that event behind it (and pin a pooled connection per batch);
 // * an instance killed with -9, or cut off by a partition, leaves a lease that expires on its own;
@@ -9,6 +9,8 @@
 //   whose lease expired and was taken over cannot delete or reschedule the new owner's work.
 // The outbox has one row per event and an event has at most one live channel, so claiming a row is
 // claiming the channel: one channel is never sent by two instances at once while leases hold.
+// Every round trip costs CPU on both sides, so each outcome is recorded by ONE statement (a chain of
+// data-modifying CTEs, atomic without BEGIN/COMMIT), and a claim is two statements.
 import Foundation
 import MarqueeCore
 import Postgres
@@ -53,7 +55,8 @@ public struct ClaimedBroadcast: Sendable, Equatable {
     public var channelState: ChannelLifecycle.State
     /// The channel's last aps.timestamp: the next must be above it (`TimestampSequencer.next(after:now:)`).
     public var lastApsTimestamp: Int64?
-    /// When APNs last accepted a broadcast on the channel (for the one-per-second pacing).
+    /// When the last broadcast APNs accepted on the channel was sent (for the one-per-second pacing;
+    /// `channels.last_broadcast_at`).
     public var lastBroadcastAt: Date?
     public var update: OutboxUpdate
     /// Every pending update of the event up to `update`, oldest first (`update` last).
@@ -70,6 +73,15 @@ public enum BroadcastOutcome: Sendable, Equatable {
     case claimLost
 }
 
+/// One claim query's result: the rows claimed, and what became of the others it took.
+public struct ClaimBatch: Sendable, Equatable {
+    public var claims: [ClaimedBroadcast]
+    /// Due rows the query took, claimed or paced (compare with its limit: more may be due).
+    public var taken: Int
+    /// The earliest time a paced (not claimed) row was made due at, if any.
+    public var pacedUntil: Date?
+}
+
 /// The dispatcher's outbox operations: claim due work, record each outcome atomically.
 public struct OutboxRepository: Sendable {
     let pool: PostgresPool
@@ -78,142 +90,206 @@ public struct OutboxRepository: Sendable {
 
     /// Claims up to `limit` due outbox rows of events whose channel is open (or ending), oldest due
     /// first, skipping rows other instances are claiming and rows whose `not_before` (an end's `at`) is
-    /// ahead, for `lease` seconds. `now` overrides the
-    /// database clock (tests).
+    /// ahead, for `lease` seconds. `now` overrides the database clock (tests).
     public func claim(instance: String, limit: Int, lease: TimeInterval, now: Date? = nil) async throws -> [ClaimedBroadcast] {
-        try await pool.withTransaction { tx in
-            // Two statements on purpose: the claiming UPDATE may wait on an ingest's row lock and then
-            // see the row's new update_id (READ COMMITTED re-check), while its own snapshot predates that
-            // update; joining `updates` in the same statement would silently drop the row. The second
-            // statement takes a new snapshot, and the rows stay locked by this transaction meanwhile.
-            let claimedIDs = try await tx.query("""
-                WITH due AS (
-                    SELECT o.id, c.id AS channel_id
-                    FROM outbox o
-                    JOIN events e ON e.id = o.event_id
-                    JOIN channels c ON c.event_id = o.event_id AND c.state IN ('open', 'ending')
-                    WHERE o.next_attempt_at <= coalesce(\(now), now())
-                      AND (o.claimed_until IS NULL OR o.claimed_until <= coalesce(\(now), now()))
-                      AND (o.not_before IS NULL OR o.not_before <= coalesce(\(now), now()))
-                      AND NOT e.channel_lost
-                    ORDER BY o.next_attempt_at, o.id
-                    LIMIT \(limit)
-                    FOR UPDATE OF o SKIP LOCKED
-                )
-                UPDATE outbox o SET claimed_by = \(instance), claim_token = gen_random_uuid(),
-                    claimed_until = coalesce(\(now), now()) + make_interval(secs => \(lease)),
-                    channel_id = due.channel_id, updated_at = now()
-                FROM due WHERE o.id = due.id
-                RETURNING o.id
-                """).map { String(try $0.decode(Int.self, column: "id")) }
-            guard !claimedIDs.isEmpty else { return [] }
-            let rows = try await tx.query("""
-                SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id,
-                       c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state, c.last_aps_timestamp,
-                       (SELECT d.sent_at FROM deliveries d
-                         WHERE d.channel_id = c.id AND d.kind = 'broadcast' AND d.status = 200
-                         ORDER BY d.sent_at DESC LIMIT 1) AS last_broadcast_at,
-                       u.id AS update_id, u.action, u.content_state, u.alert, u.stale_date, u.dismissal_date,
-                       u.relevance_score, u.priority, u.occurred_at, u.received_at
+        try await claimBatch(instance: instance, limit: limit, lease: lease, now: now).claims
+    }
+
+    /// `claim`, and with `pacing` (seconds) a due row whose channel APNs accepted a broadcast on less
+    /// than `pacing` ago, and which has no urgent pending update (an alert or `high`: `ConflationPolicy`
+    /// sends those at once) and is not marked urgent (`next_attempt_at` at the epoch), is not claimed
+    /// but made due when the pacing allows; the batch says the earliest such time.
+    public func claimBatch(instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval? = nil,
+                           now: Date? = nil) async throws -> ClaimBatch {
+        // Two statements, no transaction. The claiming UPDATE may wait on an ingest's row lock and then
+        // see the row's new update_id (READ COMMITTED re-check) while its own snapshot predates that
+        // update; joining `updates` in the same statement would silently drop the row. The second
+        // statement takes a new snapshot. The claim is a lease, not a lock, so nothing needs to stay
+        // locked between the two: the second reads the rows that still carry this claim's tokens, with
+        // whatever update_id they have by then (the record methods check update_id again).
+        // The due rows are found by walking outbox_due (next_attempt_at) in order: the LIMIT inside the
+        // LATERAL subquery keeps the planner from turning it into a join over every open channel, and
+        // `o.id = ANY (ARRAY(...))` has the UPDATE find its rows by primary key, not by hashing the table.
+        let taken = try await pool.query("""
+            WITH due AS (
+                SELECT o.id, live.channel_id,
+                       CASE WHEN o.next_attempt_at > \(IngestRepository.urgentDue)
+                                 AND live.last_broadcast_at > coalesce(\(now), now()) - make_interval(secs => \(pacing)::float8)
+                                 AND NOT EXISTS (
+                                     SELECT 1 FROM updates p
+                                     WHERE p.event_id = o.event_id AND p.disposition = 'pending' AND p.id <= o.update_id
+                                       AND (p.priority = 'high' OR p.alert IS NOT NULL))
+                            THEN live.last_broadcast_at + make_interval(secs => \(pacing)::float8) END AS paced_until
                 FROM outbox o
-                JOIN events e ON e.id = o.event_id
-                JOIN channels c ON c.id = o.channel_id
-                JOIN updates u ON u.id = o.update_id
-                WHERE o.id = ANY (\(claimedIDs)::bigint[])
+                CROSS JOIN LATERAL (
+                    SELECT c.id AS channel_id, c.last_broadcast_at
+                    FROM channels c JOIN events e ON e.id = c.event_id
+                    WHERE c.event_id = o.event_id AND c.state IN ('open', 'ending') AND NOT e.channel_lost
+                    LIMIT 1
+                ) live
+                WHERE o.next_attempt_at <= coalesce(\(now), now())
+                  AND (o.claimed_until IS NULL OR o.claimed_until <= coalesce(\(now), now()))
+                  AND (o.not_before IS NULL OR o.not_before <= coalesce(\(now), now()))
                 ORDER BY o.next_attempt_at, o.id
-                """)
-            guard !rows.isEmpty else { return [] }
-            var claims = try rows.map { row in
-                ClaimedBroadcast(
-                    outboxID: try row.decode(Int.self, column: "outbox_id"),
-                    claimToken: try row.decode(UUID.self, column: "claim_token"),
-                    claimedUntil: try row.decode(Date.self, column: "claimed_until"),
-                    attempts: try row.decode(Int.self, column: "attempts"),
-                    eventID: try row.decode(Int.self, column: "event_id"),
-                    appID: try row.decode(Int.self, column: "app_id"),
-                    channelID: try row.decode(Int.self, column: "channel_id"),
-                    apnsChannelID: try row.decode(String.self, column: "apns_channel_id"),
-                    storagePolicy: try row.decodeRaw(MessageStoragePolicy.self, column: "storage_policy"),
-                    channelState: try row.decodeRaw(ChannelLifecycle.State.self, column: "channel_state"),
-                    lastApsTimestamp: try row.decode(Int64?.self, column: "last_aps_timestamp"),
-                    lastBroadcastAt: try row.decode(Date?.self, column: "last_broadcast_at"),
-                    update: OutboxUpdate(
-                        id: try row.decode(Int.self, column: "update_id"),
-                        action: try row.decode(UpdateAction.self, column: "action"),
-                        contentState: try row.decodeJSON(column: "content_state") ?? [:],
-                        alert: try row.decodeJSON(column: "alert"),
-                        staleDate: try row.decode(Date?.self, column: "stale_date"),
-                        dismissalDate: try row.decode(Date?.self, column: "dismissal_date"),
-                        relevanceScore: try row.decode(Double?.self, column: "relevance_score"),
-                        priority: try row.decodeRaw(RequestedPriority.self, column: "priority"),
-                        occurredAt: try row.decode(Date.self, column: "occurred_at"),
-                        receivedAt: try row.decode(Date.self, column: "received_at")),
-                    pending: [])
+                LIMIT \(limit)
+                FOR UPDATE OF o SKIP LOCKED
+            )
+            UPDATE outbox o SET
+                claimed_by = CASE WHEN due.paced_until IS NULL THEN \(instance) END,
+                claim_token = CASE WHEN due.paced_until IS NULL THEN gen_random_uuid() END,
+                claimed_until = CASE WHEN due.paced_until IS NULL
+                                     THEN coalesce(\(now), now()) + make_interval(secs => \(lease)) END,
+                next_attempt_at = coalesce(due.paced_until, o.next_attempt_at),
+                channel_id = due.channel_id, updated_at = now()
+            FROM due WHERE o.id = due.id AND o.id = ANY (ARRAY(SELECT id FROM due))
+            RETURNING o.id, o.claim_token, o.next_attempt_at
+            """)
+        var claimed: [(id: String, token: String)] = []
+        var pacedUntil: Date?
+        for row in taken {
+            if let token = try row.decode(UUID?.self, column: "claim_token") {
+                claimed.append((String(try row.decode(Int.self, column: "id")), token.uuidString.lowercased()))
+            } else {
+                let due = try row.decode(Date.self, column: "next_attempt_at")
+                pacedUntil = min(pacedUntil ?? due, due)
             }
-            let pending = try await tx.query("""
-                SELECT event_id, id, priority, alert, occurred_at FROM updates
-                WHERE event_id = ANY (\(claims.map { String($0.eventID) })::bigint[]) AND disposition = 'pending'
-                ORDER BY event_id, id
-                """)
-            var byEvent: [Int: [PendingUpdate]] = [:]
-            for row in pending {
-                byEvent[try row.decode(Int.self, column: "event_id"), default: []].append(PendingUpdate(
-                    id: try row.decode(Int.self, column: "id"),
-                    priority: try row.decodeRaw(RequestedPriority.self, column: "priority"),
-                    alert: try row.decodeJSON(column: "alert"),
-                    occurredAt: try row.decode(Date.self, column: "occurred_at")))
-            }
-            for index in claims.indices {
-                claims[index].pending = (byEvent[claims[index].eventID] ?? []).filter { $0.id <= claims[index].update.id }
-            }
-            return claims
         }
+        guard !claimed.isEmpty else { return ClaimBatch(claims: [], taken: taken.count, pacedUntil: pacedUntil) }
+        // One row per pending update of each claim (oldest first; one row with NULLs when none), the
+        // claim's own columns repeated, its update's bulky ones only on the row of the newest pending.
+        let rows = try await pool.query("""
+            SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id,
+                   c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state, c.last_aps_timestamp,
+                   c.last_broadcast_at, p.id IS NULL OR p.newest AS carries_update,
+                   u.id AS update_id, u.action, CASE WHEN p.id IS NULL OR p.newest THEN u.content_state END AS content_state,
+                   CASE WHEN p.id IS NULL OR p.newest THEN u.alert END AS alert, u.stale_date, u.dismissal_date,
+                   u.relevance_score, u.priority, u.occurred_at, u.received_at,
+                   p.id AS pending_id, p.priority AS pending_priority, p.alert AS pending_alert, p.occurred_at AS pending_occurred_at
+            FROM outbox o
+            JOIN events e ON e.id = o.event_id
+            JOIN channels c ON c.id = o.channel_id
+            JOIN updates u ON u.id = o.update_id
+            LEFT JOIN LATERAL (
+                SELECT id, priority, alert, occurred_at, id = max(id) OVER () AS newest FROM updates
+                WHERE event_id = o.event_id AND disposition = 'pending' AND id <= o.update_id
+            ) p ON true
+            WHERE o.id = ANY (\(claimed.map(\.id))::bigint[]) AND o.claim_token = ANY (\(claimed.map(\.token))::uuid[])
+            ORDER BY o.next_attempt_at, o.id, p.id
+            """)
+        var claims: [ClaimedBroadcast] = []
+        var pending: [Int: [PendingUpdate]] = [:]
+        for row in rows {
+            let outboxID = try row.decode(Int.self, column: "outbox_id")
+            if let id = try row.decode(Int?.self, column: "pending_id") {
+                pending[outboxID, default: []].append(PendingUpdate(
+                    id: id,
+                    priority: try row.decodeRaw(RequestedPriority.self, column: "pending_priority"),
+                    alert: try row.decodeJSON(column: "pending_alert"),
+                    occurredAt: try row.decode(Date.self, column: "pending_occurred_at")))
+            }
+            guard try row.decode(Bool.self, column: "carries_update") else { continue }
+            claims.append(ClaimedBroadcast(
+                outboxID: outboxID,
+                claimToken: try row.decode(UUID.self, column: "claim_token"),
+                claimedUntil: try row.decode(Date.self, column: "claimed_until"),
+                attempts: try row.decode(Int.self, column: "attempts"),
+                eventID: try row.decode(Int.self, column: "event_id"),
+                appID: try row.decode(Int.self, column: "app_id"),
+                channelID: try row.decode(Int.self, column: "channel_id"),
+                apnsChannelID: try row.decode(String.self, column: "apns_channel_id"),
+                storagePolicy: try row.decodeRaw(MessageStoragePolicy.self, column: "storage_policy"),
+                channelState: try row.decodeRaw(ChannelLifecycle.State.self, column: "channel_state"),
+                lastApsTimestamp: try row.decode(Int64?.self, column: "last_aps_timestamp"),
+                lastBroadcastAt: try row.decode(Date?.self, column: "last_broadcast_at"),
+                update: OutboxUpdate(
+                    id: try row.decode(Int.self, column: "update_id"),
+                    action: try row.decode(UpdateAction.self, column: "action"),
+                    contentState: try row.decodeJSON(column: "content_state") ?? [:],
+                    alert: try row.decodeJSON(column: "alert"),
+                    staleDate: try row.decode(Date?.self, column: "stale_date"),
+                    dismissalDate: try row.decode(Date?.self, column: "dismissal_date"),
+                    relevanceScore: try row.decode(Double?.self, column: "relevance_score"),
+                    priority: try row.decodeRaw(RequestedPriority.self, column: "priority"),
+                    occurredAt: try row.decode(Date.self, column: "occurred_at"),
+                    receivedAt: try row.decode(Date.self, column: "received_at")),
+                pending: []))
+        }
+        for index in claims.indices { claims[index].pending = pending[claims[index].outboxID] ?? [] }
+        return ClaimBatch(claims: claims, taken: taken.count, pacedUntil: pacedUntil)
     }
 
     /// Records a broadcast APNs accepted, atomically: the channel's aps.timestamp (refused with
-    /// `apsTimestampNotIncreasing` unless strictly above the last, and then nothing is recorded),
-    /// the sent update 'broadcast' and every older pending one 'conflated', the delivery row, and the
-    /// outbox row deleted, or, when a newer update arrived meanwhile, released and due after
-    /// `nextAttemptDelay`. An `end` update also moves the channel to 'ended' and the event to 'ended'.
+    /// `apsTimestampNotIncreasing` unless strictly above the last, and then nothing is recorded) and
+    /// `last_broadcast_at`, the sent update 'broadcast' and every older pending one 'conflated', the
+    /// delivery row, and the outbox row deleted, or, when a newer update arrived meanwhile, released
+    /// and due after `nextAttemptDelay` (at once if the row was made urgent). An `end` update also
+    /// moves the channel to 'ended' and the event to 'ended'. `last_broadcast_at` becomes `sentAt`
+    /// (when the send began: the pacing's reference, as in the dispatcher's memory), else `now`.
     @discardableResult
     public func recordBroadcast(_ claim: ClaimedBroadcast, delivery: DeliveryDraft, apsTimestamp: Int64,
-                                nextAttemptDelay: TimeInterval = 0, now: Date? = nil) async throws -> BroadcastOutcome {
-        try await pool.withTransaction { tx in
-            let stamped = try await tx.execute("""
-                UPDATE channels SET last_aps_timestamp = \(apsTimestamp), updated_at = now()
+                                nextAttemptDelay: TimeInterval = 0, sentAt: Date? = nil, now: Date? = nil) async throws -> BroadcastOutcome {
+        var sent = delivery
+        sent.apsTimestamp = apsTimestamp
+        if sent.updateID == nil { sent.updateID = claim.update.id }
+        if sent.channelID == nil { sent.channelID = claim.channelID }
+        let ends = claim.update.action == .end
+        // One statement, so atomic without a transaction: every step after the stamp is conditioned on
+        // it. All CTEs share one snapshot and no row is modified twice (the end transition is part of
+        // the stamp). The outbox row is deleted while it still points at the sent update, or released
+        // when it points at a newer one: mutually exclusive predicates. The main SELECT reads the CTEs
+        // in the order of the old transaction's statements, so rows are locked in that order (the
+        // channel, the updates, the event, then the outbox row, as ingest locks the event first).
+        let recorded = try await pool.query("""
+            WITH stamped AS (
+                UPDATE channels SET last_aps_timestamp = \(apsTimestamp), last_broadcast_at = coalesce(\(sentAt), \(now), now()),
+                    state = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN 'ended' ELSE state END,
+                    attempts = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN 0 ELSE attempts END,
+                    next_attempt_at = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN NULL ELSE next_attempt_at END,
+                    ended_at = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN coalesce(\(now), now()) ELSE ended_at END,
+                    updated_at = now()
                 WHERE id = \(claim.channelID) AND (last_aps_timestamp IS NULL OR last_aps_timestamp < \(apsTimestamp))
-                """)
-            guard stamped == 1 else {
-                throw PipelineError.apsTimestampNotIncreasing(channelID: claim.channelID, attempted: apsTimestamp)
-            }
-            try await tx.query("""
+                RETURNING id
+            ), disposed AS (
                 UPDATE updates SET disposition = CASE WHEN id = \(claim.update.id) THEN 'broadcast' ELSE 'conflated' END,
                                    disposed_at = now()
                 WHERE event_id = \(claim.eventID) AND disposition = 'pending' AND id <= \(claim.update.id)
-                """)
-            var sent = delivery
-            sent.apsTimestamp = apsTimestamp
-            if sent.updateID == nil { sent.updateID = claim.update.id }
-            if sent.channelID == nil { sent.channelID = claim.channelID }
-            try await DeliveryRepository.insert(sent, on: tx)
-            if claim.update.action == .end {
-                try await tx.query("""
-                    WITH ended AS (
-                        UPDATE channels SET state = 'ended', attempts = 0, next_attempt_at = NULL,
-                            ended_at = coalesce(\(now), now()), updated_at = now()
-                        WHERE id = \(claim.channelID) AND state IN ('open', 'ending')
-                    )
-                    UPDATE events SET status = 'ended', updated_at = now()
-                    WHERE id = \(claim.eventID) AND status <> 'cancelled'
-                    """)
-            }
-            let deleted = try await tx.execute("""
-                DELETE FROM outbox WHERE id = \(claim.outboxID) AND claim_token = \(claim.claimToken) AND update_id = \(claim.update.id)
-                """)
-            if deleted == 1 { return .completed }
-            let released = try await Self.release(claim, attemptsSQL: "0", delay: nextAttemptDelay, error: nil, now: now, on: tx)
-            return released ? .newerPending : .claimLost
+                  AND EXISTS (SELECT 1 FROM stamped)
+                RETURNING id
+            ), delivered AS (
+                \(fragment: DeliveryRepository.insertSelect(sent)) FROM stamped
+                RETURNING id
+            ), event_ended AS (
+                UPDATE events SET status = 'ended', updated_at = now()
+                WHERE id = \(claim.eventID) AND \(ends) AND status <> 'cancelled' AND EXISTS (SELECT 1 FROM stamped)
+                RETURNING id
+            ), deleted AS (
+                DELETE FROM outbox
+                WHERE id = \(claim.outboxID) AND claim_token = \(claim.claimToken) AND update_id = \(claim.update.id)
+                  AND EXISTS (SELECT 1 FROM stamped)
+                RETURNING id
+            ), released AS (
+                \(fragment: Self.releaseStatement(claim, attemptsSQL: "0", delay: nextAttemptDelay, error: nil, keepUrgent: true,
+                                                  now: now))
+                  AND update_id <> \(claim.update.id) AND EXISTS (SELECT 1 FROM stamped)
+                RETURNING id
+            )
+            SELECT (SELECT count(*) FROM stamped) AS stamped, (SELECT count(*) FROM disposed) AS disposed,
+                   (SELECT count(*) FROM delivered) AS delivered, (SELECT count(*) FROM event_ended) AS ended,
+                   (SELECT count(*) FROM deleted) AS deleted, (SELECT count(*) FROM released) AS released
+            """)[0]
+        guard try recorded.decode(Int.self, column: "stamped") == 1 else {
+            throw PipelineError.apsTimestampNotIncreasing(channelID: claim.channelID, attempted: apsTimestamp)
         }
+        if try recorded.decode(Int.self, column: "deleted") == 1 { return .completed }
+        if try recorded.decode(Int.self, column: "released") == 1 { return .newerPending }
+        // Neither: the claim was lost, or an ingest committed a newer update_id after this statement's
+        // snapshot (the DELETE re-checked the newest row and let go; the release saw the old one). The
+        // broadcast is recorded; releasing now, on a new snapshot, tells the two apart.
+        let released = try await pool.withConnection { connection in
+            try await Self.release(claim, attemptsSQL: "0", delay: nextAttemptDelay, error: nil, keepUrgent: true, now: now,
+                                   on: connection)
+        }
+        return released ? .newerPending : .claimLost
     }
 
     /// Records a failure worth retrying (429, 5xx, timeout, I/O): the delivery row, the attempt
@@ -222,11 +298,16 @@ public struct OutboxRepository: Sendable {
     @discardableResult
     public func recordRetryableFailure(_ claim: ClaimedBroadcast, delivery: DeliveryDraft, retryAfter: TimeInterval,
                                        now: Date? = nil) async throws -> Bool {
-        try await pool.withTransaction { tx in
-            try await DeliveryRepository.insert(Self.filled(delivery, claim), on: tx)
-            return try await Self.release(claim, attemptsSQL: "attempts + 1", delay: retryAfter,
-                                          error: delivery.reason ?? delivery.status.map { "HTTP \($0)" }, now: now, on: tx)
-        }
+        // One statement: the delivery row goes in whether or not the claim is still held.
+        try await pool.query("""
+            WITH delivered AS (
+                \(fragment: DeliveryRepository.insertSelect(Self.filled(delivery, claim)))
+                RETURNING id
+            )
+            \(fragment: Self.releaseStatement(claim, attemptsSQL: "attempts + 1", delay: retryAfter,
+                                              error: delivery.reason ?? delivery.status.map { "HTTP \($0)" }, now: now))
+            RETURNING id
+            """).count == 1
     }
 
     /// Records a permanent refusal: the delivery row, and
@@ -278,13 +359,23 @@ public struct OutboxRepository: Sendable {
     /// Clears the claim if still owned, setting attempts (SQL expression) and the next due time.
     @discardableResult
     private static func release(_ claim: ClaimedBroadcast, attemptsSQL: String, delay: TimeInterval, error: String?,
-                                now: Date?, on tx: PostgresConnection) async throws -> Bool {
-        try await tx.execute("""
-            UPDATE outbox SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL,
-                attempts = \(unsafeRaw: attemptsSQL), last_error = coalesce(\(error), last_error),
-                next_attempt_at = coalesce(\(now), now()) + make_interval(secs => \(max(0, delay))), updated_at = now()
-            WHERE id = \(claim.outboxID) AND claim_token = \(claim.claimToken)
-            """) == 1
+                                keepUrgent: Bool = false, now: Date?, on connection: PostgresConnection) async throws -> Bool {
+        try await connection.execute(releaseStatement(claim, attemptsSQL: attemptsSQL, delay: delay, error: error,
+                                                      keepUrgent: keepUrgent, now: now)) == 1
+    }
+
+    /// The UPDATE of `release`: due after `delay`, or, with `keepUrgent`, still at once when an urgent
+    /// ingest marked it so (`IngestRepository.urgentDue`).
+    private static func releaseStatement(_ claim: ClaimedBroadcast, attemptsSQL: String, delay: TimeInterval, error: String?,
+                                         keepUrgent: Bool = false, now: Date?) -> PostgresQuery {
+        """
+        UPDATE outbox SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL,
+            attempts = \(unsafeRaw: attemptsSQL), last_error = coalesce(\(error), last_error),
+            next_attempt_at = CASE WHEN \(keepUrgent) AND next_attempt_at <= \(IngestRepository.urgentDue) THEN next_attempt_at
+                                   ELSE coalesce(\(now), now()) + make_interval(secs => \(max(0, delay))) END,
+            updated_at = now()
+        WHERE id = \(claim.outboxID) AND claim_token = \(claim.claimToken)
+        """
     }
 
     private static func filled(_ delivery: DeliveryDraft, _ claim: ClaimedBroadcast) -> DeliveryDraft {
