@@ -133,6 +133,39 @@ struct PipelineDispatchTests {
         #expect(try await f.outbox.recordBroadcast(next, delivery: f.delivery(for: next), apsTimestamp: 1_800_000_001) == .completed)
     }
 
+    /// A batch records each broadcast on its own terms: one refused timestamp, one newer update, one plain.
+    @Test func aBatchRecordsEachBroadcastAsAlone() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        var events: [Int] = []
+        for _ in 0..<3 {
+            let event = try await f.makeEvent()
+            _ = try await f.openChannel(eventID: event.id)
+            try await f.post(event.id, ["home": 1], at: t0)
+            events.append(event.id)
+        }
+        let claims = try await f.outbox.claim(instance: "a", limit: 3, lease: 30).sorted { $0.eventID < $1.eventID }
+        try #require(claims.count == 3)
+        try await f.pool.execute("UPDATE channels SET last_aps_timestamp = 50 WHERE id = \(claims[0].channelID)")
+        guard case .accepted(let newer, _) = try await f.post(events[1], ["home": 2], at: t0 + 1) else { Issue.record("x"); return }
+        let outcomes = try await f.outbox.recordBroadcasts(claims.map {
+            BroadcastRecord(claim: $0, delivery: f.delivery(for: $0), apsTimestamp: 50, sentAt: t0)
+        })
+        #expect(outcomes.map { try? $0.get() } == [nil, .newerPending, .completed])
+        #expect(throws: PipelineError.apsTimestampNotIncreasing(channelID: claims[0].channelID, attempted: 50)) { try outcomes[0].get() }
+        // Nothing of the refused one; the others' deliveries, dispositions and pacing time.
+        #expect(try await f.deliveries.recent(channelID: claims[0].channelID).isEmpty)
+        #expect(try await f.scalar(String.self, "SELECT disposition FROM updates WHERE id = \(claims[0].update.id)") == "pending")
+        for claim in claims.dropFirst() {
+            #expect(try await f.deliveries.recent(channelID: claim.channelID).map(\.draft.updateID) == [claim.update.id])
+            #expect(try await f.scalar(String.self, "SELECT disposition FROM updates WHERE id = \(claim.update.id)") == "broadcast")
+            #expect(try await f.scalar(Date.self, "SELECT last_broadcast_at FROM channels WHERE id = \(claim.channelID)") == t0)
+        }
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE event_id = \(events[2])") == 0)
+        let again = try #require(try await f.outbox.claim(instance: "a", limit: 3, lease: 30).first { $0.eventID == events[1] })
+        #expect(again.update.id == newer.id)
+    }
+
     @Test func aNewerUpdateDuringTheSendKeepsTheRowDue() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }

@@ -87,6 +87,7 @@ public final class BroadcastDispatcher: Service {
     private let logger: Logger
     private let clock: any WallClock
     private let outbox: OutboxRepository
+    private let recorder: BroadcastRecordBatcher
     private let deliveries: DeliveryRepository
     private let wakeup = Wakeup()
     /// Something asked for a claim (NOTIFY, `wake()`, shutdown, a send slot the loop waited for), as
@@ -112,6 +113,8 @@ public final class BroadcastDispatcher: Service {
         self.logger = logger.with(["service": "dispatcher"])
         self.clock = clock
         outbox = OutboxRepository(pool: pool)
+        let clockDrivesDatabase = configuration.clockDrivesDatabase
+        recorder = BroadcastRecordBatcher(outbox: outbox, now: { [clock] in clockDrivesDatabase ? clock.now : nil })
         deliveries = DeliveryRepository(pool: pool)
         memory = Mutex(ChannelMemoryTable(capacity: configuration.channelMemoryCapacity))
     }
@@ -390,8 +393,8 @@ public final class BroadcastDispatcher: Service {
             let recorded: BroadcastOutcome
             do {
                 // A newer update that arrived during the send is due when the pacing allows (at once if urgent).
-                recorded = try await outbox.recordBroadcast(claim, delivery: delivery, apsTimestamp: apsTimestamp,
-                                                            nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now, now: databaseNow)
+                recorded = try await recorder.record(BroadcastRecord(claim: claim, delivery: delivery, apsTimestamp: apsTimestamp,
+                                                                     nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now))
             } catch PipelineError.apsTimestampNotIncreasing {
                 // Another instance sent a later timestamp meanwhile: send again with a new one.
                 memory.withLock { $0.forget(channelID: claim.channelID) }

@@ -73,6 +73,26 @@ public enum BroadcastOutcome: Sendable, Equatable {
     case claimLost
 }
 
+/// A broadcast APNs accepted, to record (`OutboxRepository.recordBroadcasts`).
+public struct BroadcastRecord: Sendable, Equatable {
+    public var claim: ClaimedBroadcast
+    public var delivery: DeliveryDraft
+    public var apsTimestamp: Int64
+    /// When the row is due again if a newer update arrived meanwhile (unless that one is urgent).
+    public var nextAttemptDelay: TimeInterval
+    /// When the send began (`channels.last_broadcast_at`, the pacing's reference); nil: now.
+    public var sentAt: Date?
+
+    public init(claim: ClaimedBroadcast, delivery: DeliveryDraft, apsTimestamp: Int64, nextAttemptDelay: TimeInterval = 0,
+                sentAt: Date? = nil) {
+        self.claim = claim
+        self.delivery = delivery
+        self.apsTimestamp = apsTimestamp
+        self.nextAttemptDelay = nextAttemptDelay
+        self.sentAt = sentAt
+    }
+}
+
 /// One claim query's result: the rows claimed, and what became of the others it took.
 public struct ClaimBatch: Sendable, Equatable {
     public var claims: [ClaimedBroadcast]
@@ -228,68 +248,118 @@ public struct OutboxRepository: Sendable {
     @discardableResult
     public func recordBroadcast(_ claim: ClaimedBroadcast, delivery: DeliveryDraft, apsTimestamp: Int64,
                                 nextAttemptDelay: TimeInterval = 0, sentAt: Date? = nil, now: Date? = nil) async throws -> BroadcastOutcome {
-        var sent = delivery
-        sent.apsTimestamp = apsTimestamp
-        if sent.updateID == nil { sent.updateID = claim.update.id }
-        if sent.channelID == nil { sent.channelID = claim.channelID }
-        let ends = claim.update.action == .end
+        try await recordBroadcasts([BroadcastRecord(claim: claim, delivery: delivery, apsTimestamp: apsTimestamp,
+                                                    nextAttemptDelay: nextAttemptDelay, sentAt: sentAt)], now: now)[0].get()
+    }
+
+    /// `recordBroadcast` for several claims (of different channels) in one statement: each record is
+    /// applied or refused on its own, exactly as alone. Returns each one's outcome, in order; throws
+    /// only when the statement failed (then nothing was recorded).
+    public func recordBroadcasts(_ records: [BroadcastRecord], now: Date? = nil) async throws -> [Result<BroadcastOutcome, PipelineError>] {
+        precondition(Set(records.map(\.claim.channelID)).count == records.count, "one record per channel in a batch")
+        guard !records.isEmpty else { return [] }
+        let input: JSONValue = .array(records.enumerated().map { index, record in
+            let claim = record.claim
+            var sent = record.delivery
+            if sent.updateID == nil { sent.updateID = claim.update.id }
+            if sent.channelID == nil { sent.channelID = claim.channelID }
+            func optional<T>(_ value: T?, _ json: (T) -> JSONValue) -> JSONValue { value.map(json) ?? .null }
+            return [
+                "n": .int(Int64(index)), "outbox_id": .int(Int64(claim.outboxID)), "claim_token": .string(claim.claimToken.uuidString),
+                "channel_id": .int(Int64(sent.channelID!)), "event_id": .int(Int64(claim.eventID)), "update_id": .int(Int64(sent.updateID!)),
+                "aps_timestamp": .int(record.apsTimestamp), "sent_at": optional(record.sentAt) { .double($0.timeIntervalSince1970) },
+                "ends": .bool(claim.update.action == .end), "delay": .double(max(0, record.nextAttemptDelay)),
+                "app_id": .int(Int64(sent.appID)), "apns_request_id": optional(sent.apnsRequestID) { .string($0.uuidString) },
+                "apns_unique_id": optional(sent.apnsUniqueID) { .string($0.uuidString) },
+                "status": optional(sent.status) { .int(Int64($0)) }, "reason": optional(sent.reason) { .string($0) },
+                "latency_us": optional(sent.latencyMicroseconds) { .int($0) }, "priority": optional(sent.priority) { .int(Int64($0)) },
+                "attempt": .int(Int64(sent.attempt)),
+            ]
+        })
         // One statement, so atomic without a transaction: every step after the stamp is conditioned on
-        // it. All CTEs share one snapshot and no row is modified twice (the end transition is part of
-        // the stamp). The outbox row is deleted while it still points at the sent update, or released
-        // when it points at a newer one: mutually exclusive predicates. The main SELECT reads the CTEs
-        // in the order of the old transaction's statements, so rows are locked in that order (the
-        // channel, the updates, the event, then the outbox row, as ingest locks the event first).
-        let recorded = try await pool.query("""
-            WITH stamped AS (
-                UPDATE channels SET last_aps_timestamp = \(apsTimestamp), last_broadcast_at = coalesce(\(sentAt), \(now), now()),
-                    state = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN 'ended' ELSE state END,
-                    attempts = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN 0 ELSE attempts END,
-                    next_attempt_at = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN NULL ELSE next_attempt_at END,
-                    ended_at = CASE WHEN \(ends) AND state IN ('open', 'ending') THEN coalesce(\(now), now()) ELSE ended_at END,
+        // it (joined to `stamped`). All CTEs share one snapshot and no row is modified twice (the end
+        // transition is part of the stamp; a batch has one record per channel). The outbox row is deleted
+        // while it still points at the sent update, or released when it points at a newer one: mutually
+        // exclusive predicates. The main SELECT reads the CTEs in the order of the old transaction's
+        // statements, so rows are locked in that order (channels, updates, events, then outbox rows, as
+        // ingest locks the event first). A batch pays the per-statement costs (planning the executor,
+        // compiling the tables' CHECK constraints, the commit) once.
+        let row = try await pool.query("""
+            WITH input AS (
+                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i(
+                    n integer, outbox_id bigint, claim_token uuid, channel_id bigint, event_id bigint, update_id bigint,
+                    aps_timestamp bigint, sent_at float8, ends boolean, delay float8, app_id bigint, apns_request_id uuid,
+                    apns_unique_id uuid, status integer, reason text, latency_us bigint, priority smallint, attempt integer)
+            ), stamped AS (
+                UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
+                    last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
+                    state = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN 'ended' ELSE c.state END,
+                    attempts = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN 0 ELSE c.attempts END,
+                    next_attempt_at = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN NULL ELSE c.next_attempt_at END,
+                    ended_at = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN coalesce(\(now), now()) ELSE c.ended_at END,
                     updated_at = now()
-                WHERE id = \(claim.channelID) AND (last_aps_timestamp IS NULL OR last_aps_timestamp < \(apsTimestamp))
-                RETURNING id
+                FROM input i
+                WHERE c.id = i.channel_id AND (c.last_aps_timestamp IS NULL OR c.last_aps_timestamp < i.aps_timestamp)
+                RETURNING i.*
             ), disposed AS (
-                UPDATE updates SET disposition = CASE WHEN id = \(claim.update.id) THEN 'broadcast' ELSE 'conflated' END,
-                                   disposed_at = now()
-                WHERE event_id = \(claim.eventID) AND disposition = 'pending' AND id <= \(claim.update.id)
-                  AND EXISTS (SELECT 1 FROM stamped)
-                RETURNING id
+                UPDATE updates u SET disposition = CASE WHEN u.id = s.update_id THEN 'broadcast' ELSE 'conflated' END,
+                                     disposed_at = now()
+                FROM stamped s
+                WHERE u.event_id = s.event_id AND u.disposition = 'pending' AND u.id <= s.update_id
+                RETURNING u.id
             ), delivered AS (
-                \(fragment: DeliveryRepository.insertSelect(sent)) FROM stamped
+                INSERT INTO deliveries (app_id, kind, channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
+                                        latency_us, priority, attempt, aps_timestamp)
+                SELECT app_id, 'broadcast', channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
+                       latency_us, priority, attempt, aps_timestamp
+                FROM stamped ORDER BY n
                 RETURNING id
             ), event_ended AS (
-                UPDATE events SET status = 'ended', updated_at = now()
-                WHERE id = \(claim.eventID) AND \(ends) AND status <> 'cancelled' AND EXISTS (SELECT 1 FROM stamped)
-                RETURNING id
+                UPDATE events e SET status = 'ended', updated_at = now()
+                FROM stamped s
+                WHERE e.id = s.event_id AND s.ends AND e.status <> 'cancelled'
+                RETURNING e.id
             ), deleted AS (
-                DELETE FROM outbox
-                WHERE id = \(claim.outboxID) AND claim_token = \(claim.claimToken) AND update_id = \(claim.update.id)
-                  AND EXISTS (SELECT 1 FROM stamped)
-                RETURNING id
+                DELETE FROM outbox o USING stamped s
+                WHERE o.id = s.outbox_id AND o.claim_token = s.claim_token AND o.update_id = s.update_id
+                RETURNING s.n
             ), released AS (
-                \(fragment: Self.releaseStatement(claim, attemptsSQL: "0", delay: nextAttemptDelay, error: nil, keepUrgent: true,
-                                                  now: now))
-                  AND update_id <> \(claim.update.id) AND EXISTS (SELECT 1 FROM stamped)
-                RETURNING id
+                UPDATE outbox o SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL, attempts = 0,
+                    next_attempt_at = CASE WHEN o.next_attempt_at <= \(IngestRepository.urgentDue) THEN o.next_attempt_at
+                                           ELSE coalesce(\(now), now()) + make_interval(secs => s.delay) END,
+                    updated_at = now()
+                FROM stamped s
+                WHERE o.id = s.outbox_id AND o.claim_token = s.claim_token AND o.update_id <> s.update_id
+                RETURNING s.n
             )
-            SELECT (SELECT count(*) FROM stamped) AS stamped, (SELECT count(*) FROM disposed) AS disposed,
-                   (SELECT count(*) FROM delivered) AS delivered, (SELECT count(*) FROM event_ended) AS ended,
-                   (SELECT count(*) FROM deleted) AS deleted, (SELECT count(*) FROM released) AS released
+            SELECT (SELECT coalesce(string_agg(n::text, ','), '') FROM stamped) AS stamped,
+                   (SELECT count(*) FROM disposed) AS disposed, (SELECT count(*) FROM delivered) AS delivered,
+                   (SELECT count(*) FROM event_ended) AS ended,
+                   (SELECT coalesce(string_agg(n::text, ','), '') FROM deleted) AS deleted,
+                   (SELECT coalesce(string_agg(n::text, ','), '') FROM released) AS released
             """)[0]
-        guard try recorded.decode(Int.self, column: "stamped") == 1 else {
-            throw PipelineError.apsTimestampNotIncreasing(channelID: claim.channelID, attempted: apsTimestamp)
+        func indices(_ column: String) throws -> Set<Int> {
+            Set(try row.decode(String.self, column: column).split(separator: ",").compactMap { Int($0) })
         }
-        if try recorded.decode(Int.self, column: "deleted") == 1 { return .completed }
-        if try recorded.decode(Int.self, column: "released") == 1 { return .newerPending }
-        // Neither: the claim was lost, or an ingest committed a newer update_id after this statement's
-        // snapshot (the DELETE re-checked the newest row and let go; the release saw the old one). The
-        // broadcast is recorded; releasing now, on a new snapshot, tells the two apart.
-        let released = try await pool.withConnection { connection in
-            try await Self.release(claim, attemptsSQL: "0", delay: nextAttemptDelay, error: nil, keepUrgent: true, now: now,
-                                   on: connection)
+        let stamped = try indices("stamped"), deleted = try indices("deleted"), released = try indices("released")
+        var outcomes: [Result<BroadcastOutcome, PipelineError>] = []
+        for (index, record) in records.enumerated() {
+            guard stamped.contains(index) else {
+                outcomes.append(.failure(.apsTimestampNotIncreasing(channelID: record.claim.channelID, attempted: record.apsTimestamp)))
+                continue
+            }
+            if deleted.contains(index) { outcomes.append(.success(.completed)); continue }
+            if released.contains(index) { outcomes.append(.success(.newerPending)); continue }
+            // Neither: the claim was lost, or an ingest committed a newer update_id after this statement's
+            // snapshot (the DELETE re-checked the newest row and let go; the release saw the old one). The
+            // broadcast is recorded; releasing now, on a new snapshot, tells the two apart.
+            let again = try await pool.withConnection { connection in
+                try await Self.release(record.claim, attemptsSQL: "0", delay: record.nextAttemptDelay, error: nil, keepUrgent: true,
+                                       now: now, on: connection)
+            }
+            outcomes.append(.success(again ? .newerPending : .claimLost))
         }
-        return released ? .newerPending : .claimLost
+        return outcomes
     }
 
     /// Records a failure worth retrying (429, 5xx, timeout, I/O): the delivery row, the attempt
