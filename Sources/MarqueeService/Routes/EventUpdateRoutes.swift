@@ -1,8 +1,9 @@
 // Updates and ends (`ingest`): the hot path. A whole content-state is validated before it is stored;
 // a merge patch is applied to the event's latest state and the result validated, and IngestRepository
-// stores it only if that state is still the latest (else it is applied again to the newer one). Either way the real APNs payload (state, alert, stale date,
-// relevance score, dismissal date) is built and refused with 422 `payload_too_large` past 4,096 bytes,
-// so every accepted update can travel as a broadcast or a device push. The answer is 202 only once the
+// stores it only if that state is still the latest (else it is applied again to the newer one). Either
+// way the real APNs payload (state, alert, stale date, relevance score, dismissal date) is built and
+// refused with 422 `payload_too_large` past 4,096 bytes, so every accepted update can travel as a
+// broadcast or a device push. The answer is 202 only once the
 // update, the latest state and the outbox row are committed together.
 //
 // `Idempotency-Key` (per API key, 24 h): the request is identified by SHA-256 of method, path and body;

@@ -183,9 +183,11 @@ public struct IngestRepository: Sendable {
     ) async throws -> IngestResult {
         for attempt in 1...Self.maxAttempts {
             // A whole state is written blind the first time; a refusal, or a derived state, needs the event.
-            var state = whole
+            let state: JSONValue
             var expectedUpdateID: Int??
-            if attempt > 1 || whole == nil {
+            if let whole, attempt == 1 {
+                state = whole
+            } else {
                 let snapshot: EventSnapshot
                 do {
                     snapshot = try await self.snapshot(eventID: eventID, appID: appID, action: draft.action)
@@ -196,12 +198,13 @@ public struct IngestRepository: Sendable {
                     }
                     throw refusal
                 }
-                if whole == nil {
+                if let whole {
+                    state = whole
+                } else {
                     state = try contentState(snapshot)
                     expectedUpdateID = .some(snapshot.latestUpdateID)
                 }
             }
-            guard let state else { preconditionFailure("a whole or a derived state") }
             var statements: [PostgresQuery] = []
             if let idempotency { statements.append(Self.claimKey(idempotency, now: now)) }
             statements.append(Self.write(eventID: eventID, draft, state: state, appID: appID,

@@ -260,9 +260,7 @@ public struct OutboxRepository: Sendable {
         guard !records.isEmpty else { return [] }
         let input: JSONValue = .array(records.enumerated().map { index, record in
             let claim = record.claim
-            var sent = record.delivery
-            if sent.updateID == nil { sent.updateID = claim.update.id }
-            if sent.channelID == nil { sent.channelID = claim.channelID }
+            let sent = Self.filled(record.delivery, claim)
             func optional<T>(_ value: T?, _ json: (T) -> JSONValue) -> JSONValue { value.map(json) ?? .null }
             return [
                 "n": .int(Int64(index)), "outbox_id": .int(Int64(claim.outboxID)), "claim_token": .string(claim.claimToken.uuidString),
