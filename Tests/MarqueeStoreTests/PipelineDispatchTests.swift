@@ -34,13 +34,7 @@ struct PipelineDispatchTests {
     @Test func anUrgentUpdateIsClaimedBeforeABacklog() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
-        var events: [Int] = []
-        for index in 0..<5 {
-            let event = try await f.makeEvent("e\(index)")
-            _ = try await f.openChannel(eventID: event.id)
-            try await f.post(event.id, ["home": 1], at: t0)
-            events.append(event.id)
-        }
+        let events = try await f.eventsWithQueuedUpdates(5, at: t0)
         // The backlog has waited; then a goal arrives for the newest event.
         try await f.pool.execute("UPDATE outbox SET next_attempt_at = now() - interval '1 minute'")
         _ = try await f.ingest.ingest(eventID: events[4], UpdateDraft(alert: ["title": "GOAL"], occurredAt: t0 + 1, urgent: true),
@@ -54,11 +48,7 @@ struct PipelineDispatchTests {
     @Test func twoClaimersNeverClaimTheSameEvent() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
-        for index in 0..<30 {
-            let event = try await f.makeEvent("e\(index)")
-            _ = try await f.openChannel(eventID: event.id)
-            try await f.post(event.id, ["home": 1], at: t0)
-        }
+        _ = try await f.eventsWithQueuedUpdates(30, at: t0)
         let other = f.secondPool()
         defer { other.close() }
         let ids = try await withThrowingTaskGroup(of: [Int].self) { group in
@@ -137,13 +127,7 @@ struct PipelineDispatchTests {
     @Test func aBatchRecordsEachBroadcastAsAlone() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
-        var events: [Int] = []
-        for _ in 0..<3 {
-            let event = try await f.makeEvent()
-            _ = try await f.openChannel(eventID: event.id)
-            try await f.post(event.id, ["home": 1], at: t0)
-            events.append(event.id)
-        }
+        let events = try await f.eventsWithQueuedUpdates(3, at: t0)
         let claims = try await f.outbox.claim(instance: "a", limit: 3, lease: 30).sorted { $0.eventID < $1.eventID }
         try #require(claims.count == 3)
         try await f.pool.execute("UPDATE channels SET last_aps_timestamp = 50 WHERE id = \(claims[0].channelID)")
@@ -530,13 +514,7 @@ struct PipelineDispatchTests {
     @Test func theClaimPacesChannelsThatJustBroadcast() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
-        var events: [Int] = []
-        for index in 0..<3 {
-            let event = try await f.makeEvent("e\(index)")
-            _ = try await f.openChannel(eventID: event.id)
-            try await f.post(event.id, ["home": 1], at: t0)
-            events.append(event.id)
-        }
+        let events = try await f.eventsWithQueuedUpdates(3, at: t0)
         let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 10).rounded())
         for claim in try await f.outbox.claim(instance: "a", limit: 10, lease: 30, now: now) {
             // events[2] broadcast long ago; the others just now.

@@ -66,6 +66,18 @@ struct PipelineFixture {
         return try await channels.get(id: planned.id)!
     }
 
+    /// `count` events ("e0", "e1", ...), each with an open channel and one update at `occurredAt` queued; their ids.
+    func eventsWithQueuedUpdates(_ count: Int, at occurredAt: Date) async throws -> [Int] {
+        var events: [Int] = []
+        for index in 0..<count {
+            let event = try await makeEvent("e\(index)")
+            _ = try await openChannel(eventID: event.id)
+            try await post(event.id, ["home": 1], at: occurredAt)
+            events.append(event.id)
+        }
+        return events
+    }
+
     /// Ingests a whole-state update at `occurredAt`.
     @discardableResult
     func post(_ eventID: Int, _ state: JSONValue, at occurredAt: Date, priority: RequestedPriority = .auto,
