@@ -281,13 +281,18 @@ public struct OutboxRepository: Sendable {
         // exclusive predicates. The main SELECT reads the CTEs in the order of the old transaction's
         // statements, so rows are locked in that order (channels, updates, events, then outbox rows, as
         // ingest locks the event first). A batch pays the per-statement costs (planning the executor,
-        // compiling the tables' CHECK constraints, the commit) once.
+        // compiling the tables' CHECK constraints, the commit) once. The LIMIT tells the planner how many
+        // records there are: it guesses 100 rows for jsonb_to_recordset, and with that it hash-joined a
+        // sequential scan of channels and two of outbox (hundreds of pages under churn) where a handful of
+        // primary-key lookups do (Scripts/bench service, pg_stat_statements: 145 buffer hits and 0.34 ms per
+        // record before, 57 and 0.19 ms with the LIMIT).
         let row = try await pool.query("""
             WITH input AS (
                 SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i(
                     n integer, outbox_id bigint, claim_token uuid, channel_id bigint, event_id bigint, update_id bigint,
                     aps_timestamp bigint, sent_at float8, ends boolean, delay float8, app_id bigint, apns_request_id uuid,
                     apns_unique_id uuid, status integer, reason text, latency_us bigint, priority smallint, attempt integer)
+                LIMIT \(records.count)
             ), stamped AS (
                 UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
                     last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
