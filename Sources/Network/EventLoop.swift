@@ -44,9 +44,11 @@ public final class EventLoop: SerialExecutor, @unchecked Sendable {
         // A persistent event with no fd and no timeout is never triggered except by event_active;
         // adding it keeps the loop running when nothing else is registered.
         event_add(wakeup, nil)
-        let thread = Thread { [self] in self.run() }
-        thread.name = name
-        thread.start()
+        // Named from inside: on Linux a name set before start() does not reach the kernel (top -H, /proc).
+        Thread.detachNewThread { [self] in
+            Thread.current.name = name
+            self.run()
+        }
     }
 
     private let wakeupBox: WakeupBox

@@ -19,9 +19,11 @@ final class ConnectionThread: TaskExecutor, @unchecked Sendable {
     private var exited = false
 
     init(name: String) {
-        let thread = Thread { [self] in run() }
-        thread.name = name
-        thread.start()
+        // Named from inside: on Linux a name set before start() does not reach the kernel (top -H, /proc).
+        Thread.detachNewThread { [self] in
+            Thread.current.name = name
+            run()
+        }
     }
 
     /// Queues a job; jobs run one at a time, in order.

@@ -26,9 +26,10 @@ public final class PostgresListener: Sendable {
         let loop = ListenLoop(configuration: configuration, channels: channels,
                               reconnectDelay: reconnectDelay, continuation: continuation)
         continuation.onTermination = { [weak loop] _ in loop?.stop() }
-        let thread = Thread { loop.run() }
-        thread.name = "postgres-listen"
-        thread.start()
+        Thread.detachNewThread {
+            Thread.current.name = "postgres-listen"  // from inside: set before start() it never reaches the kernel
+            loop.run()
+        }
         self.loop = loop
     }
 
