@@ -17,7 +17,7 @@ struct OutboxNotifierTests {
         var iterator = listener.events.makeAsyncIterator()
         #expect(await iterator.next() == .listening)
 
-        let notifier = OutboxNotifier(pool: f.pool, interval: .milliseconds(200), logger: Logger { _ in })
+        let notifier = OutboxNotifier(pool: f.pool, sender: "n1", interval: .milliseconds(200), logger: Logger { _ in })
         let wakes = Mutex(0)
         notifier.onCommitted { wakes.withLock { $0 += 1 } }
         for _ in 0..<100 { notifier.committed() }
@@ -27,6 +27,7 @@ struct OutboxNotifierTests {
 
         guard case .notification(let note) = await iterator.next() else { Issue.record("no notification"); return }
         #expect(note.channel == IngestRepository.notifyChannel)
+        #expect(note.payload == "n1")
         // The hundred commits went out as the first NOTIFY and at most one more, once the interval passed.
         try await Task.sleep(for: .seconds(1))
         listener.stop()

@@ -295,8 +295,12 @@ struct PipelineDispatcherTests {
         let running = Task { try await dispatcher.run(until: shutdown) }
         try await Task.sleep(for: .milliseconds(300))  // the first (empty) claim is done; now it waits
         try await f.post(event.id, ["home": 1, "away": 0], at: Date())
+        // Its own instance's NOTIFY is skipped: that process's notifier wakes its dispatcher directly.
+        OutboxNotifier(pool: f.pool, sender: "d1", logger: Logger { _ in }).committed()
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(f.apns.broadcasts.isEmpty)
         // Another instance's notifier (nothing wakes this dispatcher in-process): only the NOTIFY can.
-        OutboxNotifier(pool: f.pool, logger: Logger { _ in }).committed()
+        OutboxNotifier(pool: f.pool, sender: "d2", logger: Logger { _ in }).committed()
         var waited = 0
         while f.apns.broadcasts.isEmpty && waited < 100 {
             try await Task.sleep(for: .milliseconds(50))

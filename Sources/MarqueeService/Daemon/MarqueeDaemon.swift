@@ -154,7 +154,7 @@ public final class MarqueeDaemon: Sendable {
         let dispatcher = BroadcastDispatcher(pool: pool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
                                              catalog: catalog, configuration: configuration.pipeline.dispatcher(instance: instance),
                                              metrics: pipelineMetrics, logger: logger)
-        let notifier = OutboxNotifier(pool: pool, logger: logger)
+        let notifier = OutboxNotifier(pool: pool, sender: instance, logger: logger)
         notifier.onCommitted { [dispatcher] in dispatcher.wake() }
         self.dispatcher = dispatcher
         scheduler = ChannelScheduler(pool: pool, apns: apns, catalog: catalog,

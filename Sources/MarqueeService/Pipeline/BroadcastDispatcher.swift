@@ -146,7 +146,11 @@ public final class BroadcastDispatcher: Service {
         await withDiscardingTaskGroup { group in
             if let listener {
                 group.addTask { [self] in
-                    for await _ in listener.events { requestClaim() }
+                    for await event in listener.events {
+                        // This process's notifier woke us already, before it sent the NOTIFY.
+                        if case .notification(let note) = event, note.payload == configuration.instance { continue }
+                        requestClaim()
+                    }
                 }
             }
             var lastSample: ContinuousClock.Instant?

@@ -4,8 +4,9 @@
 // 847 updates/s with it against 996 without). Here wake-ups are batched: at most one per `interval`
 // wakes this process's dispatcher and sends one NOTIFY to the others (a statement of its own, which
 // writes no WAL), so a claim gathers the commits of the interval instead of one claim per commit. An
-// urgent update (an alert or `high`) wakes this process's dispatcher at once. Lost or late
-// notifications cost nothing but latency: every dispatcher also polls.
+// urgent update (an alert or `high`) wakes this process's dispatcher at once. The NOTIFY carries the
+// sender's instance name, so this process's dispatcher, already woken, skips its echo (it would claim
+// twice per interval). Lost or late notifications cost nothing but latency: every dispatcher also polls.
 import Foundation
 import MarqueeCore
 import MarqueeStore
@@ -15,14 +16,18 @@ import Synchronization
 /// Tells dispatchers that outbox work was committed: this process's at once, other instances by NOTIFY.
 public final class OutboxNotifier: Sendable {
     private let pool: PostgresPool
+    /// The NOTIFY payload: the instance whose dispatcher this notifier wakes directly.
+    private let sender: String
     private let interval: Duration
     private let logger: Logger
     private let localWakeups = Mutex<[@Sendable () -> Void]>([])
     /// A NOTIFY is being sent (or waits for its interval); `again` asks for one more after it.
     private let sending = Mutex<(active: Bool, again: Bool)>((false, false))
 
-    public init(pool: PostgresPool, interval: Duration = .milliseconds(20), logger: Logger) {
+    /// `sender`: this process's dispatcher instance (`BroadcastDispatcherConfiguration.instance`).
+    public init(pool: PostgresPool, sender: String, interval: Duration = .milliseconds(20), logger: Logger) {
         self.pool = pool
+        self.sender = sender
         self.interval = interval
         self.logger = logger
     }
@@ -57,7 +62,7 @@ public final class OutboxNotifier: Sendable {
         while true {
             wakeLocal()
             do {
-                try await pool.execute("SELECT pg_notify(\(IngestRepository.notifyChannel), '')")
+                try await pool.execute("SELECT pg_notify(\(IngestRepository.notifyChannel), \(sender))")
             } catch {
                 logger.debug("outbox NOTIFY failed; other instances poll", ["error": .string("\(error)")])
             }
