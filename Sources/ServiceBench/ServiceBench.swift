@@ -19,6 +19,8 @@ struct ServiceBenchSettings: Sendable {
     var connections: Int
     /// The simulator's JSON request log: when it answered each broadcast (nil: serve's records only).
     var simulatorLog: String?
+    /// Where to write one CSV line per update (nil: nowhere).
+    var samplesFile: String?
     /// Makes external ids and idempotency keys unique per run.
     var run = String(wallNanoseconds() / 1_000_000_000)
 
@@ -34,6 +36,7 @@ struct ServiceBenchSettings: Sendable {
         rate = try flags.int("rate", default: 1_000)
         connections = try flags.int("connections", default: 32)
         simulatorLog = flags.value("simulator-log")
+        samplesFile = flags.value("samples")
     }
 }
 
@@ -323,6 +326,20 @@ func report(_ settings: ServiceBenchSettings, load: LoadOutcome, accepted broadc
         of the last third \(rss.lastThird / 1024) MiB   (target within 10%: \(verdict(rssWithin)))
         """)
     return targets.ingest && targets.all && targets.alerts && rssWithin && failures == 0 && undelivered == 0
+}
+
+/// Writes one CSV line per update sent (times in microseconds from the load's start), for looking at where
+/// the tails fall: due, sent, answered, status, alert, delivered (empty when never).
+func writeSamples(to path: String, load: LoadOutcome, accepted broadcasts: AcceptedBroadcasts) throws {
+    let deliveries = broadcasts.bySimulator ?? broadcasts.byServe
+    func micros(_ at: Int64) -> String { String((at - load.start) / 1_000) }
+    var lines = ["due_us,sent_us,answered_us,status,alert,delivered_us"]
+    for update in load.sent.sorted(by: { $0.due < $1.due }) {
+        let delivered = update.updateID.flatMap { deliveries.deliveredAt(event: update.event, updateID: $0) }
+        lines.append([micros(update.due), micros(update.sentAt), micros(update.answeredAt), String(update.status),
+                      update.alert ? "1" : "0", delivered.map(micros) ?? ""].joined(separator: ","))
+    }
+    try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
 }
 
 /// p50, p99, p99.9 and the maximum of nanosecond values (nearest rank).

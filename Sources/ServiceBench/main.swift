@@ -14,6 +14,7 @@
 //
 //   ServiceBench --port P --admin-key K --ingest-key K --app ID --database-url URL --serve-pid PID
 //                [--events 1000] [--updates 60] [--rate 1000] [--connections 32] [--simulator-log FILE]
+//                [--samples FILE]   (one CSV line per update: when due, sent, answered and delivered)
 import BenchSupport
 import Foundation
 import Postgres
@@ -36,6 +37,10 @@ do {
     log("drained after \(format(seconds: wallNanoseconds() - started)) (\(pending) pending)")
     let accepted = try await bench.acceptedBroadcasts()
     let met = report(settings, load: load, accepted: accepted)
+    if let path = settings.samplesFile {
+        try writeSamples(to: path, load: load, accepted: accepted)
+        log("samples written to \(path)")
+    }
     exit(met ? 0 : 1)
 } catch {
     FileHandle.standardError.write(Data("ServiceBench: \(error)\n".utf8))
