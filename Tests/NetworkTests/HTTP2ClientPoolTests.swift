@@ -157,7 +157,7 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
         let results = await burst
         let failures = results.compactMap { if case .failure(let error) = $0 { error } else { nil } }
         #expect(!failures.isEmpty)
-        #expect(failures.allSatisfy { $0.isRetryable && $0 != .timedOut })
+        #expect(failures.allSatisfy { $0.isRetryable && $0 != .timedOut }, "failures: \(Set(failures.map { "\($0)" }))")
 
         // While the peer is down: a retryable connect failure, quickly.
         await #expect(throws: NetworkError.self) {
