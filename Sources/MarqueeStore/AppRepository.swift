@@ -77,9 +77,17 @@ public struct AppRepository: Sendable {
             .map(Self.decode)
     }
 
-    /// Removes an app and, by cascade, everything of it; returns the removed row.
+    /// Removes an app and everything of it, in one transaction: by cascade, and the idempotency keys of its
+    /// API keys and its deliveries explicitly (their tables keep no foreign key to the app: Sql/0011).
+    /// Returns the removed row.
     public func remove(id: Int) async throws -> StoredApp? {
-        try await pool.query("DELETE FROM apps WHERE id = \(id) RETURNING \(fragment: Self.columns)").first.map(Self.decode)
+        try await pool.withTransaction { tx in
+            try await tx.execute("""
+                DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE app_id = \(id))
+                """)
+            try await tx.execute("DELETE FROM deliveries WHERE app_id = \(id)")
+            return try await tx.query("DELETE FROM apps WHERE id = \(id) RETURNING \(fragment: Self.columns)").first.map(Self.decode)
+        }
     }
 
     private static func decode(_ row: PostgresRow) throws -> StoredApp {

@@ -31,6 +31,31 @@ struct PipelineDispatchTests {
         #expect(try await f.outbox.claim(instance: "b", limit: 10, lease: 30).map(\.eventID) == [withChannel.id])
     }
 
+    @Test func removingAnAppRemovesEverythingOfItIncludingTablesWithoutAForeignKeyToIt() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1], at: t0, key: "goal-1", body: "a")
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 10, lease: 30).first)
+        try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 1)
+        _ = try await f.deliveries.insert(DeliveryDraft(appID: f.appID, kind: .channelList, status: 200))
+        // Another app's rows stay.
+        let other = try await AppRepository(pool: f.pool).add(NewApp(bundleID: "com.example.other", environment: "development",
+                                                                     teamID: "ABCDE12345", keyID: "KEY1234567", keyPath: "keys/k.p8"))
+        _ = try await f.deliveries.insert(DeliveryDraft(appID: other.id, kind: .channelList, status: 200))
+        let rows: PostgresQuery = """
+            SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM updates) + (SELECT count(*) FROM channels)
+                 + (SELECT count(*) FROM idempotency_keys) + (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM api_keys)
+            """
+        #expect(try await f.scalar(Int.self, rows) == 1 + 1 + 1 + 1 + 3 + 1)
+        #expect(channel.appID == f.appID)
+
+        #expect(try await AppRepository(pool: f.pool).remove(id: f.appID)?.id == f.appID)
+        #expect(try await f.scalar(Int.self, rows) == 1)
+        #expect(try await f.scalar(Int.self, "SELECT app_id FROM deliveries") == other.id)
+    }
+
     @Test func anUrgentUpdateIsClaimedBeforeABacklog() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
