@@ -91,6 +91,7 @@ private struct RunningHTTP1Server {
     @Test func refusesBodiesOverTheHardLimitWithoutReadingThem() async throws {
         let running = try RunningHTTP1Server.start { $0.hardMaxBodySize = 10_000 }
         let folder = try ServerTestTools.temporaryFolder()
+        defer { try? FileManager.default.removeItem(at: folder) }
         let file = folder.appendingPathComponent("big.bin")
         try Data(repeating: 1, count: 2_000_000).write(to: file)
         let result = try await running.curl(["-o", "/dev/null", "-w", "%{http_code}", "--data-binary", "@\(file.path)", "\(running.url)/echo"])

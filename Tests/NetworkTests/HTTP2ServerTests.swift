@@ -172,6 +172,7 @@ private struct RunningServer {
     @Test func servesManyConcurrentStreams() async throws {
         let running = try await RunningServer.start()
         let folder = try ServerTestTools.temporaryFolder()
+        defer { try? FileManager.default.removeItem(at: folder) }
         try Data(repeating: 0x7b, count: 300).write(to: folder.appendingPathComponent("body.json"))
         let result = try await ServerTestTools.run("h2load", ["-n", "1000", "-c", "2", "-m", "20", "-d", "body.json",
                                                               "\(running.url)/echo"], in: folder)
@@ -186,6 +187,7 @@ private struct RunningServer {
     @Test func receivesAndSendsBodiesLargerThanTheFlowControlWindow() async throws {
         let running = try await RunningServer.start()
         let folder = try ServerTestTools.temporaryFolder()
+        defer { try? FileManager.default.removeItem(at: folder) }
         let body = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
         let file = folder.appendingPathComponent("body.bin")
         try Data(body).write(to: file)
@@ -201,6 +203,7 @@ private struct RunningServer {
     @Test func refusesOversizedBodiesWith413() async throws {
         let running = try await RunningServer.start { $0.maxRequestBodySize = 1_000 }
         let folder = try ServerTestTools.temporaryFolder()
+        defer { try? FileManager.default.removeItem(at: folder) }
         let file = folder.appendingPathComponent("body.bin")
         try Data(repeating: 7, count: 500_000).write(to: file)
         let result = try await running.curl(["-o", "/dev/null", "-w", "%{http_code}", "--data-binary", "@\(file.path)", "\(running.url)/echo"])

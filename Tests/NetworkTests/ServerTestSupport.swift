@@ -22,8 +22,13 @@ enum ServerTestTools {
 
     /// Runs `executable` (found on PATH) and returns when it exits; output goes through files, so a large
     /// output cannot stall the child.
+    /// Without `folder`, it works in a scratch folder of its own and removes it afterwards.
     static func run(_ executable: String, _ arguments: [String], in folder: URL? = nil) async throws -> ServerTestProcessResult {
-        let folder = try folder ?? temporaryFolder()
+        guard let folder else {
+            let scratch = try temporaryFolder()
+            defer { try? FileManager.default.removeItem(at: scratch) }
+            return try await run(executable, arguments, in: scratch)
+        }
         let id = UUID().uuidString
         let outURL = folder.appendingPathComponent("\(id).out")
         let errURL = folder.appendingPathComponent("\(id).err")
