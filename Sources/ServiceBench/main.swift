@@ -31,7 +31,7 @@ do {
     log("\(settings.events) channels open at the simulator after \(format(seconds: wallNanoseconds() - started))")
     log("sending \(settings.events * settings.updatesPerEvent) updates at \(settings.rate)/s over \(settings.connections) connections (open loop)")
     let load = await bench.sendUpdates(to: events)
-    log("load finished in \(format(seconds: load.end - load.start)); waiting for the dispatcher to drain")
+    log("load from \(iso8601(load.start)) finished in \(format(seconds: load.end - load.start)); waiting for the dispatcher to drain")
     started = wallNanoseconds()
     let pending = try await bench.drain()
     log("drained after \(format(seconds: wallNanoseconds() - started)) (\(pending) pending)")
