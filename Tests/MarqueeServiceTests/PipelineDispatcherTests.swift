@@ -130,6 +130,31 @@ struct PipelineDispatcherTests {
         #expect(try await dispatcher.dispatchOnce().first.map(priority) == .high)
     }
 
+    @Test func aFreshInstanceRebuildsEachChannelsMemoryOfABatch() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        var events: [Int] = []
+        for _ in 0..<3 {
+            let event = try await f.makeEvent()
+            _ = try await f.openChannel(eventID: event.id)
+            events.append(event.id)
+        }
+        // The first instance spends the budget (1) of the first two channels and sets their last state.
+        let first = f.dispatcher(budget: 1)
+        for event in events.prefix(2) { try await f.post(event, ["home": 1, "away": 0], at: f.clock.now) }
+        #expect(try await first.dispatchOnce().compactMap(priority) == [.high, .high])
+        f.clock.advance(by: 2)
+        // A fresh instance claims all three in one batch: the first two spent their budget, so their goals
+        // go at 5; the third has no history (no baseline, budget intact) and goes at 10. A minute-only change
+        // of the first two would be at 5 anyway, so the goals also show the baselines were each channel's.
+        try await f.post(events[0], ["home": 2, "away": 0], at: f.clock.now)
+        try await f.post(events[1], ["home": 1, "away": 0, "minute": 5], at: f.clock.now)
+        try await f.post(events[2], ["home": 1, "away": 0], at: f.clock.now)
+        let second = f.dispatcher(instance: "d2", budget: 1)
+        #expect(try await second.dispatchOnce().compactMap(priority) == [.low, .low, .high])
+        #expect(f.metrics.priorityDowngrades.value() == 1)
+    }
+
     @Test func expirationIsZeroWithoutStorageAndATimeToLiveWithIt() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

@@ -176,6 +176,7 @@ public final class BroadcastDispatcher: Service {
                         full = batch.taken == limit
                         claimFailures = 0
                         if let paced = batch.pacedUntil { noteDue(at: paced) }
+                        await rememberChannels(of: batch.claims)
                         for claim in batch.claims {
                             group.addTask { [self] in
                                 _ = await handle(claim, shutdown: shutdown)
@@ -224,6 +225,7 @@ public final class BroadcastDispatcher: Service {
     public func dispatchOnce(limit: Int? = nil) async throws -> [DispatchResult] {
         let claims = try await outbox.claim(instance: configuration.instance, limit: limit ?? configuration.claimBatch,
                                             lease: configuration.claimLease, now: databaseNow)
+        await rememberChannels(of: claims)
         return await withTaskGroup(of: (Int, DispatchResult).self) { group in
             for (index, claim) in claims.enumerated() {
                 group.addTask { [self] in (index, await handle(claim, shutdown: nil)) }
@@ -477,22 +479,58 @@ public final class BroadcastDispatcher: Service {
         return (body, false, true)
     }
 
-    /// The channel's memory rebuilt from the database: the event's last broadcast state and the
-    /// channel's accepted priority-10 broadcasts inside the budget window.
+    /// The channel's memory rebuilt from the database (see `loadMemories`).
     private func loadMemory(_ claim: ClaimedBroadcast) async throws -> ChannelMemory {
+        try await loadMemories([claim])[claim.channelID]!
+    }
+
+    /// Rebuilds the memories of a claim batch's channels that this instance lacks (after a start, every
+    /// channel's first claim), so its sends find them; on failure each send loads its own when it needs it.
+    private func rememberChannels(of claims: [ClaimedBroadcast]) async {
+        let missing = memory.withLock { table in
+            claims.filter { table.entry(channelID: $0.channelID, lastApsTimestamp: $0.lastApsTimestamp) == nil }
+        }
+        guard !missing.isEmpty else { return }
+        do {
+            let loaded = try await loadMemories(missing)
+            memory.withLock { table in for (channelID, channel) in loaded { table.store(channelID: channelID, channel) } }
+        } catch {
+            logger.debug("channel memories not loaded; each send loads its own", ["error": .string("\(error)")])
+        }
+    }
+
+    /// Channel memories rebuilt from the database, by channel id, with two statements for any number of
+    /// claims: each event's last broadcast state and each channel's accepted priority-10 broadcasts
+    /// inside the budget window.
+    private func loadMemories(_ claims: [ClaimedBroadcast]) async throws -> [Int: ChannelMemory] {
         let since = clock.now.addingTimeInterval(-configuration.highPriorityWindow)
-        let previous = try await pool.query("""
-            SELECT content_state FROM updates WHERE event_id = \(claim.eventID) AND disposition = 'broadcast'
-            ORDER BY id DESC LIMIT 1
-            """).first.map { try JSONValue(parsing: $0.decode(PostgresJSON.self, column: "content_state").text) }
-        let sends = try await pool.query("""
-            SELECT sent_at FROM deliveries
-            WHERE channel_id = \(claim.channelID) AND kind = 'broadcast' AND status = 200 AND priority = 10 AND sent_at > \(since)
-            ORDER BY sent_at
-            """).map { try $0.decode(Date.self, column: "sent_at") }
-        return ChannelMemory(lastApsTimestamp: claim.lastApsTimestamp, lastState: previous, lastSentAt: nil,
-                             budget: HighPriorityBudget(limit: configuration.highPriorityBudget, window: configuration.highPriorityWindow,
-                                                        sends: sends))
+        var states: [Int: JSONValue] = [:]
+        for row in try await pool.query("""
+            SELECT e.id AS event_id,
+                   (SELECT content_state FROM updates u WHERE u.event_id = e.id AND u.disposition = 'broadcast'
+                    ORDER BY u.id DESC LIMIT 1) AS content_state
+            FROM unnest(\(claims.map { String($0.eventID) })::bigint[]) AS e (id)
+            """) {
+            guard let state = try row.decode(PostgresJSON?.self, column: "content_state") else { continue }
+            states[try row.decode(Int.self, column: "event_id")] = try JSONValue(parsing: state.text)
+        }
+        var sends: [Int: [Date]] = [:]
+        for row in try await pool.query("""
+            SELECT channel_id, sent_at FROM deliveries
+            WHERE channel_id = ANY (\(claims.map { String($0.channelID) })::bigint[]) AND kind = 'broadcast' AND status = 200
+              AND priority = 10 AND sent_at > \(since)
+            ORDER BY channel_id, sent_at
+            """) {
+            sends[try row.decode(Int.self, column: "channel_id"), default: []].append(try row.decode(Date.self, column: "sent_at"))
+        }
+        var memories: [Int: ChannelMemory] = [:]
+        for claim in claims {
+            memories[claim.channelID] = ChannelMemory(
+                lastApsTimestamp: claim.lastApsTimestamp, lastState: states[claim.eventID], lastSentAt: nil,
+                budget: HighPriorityBudget(limit: configuration.highPriorityBudget, window: configuration.highPriorityWindow,
+                                           sends: sends[claim.channelID] ?? []))
+        }
+        return memories
     }
 }
 
