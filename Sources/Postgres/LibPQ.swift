@@ -194,7 +194,7 @@ final class LibPQConnection {
         // Each command queued (a prepare or a statement) yields its results, each list ending in NULL.
         var commands: [(statement: Int?, query: PostgresQuery, types: [Oid])] = []
         var sendFailed = false
-        for (index, query) in queries.enumerated() where !sendFailed {
+        for (index, query) in queries.enumerated() {
             let parameters = Parameters(query)
             let count = Int32(query.binds.count)
             let name = preparedName(for: query, types: parameters.types)

@@ -154,21 +154,23 @@ public final class PostgresPool: Sendable {
     /// the statement was sent (e.g. after a server restart), it is retried once on a fresh one.
     @discardableResult
     public func query(_ query: PostgresQuery) async throws -> PostgresRows {
-        do {
-            return try await withConnection { try await $0.query(query) }
-        } catch let error as PostgresError where error.notSent {
-            return try await withConnection { try await $0.query(query) }
-        }
+        try await withConnectionOnceMoreIfNotSent { try await $0.query(query) }
     }
 
     /// Runs statements in one round trip as one implicit transaction (`PostgresConnection.pipeline`) on a
     /// pooled connection; retried once on a fresh connection if the first had died before sending.
     @discardableResult
     public func pipeline(_ queries: [PostgresQuery]) async throws -> [PostgresRows] {
+        try await withConnectionOnceMoreIfNotSent { try await $0.pipeline(queries) }
+    }
+
+    /// `withConnection`, run once more on a fresh connection when the first had died before anything
+    /// was sent (so nothing of `body` reached the server).
+    private func withConnectionOnceMoreIfNotSent<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await withConnection { try await $0.pipeline(queries) }
+            return try await withConnection(body)
         } catch let error as PostgresError where error.notSent {
-            return try await withConnection { try await $0.pipeline(queries) }
+            return try await withConnection(body)
         }
     }
 

@@ -114,12 +114,16 @@ public final class BroadcastDispatcher: Service {
         self.clock = clock
         outbox = OutboxRepository(pool: pool)
         let clockDrivesDatabase = configuration.clockDrivesDatabase
-        recorder = BroadcastRecordBatcher(outbox: outbox, now: { [clock] in clockDrivesDatabase ? clock.now : nil })
+        databaseClock = { [clock] in clockDrivesDatabase ? clock.now : nil }
+        recorder = BroadcastRecordBatcher(outbox: outbox, now: databaseClock)
         deliveries = DeliveryRepository(pool: pool)
         memory = Mutex(ChannelMemoryTable(capacity: configuration.channelMemoryCapacity))
     }
 
-    private var databaseNow: Date? { configuration.clockDrivesDatabase ? clock.now : nil }
+    /// The time passed to the database instead of its `now()`: the injected clock's with
+    /// `clockDrivesDatabase` (tests), else nil. One closure, shared with the record batcher.
+    private let databaseClock: @Sendable () -> Date?
+    private var databaseNow: Date? { databaseClock() }
 
     // MARK: the service
 

@@ -110,7 +110,6 @@ public struct ChannelRoutes: APIRoutes {
         return channel
     }
 
-
     /// One app's reconcile, the same shape for a dry run (what it would do) and a real one (what it did).
     private static func reconcileJSON(app: Int, unrecorded: [String], unknown: [String], missing: [Int], resurrected: [Int],
                                       deleted: [String]) -> JSONValue {
