@@ -156,7 +156,7 @@ struct PipelineDispatchTests {
         let claims = try await f.outbox.claim(instance: "a", limit: 3, lease: 30).sorted { $0.eventID < $1.eventID }
         try #require(claims.count == 3)
         try await f.pool.execute("UPDATE channels SET last_aps_timestamp = 50 WHERE id = \(claims[0].channelID)")
-        guard case .accepted(let newer, _) = try await f.post(events[1], ["home": 2], at: t0 + 1) else { Issue.record("x"); return }
+        let newer = try await f.postAccepted(events[1], ["home": 2], at: t0 + 1)
         let outcomes = try await f.outbox.recordBroadcasts(claims.map {
             BroadcastRecord(claim: $0, delivery: f.delivery(for: $0), apsTimestamp: 50, sentAt: t0)
         })
@@ -182,7 +182,7 @@ struct PipelineDispatchTests {
         _ = try await f.openChannel(eventID: event.id)
         try await f.post(event.id, ["home": 1], at: t0)
         let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
-        guard case .accepted(let newer, _) = try await f.post(event.id, ["home": 2], at: t0 + 1) else { Issue.record("x"); return }
+        let newer = try await f.postAccepted(event.id, ["home": 2], at: t0 + 1)
         #expect(try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 10) == .newerPending)
         let again = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
         #expect(again.update.id == newer.id)
@@ -253,9 +253,9 @@ struct PipelineDispatchTests {
         defer { f.pool.close() }
         let event = try await f.makeEvent()
         let channel = try await f.openChannel(eventID: event.id)
-        guard case .accepted(let first, _) = try await f.post(event.id, ["home": 1], at: t0) else { Issue.record("x"); return }
+        let first = try await f.postAccepted(event.id, ["home": 1], at: t0)
         let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
-        guard case .accepted(let second, _) = try await f.post(event.id, ["home": 2], at: t0 + 1) else { Issue.record("x"); return }
+        let second = try await f.postAccepted(event.id, ["home": 2], at: t0 + 1)
         try await f.outbox.recordPermanentFailure(claim, delivery: f.delivery(for: claim, status: 400, reason: "ChannelNotRegistered"),
                                                   channelNotRegistered: true)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
@@ -491,9 +491,9 @@ struct PipelineDispatchTests {
         defer { f.pool.close() }
         let event = try await f.makeEvent()
         let channel = try await f.openChannel(eventID: event.id)
-        guard case .accepted(let sent, _) = try await f.post(event.id, ["home": 1], at: t0) else { Issue.record("x"); return }
+        let sent = try await f.postAccepted(event.id, ["home": 1], at: t0)
         let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
-        guard case .accepted(let newer, _) = try await f.post(event.id, ["home": 2], at: t0 + 1) else { Issue.record("x"); return }
+        let newer = try await f.postAccepted(event.id, ["home": 2], at: t0 + 1)
         try await f.pool.execute("UPDATE outbox SET update_id = \(sent.id)")  // as if the newer update's upsert had not happened yet
         let ingest = f.secondPool()
         defer { ingest.close() }

@@ -87,6 +87,12 @@ struct PipelineFixture {
                                        state: state, idempotency: idempotency, response: Self.answer)
     }
 
+    /// `post` that must be accepted (not replayed); its stored update.
+    func postAccepted(_ eventID: Int, _ state: JSONValue, at occurredAt: Date) async throws -> IngestedUpdate {
+        guard case .accepted(let update, _) = try await post(eventID, state, at: occurredAt) else { throw FixtureError.notAccepted }
+        return update
+    }
+
     /// A stand-in answer made of everything a replay must rebuild exactly.
     static func answer(_ update: IngestedUpdate) -> StoredResponse {
         StoredResponse(status: 202, body: Data("""
@@ -114,7 +120,7 @@ struct PipelineFixture {
     }
 }
 
-enum FixtureError: Error { case stale, missing }
+enum FixtureError: Error { case stale, missing, notAccepted }
 
 /// `#require` for plain helper code outside a test body.
 func require2<T>(_ value: T?) throws -> T {
