@@ -97,3 +97,42 @@ public func rssMaxima(_ samples: [Int]) -> (secondThird: Int, lastThird: Int) {
     let third = samples.count / 3
     return (samples.dropFirst(third).prefix(third).max() ?? 0, samples.dropFirst(2 * third).max() ?? 0)
 }
+
+/// CPU time from /proc, in clock ticks: the machine's busy time (all but idle and iowait) and, per named
+/// group, the user + system time of processes (a group may name a process and count its children too,
+/// as PostgreSQL's backends are children of the postmaster). Take one before and one after a load.
+public struct CPUTimes: Sendable {
+    /// Busy ticks of the whole machine, summed over its cores.
+    public var machineBusy: Int
+    /// Ticks per group.
+    public var groups: [String: Int]
+
+    /// Reads now: `groups` maps a name to a process id, with `true` to add that process's children.
+    public static func read(groups: [String: (processID: Int32, withChildren: Bool)]) -> CPUTimes {
+        var times = CPUTimes(machineBusy: 0, groups: [:])
+        if let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+           let line = stat.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") }) {
+            let fields = line.split(separator: " ").dropFirst().compactMap { Int($0) }
+            // user nice system idle iowait irq softirq steal …
+            times.machineBusy = fields.enumerated().filter { $0.offset != 3 && $0.offset != 4 && $0.offset < 8 }.map(\.element).reduce(0, +)
+        }
+        let processes = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.compactMap { Int32($0) } ?? []
+        var stats: [Int32: (parent: Int32, ticks: Int)] = [:]
+        for process in processes {
+            guard let text = try? String(contentsOfFile: "/proc/\(process)/stat", encoding: .utf8),
+                  let close = text.lastIndex(of: ")") else { continue }
+            // After "pid (comm)": state ppid … utime (14th field of the line) stime (15th).
+            let fields = text[text.index(after: close)...].split(separator: " ")
+            guard fields.count > 12, let parent = Int32(fields[1]), let user = Int(fields[11]), let system = Int(fields[12]) else { continue }
+            stats[process] = (parent, user + system)
+        }
+        for (name, group) in groups {
+            times.groups[name] = stats.filter { $0.key == group.processID || (group.withChildren && $0.value.parent == group.processID) }
+                .map(\.value.ticks).reduce(0, +)
+        }
+        return times
+    }
+
+    /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).
+    public static var ticksPerSecond: Int { sysconf(Int32(_SC_CLK_TCK)) }
+}

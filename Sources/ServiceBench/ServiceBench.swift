@@ -13,6 +13,9 @@ struct ServiceBenchSettings: Sendable {
     var app: Int
     var databaseURL: String
     var servePID: Int32
+    /// PostgreSQL's postmaster and the simulator, for the CPU account (nil: not counted).
+    var postgresPID: Int32?
+    var simulatorPID: Int32?
     var events: Int
     var updatesPerEvent: Int
     var rate: Int
@@ -31,6 +34,8 @@ struct ServiceBenchSettings: Sendable {
         app = try flags.int("app", default: 1)
         databaseURL = try flags.required("database-url")
         servePID = Int32(try flags.int("serve-pid", default: 1))
+        postgresPID = flags.value("postgres-pid") == nil ? nil : Int32(try flags.int("postgres-pid", default: 0))
+        simulatorPID = flags.value("simulator-pid") == nil ? nil : Int32(try flags.int("simulator-pid", default: 0))
         events = try flags.int("events", default: 1_000)
         updatesPerEvent = try flags.int("updates", default: 60)
         rate = try flags.int("rate", default: 1_000)
@@ -58,6 +63,8 @@ struct LoadOutcome {
     var start: Int64
     var end: Int64
     var rssSamples: [Int]
+    /// CPU times just before and after the load.
+    var cpu: (before: CPUTimes, after: CPUTimes)
 }
 
 /// Drives one run against `marquee serve`.
@@ -131,6 +138,7 @@ struct ServiceBench {
         let next = Atomic<Int>(0)
         let sampler = RSSSampler(processID: settings.servePID)
         sampler.start()
+        let cpuBefore = readCPU()
         let perThread = await onThreads(settings.connections) { [settings] _, threads -> [SentUpdate] in
             let connection = BlockingHTTPConnection(port: settings.port)
             var sent: [SentUpdate] = []
@@ -162,7 +170,15 @@ struct ServiceBench {
             return sent
         }
         let end = wallNanoseconds()
-        return LoadOutcome(sent: perThread.flatMap { $0 }, start: start, end: end, rssSamples: sampler.stop())
+        return LoadOutcome(sent: perThread.flatMap { $0 }, start: start, end: end, rssSamples: sampler.stop(), cpu: (cpuBefore, readCPU()))
+    }
+
+    /// The CPU times of the processes taking part (PostgreSQL with its backends, serve, the simulator, this driver).
+    private func readCPU() -> CPUTimes {
+        var groups: [String: (processID: Int32, withChildren: Bool)] = ["serve": (settings.servePID, false), "driver": (getpid(), false)]
+        if let postgres = settings.postgresPID { groups["PostgreSQL"] = (postgres, true) }
+        if let simulator = settings.simulatorPID { groups["simulator"] = (simulator, false) }
+        return CPUTimes.read(groups: groups)
     }
 
     /// Waits until no update is pending (up to 120 s); returns how many still are.
@@ -322,10 +338,24 @@ func report(_ settings: ServiceBenchSettings, load: LoadOutcome, accepted broadc
         updates \(dispositions["broadcast"] ?? 0) broadcast, \(dispositions["conflated"] ?? 0) conflated, \
         \(dispositions["superseded"] ?? 0) superseded, \(dispositions["pending"] ?? 0) pending, \(dispositions["unsent"] ?? 0) unsent; \
         alerts below priority 10: \(alertsBelowTen)
+        cpu:       \(cpuAccount(load, updates: load.sent.count))
         rss:       serve every 100 ms during the load (\(load.rssSamples.count) samples): max of the second third \(rss.secondThird / 1024) MiB, \
         of the last third \(rss.lastThird / 1024) MiB   (target within 10%: \(verdict(rssWithin)))
         """)
     return targets.ingest && targets.all && targets.alerts && rssWithin && failures == 0 && undelivered == 0
+}
+
+/// The machine's busy share during the load and each process group's CPU time per update sent.
+func cpuAccount(_ load: LoadOutcome, updates: Int) -> String {
+    let (before, after) = load.cpu
+    let tick = 1_000.0 / Double(CPUTimes.ticksPerSecond)  // ms
+    let cores = ProcessInfo.processInfo.activeProcessorCount
+    let busy = Double(after.machineBusy - before.machineBusy) * tick
+    let perUpdate = { (ticks: Int) in String(format: "%.3f ms", Double(ticks) * tick / Double(max(updates, 1))) }
+    let order = ["PostgreSQL", "serve", "simulator", "driver"].filter { after.groups[$0] != nil }
+    let counted = order.map { (after.groups[$0] ?? 0) - (before.groups[$0] ?? 0) }
+    return String(format: "the machine was %.0f%% busy (%d cores) during the load; CPU per update: ", 100 * busy / (Double(load.end - load.start) / 1e6) / Double(cores), cores)
+        + zip(order, counted).map { "\($0) \(perUpdate($1))" }.joined(separator: ", ")
 }
 
 /// Writes one CSV line per update sent (times in microseconds from the load's start), for looking at where
