@@ -77,8 +77,9 @@ public struct AppRepository: Sendable {
             .map(Self.decode)
     }
 
-    /// Removes an app and everything of it, in one transaction: by cascade, and the idempotency keys of its
-    /// API keys and its deliveries explicitly (their tables keep no foreign key to the app: Sql/0011).
+    /// Removes an app and everything of it, in one transaction: by cascade, and explicitly the idempotency keys
+    /// of its API keys, its deliveries and its events' outbox rows (their tables keep no foreign key to what
+    /// they belong to: Sql/0011, Sql/0012).
     /// Returns the removed row.
     public func remove(id: Int) async throws -> StoredApp? {
         try await pool.withTransaction { tx in
@@ -86,6 +87,7 @@ public struct AppRepository: Sendable {
                 DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE app_id = \(id))
                 """)
             try await tx.execute("DELETE FROM deliveries WHERE app_id = \(id)")
+            try await tx.execute("DELETE FROM outbox WHERE event_id IN (SELECT id FROM events WHERE app_id = \(id))")
             return try await tx.query("DELETE FROM apps WHERE id = \(id) RETURNING \(fragment: Self.columns)").first.map(Self.decode)
         }
     }

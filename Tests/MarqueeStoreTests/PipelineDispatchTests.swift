@@ -39,6 +39,7 @@ struct PipelineDispatchTests {
         try await f.post(event.id, ["home": 1], at: t0, key: "goal-1", body: "a")
         let claim = try #require(try await f.outbox.claim(instance: "a", limit: 10, lease: 30).first)
         try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 1)
+        try await f.post(event.id, ["home": 2], at: t0 + 1, key: "goal-2", body: "b")  // queued in the outbox
         _ = try await f.deliveries.insert(DeliveryDraft(appID: f.appID, kind: .channelList, status: 200))
         // Another app's rows stay.
         let other = try await AppRepository(pool: f.pool).add(NewApp(bundleID: "com.example.other", environment: "development",
@@ -47,8 +48,9 @@ struct PipelineDispatchTests {
         let rows: PostgresQuery = """
             SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM updates) + (SELECT count(*) FROM channels)
                  + (SELECT count(*) FROM idempotency_keys) + (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM api_keys)
+                 + (SELECT count(*) FROM outbox)
             """
-        #expect(try await f.scalar(Int.self, rows) == 1 + 1 + 1 + 1 + 3 + 1)
+        #expect(try await f.scalar(Int.self, rows) == 1 + 2 + 1 + 2 + 3 + 1 + 1)
         #expect(channel.appID == f.appID)
 
         #expect(try await AppRepository(pool: f.pool).remove(id: f.appID)?.id == f.appID)
