@@ -19,7 +19,7 @@ struct OutboxNotifierTests {
 
         let notifier = OutboxNotifier(pool: f.pool, sender: "n1", interval: .milliseconds(200), logger: Logger { _ in })
         let wakes = Mutex(0)
-        notifier.onCommitted { wakes.withLock { $0 += 1 } }
+        notifier.onCommitted { _ in wakes.withLock { $0 += 1 } }
         for _ in 0..<100 { notifier.committed() }
         #expect(wakes.withLock { $0 } <= 1)
         for _ in 0..<3 { notifier.committed(urgent: true) }
@@ -37,5 +37,34 @@ struct OutboxNotifierTests {
         }
         #expect(more <= 1)
         #expect(wakes.withLock { $0 } <= 5)
+    }
+
+    @Test func workDueLaterGoesToTheLocalDispatcherWithItsDueTimeAndNoNotify() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let listener = PostgresListener(configuration: f.configuration, channels: [IngestRepository.notifyChannel])
+        defer { listener.stop() }
+        var iterator = listener.events.makeAsyncIterator()
+        #expect(await iterator.next() == .listening)
+
+        let notifier = OutboxNotifier(pool: f.pool, sender: "n1", interval: .milliseconds(20), logger: Logger { _ in })
+        let wakes = Mutex<[TimeInterval?]>([])
+        notifier.onCommitted { dueIn in wakes.withLock { $0.append(dueIn) } }
+        notifier.committed(dueIn: 0.7)
+        notifier.committed(urgent: true, dueIn: 0.7)  // urgent work is due at once whatever it says
+        #expect(wakes.withLock { $0.prefix(2) } == [0.7, nil])
+        // Only the urgent commit sent a NOTIFY.
+        guard case .notification = await iterator.next() else { Issue.record("no notification"); return }
+        notifier.committed(dueIn: 0.9)
+        try await Task.sleep(for: .milliseconds(300))
+        listener.stop()
+        var more = 0
+        while let event = await iterator.next() {
+            if case .notification = event { more += 1 }
+        }
+        #expect(more == 0)
+        // The urgent commit's batch may have woken it once more; the later work came with its due time.
+        #expect(wakes.withLock { $0.compactMap { $0 } } == [0.7, 0.9])
+        #expect(wakes.withLock { $0.last } == 0.9)
     }
 }

@@ -401,6 +401,47 @@ struct PipelineDispatcherTests {
         for (earlier, later) in zip(times, times.dropFirst()) { #expect(later.timeIntervalSince(earlier) >= 1) }
     }
 
+    @Test func anUpdateQueuedForLaterByThePacingWakesTheDispatcherWhenDue() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        // Two seconds' pacing: the next update comes well inside it even on a slow machine.
+        let dispatcher = f.dispatcher(clock: SystemWallClock()) {
+            $0.pollInterval = .seconds(120)
+            $0.conflation = ConflationPolicy(minimumInterval: 2)
+        }
+        let paced = IngestRepository(pool: f.pool, pacing: 2)
+        let shutdown = ShutdownSignal()
+        let running = Task { try await dispatcher.run(until: shutdown) }
+        var dueIn: [TimeInterval] = []
+        var sentAt: [Date?] = []  // when each send began (the pacing's reference)
+        for home in 1...3 {
+            guard case .accepted(let update, _) = try await paced.ingest(
+                eventID: event.id, UpdateDraft(occurredAt: Date()), state: ["home": .int(Int64(home)), "away": 0],
+                response: { _ in StoredResponse(status: 202, body: Data()) }) else { Issue.record("refused"); return }
+            dueIn.append(update.dueIn ?? -1)
+            // What serve's notifier passes on: only the due time, never a claim now (no NOTIFY, poll 120 s).
+            dispatcher.wake(dueIn: update.dueIn)
+            var waited = 0
+            while try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE channel_id = \(channel.id) AND status = 200") < home
+                    && waited < 150 {
+                try await Task.sleep(for: .milliseconds(50))
+                waited += 1
+            }
+            sentAt.append(try await f.pool.query("SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)")[0]
+                .decode(Date?.self, column: "last_broadcast_at"))
+        }
+        shutdown.trigger()
+        try await running.value
+        #expect(f.apns.broadcasts.map { $0.aps["content-state"]?["home"] } == [1, 2, 3])
+        // The first was due at once; the others waited for the channel's pacing.
+        #expect(dueIn[0] <= 0 && dueIn[1] > 0 && dueIn[2] > 0)
+        let times = sentAt.compactMap { $0 }
+        #expect(times.count == 3)
+        for (earlier, later) in zip(times, times.dropFirst()) { #expect(later.timeIntervalSince(earlier) >= 2) }
+    }
+
     /// With every send slot busy the loop waits; the send that frees one asks for the next claim at once.
     @Test func aFreedSendSlotClaimsTheWorkThatWaitedForIt() async throws {
         let f = try await PipelineServiceFixture.make()

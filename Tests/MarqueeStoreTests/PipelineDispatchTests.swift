@@ -561,4 +561,44 @@ struct PipelineDispatchTests {
         #expect(due.claims.map(\.eventID) == [events[0]])
         #expect(due.pacedUntil == nil)
     }
+
+    @Test func anIngestWithPacingQueuesAnUpdateDueWhenItsChannelMayBroadcastAgain() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let events = try await f.eventsWithQueuedUpdates(3, at: t0)
+        for claim in try await f.outbox.claim(instance: "a", limit: 10, lease: 30) {
+            // events[0] broadcast a quarter of a second ago, the others long ago (a minute's pacing, so a slow
+            // machine cannot make the first one due before the test looks).
+            let sentAt = Date() - (claim.eventID == events[0] ? 0.25 : 600)
+            try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 5, sentAt: sentAt)
+        }
+        let paced = IngestRepository(pool: f.pool, pacing: 60)
+        func post(_ eventID: Int, urgent: Bool = false, at offset: TimeInterval) async throws -> IngestedUpdate {
+            guard case .accepted(let update, _) = try await paced.ingest(
+                eventID: eventID, UpdateDraft(occurredAt: t0 + offset, urgent: urgent), state: ["home": .int(Int64(offset))],
+                response: { _ in StoredResponse(status: 202, body: Data()) }) else { throw FixtureError.notAccepted }
+            return update
+        }
+        let held = try await post(events[0], at: 1)
+        let free = try await post(events[1], at: 1)
+        // The outbox row is due a minute after the channel's last broadcast, and the answer says in how long.
+        #expect(try await f.scalar(Bool.self, """
+            SELECT o.next_attempt_at = c.last_broadcast_at + interval '1 minute' AS paced
+            FROM outbox o JOIN channels c ON c.event_id = o.event_id WHERE o.event_id = \(events[0])
+            """))
+        let dueIn = try #require(held.dueIn)
+        #expect(dueIn > 50 && dueIn <= 59.75)
+        #expect(try #require(free.dueIn) <= 0)
+        // A claim now takes only the row that may go, with no pacing of its own to do.
+        let batch = try await f.outbox.claimBatch(instance: "a", limit: 10, lease: 30, pacing: 60)
+        #expect(batch.claims.map(\.eventID) == [events[1]])
+        #expect(batch.taken == 1 && batch.pacedUntil == nil)
+        // An urgent update makes the held row due at once; without pacing a row is due now.
+        #expect(try #require(try await post(events[0], urgent: true, at: 2).dueIn) < 0)
+        #expect(try await f.outbox.claim(instance: "a", limit: 10, lease: 30).map(\.eventID) == [events[0]])
+        guard case .accepted(let unpaced, _) = try await f.ingest.ingest(
+            eventID: events[2], UpdateDraft(occurredAt: t0 + 1), state: ["home": 1],
+            response: { _ in StoredResponse(status: 202, body: Data()) }) else { throw FixtureError.notAccepted }
+        #expect(try #require(unpaced.dueIn) <= 0)
+    }
 }

@@ -155,19 +155,19 @@ public final class MarqueeDaemon: Sendable {
                                              catalog: catalog, configuration: configuration.pipeline.dispatcher(instance: instance),
                                              metrics: pipelineMetrics, logger: logger)
         let notifier = OutboxNotifier(pool: pool, sender: instance, logger: logger)
-        notifier.onCommitted { [dispatcher] in dispatcher.wake() }
+        notifier.onCommitted { [dispatcher] dueIn in dispatcher.wake(dueIn: dueIn) }
         self.dispatcher = dispatcher
         scheduler = ChannelScheduler(pool: pool, apns: apns, catalog: catalog,
                                      configuration: configuration.pipeline.scheduler(instance: instance),
                                      metrics: pipelineMetrics, logger: logger, notifier: notifier)
         self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
-                                                 notifier: notifier),
+                                                 notifier: notifier, pacing: configuration.pipeline.conflationInterval),
                              keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
     }
 
     /// The API's feature areas. A new area adds its `APIRoutes` here (and its paths to the OpenAPI document).
     public static func routes(pool: PostgresPool, metrics: MetricsRegistry, attributeTypes: AttributeTypeCatalog? = nil,
-                              scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil) -> [any APIRoutes] {
+                              scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
         let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
         return [
@@ -175,7 +175,7 @@ public final class MarqueeDaemon: Sendable {
             AppRoutes(apps: apps),
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
             ChannelRoutes(pool: pool, scheduler: scheduler),
-            EventRoutes(pool: pool, types: attributeTypes, notifier: notifier),
+            EventRoutes(pool: pool, types: attributeTypes, notifier: notifier, pacing: pacing),
         ]
     }
 

@@ -7,11 +7,12 @@
 // significant change → 10, within a per-channel hourly budget). Then it sends and records the result
 // in one statement per outcome.
 //
-// Pacing costs no round trip where it can be helped: the run loop's claim leaves alone (and makes due
-// later) rows whose channel broadcast less than the conflation interval ago and that hold nothing
-// urgent, a row released because a newer update arrived during its send is made due when the pacing
-// allows, and the loop sleeps until the earliest due time it set (postponed, paced or released), not
-// a whole poll interval.
+// Pacing costs no round trip where it can be helped: an ingest queues an update that is not urgent due
+// when its channel may broadcast again (and tells this process's dispatcher when), the run loop's claim
+// leaves alone (and makes due later) rows whose channel broadcast less than the conflation interval ago
+// and that hold nothing urgent, a row released because a newer update arrived during its send is made due
+// when the pacing allows, and the loop sleeps until the earliest due time it knows of (`DueSchedule`:
+// ingested here, postponed, paced or released), not a whole poll interval.
 //
 // Per-channel memory (last aps.timestamp, last state sent, when, and the priority-10 budget) is kept
 // in process and trusted only while the claim's `lastApsTimestamp` matches what this instance last
@@ -91,13 +92,13 @@ public final class BroadcastDispatcher: Service {
     private let deliveries: DeliveryRepository
     private let wakeup = Wakeup()
     /// Something asked for a claim (NOTIFY, `wake()`, shutdown, a send slot the loop waited for), as
-    /// opposed to a wake-up that only moved `nextDue` earlier.
+    /// opposed to a wake-up that only moved the earliest due time earlier.
     private let claimRequested = Mutex(false)
     /// Every send slot was busy at the last turn of the loop: the next finished send asks for a claim.
     private let slotWanted = Mutex(false)
     private let sending = Mutex<Set<Int>>([])
-    /// The earliest time a row this instance postponed, paced or released becomes due (nil: none pending).
-    private let nextDue = Mutex<ContinuousClock.Instant?>(nil)
+    /// When rows this instance postponed, paced, released or saw ingested (due later) become due.
+    private let dueTimes = Mutex(DueSchedule(step: .milliseconds(20)))
     private let memory: Mutex<ChannelMemoryTable>
 
     /// `listenTo` is the database to LISTEN on for `marquee_outbox` (nil: poll only).
@@ -127,8 +128,11 @@ public final class BroadcastDispatcher: Service {
 
     // MARK: the service
 
-    /// Claims now rather than at the next poll (outbox work was committed in this process).
-    public func wake() { requestClaim() }
+    /// Outbox work was committed in this process: claims now rather than at the next poll, or, with
+    /// `dueIn` (seconds, above 0), wakes when it is due.
+    public func wake(dueIn: TimeInterval? = nil) {
+        if let dueIn, dueIn > 0 { noteDue(after: dueIn) } else { requestClaim() }
+    }
 
     private func requestClaim() {
         claimRequested.withLock { $0 = true }
@@ -170,9 +174,7 @@ public final class BroadcastDispatcher: Service {
                 if free > 0 {
                     let limit = min(configuration.claimBatch, free)
                     // What comes due by now is claimed now; later due times stay for the wait below.
-                    nextDue.withLock { due in
-                        if let time = due, time <= ContinuousClock.now { due = nil }
-                    }
+                    dueTimes.withLock { $0.removeDue(by: ContinuousClock.now) }
                     do {
                         let batch = try await outbox.claimBatch(instance: configuration.instance, limit: limit,
                                                                 lease: configuration.claimLease,
@@ -185,7 +187,7 @@ public final class BroadcastDispatcher: Service {
                             group.addTask { [self] in
                                 _ = await handle(claim, shutdown: shutdown)
                                 // Only a loop short of slots needs to hear of it: what a send leaves due
-                                // later (postponed, released) is in `nextDue`.
+                                // later (postponed, released) is in `dueTimes`.
                                 if slotWanted.withLock({ wanted in defer { wanted = false }; return wanted }) { requestClaim() }
                             }
                         }
@@ -216,7 +218,7 @@ public final class BroadcastDispatcher: Service {
     private func waitForWork(until deadline: ContinuousClock.Instant, dueTimes: Bool, shutdown: ShutdownSignal) async {
         while !shutdown.isTriggered && !Task.isCancelled {
             var end = deadline
-            if dueTimes, let due = nextDue.withLock({ $0 }) { end = min(end, due + .milliseconds(2)) }
+            if dueTimes, let due = self.dueTimes.withLock({ $0.earliest }) { end = min(end, due + .milliseconds(2)) }
             let left = end - ContinuousClock.now
             if left <= .zero { return }
             await wakeup.wait(upTo: left)
@@ -243,12 +245,7 @@ public final class BroadcastDispatcher: Service {
     /// Remembers that a row becomes due `delay` seconds from now (the run loop wakes for it).
     private func noteDue(after delay: TimeInterval) {
         let time = ContinuousClock.now + .microseconds(Int64(max(0, delay) * 1_000_000))
-        let earlier = nextDue.withLock { due -> Bool in
-            if let due, due <= time { return false }
-            due = time
-            return true
-        }
-        if earlier { wakeup.signal() }  // the waiting loop shortens its wait
+        if dueTimes.withLock({ $0.insert(time) }) { wakeup.signal() }  // the waiting loop shortens its wait
     }
 
     /// How long from now until a channel that broadcast at `sentAt` may broadcast again.

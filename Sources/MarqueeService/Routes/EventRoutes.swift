@@ -24,10 +24,12 @@ public struct EventRoutes: APIRoutes {
     /// The attribute type of each event seen (it never changes), so an ingest looks nothing up.
     let typeOfEvent = EventTypeCache()
 
-    public init(pool: PostgresPool, types: AttributeTypeCatalog, notifier: OutboxNotifier? = nil) {
+    /// `pacing`: the dispatcher's one broadcast per channel per interval (seconds), so a queued update is
+    /// due when its channel may broadcast (nil: at once; the dispatcher's claim paces it then).
+    public init(pool: PostgresPool, types: AttributeTypeCatalog, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil) {
         events = EventRepository(pool: pool)
         channels = ChannelRepository(pool: pool)
-        ingest = IngestRepository(pool: pool)
+        ingest = IngestRepository(pool: pool, pacing: pacing)
         self.types = types
         self.notifier = notifier
     }

@@ -107,7 +107,7 @@ extension EventRoutes {
                            field: "idempotency-key")
         }
         if case .accepted(let update, _) = result, update.disposition == .pending {
-            notifier?.committed(urgent: draft.urgent)
+            notifier?.committed(urgent: draft.urgent, dueIn: update.dueIn)
             if action == .end { try await endIfNothingToBroadcast(eventID: eventID) }
         }
         let answer = result.response

@@ -28,6 +28,11 @@
 //   (`eventClosed`), so every accepted update can still reach a channel.
 // * An end's `at` (`UpdateDraft.notBefore`) is kept on the update and on the outbox row, which the next
 //   update replaces with its own; dispatchers do not claim a row before it (Sql/0004).
+// * With `pacing` (the dispatcher's one broadcast per channel per interval), a new outbox row of an update
+//   that is not urgent is due when the pacing allows (the channel's last broadcast plus the interval), not
+//   now: a claim then takes it once, when it may go, instead of first setting it aside (a second write of
+//   the row, its index entries moved) and claiming it later. The answer says when it is due, so this
+//   process's dispatcher wakes for it without being told to claim at once.
 import Foundation
 import MarqueeCore
 import Postgres
@@ -111,6 +116,10 @@ public struct IngestedUpdate: Sendable, Equatable {
     public var contentState: JSONValue
     public var occurredAt: Date
     public var receivedAt: Date
+    /// Seconds from the ingest until the event's outbox row is due (0 or less: now); nil when nothing was
+    /// queued (superseded) or not known (a replay). Relative, so it holds whatever the clocks of the
+    /// database and this process say.
+    public var dueIn: TimeInterval? = nil
 }
 
 /// The result of an ingest: stored now, or the answer stored by an earlier request with the same key.
@@ -140,8 +149,14 @@ public struct IngestRepository: Sendable {
     static let maxAttempts = 16
 
     let pool: PostgresPool
+    /// The dispatcher's pacing interval (seconds), so a queued update is due when its channel may broadcast
+    /// again; nil: due at once.
+    let pacing: TimeInterval?
 
-    public init(pool: PostgresPool) { self.pool = pool }
+    public init(pool: PostgresPool, pacing: TimeInterval? = nil) {
+        self.pool = pool
+        self.pacing = pacing
+    }
 
     /// Stores one update with its whole content-state (validated by the caller). `appID` (an API key bound
     /// to an app) makes events of other apps not found. `response` builds the answer from the stored
@@ -208,13 +223,14 @@ public struct IngestRepository: Sendable {
             var statements: [PostgresQuery] = []
             if let idempotency { statements.append(Self.claimKey(idempotency, now: now)) }
             statements.append(Self.write(eventID: eventID, draft, state: state, appID: appID,
-                                         expectedUpdateID: expectedUpdateID, idempotency: idempotency))
+                                         expectedUpdateID: expectedUpdateID, idempotency: idempotency, pacing: pacing))
             let results = try await pool.pipeline(statements)
             if let row = results.last?.first {
                 let update = IngestedUpdate(id: try row.decode(Int.self, column: "id"), eventID: eventID,
                                             disposition: try row.decode(UpdateDisposition.self, column: "disposition"),
                                             contentState: state, occurredAt: try row.decode(Date.self, column: "occurred_at"),
-                                            receivedAt: try row.decode(Date.self, column: "received_at"))
+                                            receivedAt: try row.decode(Date.self, column: "received_at"),
+                                            dueIn: try row.decode(Double?.self, column: "due_in"))
                 return .accepted(update, response(update))
             }
             if let idempotency, results[0].isEmpty {
@@ -278,10 +294,11 @@ public struct IngestRepository: Sendable {
     private static let superseded = "(i.action = 'update' AND i.occurred_at < e.latest_state_at) IS TRUE"
 
     /// The write: the event row (only if open for this action, in the caller's app, still at the expected
-    /// latest update, and the idempotency key is this request's), then the update, the outbox row and the
-    /// key's pointer; or, when the event refused, the key dropped. Returns the update, or no row.
+    /// latest update, and the idempotency key is this request's), then the update, the outbox row (a new one
+    /// due when `pacing` allows after the channel's last broadcast) and the key's pointer; or, when the event
+    /// refused, the key dropped. Returns the update and in how many seconds its outbox row is due, or no row.
     private static func write(eventID: Int, _ draft: UpdateDraft, state: JSONValue, appID: Int?, expectedUpdateID: Int??,
-                              idempotency: IdempotencyRequest?) -> PostgresQuery {
+                              idempotency: IdempotencyRequest?, pacing: TimeInterval?) -> PostgresQuery {
         let keyID = idempotency?.apiKeyID
         let key = idempotency?.key
         return """
@@ -319,11 +336,15 @@ public struct IngestRepository: Sendable {
                 RETURNING id, disposition, occurred_at, received_at
             ), queued AS (
                 INSERT INTO outbox (event_id, update_id, not_before, next_attempt_at)
-                SELECT \(eventID), id, \(draft.notBefore), CASE WHEN \(draft.urgent) THEN \(urgentDue) ELSE now() END
+                SELECT \(eventID), id, \(draft.notBefore),
+                       CASE WHEN \(draft.urgent) THEN \(urgentDue)
+                            ELSE greatest(now(), (SELECT c.last_broadcast_at + make_interval(secs => \(pacing)::float8) FROM channels c
+                                                  WHERE c.event_id = \(eventID) AND c.state IN ('open', 'ending') LIMIT 1)) END
                 FROM stored WHERE disposition = 'pending'
                 ON CONFLICT (event_id) DO UPDATE SET
                     update_id = EXCLUDED.update_id, not_before = EXCLUDED.not_before, updated_at = now(),
                     next_attempt_at = CASE WHEN \(draft.urgent) THEN \(urgentDue) ELSE outbox.next_attempt_at END
+                RETURNING next_attempt_at
             ), remembered AS (
                 UPDATE idempotency_keys k SET update_id = stored.id FROM stored
                 WHERE k.api_key_id = \(keyID) AND k.key = \(key)
@@ -332,7 +353,8 @@ public struct IngestRepository: Sendable {
                 WHERE k.api_key_id = \(keyID) AND k.key = \(key) AND k.update_id IS NULL AND k.response_status IS NULL
                   AND NOT EXISTS (SELECT 1 FROM stored)
             )
-            SELECT id, disposition, occurred_at, received_at FROM stored
+            SELECT id, disposition, occurred_at, received_at, extract(epoch FROM (SELECT next_attempt_at FROM queued) - now())::float8 AS due_in
+            FROM stored
             """
     }
 
