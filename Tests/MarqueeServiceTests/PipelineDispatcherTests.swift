@@ -336,6 +336,41 @@ struct PipelineDispatcherTests {
         #expect(f.apns.broadcasts.count == 1)
     }
 
+    @Test func claimsKeepTheirSpacingSoABurstIsClaimedAFewAtATime() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let first = try await f.makeEvent(), second = try await f.makeEvent()
+        let channels = [try await f.openChannel(eventID: first.id), try await f.openChannel(eventID: second.id)]
+        let dispatcher = f.dispatcher(clock: SystemWallClock()) {
+            $0.pollInterval = .seconds(120)
+            $0.claimSpacing = .seconds(1)
+        }
+        let shutdown = ShutdownSignal()
+        let running = Task { try await dispatcher.run(until: shutdown) }
+        func waitForBroadcasts(_ count: Int) async throws {
+            var waited = 0
+            while f.apns.broadcasts.count < count && waited < 100 {
+                try await Task.sleep(for: .milliseconds(50))
+                waited += 1
+            }
+        }
+        // Two goals, each woken for at once; the second claim waits out the spacing after the first.
+        try await f.post(first.id, ["home": 1, "away": 0], alert: ["title": "GOAL"], at: Date())
+        dispatcher.wake()
+        try await waitForBroadcasts(1)
+        try await f.post(second.id, ["home": 1, "away": 0], alert: ["title": "GOAL"], at: Date())
+        dispatcher.wake()
+        try await waitForBroadcasts(2)
+        shutdown.trigger()
+        try await running.value
+        #expect(f.apns.broadcasts.count == 2)
+        var sentAt: [Date] = []
+        for channel in channels {
+            sentAt.append(try await f.scalar(Date.self, "SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)"))
+        }
+        #expect(sentAt[1].timeIntervalSince(sentAt[0]) >= 0.9)
+    }
+
     @Test func shutdownFinishesSendsInFlightAndStopsClaiming() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

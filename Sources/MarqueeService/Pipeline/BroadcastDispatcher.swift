@@ -12,7 +12,8 @@
 // leaves alone (and makes due later) rows whose channel broadcast less than the conflation interval ago
 // and that hold nothing urgent, a row released because a newer update arrived during its send is made due
 // when the pacing allows, and the loop sleeps until the earliest due time it knows of (`DueSchedule`:
-// ingested here, postponed, paced or released), not a whole poll interval.
+// ingested here, postponed, paced or released), not a whole poll interval. Claims keep a few milliseconds
+// apart (`claimSpacing`), so a burst of urgent updates is claimed a few rows at a time.
 //
 // Per-channel memory (last aps.timestamp, last state sent, when, and the priority-10 budget) is kept
 // in process and trusted only while the claim's `lastApsTimestamp` matches what this instance last
@@ -36,6 +37,10 @@ public struct BroadcastDispatcherConfiguration: Sendable {
     public var claimBatch: Int = 100
     /// Polling interval covering lost notifications and due retries; default 500 ms.
     public var pollInterval: Duration = .milliseconds(500)
+    /// Claims follow one another at least this far apart (unless the last one took a full batch), so a
+    /// burst of urgent updates (every match scoring at once) is claimed a few at a time, not one claim per
+    /// update; default 5 ms (nil: none).
+    public var claimSpacing: Duration? = .milliseconds(5)
     /// How long a claim is held; longer than the APNs client's timeout with its retries. Default 120 s.
     public var claimLease: TimeInterval = 120
     /// At most one broadcast per channel per `minimumInterval` (default 1 s), urgent ones excepted.
@@ -162,6 +167,7 @@ public final class BroadcastDispatcher: Service {
                 }
             }
             var lastSample: ContinuousClock.Instant?
+            var lastClaim: ContinuousClock.Instant?
             var claimFailures = 0
             while !shutdown.isTriggered && !Task.isCancelled {
                 if let interval = configuration.statusSampleInterval, lastSample.map({ ContinuousClock.now - $0 >= interval }) ?? true {
@@ -172,6 +178,7 @@ public final class BroadcastDispatcher: Service {
                 slotWanted.withLock { $0 = free <= 0 }
                 var full = false
                 if free > 0 {
+                    lastClaim = .now
                     let limit = min(configuration.claimBatch, free)
                     // What comes due by now is claimed now; later due times stay for the wait below.
                     dueTimes.withLock { $0.removeDue(by: ContinuousClock.now) }
@@ -204,6 +211,10 @@ public final class BroadcastDispatcher: Service {
                 // Short of slots, due times wait too: a finished send asks for the next claim.
                 if !full {
                     await waitForWork(until: ContinuousClock.now + backoff, dueTimes: claimFailures == 0 && free > 0, shutdown: shutdown)
+                    if let spacing = configuration.claimSpacing, let lastClaim, lastClaim + spacing > .now, !shutdown.isTriggered {
+                        // What arrives meanwhile joins the next claim.
+                        try? await Task.sleep(until: lastClaim + spacing, clock: .continuous)
+                    }
                 }
             }
             // Stop claiming; the group waits for the sends in flight (they finish and record).
