@@ -46,6 +46,16 @@ private let t0 = Date(timeIntervalSince1970: 1_800_000_000)
         #expect(slow.decide(pending: [PendingBroadcast(id: 1)], lastSentAt: t0, now: t0.addingTimeInterval(4)) == .wait(until: t0.addingTimeInterval(5)))
     }
 
+    @Test func theToleranceLetsABroadcastGoThatMuchEarlyAndNoEarlier() {
+        let lenient = ConflationPolicy(minimumInterval: 1, tolerance: 0.025)
+        #expect(lenient.pacing == 0.975)
+        #expect(lenient.decide(pending: [PendingBroadcast(id: 1)], lastSentAt: t0, now: t0.addingTimeInterval(0.98))
+                == .send(BroadcastPlan(send: 1, conflated: [], alertFrom: nil, wantsHighPriority: false)))
+        #expect(lenient.decide(pending: [PendingBroadcast(id: 1)], lastSentAt: t0, now: t0.addingTimeInterval(0.97))
+                == .wait(until: t0.addingTimeInterval(0.975)))
+        #expect(ConflationPolicy(minimumInterval: 0.01, tolerance: 0.025).pacing == 0)
+    }
+
     @Test func urgentUpdatesGoAtOnceAndAnOlderAlertTravelsWithTheNewestState() {
         let last = t0.addingTimeInterval(-0.1)
         let high = [PendingBroadcast(id: "a"), PendingBroadcast(id: "b", isHighPriority: true)]

@@ -45,16 +45,28 @@ public enum ConflationDecision<ID: Hashable & Sendable>: Sendable, Hashable {
 
 /// Per channel: only the newest pending state is sent, at most one broadcast per `minimumInterval`,
 /// except that an urgent update goes at once.
+///
+/// `tolerance` lets a broadcast go that much early: a sender that wakes a little after each due time
+/// (its timer's granularity, a claim's round trip) would otherwise push every broadcast of a channel
+/// updated once per interval a little later than the last, and its updates would wait longer and longer.
+/// With it, broadcasts keep to the interval on average and are never closer than `pacing`.
 public struct ConflationPolicy: Sendable, Equatable {
     public var minimumInterval: TimeInterval
+    public var tolerance: TimeInterval
 
-    public init(minimumInterval: TimeInterval = 1) { self.minimumInterval = minimumInterval }
+    public init(minimumInterval: TimeInterval = 1, tolerance: TimeInterval = 0) {
+        self.minimumInterval = minimumInterval
+        self.tolerance = tolerance
+    }
+
+    /// The shortest time between two broadcasts of a channel (the interval less the tolerance).
+    public var pacing: TimeInterval { max(0, minimumInterval - tolerance) }
 
     /// Decides for a channel given its pending updates in arrival order (oldest first).
     public func decide<ID>(pending: [PendingBroadcast<ID>], lastSentAt: Date?, now: Date) -> ConflationDecision<ID> {
         guard let newest = pending.last else { return .idle }
-        if let lastSentAt, now < lastSentAt.addingTimeInterval(minimumInterval), !pending.contains(where: \.isUrgent) {
-            return .wait(until: lastSentAt.addingTimeInterval(minimumInterval))
+        if let lastSentAt, now < lastSentAt.addingTimeInterval(pacing), !pending.contains(where: \.isUrgent) {
+            return .wait(until: lastSentAt.addingTimeInterval(pacing))
         }
         let alertSource = pending.last(where: \.hasAlert)
         return .send(

@@ -106,7 +106,8 @@ public struct PipelineSettings: Sendable, Equatable {
     /// The dispatcher's configuration for `instance`.
     public func dispatcher(instance: String) -> BroadcastDispatcherConfiguration {
         var configuration = BroadcastDispatcherConfiguration(instance: instance)
-        configuration.conflation = ConflationPolicy(minimumInterval: conflationInterval)
+        configuration.conflation = ConflationPolicy(minimumInterval: conflationInterval,
+                                                    tolerance: min(BroadcastDispatcherConfiguration.pacingTolerance, conflationInterval / 10))
         configuration.expiration = ExpirationPolicy(timeToLive: broadcastTTL)
         configuration.highPriorityBudget = highPriorityBudget
         return configuration
@@ -161,7 +162,7 @@ public final class MarqueeDaemon: Sendable {
                                      configuration: configuration.pipeline.scheduler(instance: instance),
                                      metrics: pipelineMetrics, logger: logger, notifier: notifier)
         self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
-                                                 notifier: notifier, pacing: configuration.pipeline.conflationInterval),
+                                                 notifier: notifier, pacing: dispatcher.configuration.conflation.pacing),
                              keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
     }
 

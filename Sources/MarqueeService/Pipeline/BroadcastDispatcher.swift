@@ -43,8 +43,13 @@ public struct BroadcastDispatcherConfiguration: Sendable {
     public var claimSpacing: Duration? = .milliseconds(5)
     /// How long a claim is held; longer than the APNs client's timeout with its retries. Default 120 s.
     public var claimLease: TimeInterval = 120
-    /// At most one broadcast per channel per `minimumInterval` (default 1 s), urgent ones excepted.
-    public var conflation = ConflationPolicy(minimumInterval: 1)
+    /// At most one broadcast per channel per `minimumInterval` (default 1 s), urgent ones excepted, with a
+    /// tolerance of `dueStep` and a little (25 ms): the loop wakes up to a step after a due time.
+    public var conflation = ConflationPolicy(minimumInterval: 1, tolerance: BroadcastDispatcherConfiguration.pacingTolerance)
+    /// The dispatcher wakes for due times gathered into steps this wide (`DueSchedule`).
+    public static let dueStep: Duration = .milliseconds(20)
+    /// The conflation tolerance a dispatcher needs: a due step and the claim after it.
+    public static let pacingTolerance: TimeInterval = 0.025
     /// `apns-expiration` for most-recent storage: TTL capped at 8 h (default 4 h); 0 for `none`.
     public var expiration = ExpirationPolicy(timeToLive: 4 * 3600)
     /// Priority-10 broadcasts per channel per `highPriorityWindow`; default 30 per hour.
@@ -103,7 +108,7 @@ public final class BroadcastDispatcher: Service {
     private let slotWanted = Mutex(false)
     private let sending = Mutex<Set<Int>>([])
     /// When rows this instance postponed, paced, released or saw ingested (due later) become due.
-    private let dueTimes = Mutex(DueSchedule(step: .milliseconds(20)))
+    private let dueTimes = Mutex(DueSchedule(step: BroadcastDispatcherConfiguration.dueStep))
     private let memory: Mutex<ChannelMemoryTable>
 
     /// `listenTo` is the database to LISTEN on for `marquee_outbox` (nil: poll only).
@@ -185,7 +190,7 @@ public final class BroadcastDispatcher: Service {
                     do {
                         let batch = try await outbox.claimBatch(instance: configuration.instance, limit: limit,
                                                                 lease: configuration.claimLease,
-                                                                pacing: configuration.conflation.minimumInterval, now: databaseNow)
+                                                                pacing: configuration.conflation.pacing, now: databaseNow)
                         full = batch.taken == limit
                         claimFailures = 0
                         if let paced = batch.pacedUntil { noteDue(at: paced) }
@@ -261,7 +266,7 @@ public final class BroadcastDispatcher: Service {
 
     /// How long from now until a channel that broadcast at `sentAt` may broadcast again.
     private func pacedDelay(sentAt: Date) -> TimeInterval {
-        max(0, sentAt.addingTimeInterval(configuration.conflation.minimumInterval).timeIntervalSince(clock.now))
+        max(0, sentAt.addingTimeInterval(configuration.conflation.pacing).timeIntervalSince(clock.now))
     }
 
     /// `noteDue(after:)` for a due time on the dispatcher's clock.
