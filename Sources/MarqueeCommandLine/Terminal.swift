@@ -5,13 +5,25 @@ import MarqueeCore
 /// Standard output and error, unbuffered by line.
 public enum Terminal {
     /// Writes a line to standard output.
-    public static func print(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
-    }
+    public static func print(_ line: String) { write(line, to: STDOUT_FILENO) }
 
-    /// Writes a line to standard error.
-    public static func error(_ line: String) {
-        FileHandle.standardError.write(Data((line + "\n").utf8))
+    /// Writes a line to standard error (also the sink of `serve`'s and the simulator's logs).
+    public static func error(_ line: String) { write(line, to: STDERR_FILENO) }
+
+    /// One write(2) per line as a rule (a line is never interleaved with another writer's at a pipe's
+    /// atomic size), retried for what a signal or a full pipe left unwritten; no Foundation buffer or lock.
+    private static func write(_ line: String, to descriptor: Int32) {
+        var text = line
+        text.append("\n")
+        text.withUTF8 { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { return }  // closed or broken: nothing more can go there
+                offset += written
+            }
+        }
     }
 
     /// Prints a result: `json` with --json, else the human text.

@@ -96,9 +96,8 @@ enum ServeCommand {
             apnsPushURL: arguments.string("apns-push-url"), apnsManageURL: arguments.string("apns-manage-url"),
             apnsCAFile: arguments.string("apns-ca-file"), pipeline: try pipelineSettings(arguments))
         let logger = Logger(level: Logger.Level(rawValue: try arguments.required("log-level")) ?? .info,
-                            format: Logger.Format(rawValue: try arguments.required("log-format")) ?? .logfmt) { line in
-            FileHandle.standardError.write(Data((line + "\n").utf8))
-        }
+                            format: Logger.Format(rawValue: try arguments.required("log-format")) ?? .logfmt,
+                            sink: Terminal.error)
         let daemon = MarqueeDaemon(configuration: configuration, logger: logger)
         do {
             try await daemon.run { daemon in

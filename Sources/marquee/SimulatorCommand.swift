@@ -17,9 +17,7 @@ let simulatorCommand = Command(
     } catch {
         throw CommandFailure("\(error)\nSee 'marquee simulator --help'.", exitCode: .usage, code: "usage")
     }
-    let logger = Logger(level: .info, format: .json) { line in
-        FileHandle.standardError.write(Data((line + "\n").utf8))
-    }
+    let logger = Logger(level: .info, format: .json, sink: Terminal.error)
     let simulator = try await APNsSimulator.start(configuration: configuration, logger: logger)
     Terminal.print(simulator.summary)
     try await ServiceGroup(services: [SimulatorService(simulator: simulator)], logger: logger).run()

@@ -24,8 +24,12 @@ import Testing
 
     @Test func malformedKeysAreRefused() {
         let key = NewAPIKey.generate()
-        for text in ["", "mq_", "mq_abc_def", "xx" + key.text.dropFirst(2), key.text + "x", String(key.text.dropLast()),
-                     "mq_zzzzzzzzzzzz" + key.text.dropFirst(15)] {
+        let text = key.text, head = String(text.prefix(15)), secret = String(text.dropFirst(16)), short = String(text.dropLast())
+        let malformed: [String] = [
+            "", "mq_", "mq_abc_def", "xx" + text.dropFirst(2), text + "x", short, "mq_zzzzzzzzzzzz" + text.dropFirst(15),
+            short + "=", short + "+", "mq-" + text.dropFirst(3), head + "-" + secret,
+        ]
+        for text in malformed {
             #expect(APIKeyText(text) == nil, "\(text)")
         }
     }
@@ -34,6 +38,8 @@ import Testing
         let key = NewAPIKey.generate()
         #expect(APIKeyText(authorization: "Bearer \(key.text)")?.id == key.id)
         #expect(APIKeyText(authorization: "bearer \(key.text)")?.id == key.id)
+        #expect(APIKeyText(authorization: "BEARER   \(key.text)")?.id == key.id)
+        #expect(APIKeyText(authorization: "Bearer ") == nil)
         #expect(APIKeyText(authorization: "Basic \(key.text)") == nil)
         #expect(APIKeyText(authorization: key.text) == nil)
     }

@@ -56,7 +56,7 @@ public struct Logger: Sendable {
 
     public func log(_ level: Level, _ message: @autoclosure () -> String, _ metadata: KeyValuePairs<String, LogValue> = [:]) {
         guard isEnabled(level) else { return }
-        sink(line(level: level, message: message(), metadata: Array(self.metadata) + metadata.map { ($0.key, $0.value) }))
+        sink(line(level: level, message: message(), metadata: metadata))
     }
 
     public func debug(_ message: @autoclosure () -> String, _ metadata: KeyValuePairs<String, LogValue> = [:]) {
@@ -79,21 +79,25 @@ public struct Logger: Sendable {
         log(.error, message(), metadata)
     }
 
-    private func line(level: Level, message: String, metadata: [(key: String, value: LogValue)]) -> String {
+    /// The record's line: time, level and message, the logger's metadata, then the record's own.
+    private func line(level: Level, message: String, metadata extra: KeyValuePairs<String, LogValue>) -> String {
         let time = ActivityDate.formatISO8601(milliseconds: ActivityDate.milliseconds(of: clock.now))
-        let fields: [(String, LogValue)] = [("ts", .string(time)), ("level", .string(level.rawValue)), ("msg", .string(message))]
-            + metadata.map { ($0.key, $0.value) }
         switch format {
         case .json:
-            var object = JSONObject()
-            for (key, value) in fields { object[key] = value.json }
+            var object: JSONObject = ["ts": .string(time), "level": .string(level.rawValue), "msg": .string(message)]
+            for (key, value) in metadata { object[key] = value.json }
+            for (key, value) in extra { object[key] = value.json }
             return JSONValue.object(object).jsonString
         case .logfmt:
-            return fields.map { "\(Self.logfmtKey($0.0))=\($0.1.logfmt)" }.joined(separator: " ")
+            var line = "ts=\(time) level=\(level.rawValue) msg=\(LogValue.string(message).logfmt)"
+            for (key, value) in metadata { line += " \(Self.logfmtKey(key))=\(value.logfmt)" }
+            for (key, value) in extra { line += " \(Self.logfmtKey(key))=\(value.logfmt)" }
+            return line
         }
     }
 
     private static func logfmtKey(_ key: String) -> String {
+        if !key.isEmpty, key.utf8.allSatisfy({ $0 > 0x20 && $0 != UInt8(ascii: "=") && $0 != UInt8(ascii: "\"") }) { return key }
         let cleaned = key.unicodeScalars.map { $0.value > 0x20 && $0 != "=" && $0 != "\"" ? Character($0) : "_" }
         return cleaned.isEmpty ? "_" : String(cleaned)
     }

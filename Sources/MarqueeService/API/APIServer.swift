@@ -102,7 +102,13 @@ public final class APIServer: Sendable {
     /// `application/json`, with parameters such as `charset=utf-8` allowed.
     static func isJSON(contentType: String?) -> Bool {
         guard let contentType else { return false }
-        let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-        return mediaType == "application/json"
+        let blank = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+        var mediaType = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }.drop(while: blank)
+        while let last = mediaType.last, blank(last) { mediaType = mediaType.dropLast() }
+        let json = "application/json".utf8
+        return mediaType.count == json.count
+            && zip(mediaType, json).allSatisfy { byte, expected in
+                ((UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte) == expected
+            }
     }
 }

@@ -40,20 +40,38 @@ public struct APIKeyText: Sendable {
     public let id: String
     let secret: String
 
-    /// Parses `mq_<id>_<secret>`; nil when the text is not shaped like a Marquee key.
+    /// Parses `mq_<id>_<secret>`; nil when the text is not shaped like a Marquee key: `mq_`, 12 hexadecimal
+    /// digits, `_`, and 43 base64url characters (32 bytes). Checked byte by byte, on every request, so
+    /// nothing is decoded: the secret is only ever hashed.
     public init?(_ text: some StringProtocol) {
-        let parts = text.split(separator: "_", maxSplits: 2, omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == "mq", parts[1].count == 12, Hex.decode(parts[1]) != nil,
-              parts[2].count == 43, Base64URL.decode(parts[2]) != nil else { return nil }
-        id = String(parts[1])
-        secret = String(parts[2])
+        let bytes = Array(text.utf8)
+        guard bytes.count == 59, bytes[0] == UInt8(ascii: "m"), bytes[1] == UInt8(ascii: "q"), bytes[2] == UInt8(ascii: "_"),
+              bytes[15] == UInt8(ascii: "_"), bytes[3..<15].allSatisfy(Self.isHexDigit),
+              bytes[16...].allSatisfy(Self.isBase64URLCharacter) else { return nil }
+        id = String(decoding: bytes[3..<15], as: UTF8.self)
+        secret = String(decoding: bytes[16...], as: UTF8.self)
     }
 
-    /// Parses an `Authorization: Bearer <key>` header value.
+    /// Parses an `Authorization: Bearer <key>` header value (the scheme in any case).
     public init?(authorization: String) {
-        let prefix = "bearer "
-        guard authorization.count > prefix.count, authorization.prefix(prefix.count).lowercased() == prefix else { return nil }
-        self.init(authorization.dropFirst(prefix.count).trimmingPrefix(while: { $0 == " " }))
+        let scheme = Array("bearer ".utf8)
+        let utf8 = authorization.utf8
+        guard utf8.count > scheme.count,
+              zip(utf8, scheme).allSatisfy({ byte, expected in Self.asciiLowercased(byte) == expected }) else { return nil }
+        self.init(Substring(authorization.utf8.dropFirst(scheme.count).drop { $0 == UInt8(ascii: " ") }))
+    }
+
+    private static func asciiLowercased(_ byte: UInt8) -> UInt8 {
+        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
+    }
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(asciiLowercased(byte))
+    }
+
+    private static func isBase64URLCharacter(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
     }
 
     /// Whether this key matches a stored salt and hash, in constant time.

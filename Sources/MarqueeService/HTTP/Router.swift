@@ -54,15 +54,15 @@ public struct Router<Handler: Sendable>: Sendable {
 
     private static func bind(_ segments: [Segment], to parts: [String]) -> [String: String]? {
         guard segments.count == parts.count else { return nil }
+        // Literals first: most routes fail there, and then no parameter was decoded for nothing.
+        for (segment, part) in zip(segments, parts) {
+            if case .literal(let literal) = segment, literal != part { return nil }
+        }
         var parameters: [String: String] = [:]
         for (segment, part) in zip(segments, parts) {
-            switch segment {
-            case .literal(let literal):
-                guard literal == part else { return nil }
-            case .parameter(let name):
-                guard let decoded = part.removingPercentEncoding, !decoded.isEmpty else { return nil }
-                parameters[name] = decoded
-            }
+            guard case .parameter(let name) = segment else { continue }
+            guard let decoded = part.contains("%") ? part.removingPercentEncoding : part, !decoded.isEmpty else { return nil }
+            parameters[name] = decoded
         }
         return parameters
     }
