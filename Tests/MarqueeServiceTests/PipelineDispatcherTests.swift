@@ -336,6 +336,18 @@ struct PipelineDispatcherTests {
         #expect(f.apns.broadcasts.count == 1)
     }
 
+    @Test func theCatalogReadsEachAttributeTypesSchemaOnce() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let schema = try #require(try await f.catalog.contentStateSchema(attributeTypeID: f.typeID))
+        #expect(schema.significantChanges(from: ["home": 0, "away": 0], to: ["home": 1, "away": 0]).count == 1)
+        // Immutable once written, so kept: a change behind its back (which the API never makes) is not read again.
+        try await f.pool.execute("UPDATE attribute_types SET content_state_schema = '{\"home\": \"int\", \"away\": \"int\"}' WHERE id = \(f.typeID)")
+        let again = try #require(try await f.catalog.contentStateSchema(attributeTypeID: f.typeID))
+        #expect(again.significantChanges(from: ["home": 0, "away": 0], to: ["home": 1, "away": 0]).count == 1)
+        #expect(try await f.catalog.contentStateSchema(attributeTypeID: f.typeID + 1000) == nil)
+    }
+
     @Test func claimsKeepTheirSpacingSoABurstIsClaimedAFewAtATime() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

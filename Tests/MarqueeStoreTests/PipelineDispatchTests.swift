@@ -21,6 +21,7 @@ struct PipelineDispatchTests {
         #expect(claims.map(\.eventID) == [withChannel.id])
         let claim = try #require(claims.first)
         #expect(claim.channelID == channel.id)
+        #expect(claim.attributeTypeID == f.typeID)
         #expect(claim.apnsChannelID == channel.apnsChannelID)
         #expect(claim.update.contentState == ["home": 1])
         #expect(claim.pending.map(\.id) == [claim.update.id])

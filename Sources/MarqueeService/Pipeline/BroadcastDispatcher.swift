@@ -360,7 +360,7 @@ public final class BroadcastDispatcher: Service {
         let requested: RequestedPriority = wantsHighPriority ? .high : claim.update.priority
         var context = remembered
         var significant = false
-        if requested == .auto && !composed.hasAlert, let schema = try await catalog.contentStateSchema(eventID: claim.eventID) {
+        if requested == .auto && !composed.hasAlert, let schema = try await catalog.contentStateSchema(attributeTypeID: claim.attributeTypeID) {
             if context == nil { context = try await loadMemory(claim) }
             significant = !schema.significantChanges(from: context?.lastState, to: claim.update.contentState).isEmpty
         }

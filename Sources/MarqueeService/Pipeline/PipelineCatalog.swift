@@ -1,6 +1,7 @@
 // What the pipeline services look up outside the pipeline tables: an app's bundle id (to address
-// APNs) and an event's content-state schema (its `significant` fields decide priority under `auto`).
-// Both are immutable once written, so the PostgreSQL reader caches them for the life of the process.
+// APNs) and an attribute type's content-state schema (its `significant` fields decide priority under
+// `auto`). Both are immutable once written, so the PostgreSQL reader caches them for the life of the
+// process: a claim carries its event's attribute type, so a thousand events of one type cost one query.
 import Foundation
 import MarqueeCore
 import Postgres
@@ -12,20 +13,17 @@ public protocol PipelineCatalog: Sendable {
     func app(id: Int) async throws -> PipelineApp?
     /// Every app (the scheduler reconciles each one's channel list).
     func apps() async throws -> [PipelineApp]
-    /// The content-state schema of the event's attribute type, or nil when unknown.
-    func contentStateSchema(eventID: Int) async throws -> ObjectSchema?
+    /// The content-state schema of an attribute type, or nil when unknown.
+    func contentStateSchema(attributeTypeID: Int) async throws -> ObjectSchema?
 }
 
-/// Reads apps and schemas from the `apps`, `events` and `attribute_types` tables, caching what it read.
+/// Reads apps and schemas from the `apps` and `attribute_types` tables, caching what it read.
 public final class PostgresPipelineCatalog: PipelineCatalog {
     private let pool: PostgresPool
-    private let cache = Mutex<(apps: [Int: PipelineApp], typeOfEvent: [Int: Int], schemas: [Int: ObjectSchema])>(([:], [:], [:]))
-    /// Cached entries of each kind before the cache starts over.
-    private let capacity: Int
+    private let cache = Mutex<(apps: [Int: PipelineApp], schemas: [Int: ObjectSchema])>(([:], [:]))
 
-    public init(pool: PostgresPool, capacity: Int = 100_000) {
+    public init(pool: PostgresPool) {
         self.pool = pool
-        self.capacity = capacity
     }
 
     public func app(id: Int) async throws -> PipelineApp? {
@@ -46,22 +44,15 @@ public final class PostgresPipelineCatalog: PipelineCatalog {
         return apps
     }
 
-    public func contentStateSchema(eventID: Int) async throws -> ObjectSchema? {
-        let cached = cache.withLock { cache -> ObjectSchema? in cache.typeOfEvent[eventID].flatMap { cache.schemas[$0] } }
-        if let cached { return cached }
+    public func contentStateSchema(attributeTypeID: Int) async throws -> ObjectSchema? {
+        if let cached = cache.withLock({ $0.schemas[attributeTypeID] }) { return cached }
         guard let row = try await pool.query("""
-            SELECT t.id, t.content_state_schema FROM events e JOIN attribute_types t ON t.id = e.attribute_type_id
-            WHERE e.id = \(eventID)
+            SELECT content_state_schema FROM attribute_types WHERE id = \(attributeTypeID)
             """).first else { return nil }
-        let typeID = try row.decode(Int.self, column: "id")
         // Field order does not matter for significance, so the jsonb column serves (it sorts keys).
         let json = try JSONValue(parsing: try row.decode(PostgresJSON.self, column: "content_state_schema").text)
         let schema = try ObjectSchema(json: json)
-        cache.withLock { cache in
-            if cache.typeOfEvent.count >= capacity { cache.typeOfEvent = [:] }
-            cache.typeOfEvent[eventID] = typeID
-            cache.schemas[typeID] = schema
-        }
+        cache.withLock { $0.schemas[attributeTypeID] = schema }
         return schema
     }
 }

@@ -49,6 +49,8 @@ public struct ClaimedBroadcast: Sendable, Equatable {
     public var attempts: Int
     public var eventID: Int
     public var appID: Int
+    /// The event's attribute type (its content-state schema says which fields are significant).
+    public var attributeTypeID: Int
     public var channelID: Int
     public var apnsChannelID: String
     public var storagePolicy: MessageStoragePolicy
@@ -178,7 +180,7 @@ public struct OutboxRepository: Sendable {
         // One row per pending update of each claim (oldest first; one row with NULLs when none), the
         // claim's own columns repeated, its update's bulky ones only on the row of the newest pending.
         let rows = try await pool.query("""
-            SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id,
+            SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id, e.attribute_type_id,
                    c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state, c.last_aps_timestamp,
                    c.last_broadcast_at, p.id IS NULL OR p.newest AS carries_update,
                    u.id AS update_id, u.action, CASE WHEN p.id IS NULL OR p.newest THEN u.content_state END AS content_state,
@@ -215,6 +217,7 @@ public struct OutboxRepository: Sendable {
                 attempts: try row.decode(Int.self, column: "attempts"),
                 eventID: try row.decode(Int.self, column: "event_id"),
                 appID: try row.decode(Int.self, column: "app_id"),
+                attributeTypeID: try row.decode(Int.self, column: "attribute_type_id"),
                 channelID: try row.decode(Int.self, column: "channel_id"),
                 apnsChannelID: try row.decode(String.self, column: "apns_channel_id"),
                 storagePolicy: try row.decodeRaw(MessageStoragePolicy.self, column: "storage_policy"),
