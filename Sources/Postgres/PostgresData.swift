@@ -114,6 +114,14 @@ enum PostgresOID {
 public protocol PostgresEncodable: Sendable {
     /// The value as a bind parameter.
     var postgresData: PostgresData { get }
+    /// The type OID its values are bound with (0: the server infers it from the statement). A nil of an
+    /// optional is bound as NULL of this type, so a statement run with a value and with nil is one
+    /// prepared statement on a connection, not two (each costs PostgreSQL a parse and plan per backend).
+    static var postgresType: UInt32 { get }
+}
+
+extension PostgresEncodable {
+    public static var postgresType: UInt32 { 0 }
 }
 
 /// A Swift value that can be decoded from a column in PostgreSQL's text format.
@@ -134,7 +142,8 @@ public typealias PostgresCodable = PostgresEncodable & PostgresDecodable
 // MARK: - Optionals and raw-representable enums
 
 extension Optional: PostgresEncodable where Wrapped: PostgresEncodable {
-    public var postgresData: PostgresData { self?.postgresData ?? .null }
+    public var postgresData: PostgresData { self?.postgresData ?? PostgresData(storage: .null, oid: Wrapped.postgresType) }
+    public static var postgresType: UInt32 { Wrapped.postgresType }
 }
 
 extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
@@ -147,6 +156,7 @@ extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
 
 extension PostgresEncodable where Self: RawRepresentable, RawValue: PostgresEncodable {
     public var postgresData: PostgresData { rawValue.postgresData }
+    public static var postgresType: UInt32 { RawValue.postgresType }
 }
 
 extension PostgresDecodable where Self: RawRepresentable, RawValue: PostgresDecodable {
@@ -164,26 +174,31 @@ extension String: PostgresCodable {
 }
 
 extension Int: PostgresCodable {
+    public static var postgresType: UInt32 { PostgresOID.int8 }
     public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: PostgresOID.int8) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Int64: PostgresCodable {
+    public static var postgresType: UInt32 { PostgresOID.int8 }
     public var postgresData: PostgresData { PostgresData(storage: .integer(self), oid: PostgresOID.int8) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Int32: PostgresCodable {
+    public static var postgresType: UInt32 { PostgresOID.int4 }
     public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: PostgresOID.int4) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Int16: PostgresCodable {
+    public static var postgresType: UInt32 { PostgresOID.int2 }
     public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: PostgresOID.int2) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Bool: PostgresCodable {
+    public static var postgresType: UInt32 { PostgresOID.bool }
     public var postgresData: PostgresData { PostgresData(storage: .bool(self), oid: PostgresOID.bool) }
     public init?(postgresText text: String) {
         switch text {
@@ -195,6 +210,7 @@ extension Bool: PostgresCodable {
 }
 
 extension Double: PostgresCodable {
+    public static var postgresType: UInt32 { PostgresOID.float8 }
     public var postgresData: PostgresData {
         let text: String
         if isNaN { text = "NaN" } else if self == .infinity { text = "Infinity" } else if self == -.infinity { text = "-Infinity" } else { text = description }
@@ -213,6 +229,7 @@ extension Double: PostgresCodable {
 // MARK: - bytea, uuid, jsonb
 
 extension Data: PostgresCodable {
+    public static var postgresType: UInt32 { PostgresOID.bytea }
     /// bytea travels as a binary parameter: no escaping, no hex doubling.
     public var postgresData: PostgresData { PostgresData(storage: .bytes([UInt8](self)), oid: PostgresOID.bytea) }
 
@@ -243,6 +260,7 @@ private func hexValue(_ char: UInt8) -> UInt8? {
 }
 
 extension UUID: PostgresCodable {
+    public static var postgresType: UInt32 { PostgresOID.uuid }
     public var postgresData: PostgresData { PostgresData(text: uuidString.lowercased(), oid: PostgresOID.uuid) }
     public init?(postgresText text: String) { self.init(uuidString: text) }
 }
@@ -253,6 +271,8 @@ public struct PostgresJSON: PostgresCodable, Hashable {
     public var text: String
 
     public init(_ text: String) { self.text = text }
+
+    public static var postgresType: UInt32 { PostgresOID.jsonb }
 
     /// Encodes a value with `encoder` (a default JSONEncoder unless given).
     public init<T: Encodable>(encoding value: T, encoder: JSONEncoder = JSONEncoder()) throws {
@@ -271,6 +291,7 @@ public struct PostgresJSON: PostgresCodable, Hashable {
 // MARK: - text[]
 
 extension Array: PostgresEncodable where Element == String {
+    public static var postgresType: UInt32 { PostgresOID.textArray }
     /// Bound as text[]: every element double-quoted, with `"` and `\` escaped.
     public var postgresData: PostgresData {
         var text = "{"

@@ -4,6 +4,7 @@
 import Foundation
 
 extension Date: PostgresCodable {
+    public static var postgresType: UInt32 { PostgresOID.timestamptz }
     public var postgresData: PostgresData {
         PostgresData(storage: .timestamp(microseconds: postgresMicroseconds), oid: PostgresOID.timestamptz)
     }

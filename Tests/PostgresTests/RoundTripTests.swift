@@ -156,6 +156,23 @@ struct RoundTripTests {
         #expect(missing.kind == .misuse)
     }
 
+    @Test func aValueAndANilOfOneTypeShareOnePreparedStatement() async throws {
+        let connection = try await PostgresConnection.connect(try await TestDatabase.fresh())
+        let ids: [Int?] = [1, nil, 2, nil]
+        let whens: [Date?] = [Date(), nil]
+        for id in ids {
+            for when in whens {
+                let row = try await connection.query("SELECT \(id) AS id, \(when) AS at")[0]
+                #expect(try row.decode(Int?.self, column: "id") == id)
+                #expect(try row.decode(Date?.self, column: "at").map { abs($0.timeIntervalSince(when!)) < 0.001 } ?? (when == nil))
+            }
+        }
+        let prepared = try await connection.query("""
+            SELECT parameter_types::text AS types FROM pg_prepared_statements WHERE statement LIKE 'SELECT $1 AS id%'
+            """)
+        #expect(try prepared.map { try $0.decode(String.self, column: "types") } == ["{bigint,\"timestamp with time zone\"}"])
+    }
+
     @Test func preparedStatementsSurviveDiscardAndTableChanges() async throws {
         let connection = try await PostgresConnection.connect(try await TestDatabase.fresh())
         try await connection.executeScript("CREATE TABLE shapes (a int); INSERT INTO shapes VALUES (1)")
