@@ -66,7 +66,7 @@ public final class PostgresConnection: Sendable {
 
     /// Connects on a new connection thread.
     public static func connect(_ configuration: PostgresConfiguration) async throws -> PostgresConnection {
-        let thread = ConnectionThread(name: "postgres")
+        let thread = ConnectionThread(name: "marquee-db")  // not "postgres": PostgreSQL's own processes are named that
         do {
             let box = try await thread.run {
                 UncheckedBox(try LibPQConnection(settings: configuration.settings,

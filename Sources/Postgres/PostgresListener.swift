@@ -27,7 +27,7 @@ public final class PostgresListener: Sendable {
                               reconnectDelay: reconnectDelay, continuation: continuation)
         continuation.onTermination = { [weak loop] _ in loop?.stop() }
         Thread.detachNewThread {
-            Thread.current.name = "postgres-listen"  // from inside: set before start() it never reaches the kernel
+            Thread.current.name = "marquee-listen"  // from inside: set before start() it never reaches the kernel
             loop.run()
         }
         self.loop = loop
