@@ -563,6 +563,37 @@ struct PipelineDispatchTests {
         #expect(due.pacedUntil == nil)
     }
 
+    @Test func warmingUpPreparesWhatIngestAndTheDispatcherRunAndWritesNothing() async throws {
+        let f = try await PipelineFixture.make(maxConnections: 1)  // one connection: every statement runs on it
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        let rows: PostgresQuery = """
+            SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM updates) + (SELECT count(*) FROM outbox)
+                 + (SELECT count(*) FROM idempotency_keys) + (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM channels)
+            """
+        let before = try await f.scalar(Int.self, rows)
+        let preparedCount: PostgresQuery = """
+            SELECT count(*) FROM pg_prepared_statements WHERE statement NOT LIKE '%pg_prepared_statements%'
+            """
+        let preparedBefore = try await f.scalar(Int.self, preparedCount)
+        try await f.pool.withConnection { connection in
+            try await IngestRepository.warmUp(on: connection, pacing: 1)
+            try await OutboxRepository.warmUp(on: connection)
+        }
+        #expect(try await f.scalar(Int.self, rows) == before)
+        let warmed = try await f.scalar(Int.self, preparedCount)
+        #expect(warmed >= preparedBefore + 5)
+        // The real thing reuses every one of them: a keyed ingest, a claim, a record.
+        guard case .accepted = try await IngestRepository(pool: f.pool, pacing: 1).ingest(
+            eventID: event.id, UpdateDraft(occurredAt: t0, apiKeyID: f.apiKeyID), state: ["home": 1],
+            idempotency: IdempotencyRequest(apiKeyID: f.apiKeyID, key: "goal-1", requestHash: Data(count: 32)),
+            response: { _ in StoredResponse(status: 202, body: Data()) }) else { throw FixtureError.notAccepted }
+        let claim = try #require(try await f.outbox.claimBatch(instance: "a", limit: 10, lease: 30, pacing: 1).claims.first)
+        try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 1)
+        #expect(try await f.scalar(Int.self, preparedCount) == warmed)
+    }
+
     @Test func anIngestWithPacingQueuesAnUpdateDueWhenItsChannelMayBroadcastAgain() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }

@@ -196,10 +196,34 @@ public final class MarqueeDaemon: Sendable {
         return try await runner.migrate()
     }
 
+    /// Opens the pool's connections and runs the hot statements (ingest, claims, records) once on each:
+    /// PostgreSQL parses and plans a statement the first time each backend runs it, and after a start the
+    /// first second of traffic paid for all of that at once. Failures only leave the work to the requests.
+    public func warmUpDatabase() async {
+        let pacing = dispatcher.configuration.conflation.pacing
+        await withTaskGroup(of: Void.self) { [pool, logger] group in
+            for _ in 0..<configuration.maxConnections {
+                group.addTask {
+                    do {
+                        try await pool.withConnection { connection in
+                            try await IngestRepository.warmUp(on: connection, pacing: pacing)
+                            try await OutboxRepository.warmUp(on: connection)
+                            // Held a moment, so the other tasks open connections of their own.
+                            try await Task.sleep(for: .milliseconds(50))
+                        }
+                    } catch {
+                        logger.debug("database warm-up incomplete", ["error": .string("\(error)")])
+                    }
+                }
+            }
+        }
+    }
+
     /// Prepares the database, then runs every service until SIGTERM or SIGINT and a graceful stop.
     public func run(http makeHTTP: (MarqueeDaemon) throws -> any Service) async throws {
         let applied = try await prepareDatabase()
         logger.info("database ready", ["migrations_applied": .int(applied.count)])
+        await warmUpDatabase()
         let group = ServiceGroup(services: services(http: try makeHTTP(self)), gracePeriod: configuration.gracePeriod, logger: logger)
         defer { pool.close() }
         do {

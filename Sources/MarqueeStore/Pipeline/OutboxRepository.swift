@@ -132,40 +132,7 @@ public struct OutboxRepository: Sendable {
         // The due rows are found by walking outbox_due (next_attempt_at) in order: the LIMIT inside the
         // LATERAL subquery keeps the planner from turning it into a join over every open channel, and
         // `o.id = ANY (ARRAY(...))` has the UPDATE find its rows by primary key, not by hashing the table.
-        let taken = try await pool.query("""
-            WITH due AS (
-                SELECT o.id, live.channel_id,
-                       CASE WHEN o.next_attempt_at > \(IngestRepository.urgentDue)
-                                 AND live.last_broadcast_at > coalesce(\(now), now()) - make_interval(secs => \(pacing)::float8)
-                                 AND NOT EXISTS (
-                                     SELECT 1 FROM updates p
-                                     WHERE p.event_id = o.event_id AND p.disposition = 'pending' AND p.id <= o.update_id
-                                       AND (p.priority = 'high' OR p.alert IS NOT NULL))
-                            THEN live.last_broadcast_at + make_interval(secs => \(pacing)::float8) END AS paced_until
-                FROM outbox o
-                CROSS JOIN LATERAL (
-                    SELECT c.id AS channel_id, c.last_broadcast_at
-                    FROM channels c JOIN events e ON e.id = c.event_id
-                    WHERE c.event_id = o.event_id AND c.state IN ('open', 'ending') AND NOT e.channel_lost
-                    LIMIT 1
-                ) live
-                WHERE o.next_attempt_at <= coalesce(\(now), now())
-                  AND (o.claimed_until IS NULL OR o.claimed_until <= coalesce(\(now), now()))
-                  AND (o.not_before IS NULL OR o.not_before <= coalesce(\(now), now()))
-                ORDER BY o.next_attempt_at, o.id
-                LIMIT \(limit)
-                FOR UPDATE OF o SKIP LOCKED
-            )
-            UPDATE outbox o SET
-                claimed_by = CASE WHEN due.paced_until IS NULL THEN \(instance) END,
-                claim_token = CASE WHEN due.paced_until IS NULL THEN gen_random_uuid() END,
-                claimed_until = CASE WHEN due.paced_until IS NULL
-                                     THEN coalesce(\(now), now()) + make_interval(secs => \(lease)) END,
-                next_attempt_at = coalesce(due.paced_until, o.next_attempt_at),
-                channel_id = due.channel_id, updated_at = now()
-            FROM due WHERE o.id = due.id AND o.id = ANY (ARRAY(SELECT id FROM due))
-            RETURNING o.id, o.claim_token, o.next_attempt_at
-            """)
+        let taken = try await pool.query(Self.claimStatement(instance: instance, limit: limit, lease: lease, pacing: pacing, now: now))
         var claimed: [(id: String, token: String)] = []
         var pacedUntil: Date?
         for row in taken {
@@ -179,25 +146,7 @@ public struct OutboxRepository: Sendable {
         guard !claimed.isEmpty else { return ClaimBatch(claims: [], taken: taken.count, pacedUntil: pacedUntil) }
         // One row per pending update of each claim (oldest first; one row with NULLs when none), the
         // claim's own columns repeated, its update's bulky ones only on the row of the newest pending.
-        let rows = try await pool.query("""
-            SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id, e.attribute_type_id,
-                   c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state, c.last_aps_timestamp,
-                   c.last_broadcast_at, p.id IS NULL OR p.newest AS carries_update,
-                   u.id AS update_id, u.action, CASE WHEN p.id IS NULL OR p.newest THEN u.content_state END AS content_state,
-                   CASE WHEN p.id IS NULL OR p.newest THEN u.alert END AS alert, u.stale_date, u.dismissal_date,
-                   u.relevance_score, u.priority, u.occurred_at, u.received_at,
-                   p.id AS pending_id, p.priority AS pending_priority, p.alert AS pending_alert, p.occurred_at AS pending_occurred_at
-            FROM outbox o
-            JOIN events e ON e.id = o.event_id
-            JOIN channels c ON c.id = o.channel_id
-            JOIN updates u ON u.id = o.update_id
-            LEFT JOIN LATERAL (
-                SELECT id, priority, alert, occurred_at, id = max(id) OVER () AS newest FROM updates
-                WHERE event_id = o.event_id AND disposition = 'pending' AND id <= o.update_id
-            ) p ON true
-            WHERE o.id = ANY (\(claimed.map(\.id))::bigint[]) AND o.claim_token = ANY (\(claimed.map(\.token))::uuid[])
-            ORDER BY o.next_attempt_at, o.id, p.id
-            """)
+        let rows = try await pool.query(Self.claimedRowsStatement(ids: claimed.map(\.id), tokens: claimed.map(\.token)))
         var claims: [ClaimedBroadcast] = []
         var pending: [Int: [PendingUpdate]] = [:]
         for row in rows {
@@ -289,61 +238,7 @@ public struct OutboxRepository: Sendable {
         // sequential scan of channels and two of outbox (hundreds of pages under churn) where a handful of
         // primary-key lookups do (Scripts/bench service, pg_stat_statements: 145 buffer hits and 0.34 ms per
         // record before, 57 and 0.19 ms with the LIMIT).
-        let row = try await pool.query("""
-            WITH input AS (
-                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i(
-                    n integer, outbox_id bigint, claim_token uuid, channel_id bigint, event_id bigint, update_id bigint,
-                    aps_timestamp bigint, sent_at float8, ends boolean, delay float8, app_id bigint, apns_request_id uuid,
-                    apns_unique_id uuid, status integer, reason text, latency_us bigint, priority smallint, attempt integer)
-                LIMIT \(records.count)
-            ), stamped AS (
-                UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
-                    last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
-                    state = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN 'ended' ELSE c.state END,
-                    attempts = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN 0 ELSE c.attempts END,
-                    next_attempt_at = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN NULL ELSE c.next_attempt_at END,
-                    ended_at = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN coalesce(\(now), now()) ELSE c.ended_at END,
-                    updated_at = now()
-                FROM input i
-                WHERE c.id = i.channel_id AND (c.last_aps_timestamp IS NULL OR c.last_aps_timestamp < i.aps_timestamp)
-                RETURNING i.*
-            ), disposed AS (
-                UPDATE updates u SET disposition = CASE WHEN u.id = s.update_id THEN 'broadcast' ELSE 'conflated' END,
-                                     disposed_at = now()
-                FROM stamped s
-                WHERE u.event_id = s.event_id AND u.disposition = 'pending' AND u.id <= s.update_id
-                RETURNING u.id
-            ), delivered AS (
-                INSERT INTO deliveries (app_id, kind, channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
-                                        latency_us, priority, attempt, aps_timestamp)
-                SELECT app_id, 'broadcast', channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
-                       latency_us, priority, attempt, aps_timestamp
-                FROM stamped ORDER BY n
-                RETURNING id
-            ), event_ended AS (
-                UPDATE events e SET status = 'ended', updated_at = now()
-                FROM stamped s
-                WHERE e.id = s.event_id AND s.ends AND e.status <> 'cancelled'
-                RETURNING e.id
-            ), deleted AS (
-                DELETE FROM outbox o USING stamped s
-                WHERE o.id = s.outbox_id AND o.claim_token = s.claim_token AND o.update_id = s.update_id
-                RETURNING s.n
-            ), released AS (
-                UPDATE outbox o SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL, attempts = 0,
-                    next_attempt_at = CASE WHEN o.next_attempt_at <= \(IngestRepository.urgentDue) THEN o.next_attempt_at
-                                           ELSE coalesce(\(now), now()) + make_interval(secs => s.delay) END,
-                    updated_at = now()
-                FROM stamped s
-                WHERE o.id = s.outbox_id AND o.claim_token = s.claim_token AND o.update_id <> s.update_id
-                RETURNING s.n
-            )
-            SELECT (SELECT coalesce(string_agg(n::text, ','), '') FROM stamped) AS stamped,
-                   (SELECT count(*) FROM disposed) AS disposed, (SELECT count(*) FROM delivered) AS delivered,
-                   (SELECT count(*) FROM event_ended) AS ended,
-                   (SELECT coalesce(string_agg(n::text, ','), '') FROM deleted) AS deleted,
-                   (SELECT coalesce(string_agg(n::text, ','), '') FROM released) AS released
-            """)[0]
+        let row = try await pool.query(Self.recordStatement(input: input, count: records.count, now: now))[0]
         func indices(_ column: String) throws -> Set<Int> {
             Set(try row.decode(String.self, column: column).split(separator: ",").compactMap { Int($0) })
         }
@@ -452,6 +347,138 @@ public struct OutboxRepository: Sendable {
             updated_at = now()
         WHERE id = \(claim.outboxID) AND claim_token = \(claim.claimToken)
         """
+    }
+
+    // MARK: the statements (static, so `warmUp` runs exactly what the methods run)
+
+    /// Runs the dispatcher's statements once on `connection` with inputs that match no row (a claim of
+    /// none, no claimed rows, a record of no broadcast): PostgreSQL parses and plans a statement the first
+    /// time each backend runs it, and a fresh pool would otherwise pay for that in its first requests.
+    /// A prepared statement is one per text and parameter types, so these are the ones the methods reuse.
+    public static func warmUp(on connection: PostgresConnection) async throws {
+        _ = try await connection.query(claimStatement(instance: "warm-up", limit: 0, lease: 1, pacing: nil, now: nil))
+        _ = try await connection.query(claimedRowsStatement(ids: [], tokens: []))
+        _ = try await connection.query(recordStatement(input: [], count: 0, now: nil))
+    }
+
+    /// The claim's first statement: takes due rows (see `claimBatch`).
+    static func claimStatement(instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval?, now: Date?) -> PostgresQuery {
+        """
+            WITH due AS (
+                SELECT o.id, live.channel_id,
+                       CASE WHEN o.next_attempt_at > \(IngestRepository.urgentDue)
+                                 AND live.last_broadcast_at > coalesce(\(now), now()) - make_interval(secs => \(pacing)::float8)
+                                 AND NOT EXISTS (
+                                     SELECT 1 FROM updates p
+                                     WHERE p.event_id = o.event_id AND p.disposition = 'pending' AND p.id <= o.update_id
+                                       AND (p.priority = 'high' OR p.alert IS NOT NULL))
+                            THEN live.last_broadcast_at + make_interval(secs => \(pacing)::float8) END AS paced_until
+                FROM outbox o
+                CROSS JOIN LATERAL (
+                    SELECT c.id AS channel_id, c.last_broadcast_at
+                    FROM channels c JOIN events e ON e.id = c.event_id
+                    WHERE c.event_id = o.event_id AND c.state IN ('open', 'ending') AND NOT e.channel_lost
+                    LIMIT 1
+                ) live
+                WHERE o.next_attempt_at <= coalesce(\(now), now())
+                  AND (o.claimed_until IS NULL OR o.claimed_until <= coalesce(\(now), now()))
+                  AND (o.not_before IS NULL OR o.not_before <= coalesce(\(now), now()))
+                ORDER BY o.next_attempt_at, o.id
+                LIMIT \(limit)
+                FOR UPDATE OF o SKIP LOCKED
+            )
+            UPDATE outbox o SET
+                claimed_by = CASE WHEN due.paced_until IS NULL THEN \(instance) END,
+                claim_token = CASE WHEN due.paced_until IS NULL THEN gen_random_uuid() END,
+                claimed_until = CASE WHEN due.paced_until IS NULL
+                                     THEN coalesce(\(now), now()) + make_interval(secs => \(lease)) END,
+                next_attempt_at = coalesce(due.paced_until, o.next_attempt_at),
+                channel_id = due.channel_id, updated_at = now()
+            FROM due WHERE o.id = due.id AND o.id = ANY (ARRAY(SELECT id FROM due))
+            RETURNING o.id, o.claim_token, o.next_attempt_at
+            """
+    }
+
+    /// The claim's second statement: the claimed rows with their update and pending updates.
+    static func claimedRowsStatement(ids: [String], tokens: [String]) -> PostgresQuery {
+        """
+            SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id, e.attribute_type_id,
+                   c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state, c.last_aps_timestamp,
+                   c.last_broadcast_at, p.id IS NULL OR p.newest AS carries_update,
+                   u.id AS update_id, u.action, CASE WHEN p.id IS NULL OR p.newest THEN u.content_state END AS content_state,
+                   CASE WHEN p.id IS NULL OR p.newest THEN u.alert END AS alert, u.stale_date, u.dismissal_date,
+                   u.relevance_score, u.priority, u.occurred_at, u.received_at,
+                   p.id AS pending_id, p.priority AS pending_priority, p.alert AS pending_alert, p.occurred_at AS pending_occurred_at
+            FROM outbox o
+            JOIN events e ON e.id = o.event_id
+            JOIN channels c ON c.id = o.channel_id
+            JOIN updates u ON u.id = o.update_id
+            LEFT JOIN LATERAL (
+                SELECT id, priority, alert, occurred_at, id = max(id) OVER () AS newest FROM updates
+                WHERE event_id = o.event_id AND disposition = 'pending' AND id <= o.update_id
+            ) p ON true
+            WHERE o.id = ANY (\(ids)::bigint[]) AND o.claim_token = ANY (\(tokens)::uuid[])
+            ORDER BY o.next_attempt_at, o.id, p.id
+            """
+    }
+
+    /// The statement of `recordBroadcasts`, for `count` records as one jsonb array.
+    static func recordStatement(input: JSONValue, count: Int, now: Date?) -> PostgresQuery {
+        """
+            WITH input AS (
+                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i(
+                    n integer, outbox_id bigint, claim_token uuid, channel_id bigint, event_id bigint, update_id bigint,
+                    aps_timestamp bigint, sent_at float8, ends boolean, delay float8, app_id bigint, apns_request_id uuid,
+                    apns_unique_id uuid, status integer, reason text, latency_us bigint, priority smallint, attempt integer)
+                LIMIT \(count)
+            ), stamped AS (
+                UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
+                    last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
+                    state = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN 'ended' ELSE c.state END,
+                    attempts = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN 0 ELSE c.attempts END,
+                    next_attempt_at = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN NULL ELSE c.next_attempt_at END,
+                    ended_at = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN coalesce(\(now), now()) ELSE c.ended_at END,
+                    updated_at = now()
+                FROM input i
+                WHERE c.id = i.channel_id AND (c.last_aps_timestamp IS NULL OR c.last_aps_timestamp < i.aps_timestamp)
+                RETURNING i.*
+            ), disposed AS (
+                UPDATE updates u SET disposition = CASE WHEN u.id = s.update_id THEN 'broadcast' ELSE 'conflated' END,
+                                     disposed_at = now()
+                FROM stamped s
+                WHERE u.event_id = s.event_id AND u.disposition = 'pending' AND u.id <= s.update_id
+                RETURNING u.id
+            ), delivered AS (
+                INSERT INTO deliveries (app_id, kind, channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
+                                        latency_us, priority, attempt, aps_timestamp)
+                SELECT app_id, 'broadcast', channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
+                       latency_us, priority, attempt, aps_timestamp
+                FROM stamped ORDER BY n
+                RETURNING id
+            ), event_ended AS (
+                UPDATE events e SET status = 'ended', updated_at = now()
+                FROM stamped s
+                WHERE e.id = s.event_id AND s.ends AND e.status <> 'cancelled'
+                RETURNING e.id
+            ), deleted AS (
+                DELETE FROM outbox o USING stamped s
+                WHERE o.id = s.outbox_id AND o.claim_token = s.claim_token AND o.update_id = s.update_id
+                RETURNING s.n
+            ), released AS (
+                UPDATE outbox o SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL, attempts = 0,
+                    next_attempt_at = CASE WHEN o.next_attempt_at <= \(IngestRepository.urgentDue) THEN o.next_attempt_at
+                                           ELSE coalesce(\(now), now()) + make_interval(secs => s.delay) END,
+                    updated_at = now()
+                FROM stamped s
+                WHERE o.id = s.outbox_id AND o.claim_token = s.claim_token AND o.update_id <> s.update_id
+                RETURNING s.n
+            )
+            SELECT (SELECT coalesce(string_agg(n::text, ','), '') FROM stamped) AS stamped,
+                   (SELECT count(*) FROM disposed) AS disposed, (SELECT count(*) FROM delivered) AS delivered,
+                   (SELECT count(*) FROM event_ended) AS ended,
+                   (SELECT coalesce(string_agg(n::text, ','), '') FROM deleted) AS deleted,
+                   (SELECT coalesce(string_agg(n::text, ','), '') FROM released) AS released
+            """
     }
 
     private static func filled(_ delivery: DeliveryDraft, _ claim: ClaimedBroadcast) -> DeliveryDraft {
