@@ -362,7 +362,7 @@ public struct OutboxRepository: Sendable {
     }
 
     /// The claim's first statement: takes due rows (see `claimBatch`).
-    static func claimStatement(instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval?, now: Date?) -> PostgresQuery {
+    private static func claimStatement(instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval?, now: Date?) -> PostgresQuery {
         """
             WITH due AS (
                 SELECT o.id, live.channel_id,
@@ -400,7 +400,7 @@ public struct OutboxRepository: Sendable {
     }
 
     /// The claim's second statement: the claimed rows with their update and pending updates.
-    static func claimedRowsStatement(ids: [String], tokens: [String]) -> PostgresQuery {
+    private static func claimedRowsStatement(ids: [String], tokens: [String]) -> PostgresQuery {
         """
             SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id, e.attribute_type_id,
                    c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state, c.last_aps_timestamp,
@@ -423,7 +423,7 @@ public struct OutboxRepository: Sendable {
     }
 
     /// The statement of `recordBroadcasts`, for `count` records as one jsonb array.
-    static func recordStatement(input: JSONValue, count: Int, now: Date?) -> PostgresQuery {
+    private static func recordStatement(input: JSONValue, count: Int, now: Date?) -> PostgresQuery {
         """
             WITH input AS (
                 SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i(
