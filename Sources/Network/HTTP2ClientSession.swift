@@ -306,8 +306,11 @@ final class HTTP2ClientSession: @unchecked Sendable {
         while let bev, case let code = bufferevent_get_openssl_error(bev), code != 0 { codes.append(code) }
         let tlsCodes = codes.filter { ERR_GET_LIB($0) != 0 }
         if tlsCodes.contains(where: { ERR_GET_REASON($0) == SSL_R_TLSV1_ALERT_NO_APPLICATION_PROTOCOL }) { return .alpnRefused }
-        if !tlsCodes.isEmpty { return .tls(tlsCodes.map(TLSClientContext.describe).joined(separator: "; ")) }
-        let detail = socketError == 0 ? "closed during the TLS handshake" : String(cString: strerror(socketError))
+        // OpenSSL reports a peer that hung up mid-handshake as a TLS error; it is the connection that failed
+        // (a peer restarting, say), and another attempt may succeed.
+        let hungUp = !tlsCodes.isEmpty && tlsCodes.allSatisfy { ERR_GET_REASON($0) == SSL_R_UNEXPECTED_EOF_WHILE_READING }
+        if !tlsCodes.isEmpty && !hungUp { return .tls(tlsCodes.map(TLSClientContext.describe).joined(separator: "; ")) }
+        let detail = socketError == 0 || hungUp ? "closed during the TLS handshake" : String(cString: strerror(socketError))
         return .connectFailed("\(origin.authority): \(detail)")
     }
 
