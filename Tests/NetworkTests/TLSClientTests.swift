@@ -75,28 +75,8 @@ import Testing
     }
 
     @Test func aPeerThatHangsUpDuringTheHandshakeIsARetryableConnectFailure() async throws {
-        // A listener that reads the ClientHello and closes: OpenSSL sees EOF where it wanted the ServerHello.
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                _ = bind(listener, $0, length)
-                _ = getsockname(listener, $0, &length)
-            }
-        }
-        #expect(listen(listener, 4) == 0)
-        let port = Int(UInt16(bigEndian: address.sin_port))
-        Thread.detachNewThread {
-            let peer = accept(listener, nil, nil)
-            guard peer >= 0 else { return }
-            var hello = [UInt8](repeating: 0, count: 4096)
-            _ = read(peer, &hello, hello.count)
-            close(peer)
-        }
+        // OpenSSL sees EOF where it wanted the ServerHello.
+        let port = try #require(clientHangUpPeer())
         let harness = try ClientHarness(name: "tls-hang-up")
         defer { harness.loop.shutdown() }
         let result = await firstResult(harness.connect(to: HTTP2Origin(host: "127.0.0.1", port: port)))

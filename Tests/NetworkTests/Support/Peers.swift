@@ -76,6 +76,32 @@ final class ClientCertificates: Sendable {
 }
 
 /// A free TCP port on 127.0.0.1 (bound, read, released).
+/// A listener on 127.0.0.1 that accepts one connection, reads what comes (a TLS ClientHello) and hangs up;
+/// returns its port (nil when it could not listen).
+func clientHangUpPeer() -> Int? {
+    let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+    }
+    guard listener >= 0, bound, listen(listener, 4) == 0 else {
+        close(listener)
+        return nil
+    }
+    Thread.detachNewThread {
+        defer { close(listener) }
+        let peer = accept(listener, nil, nil)
+        guard peer >= 0 else { return }
+        var hello = [UInt8](repeating: 0, count: 4096)
+        _ = read(peer, &hello, hello.count)
+        close(peer)
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
 func clientFreePort() -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
