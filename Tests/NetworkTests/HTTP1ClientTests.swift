@@ -265,17 +265,11 @@ private final class ClosingAfterOneAnswer: Sendable {
     private let accepted = Mutex(0)
 
     init() throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        fd = listener
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+        guard let (listener, port) = clientLoopbackSocket(), listen(listener, 8) == 0 else {
+            throw ServerTestCertificates.CertificateError(detail: "cannot listen")
         }
-        guard bound, listen(listener, 8) == 0 else { throw ServerTestCertificates.CertificateError(detail: "cannot listen") }
-        port = Int(UInt16(bigEndian: address.sin_port))
+        fd = listener
+        self.port = port
         Thread.detachNewThread { [self] in
             while case let connection = accept(listener, nil, nil), connection >= 0 {
                 let count = accepted.withLock { $0 += 1; return $0 }

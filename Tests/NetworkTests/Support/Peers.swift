@@ -75,19 +75,30 @@ final class ClientCertificates: Sendable {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound, read, released).
-/// A listener on 127.0.0.1 that accepts one connection, reads what comes (a TLS ClientHello) and hangs up;
-/// returns its port (nil when it could not listen).
-func clientHangUpPeer() -> Int? {
-    let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+/// A TCP socket bound to a free port on 127.0.0.1, and the port; nil when it could not be made.
+func clientLoopbackSocket() -> (fd: Int32, port: Int)? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return nil }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
     }
-    guard listener >= 0, bound, listen(listener, 4) == 0 else {
+    guard bound else {
+        close(fd)
+        return nil
+    }
+    return (fd, Int(UInt16(bigEndian: address.sin_port)))
+}
+
+/// A listener on 127.0.0.1 that accepts one connection, reads what comes (a TLS ClientHello) and hangs up;
+/// returns its port (nil when it could not listen).
+func clientHangUpPeer() -> Int? {
+    guard let (listener, port) = clientLoopbackSocket() else { return nil }
+    guard listen(listener, 4) == 0 else {
         close(listener)
         return nil
     }
@@ -99,24 +110,14 @@ func clientHangUpPeer() -> Int? {
         _ = read(peer, &hello, hello.count)
         close(peer)
     }
-    return Int(UInt16(bigEndian: address.sin_port))
+    return port
 }
 
+/// A free TCP port on 127.0.0.1 (bound, read, released).
 func clientFreePort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            _ = bind(fd, $0, length)
-            _ = getsockname(fd, $0, &length)
-        }
-    }
-    return Int(UInt16(bigEndian: address.sin_port))
+    guard let (fd, port) = clientLoopbackSocket() else { return 0 }
+    close(fd)
+    return port
 }
 
 /// True once something accepts TCP connections on host:port.
