@@ -36,6 +36,60 @@ struct PipelineSchedulerTests {
         #expect(f.apns.state.withLock { $0.creates } == 3)
     }
 
+    @Test func aSweepReadsAgainAtOnceWhileABatchIsFull() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        for index in 0..<5 { _ = try await f.makeEvent("e\(index)", startsAt: f.clock.now.addingTimeInterval(60)) }
+        let scheduler = f.scheduler { $0.batchLimit = 2 }
+        let report = try #require(try await scheduler.tick())
+        #expect(report.opened.count == 5)
+        #expect(report.rounds == 3)  // 2, 2 and 1 events
+        #expect(f.apns.state.withLock { $0.creates } == 5)
+        #expect(try await scheduler.tick()?.rounds == 1)
+    }
+
+    @Test func aSweepActsOnEachItemOnceAndEndsWhenAReadBringsNothingNew() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        for index in 0..<3 { _ = try await f.makeEvent("e\(index)", startsAt: f.clock.now.addingTimeInterval(60 + Double(index))) }
+        let scheduler = f.scheduler {
+            $0.batchLimit = 1
+            $0.quota = ChannelQuota(limit: 1)
+        }
+        // e0 opens; e1's and e2's channels are planned and refused at the quota, each once; the fourth read
+        // brings back e1's refused channel only, and the sweep ends.
+        let report = try #require(try await scheduler.tick())
+        #expect(report.opened.count == 1)
+        #expect(report.quotaRefused.count == 2)
+        #expect(Set(report.quotaRefused).count == 2)
+        #expect(report.rounds == 3)
+    }
+
+    @Test func eventsBecomeLiveAtTheirStartOnceTheyHaveAChannel() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent("soon", startsAt: f.clock.now.addingTimeInterval(3600))
+        let scheduler = f.scheduler()
+        let first = try #require(try await scheduler.tick())
+        #expect(first.opened.count == 1)
+        #expect(first.eventsStarted.isEmpty)
+        #expect(try await f.events.get(id: event.id)?.status == .scheduled)
+
+        f.clock.advance(by: 3601)
+        #expect(try await scheduler.tick()?.eventsStarted == [event.id])
+        #expect(try await f.events.get(id: event.id)?.status == .live)
+        #expect(try await f.events.list(EventFilter(status: .live)).events.map(\.id) == [event.id])
+        #expect(try await scheduler.tick()?.eventsStarted.isEmpty == true)
+
+        // One already past its start without a channel stays scheduled until it has one: the sweep that
+        // plans its channel leaves it for the next sweep to start (its channel is found by then).
+        let late = try await f.makeEvent("late", startsAt: f.clock.now.addingTimeInterval(-60))
+        let planning = try #require(try await scheduler.tick())
+        #expect(planning.opened.count == 1)
+        #expect(try await f.events.get(id: late.id)?.status == .scheduled)
+        #expect(try await scheduler.tick()?.eventsStarted == [late.id])
+    }
+
     @Test func endsEventsPastTheirEndThenDeletesTheChannelAfterTheDelay() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

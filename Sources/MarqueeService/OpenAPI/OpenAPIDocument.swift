@@ -413,7 +413,7 @@ public enum OpenAPIDocument {
       "SweepReport": {
         "type": "object",
         "properties": {
-          "opened": { "type": "array", "items": { "type": "integer" } }, "createRetries": { "type": "array", "items": { "type": "integer" } }, "createsUnknown": { "type": "array", "items": { "type": "integer" } }, "createsFailed": { "type": "array", "items": { "type": "integer" } }, "quotaRefused": { "type": "array", "items": { "type": "integer" } }, "eventsEnded": { "type": "array", "items": { "type": "integer" } },
+          "opened": { "type": "array", "items": { "type": "integer" } }, "createRetries": { "type": "array", "items": { "type": "integer" } }, "createsUnknown": { "type": "array", "items": { "type": "integer" } }, "createsFailed": { "type": "array", "items": { "type": "integer" } }, "quotaRefused": { "type": "array", "items": { "type": "integer" } }, "eventsStarted": { "type": "array", "items": { "type": "integer" } }, "eventsEnded": { "type": "array", "items": { "type": "integer" } },
           "deleted": { "type": "array", "items": { "type": "integer" } }, "lost": { "type": "array", "items": { "type": "integer" } }, "unknown": { "type": "array", "items": { "type": "string" } }, "unknownDeleted": { "type": "array", "items": { "type": "string" } }
         }
       },

@@ -66,6 +66,8 @@ public struct SweepReport: Sendable, Equatable {
     public var createsFailed: [Int] = []
     /// Channels not created because the app's quota is spent.
     public var quotaRefused: [Int] = []
+    /// Scheduled events whose `startsAt` came: now live.
+    public var eventsStarted: [Int] = []
     /// Events ended by the scheduler (an `end` update was queued).
     public var eventsEnded: [Int] = []
     /// Channels deleted at APNs (or found gone).
@@ -78,6 +80,8 @@ public struct SweepReport: Sendable, Equatable {
     public var unknownDeleted: [String] = []
     /// What each reconciled app's channel list showed.
     public var reconciled: [AppReconcileReport] = []
+    /// Reads of due work the sweep acted on: more than one when a kind of work filled its batch.
+    public var rounds = 0
 
     public init() {}
 }
@@ -375,11 +379,53 @@ public final class ChannelScheduler: Service {
     /// Ends, opens, retries, resolves, deletes and (when asked) reconciles, under `fence`. A failure of
     /// one item is logged and the sweep goes on; a lost lease or cancellation ends it. `deleteUnknown`
     /// overrides the configured deletion of unknown channels.
+    ///
+    /// Work is read `batchLimit` items of each kind at a time; while a kind fills its batch, the sweep
+    /// reads again at once (renewing the lease between rounds), so a thousand events created together get
+    /// their channels in one sweep rather than a hundred a tick. Each event and channel is acted on once
+    /// per sweep: a read that brings nothing new (creates refused at the quota) ends it.
     public func sweep(fence: LeaseGrant, reconcileAll: Bool = false, deleteUnknown: Bool? = nil) async throws -> SweepReport {
         let deleteUnknown = deleteUnknown ?? configuration.deleteUnknown
         var report = SweepReport()
-        let work = try await channels.dueWork(leadTime: configuration.leadTime, deleteDelay: configuration.deleteDelay,
-                                              endGrace: configuration.endGrace, now: databaseNow, limit: configuration.batchLimit)
+        var fence = fence
+        var handled = Set<SchedulerWork.Item>()
+        var reconciled = Set<Int>()
+        while true {
+            let started = try await events.markStarted(limit: configuration.batchLimit, fence: fence, now: databaseNow)
+            report.eventsStarted += started
+            let read = try await channels.dueWork(leadTime: configuration.leadTime, deleteDelay: configuration.deleteDelay,
+                                                  endGrace: configuration.endGrace, now: databaseNow, limit: configuration.batchLimit)
+            let work = read.excluding(handled)
+            guard report.rounds == 0 || !started.isEmpty || !work.isEmpty else { break }
+            report.rounds += 1
+            handled.formUnion(try await sweepRound(work, fence: fence, deleteUnknown: deleteUnknown, reconciled: &reconciled,
+                                                   report: &report))
+            guard read.fills(limit: configuration.batchLimit) || started.count >= configuration.batchLimit else { break }
+            guard let renewed = try await leases.renew(fence, duration: configuration.leaseDuration, now: databaseNow) else {
+                throw PipelineError.leaseNotHeld(name: fence.name)
+            }
+            fence = renewed
+            grant.withLock { held in if held?.fencing == renewed.fencing { held = renewed } }
+        }
+        if reconcileAll {
+            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours.
+            try await isolated("purge idempotency keys", 0) {
+                let purged = try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
+                if purged > 0 { logger.info("expired idempotency keys purged", ["count": .int(purged)]) }
+            }
+            for app in try await catalog.apps() where !reconciled.contains(app.id) {
+                try await isolated("reconcile app", app.id) {
+                    try await reconcile(appID: app.id, unresolved: [], deleteUnknown: deleteUnknown, fence: fence, report: &report)
+                }
+            }
+        }
+        return report
+    }
+
+    /// One round of a sweep: acts on one read of due work. Returns the items it handled (the work's, and
+    /// the channels it planned).
+    private func sweepRound(_ work: SchedulerWork, fence: LeaseGrant, deleteUnknown: Bool, reconciled: inout Set<Int>,
+                            report: inout SweepReport) async throws -> Set<SchedulerWork.Item> {
         for event in work.eventsToEnd {
             try await isolated("end event", event.id) { try await end(event, fence: fence, report: &report) }
         }
@@ -420,7 +466,6 @@ public final class ChannelScheduler: Service {
                 }
             }
         }
-        var reconciled = Set<Int>()
         for (appID, unresolved) in Dictionary(grouping: work.unresolvedCreates, by: \.appID) {
             reconciled.insert(appID)
             try await isolated("reconcile app", appID) {
@@ -436,19 +481,7 @@ public final class ChannelScheduler: Service {
                 }
             }
         }
-        if reconcileAll {
-            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours.
-            try await isolated("purge idempotency keys", 0) {
-                let purged = try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
-                if purged > 0 { logger.info("expired idempotency keys purged", ["count": .int(purged)]) }
-            }
-            for app in try await catalog.apps() where !reconciled.contains(app.id) {
-                try await isolated("reconcile app", app.id) {
-                    try await reconcile(appID: app.id, unresolved: [], deleteUnknown: deleteUnknown, fence: fence, report: &report)
-                }
-            }
-        }
-        return report
+        return work.items.union(planned.map { .channel($0.id) })
     }
 
     /// Runs one item of a sweep: a lost lease or cancellation ends the sweep, anything else is logged.

@@ -140,7 +140,8 @@ public struct ChannelRoutes: APIRoutes {
     public static func json(_ report: SweepReport) -> JSONValue {
         [
             "opened": ids(report.opened), "createRetries": ids(report.createRetries), "createsUnknown": ids(report.createsUnknown),
-            "createsFailed": ids(report.createsFailed), "quotaRefused": ids(report.quotaRefused), "eventsEnded": ids(report.eventsEnded),
+            "createsFailed": ids(report.createsFailed), "quotaRefused": ids(report.quotaRefused),
+            "eventsStarted": ids(report.eventsStarted), "eventsEnded": ids(report.eventsEnded),
             "deleted": ids(report.deleted), "lost": ids(report.lost), "unknown": .array(report.unknown.map(JSONValue.string)),
             "unknownDeleted": .array(report.unknownDeleted.map(JSONValue.string)),
         ]

@@ -77,9 +77,38 @@ public struct SchedulerWork: Sendable, Equatable {
     /// was lost): they end without one.
     public var endsWithoutChannel: [EventRecord] = []
 
-    public var isEmpty: Bool {
-        eventsNeedingChannel.isEmpty && plannedChannels.isEmpty && retriesDue.isEmpty && unresolvedCreates.isEmpty
-            && deletionsDue.isEmpty && eventsToEnd.isEmpty && endsWithoutChannel.isEmpty
+    public var isEmpty: Bool { items.isEmpty }
+
+    /// One item of work: the event or the channel it is about.
+    public enum Item: Hashable, Sendable {
+        case event(Int)
+        case channel(Int)
+    }
+
+    private static var eventKinds: [WritableKeyPath<SchedulerWork, [EventRecord]>] {
+        [\.eventsNeedingChannel, \.eventsToEnd, \.endsWithoutChannel]
+    }
+    private static var channelKinds: [WritableKeyPath<SchedulerWork, [ChannelRecord]>] {
+        [\.plannedChannels, \.retriesDue, \.unresolvedCreates, \.deletionsDue]
+    }
+
+    /// Every item, so that a later read can leave out what a sweep has already handled.
+    public var items: Set<Item> {
+        Set(Self.eventKinds.flatMap { self[keyPath: $0].map { Item.event($0.id) } }
+            + Self.channelKinds.flatMap { self[keyPath: $0].map { Item.channel($0.id) } })
+    }
+
+    /// This work without the items in `handled`.
+    public func excluding(_ handled: Set<Item>) -> SchedulerWork {
+        var work = self
+        for kind in Self.eventKinds { work[keyPath: kind].removeAll { handled.contains(.event($0.id)) } }
+        for kind in Self.channelKinds { work[keyPath: kind].removeAll { handled.contains(.channel($0.id)) } }
+        return work
+    }
+
+    /// Whether some kind of work filled its batch of `limit` (more of it may be waiting).
+    public func fills(limit: Int) -> Bool {
+        Self.eventKinds.contains { self[keyPath: $0].count >= limit } || Self.channelKinds.contains { self[keyPath: $0].count >= limit }
     }
 }
 
@@ -249,13 +278,16 @@ public struct ChannelRepository: Sendable {
     }
 
     /// What the scheduler should act on at `now` (the database clock when nil), at most `limit` of each kind.
+    /// Each read goes through a partial index, so a sweep costs what is due, not what is live: events
+    /// become live only once they have a channel (`EventRepository.markStarted`), so only scheduled ones
+    /// can need one, and ending past `ends_at` is a range on `events_to_end` or `events_to_start`.
     public func dueWork(leadTime: TimeInterval, deleteDelay: TimeInterval, endGrace: TimeInterval,
                        now: Date? = nil, limit: Int = 100) async throws -> SchedulerWork {
         try await pool.withTransaction(isolation: .repeatableRead) { tx in
             var work = SchedulerWork()
             work.eventsNeedingChannel = try await tx.query("""
                 SELECT \(unsafeRaw: EventRecord.columns) FROM events e
-                WHERE e.status IN ('scheduled', 'live') AND NOT e.channel_lost
+                WHERE e.status = 'scheduled' AND NOT e.channel_lost
                   AND (e.ends_at IS NULL OR e.ends_at > coalesce(\(now), now()))
                   AND (e.starts_at <= coalesce(\(now), now()) + make_interval(secs => \(leadTime))
                        OR EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id))
@@ -277,8 +309,9 @@ public struct ChannelRepository: Sendable {
                 """)
             work.eventsToEnd = try await tx.query("""
                 SELECT \(unsafeRaw: EventRecord.columns) FROM events e
-                WHERE e.status IN ('scheduled', 'live') AND e.ends_at IS NOT NULL
-                  AND e.ends_at + make_interval(secs => \(endGrace)) <= coalesce(\(now), now())
+                WHERE e.ends_at <= coalesce(\(now), now()) - make_interval(secs => \(endGrace))
+                  AND (e.status = 'live'
+                       OR (e.status = 'scheduled' AND e.starts_at <= coalesce(\(now), now()) - make_interval(secs => \(endGrace))))
                   AND NOT EXISTS (SELECT 1 FROM updates u WHERE u.event_id = e.id AND u.action = 'end')
                 ORDER BY e.ends_at, e.id LIMIT \(limit)
                 """).map(EventRecord.init(row:))
