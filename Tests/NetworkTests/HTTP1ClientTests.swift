@@ -263,6 +263,7 @@ private final class ClosingAfterOneAnswer: Sendable {
     let port: Int
     private let fd: Int32
     private let accepted = Mutex(0)
+    private let acceptLoopEnded = DispatchSemaphore(value: 0)
 
     init() throws {
         guard let (listener, port) = clientLoopbackSocket(), listen(listener, 8) == 0 else {
@@ -271,6 +272,7 @@ private final class ClosingAfterOneAnswer: Sendable {
         fd = listener
         self.port = port
         Thread.detachNewThread { [self] in
+            defer { acceptLoopEnded.signal() }
             while case let connection = accept(listener, nil, nil), connection >= 0 {
                 let count = accepted.withLock { $0 += 1; return $0 }
                 guard Self.readRequestHead(connection) else { close(connection); continue }
@@ -284,9 +286,13 @@ private final class ClosingAfterOneAnswer: Sendable {
 
     var acceptedConnections: Int { accepted.withLock { $0 } }
 
-    /// Stops accepting: the accept loop ends when the socket is shut down.
+    /// Stops accepting: the accept loop ends when the socket is shut down, and only then is the descriptor
+    /// closed. Closed first, its number could go to another test's listener while the loop was between two
+    /// accepts, and the loop would then take that test's connections (seen under load: another test's
+    /// client got "answer 3", and a concurrent echo test never got its answer).
     func stop() {
         shutdown(fd, Int32(SHUT_RDWR))
+        acceptLoopEnded.wait()
         close(fd)
     }
 
