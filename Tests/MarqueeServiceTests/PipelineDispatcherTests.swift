@@ -66,6 +66,34 @@ struct PipelineDispatcherTests {
         #expect(f.apns.broadcasts.map { $0.aps["timestamp"] } == stamps.map { JSONValue.int($0) })
     }
 
+    @Test func aSendRepeatedAfterACrashBeforeItsRecordCarriesTheSameApsTimestamp() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        _ = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1, "away": 0], alert: ["title": "GOAL", "body": "1-0"])
+        // An instance claims the update and sends it, APNs accepts it, and the instance dies before the record.
+        let crashed = try await OutboxRepository(pool: f.pool).claimBatch(instance: "crashed", limit: 10, lease: 30, now: f.clock.now)
+        let sent = try #require(crashed.claims.first?.apsTimestamp)
+        // Its claim runs out; another instance sends the update again, with the same aps.timestamp (the device
+        // ignores it rather than showing the goal twice).
+        f.clock.advance(by: 45)
+        let dispatcher = f.dispatcher(instance: "d2")
+        guard case .sent(_, _, let repeated)? = try await dispatcher.dispatchOnce().first else {
+            Issue.record("expected the repeated send")
+            return
+        }
+        #expect(repeated == sent)
+        #expect(f.apns.broadcasts.map { $0.aps["timestamp"] } == [.int(sent)])
+        // The next update goes above it.
+        try await f.post(event.id, ["home": 2, "away": 0], priority: .high)
+        guard case .sent(_, _, let next)? = try await dispatcher.dispatchOnce().first else {
+            Issue.record("expected the next send")
+            return
+        }
+        #expect(next > sent)
+    }
+
     @Test func alertsGoAtOnceAtTenPlainUpdatesAtFiveSignificantChangesAtTen() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

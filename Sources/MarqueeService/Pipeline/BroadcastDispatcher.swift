@@ -339,8 +339,10 @@ public final class BroadcastDispatcher: Service {
         // The payload: the newest state, its own alert or the newest carried one.
         let alertJSON = claim.update.alert ?? alertFrom.flatMap { id in pending.first { $0.id == id }?.alert }
         let alert = alertJSON.flatMap { try? LiveActivityAlert(json: $0) }
-        let apsTimestamp = TimestampSequencer.next(after: [claim.lastApsTimestamp, remembered?.lastApsTimestamp].compactMap { $0 }.max(),
-                                                   now: now)
+        // The claim's own timestamp (the same on a send repeated after a crash), unless this instance
+        // remembers sending a later one.
+        let apsTimestamp = claim.apsTimestamp.map { max($0, (remembered?.lastApsTimestamp ?? 0) + 1) }
+            ?? TimestampSequencer.next(after: [claim.lastApsTimestamp, remembered?.lastApsTimestamp].compactMap { $0 }.max(), now: now)
         let composed = compose(claim, alert: alert, apsTimestamp: apsTimestamp)
         guard let body = composed.body else {
             let refusal = "payload over \(PayloadLimit.broadcast.rawValue) bytes"

@@ -56,7 +56,12 @@ public struct ClaimedBroadcast: Sendable, Equatable {
     public var storagePolicy: MessageStoragePolicy
     public var channelState: ChannelLifecycle.State
     /// The channel's last aps.timestamp: the next must be above it (`TimestampSequencer.next(after:now:)`).
+    /// It includes one fixed for an older update of this row by an earlier claim (sent, perhaps, and not recorded).
     public var lastApsTimestamp: Int64?
+    /// The aps.timestamp fixed for `update` with the claim (Sql/0016), so that a send repeated after a crash
+    /// before its record carries the same one; nil when a newer update took the row between the claim's
+    /// two statements (then the next above `lastApsTimestamp` goes).
+    public var apsTimestamp: Int64?
     /// When the last broadcast APNs accepted on the channel was sent (for the one-per-second pacing;
     /// `channels.last_broadcast_at`).
     public var lastBroadcastAt: Date?
@@ -172,6 +177,7 @@ public struct OutboxRepository: Sendable {
                 storagePolicy: try row.decodeRaw(MessageStoragePolicy.self, column: "storage_policy"),
                 channelState: try row.decodeRaw(ChannelLifecycle.State.self, column: "channel_state"),
                 lastApsTimestamp: try row.decode(Int64?.self, column: "last_aps_timestamp"),
+                apsTimestamp: try row.decode(Int64?.self, column: "fixed_aps_timestamp"),
                 lastBroadcastAt: try row.decode(Date?.self, column: "last_broadcast_at"),
                 update: OutboxUpdate(
                     id: try row.decode(Int.self, column: "update_id"),
@@ -365,7 +371,7 @@ public struct OutboxRepository: Sendable {
     private static func claimStatement(instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval?, now: Date?) -> PostgresQuery {
         """
             WITH due AS (
-                SELECT o.id, live.channel_id,
+                SELECT o.id, live.channel_id, live.last_aps_timestamp,
                        CASE WHEN o.next_attempt_at > \(IngestRepository.urgentDue)
                                  AND live.last_broadcast_at > coalesce(\(now), now()) - make_interval(secs => \(pacing)::float8)
                                  AND NOT EXISTS (
@@ -375,7 +381,7 @@ public struct OutboxRepository: Sendable {
                             THEN live.last_broadcast_at + make_interval(secs => \(pacing)::float8) END AS paced_until
                 FROM outbox o
                 CROSS JOIN LATERAL (
-                    SELECT c.id AS channel_id, c.last_broadcast_at
+                    SELECT c.id AS channel_id, c.last_broadcast_at, c.last_aps_timestamp
                     FROM channels c JOIN events e ON e.id = c.event_id
                     WHERE c.event_id = o.event_id AND c.state IN ('open', 'ending') AND NOT e.channel_lost
                     LIMIT 1
@@ -393,6 +399,12 @@ public struct OutboxRepository: Sendable {
                 claimed_until = CASE WHEN due.paced_until IS NULL
                                      THEN coalesce(\(now), now()) + make_interval(secs => \(lease)) END,
                 next_attempt_at = coalesce(due.paced_until, o.next_attempt_at),
+                aps_timestamp = CASE WHEN due.paced_until IS NOT NULL THEN o.aps_timestamp
+                                     WHEN o.aps_timestamp_update_id = o.update_id
+                                          AND o.aps_timestamp > coalesce(due.last_aps_timestamp, 0) THEN o.aps_timestamp
+                                     ELSE greatest(floor(extract(epoch FROM coalesce(\(now), now())))::bigint,
+                                                   due.last_aps_timestamp + 1, o.aps_timestamp + 1) END,
+                aps_timestamp_update_id = CASE WHEN due.paced_until IS NULL THEN o.update_id ELSE o.aps_timestamp_update_id END,
                 channel_id = due.channel_id, updated_at = now()
             FROM due WHERE o.id = due.id AND o.id = ANY (ARRAY(SELECT id FROM due))
             RETURNING o.id, o.claim_token, o.next_attempt_at
@@ -403,7 +415,10 @@ public struct OutboxRepository: Sendable {
     private static func claimedRowsStatement(ids: [String], tokens: [String]) -> PostgresQuery {
         """
             SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id, e.attribute_type_id,
-                   c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state, c.last_aps_timestamp,
+                   c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state,
+                   CASE WHEN o.aps_timestamp_update_id = o.update_id THEN o.aps_timestamp END AS fixed_aps_timestamp,
+                   greatest(c.last_aps_timestamp, CASE WHEN o.aps_timestamp_update_id IS DISTINCT FROM o.update_id
+                                                       THEN o.aps_timestamp END) AS last_aps_timestamp,
                    c.last_broadcast_at, p.id IS NULL OR p.newest AS carries_update,
                    u.id AS update_id, u.action, CASE WHEN p.id IS NULL OR p.newest THEN u.content_state END AS content_state,
                    CASE WHEN p.id IS NULL OR p.newest THEN u.alert END AS alert, u.stale_date, u.dismissal_date,
