@@ -577,18 +577,21 @@ struct PipelineDispatchTests {
             SELECT count(*) FROM pg_prepared_statements WHERE statement NOT LIKE '%pg_prepared_statements%'
             """
         let preparedBefore = try await f.scalar(Int.self, preparedCount)
-        try await f.pool.withConnection { connection in
-            try await IngestRepository.warmUp(on: connection, pacing: 1)
-            try await OutboxRepository.warmUp(on: connection)
-        }
+        try await f.pool.withConnection { connection in try await PipelineWarmUp.run(on: connection, pacing: 1) }
         #expect(try await f.scalar(Int.self, rows) == before)
         let warmed = try await f.scalar(Int.self, preparedCount)
         #expect(warmed >= preparedBefore + 5)
-        // The real thing reuses every one of them: a keyed ingest, a claim, a record.
+        let customPlans: PostgresQuery = """
+            SELECT coalesce(sum(custom_plans), 0)::bigint FROM pg_prepared_statements WHERE statement NOT LIKE '%pg_prepared_statements%'
+            """
+        let customPlansBefore = try await f.scalar(Int.self, customPlans)
+        // The real thing reuses every one of them: a keyed ingest (planning nothing: its plans are settled),
+        // a claim, a record.
         guard case .accepted = try await IngestRepository(pool: f.pool, pacing: 1).ingest(
             eventID: event.id, UpdateDraft(occurredAt: t0, apiKeyID: f.apiKeyID), state: ["home": 1],
             idempotency: IdempotencyRequest(apiKeyID: f.apiKeyID, key: "goal-1", requestHash: Data(count: 32)),
             response: { _ in StoredResponse(status: 202, body: Data()) }) else { throw FixtureError.notAccepted }
+        #expect(try await f.scalar(Int.self, customPlans) == customPlansBefore)
         let claim = try #require(try await f.outbox.claimBatch(instance: "a", limit: 10, lease: 30, pacing: 1).claims.first)
         try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 1)
         #expect(try await f.scalar(Int.self, preparedCount) == warmed)

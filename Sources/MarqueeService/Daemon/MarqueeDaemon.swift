@@ -206,8 +206,7 @@ public final class MarqueeDaemon: Sendable {
                 group.addTask {
                     do {
                         try await pool.withConnection { connection in
-                            try await IngestRepository.warmUp(on: connection, pacing: pacing)
-                            try await OutboxRepository.warmUp(on: connection)
+                            try await PipelineWarmUp.run(on: connection, pacing: pacing)
                             // Held a moment, so the other tasks open connections of their own.
                             try await Task.sleep(for: .milliseconds(50))
                         }

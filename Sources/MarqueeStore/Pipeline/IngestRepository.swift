@@ -248,7 +248,7 @@ public struct IngestRepository: Sendable {
     /// transaction it rolls back (nothing stays): PostgreSQL parses and plans a statement the first time
     /// each backend runs it (about 4 ms for the write on this project's bench machine, then 0.2 ms), and a
     /// fresh pool would otherwise pay for that in its first requests. `pacing` as the repository's.
-    public static func warmUp(on connection: PostgresConnection, pacing: TimeInterval?) async throws {
+    static func warmUp(on connection: PostgresConnection, pacing: TimeInterval?) async throws {
         let key = IdempotencyRequest(apiKeyID: 0, key: "marquee-warm-up", requestHash: Data(count: 32))
         _ = try await connection.execute("BEGIN")
         do {

@@ -361,7 +361,7 @@ public struct OutboxRepository: Sendable {
     /// none, no claimed rows, a record of no broadcast): PostgreSQL parses and plans a statement the first
     /// time each backend runs it, and a fresh pool would otherwise pay for that in its first requests.
     /// A prepared statement is one per text and parameter types, so these are the ones the methods reuse.
-    public static func warmUp(on connection: PostgresConnection) async throws {
+    static func warmUp(on connection: PostgresConnection) async throws {
         _ = try await connection.query(claimStatement(instance: "warm-up", limit: 0, lease: 1, pacing: nil, now: nil))
         _ = try await connection.query(claimedRowsStatement(ids: [], tokens: []))
         _ = try await connection.query(recordStatement(input: [], count: 0, now: nil))
