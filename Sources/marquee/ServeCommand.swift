@@ -24,6 +24,8 @@ enum ServeCommand {
          "MARQUEE_HIGH_PRIORITY_BUDGET", "\(defaults.highPriorityBudget)"),
         ("conflation-interval", "SECONDS", "At most one broadcast per channel per interval (alerts and 'high' go at once).",
          "MARQUEE_CONFLATION_INTERVAL", seconds(defaults.conflationInterval)),
+        ("delivery-retention", "SECONDS", "Delete delivery rows (the log of APNs exchanges) older than this, hourly; 0 keeps them (else at least 86400).",
+         "MARQUEE_DELIVERY_RETENTION", seconds(defaults.deliveryRetention)),
     ]
 
     private static let defaults = PipelineSettings()
@@ -46,6 +48,12 @@ enum ServeCommand {
         settings.broadcastTTL = try arguments.seconds("broadcast-ttl", in: 1...ExpirationPolicy.maximumTimeToLive) ?? settings.broadcastTTL
         settings.highPriorityBudget = try arguments.int("high-priority-budget", in: 0...1_000_000) ?? settings.highPriorityBudget
         settings.conflationInterval = try arguments.seconds("conflation-interval", in: 0...3600) ?? settings.conflationInterval
+        settings.deliveryRetention = try arguments.seconds("delivery-retention", in: 0...(100 * 365 * 86400)) ?? settings.deliveryRetention
+        if settings.deliveryRetention > 0 && settings.deliveryRetention < 86400 {
+            // Shorter would take rows the priority budget (an hour) and `marquee status` (recent errors) read.
+            throw UsageError("--delivery-retention takes 0 (keep) or at least 86400 seconds (a day), not '\(arguments.string("delivery-retention") ?? "")'",
+                             commandPath: arguments.commandPath)
+        }
         let environment = ProcessInfo.processInfo.environment["MARQUEE_DELETE_UNKNOWN_CHANNELS"]?.lowercased()
         settings.deleteUnknownChannels = arguments.flag("delete-unknown-channels") || ["1", "true", "yes", "on"].contains(environment ?? "")
         return settings

@@ -29,6 +29,16 @@ import Testing
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
+    @Test(.enabled(if: binaryBuilt)) func serveRefusesADeliveryRetentionShorterThanADayBeforeConnecting() async throws {
+        let nowhere = ["--database-url", "postgresql://nobody@127.0.0.1:\(Self.freePort())/marquee"]
+        for (value, message) in [("3600", "--delivery-retention takes 0 (keep) or at least 86400 seconds"),
+                                 ("forever", "--delivery-retention takes a number of seconds")] {
+            let result = try await Self.cli(["serve", "--delivery-retention", value] + nowhere)
+            #expect(result.status == 64, "\(value): \(result.stderr)")
+            #expect(result.stderr.contains(message), "\(value): \(result.stderr)")
+        }
+    }
+
     @Test(.enabled(if: binaryBuilt)) func invalidInputIsAUsageErrorNamingTheFlag() async throws {
         // Every case fails before any request: the URL points nowhere, and 69 would show a request was tried.
         let nowhere = ["--url", "http://127.0.0.1:\(Self.freePort())"]

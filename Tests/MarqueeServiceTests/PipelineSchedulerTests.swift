@@ -195,6 +195,22 @@ struct PipelineSchedulerTests {
         #expect(try await f.scalar(String.self, "SELECT string_agg(key, ',') FROM idempotency_keys") == "fresh")
     }
 
+    @Test func theHourlyPassPurgesDeliveryRowsPastTheirRetention() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        for reason in ["old", "recent"] {
+            try await f.deliveries.insert(DeliveryDraft(appID: f.appID, kind: .channelList, status: 200, reason: reason, attempt: 1))
+        }
+        try await f.pool.execute("UPDATE deliveries SET sent_at = now() - interval '31 days' WHERE reason = 'old'")
+        let reasons: PostgresQuery = "SELECT string_agg(reason, ',' ORDER BY id) FROM deliveries WHERE reason IN ('old', 'recent')"
+        _ = try await f.scheduler { $0.deliveryRetention = nil }.runOnce(reconcile: true)
+        #expect(try await f.scalar(String.self, reasons) == "old,recent")
+        _ = try await f.scheduler().runOnce()  // not the hourly pass
+        #expect(try await f.scalar(String.self, reasons) == "old,recent")
+        _ = try await f.scheduler().runOnce(reconcile: true)
+        #expect(try await f.scalar(String.self, reasons) == "recent")
+    }
+
     @Test func onlyTheLeaseHolderActsAndShutdownHandsTheLeaseOver() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

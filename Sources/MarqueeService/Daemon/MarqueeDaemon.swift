@@ -86,6 +86,8 @@ public struct PipelineSettings: Sendable, Equatable {
     public var highPriorityBudget = 30
     /// At most one broadcast per channel per this interval (alerts and `high` updates excepted).
     public var conflationInterval: TimeInterval = 1
+    /// Delete delivery rows older than this (hourly); 0 keeps them.
+    public var deliveryRetention: TimeInterval = 30 * 86400
 
     public init() {}
 
@@ -100,6 +102,7 @@ public struct PipelineSettings: Sendable, Equatable {
         configuration.deleteUnknown = deleteUnknownChannels
         configuration.unknownDeleteGrace = unknownChannelGrace
         configuration.quota = ChannelQuota(limit: channelQuota)
+        configuration.deliveryRetention = deliveryRetention > 0 ? deliveryRetention : nil
         return configuration
     }
 

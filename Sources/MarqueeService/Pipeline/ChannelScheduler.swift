@@ -46,6 +46,9 @@ public struct ChannelSchedulerConfiguration: Sendable {
     public var quotaRetryDelay: TimeInterval = 300
     /// A create or delete without a recorded answer after this long is retried (the instance died); default 120 s.
     public var inFlightTimeout: TimeInterval = 120
+    /// Delivery rows (the log of APNs exchanges) older than this are deleted by the hourly pass; nil keeps
+    /// them. Default 30 days.
+    public var deliveryRetention: TimeInterval? = 30 * 86400
     /// Items of each kind handled per sweep; default 100.
     public var batchLimit = 100
     /// Pass the injected clock's time to the database instead of its `now()` (tests with a manual clock).
@@ -408,10 +411,17 @@ public final class ChannelScheduler: Service {
             grant.withLock { held in if held?.fencing == renewed.fencing { held = renewed } }
         }
         if reconcileAll {
-            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours.
+            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours, delivery rows
+            // past their retention.
             try await isolated("purge idempotency keys", 0) {
                 let purged = try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
                 if purged > 0 { logger.info("expired idempotency keys purged", ["count": .int(purged)]) }
+            }
+            if let retention = configuration.deliveryRetention {
+                try await isolated("purge deliveries", 0) {
+                    let purged = try await deliveries.purge(sentBefore: clock.now.addingTimeInterval(-retention))
+                    if purged > 0 { logger.info("delivery rows past their retention purged", ["count": .int(purged)]) }
+                }
             }
             for app in try await catalog.apps() where !reconciled.contains(app.id) {
                 try await isolated("reconcile app", app.id) {

@@ -110,6 +110,21 @@ public struct DeliveryRepository: Sendable {
             """).map(DeliveryRecord.init(row:))
     }
 
+    /// Deletes the rows of exchanges sent before `cutoff`, oldest first, `batch` rows a statement (so no
+    /// statement holds locks or a snapshot for long); returns how many went. Nothing points at deliveries.
+    @discardableResult
+    public func purge(sentBefore cutoff: Date, batch: Int = 10_000) async throws -> Int {
+        var purged = 0
+        while true {
+            let deleted = try await pool.execute("""
+                DELETE FROM deliveries WHERE id IN (
+                    SELECT id FROM deliveries WHERE sent_at < \(cutoff) ORDER BY sent_at LIMIT \(batch))
+                """)
+            purged += deleted
+            if deleted < batch { return purged }
+        }
+    }
+
     /// The latest failed exchanges (no answer, or a status of 400 and above), of one app or all, newest first.
     public func lastErrors(appID: Int? = nil, limit: Int = 20) async throws -> [DeliveryRecord] {
         try await pool.query("""
