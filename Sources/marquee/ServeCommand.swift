@@ -24,7 +24,7 @@ enum ServeCommand {
          "MARQUEE_HIGH_PRIORITY_BUDGET", "\(defaults.highPriorityBudget)"),
         ("conflation-interval", "SECONDS", "At most one broadcast per channel per interval (alerts and 'high' go at once).",
          "MARQUEE_CONFLATION_INTERVAL", seconds(defaults.conflationInterval)),
-        ("delivery-retention", "SECONDS", "Delete delivery rows (the log of APNs exchanges) older than this, hourly; 0 keeps them (else at least 86400).",
+        ("delivery-retention", "SECONDS", "Delete delivery rows (the log of APNs exchanges) older than this; 0 keeps them (else at least 86400).",
          "MARQUEE_DELIVERY_RETENTION", seconds(defaults.deliveryRetention)),
     ]
 

@@ -195,19 +195,24 @@ struct PipelineSchedulerTests {
         #expect(try await f.scalar(String.self, "SELECT string_agg(key, ',') FROM idempotency_keys") == "fresh")
     }
 
-    @Test func theHourlyPassPurgesDeliveryRowsPastTheirRetention() async throws {
+    @Test func aSweepPurgesDeliveryRowsPastTheirRetention() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }
-        for reason in ["old", "recent"] {
+        for reason in ["old1", "old2", "recent"] {
             try await f.deliveries.insert(DeliveryDraft(appID: f.appID, kind: .channelList, status: 200, reason: reason, attempt: 1))
         }
-        try await f.pool.execute("UPDATE deliveries SET sent_at = now() - interval '31 days' WHERE reason = 'old'")
-        let reasons: PostgresQuery = "SELECT string_agg(reason, ',' ORDER BY id) FROM deliveries WHERE reason IN ('old', 'recent')"
-        _ = try await f.scheduler { $0.deliveryRetention = nil }.runOnce(reconcile: true)
-        #expect(try await f.scalar(String.self, reasons) == "old,recent")
-        _ = try await f.scheduler().runOnce()  // not the hourly pass
-        #expect(try await f.scalar(String.self, reasons) == "old,recent")
-        _ = try await f.scheduler().runOnce(reconcile: true)
+        try await f.pool.execute("""
+            UPDATE deliveries SET sent_at = now() - CASE reason WHEN 'old1' THEN interval '32 days' ELSE interval '31 days' END
+            WHERE reason LIKE 'old%'
+            """)
+        let reasons: PostgresQuery = "SELECT string_agg(reason, ',' ORDER BY id) FROM deliveries WHERE reason IN ('old1', 'old2', 'recent')"
+        _ = try await f.scheduler { $0.deliveryRetention = nil }.runOnce()
+        #expect(try await f.scalar(String.self, reasons) == "old1,old2,recent")
+        // Oldest first, in bounded statements.
+        let cutoff = Date().addingTimeInterval(-30 * 86400)
+        #expect(try await DeliveryRepository(pool: f.pool).purge(sentBefore: cutoff, batch: 1, statements: 1) == 1)
+        #expect(try await f.scalar(String.self, reasons) == "old2,recent")
+        _ = try await f.scheduler().runOnce()
         #expect(try await f.scalar(String.self, reasons) == "recent")
     }
 

@@ -86,7 +86,7 @@ public struct PipelineSettings: Sendable, Equatable {
     public var highPriorityBudget = 30
     /// At most one broadcast per channel per this interval (alerts and `high` updates excepted).
     public var conflationInterval: TimeInterval = 1
-    /// Delete delivery rows older than this (hourly); 0 keeps them.
+    /// Delete delivery rows older than this (a few batches each sweep); 0 keeps them.
     public var deliveryRetention: TimeInterval = 30 * 86400
 
     public init() {}

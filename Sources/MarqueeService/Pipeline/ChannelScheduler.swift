@@ -46,8 +46,8 @@ public struct ChannelSchedulerConfiguration: Sendable {
     public var quotaRetryDelay: TimeInterval = 300
     /// A create or delete without a recorded answer after this long is retried (the instance died); default 120 s.
     public var inFlightTimeout: TimeInterval = 120
-    /// Delivery rows (the log of APNs exchanges) older than this are deleted by the hourly pass; nil keeps
-    /// them. Default 30 days.
+    /// Delivery rows (the log of APNs exchanges) older than this are deleted, a few batches each sweep; nil
+    /// keeps them. Default 30 days.
     public var deliveryRetention: TimeInterval? = 30 * 86400
     /// Items of each kind handled per sweep; default 100.
     public var batchLimit = 100
@@ -410,19 +410,21 @@ public final class ChannelScheduler: Service {
             fence = renewed
             grant.withLock { held in if held?.fencing == renewed.fencing { held = renewed } }
         }
+        if let retention = configuration.deliveryRetention {
+            // Every sweep takes what fell out of the retention since the last, a few statements at most, so the
+            // deletes are spread evenly rather than an hour's worth at once.
+            try await isolated("purge deliveries", 0) {
+                let purged = try await deliveries.purge(sentBefore: clock.now.addingTimeInterval(-retention), statements: 5)
+                if purged > 0 { logger.debug("delivery rows past their retention purged", ["count": .int(purged)]) }
+            }
+        }
         if reconcileAll {
-            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours, delivery rows
-            // past their retention.
+            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours.
             try await isolated("purge idempotency keys", 0) {
                 let purged = try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
                 if purged > 0 { logger.info("expired idempotency keys purged", ["count": .int(purged)]) }
             }
-            if let retention = configuration.deliveryRetention {
-                try await isolated("purge deliveries", 0) {
-                    let purged = try await deliveries.purge(sentBefore: clock.now.addingTimeInterval(-retention))
-                    if purged > 0 { logger.info("delivery rows past their retention purged", ["count": .int(purged)]) }
-                }
-            }
+
             for app in try await catalog.apps() where !reconciled.contains(app.id) {
                 try await isolated("reconcile app", app.id) {
                     try await reconcile(appID: app.id, unresolved: [], deleteUnknown: deleteUnknown, fence: fence, report: &report)

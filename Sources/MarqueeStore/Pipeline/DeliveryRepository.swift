@@ -111,18 +111,20 @@ public struct DeliveryRepository: Sendable {
     }
 
     /// Deletes the rows of exchanges sent before `cutoff`, oldest first, `batch` rows a statement (so no
-    /// statement holds locks or a snapshot for long); returns how many went. Nothing points at deliveries.
+    /// statement holds locks or a snapshot for long) and at most `statements` statements; returns how many
+    /// went. Nothing points at deliveries.
     @discardableResult
-    public func purge(sentBefore cutoff: Date, batch: Int = 10_000) async throws -> Int {
+    public func purge(sentBefore cutoff: Date, batch: Int = 10_000, statements: Int = .max) async throws -> Int {
         var purged = 0
-        while true {
+        for _ in 0..<statements {
             let deleted = try await pool.execute("""
                 DELETE FROM deliveries WHERE id IN (
                     SELECT id FROM deliveries WHERE sent_at < \(cutoff) ORDER BY sent_at LIMIT \(batch))
                 """)
             purged += deleted
-            if deleted < batch { return purged }
+            if deleted < batch { break }
         }
+        return purged
     }
 
     /// The latest failed exchanges (no answer, or a status of 400 and above), of one app or all, newest first.
