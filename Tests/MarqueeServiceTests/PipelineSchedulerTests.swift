@@ -48,6 +48,20 @@ struct PipelineSchedulerTests {
         #expect(try await scheduler.tick()?.rounds == 1)
     }
 
+    @Test func createsGoToAPNsSeveralAtOnceAndStillKeepToTheQuota() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        for index in 0..<7 { _ = try await f.makeEvent("e\(index)", startsAt: f.clock.now.addingTimeInterval(60 + Double(index))) }
+        f.apns.state.withLock { $0.createDelay = .milliseconds(100) }
+        let report = try #require(try await f.scheduler {
+            $0.createConcurrency = 3
+            $0.quota = ChannelQuota(limit: 6)
+        }.tick())
+        #expect(report.opened.count == 6)
+        #expect(report.quotaRefused.count == 1)
+        #expect(f.apns.state.withLock { ($0.creates, $0.mostCreatesInFlight) } == (6, 3))
+    }
+
     @Test func aSweepActsOnEachItemOnceAndEndsWhenAReadBringsNothingNew() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

@@ -170,6 +170,10 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         /// How long a broadcast takes to answer.
         var broadcastDelay: Duration = .milliseconds(2)
         var broadcastsStarted = 0
+        /// How long a create takes to answer, and the most creates that were in flight at once.
+        var createDelay: Duration = .zero
+        var createsInFlight = 0
+        var mostCreatesInFlight = 0
         /// Failed attempts the client retried by itself before the next broadcast's answer.
         var clientRetriesBeforeNext: [APNsResult] = []
     }
@@ -195,10 +199,14 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
     }
 
     func createChannel(app: PipelineApp, storagePolicy: MessageStoragePolicy) async throws -> ChannelAPNsOutcome {
-        let scripted = state.withLock { state -> APNsResult? in
+        let (scripted, delay) = state.withLock { state -> (APNsResult?, Duration) in
             state.creates += 1
-            return state.createScript.isEmpty ? nil : state.createScript.removeFirst()
+            state.createsInFlight += 1
+            state.mostCreatesInFlight = max(state.mostCreatesInFlight, state.createsInFlight)
+            return (state.createScript.isEmpty ? nil : state.createScript.removeFirst(), state.createDelay)
         }
+        if delay > .zero { try? await Task.sleep(for: delay) }
+        defer { state.withLock { $0.createsInFlight -= 1 } }
         if let scripted { return ChannelAPNsOutcome(ChannelAPNsAttempt(result: scripted, requestID: UUID().uuidString)) }
         let id = makeChannel()
         let response = APNsResponse(status: 201, headers: ["apns-channel-id": id, "apns-request-id": UUID().uuidString])

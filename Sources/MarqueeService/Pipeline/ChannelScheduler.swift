@@ -49,6 +49,8 @@ public struct ChannelSchedulerConfiguration: Sendable {
     /// Delivery rows (the log of APNs exchanges) older than this are deleted, a few batches each sweep; nil
     /// keeps them. Default 30 days.
     public var deliveryRetention: TimeInterval? = 30 * 86400
+    /// Channel creates sent to APNs at once (each admitted against the quota first, one at a time); default 8.
+    public var createConcurrency = 8
     /// Items of each kind handled per sweep; default 100.
     public var batchLimit = 100
     /// Pass the injected clock's time to the database instead of its `now()` (tests with a manual clock).
@@ -87,6 +89,22 @@ public struct SweepReport: Sendable, Equatable {
     public var rounds = 0
 
     public init() {}
+
+    /// Adds what `other` did (its rounds aside).
+    mutating func absorb(_ other: SweepReport) {
+        opened += other.opened
+        createRetries += other.createRetries
+        createsUnknown += other.createsUnknown
+        createsFailed += other.createsFailed
+        quotaRefused += other.quotaRefused
+        eventsStarted += other.eventsStarted
+        eventsEnded += other.eventsEnded
+        deleted += other.deleted
+        lost += other.lost
+        unknown += other.unknown
+        unknownDeleted += other.unknownDeleted
+        reconciled += other.reconciled
+    }
 }
 
 /// What one app's reconcile found and did.
@@ -456,15 +474,21 @@ public final class ChannelScheduler: Service {
                 if channel.state == .lifecycle(.planned) && !planned.contains(where: { $0.id == channel.id }) { planned.append(channel) }
             }
         }
+        // Creates are admitted one at a time (each admitted create counts against the quota before the next
+        // is weighed), then sent to APNs `createConcurrency` at a time.
+        var admitted: [AdmittedCreate] = []
         for channel in planned {
             guard var lifecycle = channel.lifecycle else { continue }
             let before = lifecycle
             try await isolated("create channel", channel.id) {
-                if case .createChannel(let attempt) = try lifecycle.leadTimeReached() {
-                    try await create(channel, from: before, to: lifecycle, attempt: attempt, fence: fence, report: &report)
+                if case .createChannel(let attempt) = try lifecycle.leadTimeReached(),
+                   let admission = try await admitCreate(channel, from: before, to: lifecycle, attempt: attempt, fence: fence,
+                                                         report: &report) {
+                    admitted.append(admission)
                 }
             }
         }
+        report.absorb(try await sendCreates(admitted, fence: fence))
         for channel in work.retriesDue {
             guard var lifecycle = channel.lifecycle else { continue }
             let before = lifecycle
@@ -543,7 +567,26 @@ public final class ChannelScheduler: Service {
     /// Creates the channel at APNs (after the quota check) and records the lifecycle step it leads to.
     private func create(_ channel: ChannelRecord, from before: ChannelLifecycle, to creating: ChannelLifecycle, attempt: Int,
                         fence: LeaseGrant?, report: inout SweepReport) async throws {
-        guard let app = try await catalog.app(id: channel.appID) else { return }
+        guard let admission = try await admitCreate(channel, from: before, to: creating, attempt: attempt, fence: fence,
+                                                    report: &report) else { return }
+        try await send(admission, fence: fence, report: &report)
+    }
+
+    /// A create that passed the quota and is recorded as in flight (`creating`), ready to go to APNs.
+    private struct AdmittedCreate: Sendable {
+        var channel: ChannelRecord
+        var app: PipelineApp
+        var creating: ChannelLifecycle
+        var attempt: Int
+        /// Channels counted against the quota besides this one when it was admitted.
+        var inUse: Int
+    }
+
+    /// Weighs a create against the app's quota (refusing it past the quota) and moves the channel to
+    /// `creating`, which counts it; nil when refused or when another writer moved the channel first.
+    private func admitCreate(_ channel: ChannelRecord, from before: ChannelLifecycle, to creating: ChannelLifecycle, attempt: Int,
+                             fence: LeaseGrant?, report: inout SweepReport) async throws -> AdmittedCreate? {
+        guard let app = try await catalog.app(id: channel.appID) else { return nil }
         let appLabel = "\(app.bundleID)/\(app.environment)"
         // A retry (creating, create_unknown) is already counted: it takes no new place.
         let inUse = try await channels.quotaCount(appID: channel.appID) - (before.state.countsAgainstQuota ? 1 : 0)
@@ -553,10 +596,43 @@ public final class ChannelScheduler: Service {
             }
         } catch {
             try await refuseForQuota(channel, state: before, app: appLabel, error: error.description, fence: fence, report: &report)
-            return
+            return nil
         }
         guard try await channels.transition(channelID: channel.id, from: before, to: creating, inFlightTimeout: configuration.inFlightTimeout,
-                                            fence: fence, now: databaseNow) else { return }
+                                            fence: fence, now: databaseNow) else { return nil }
+        return AdmittedCreate(channel: channel, app: app, creating: creating, attempt: attempt, inUse: inUse)
+    }
+
+    /// Sends admitted creates, `createConcurrency` at a time; returns what they did. A lost lease or
+    /// cancellation ends it (the creates in flight finish); any other failure of one is logged.
+    private func sendCreates(_ admitted: [AdmittedCreate], fence: LeaseGrant?) async throws -> SweepReport {
+        try await withThrowingTaskGroup(of: SweepReport.self) { group in
+            var reports = SweepReport()
+            var next = admitted.makeIterator()
+            func start() {
+                guard let admission = next.next() else { return }
+                group.addTask { [self] in
+                    var report = SweepReport()
+                    try await isolated("create channel", admission.channel.id) {
+                        try await send(admission, fence: fence, report: &report)
+                    }
+                    return report
+                }
+            }
+            for _ in 0..<max(1, configuration.createConcurrency) { start() }
+            while let report = try await group.next() {
+                reports.absorb(report)
+                start()
+            }
+            return reports
+        }
+    }
+
+    /// Asks APNs to create an admitted channel and records what came of it.
+    private func send(_ admission: AdmittedCreate, fence: LeaseGrant?, report: inout SweepReport) async throws {
+        let (channel, app, creating, attempt, inUse) = (admission.channel, admission.app, admission.creating, admission.attempt,
+                                                         admission.inUse)
+        let appLabel = "\(app.bundleID)/\(app.environment)"
         let outcome = await perform("channel_create") { try await apns.createChannel(app: app, storagePolicy: channel.storagePolicy) }
         try await record(outcome, kind: .channelCreate, appID: channel.appID, channelID: channel.id, firstAttempt: attempt)
         var next = creating
