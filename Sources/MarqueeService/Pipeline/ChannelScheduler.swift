@@ -92,15 +92,10 @@ public struct SweepReport: Sendable, Equatable {
 
     /// Adds what `other` did (its rounds aside).
     mutating func absorb(_ other: SweepReport) {
-        opened += other.opened
-        createRetries += other.createRetries
-        createsUnknown += other.createsUnknown
-        createsFailed += other.createsFailed
-        quotaRefused += other.quotaRefused
-        eventsStarted += other.eventsStarted
-        eventsEnded += other.eventsEnded
-        deleted += other.deleted
-        lost += other.lost
+        let rowIDs: [WritableKeyPath<SweepReport, [Int]>] = [
+            \.opened, \.createRetries, \.createsUnknown, \.createsFailed, \.quotaRefused, \.eventsStarted, \.eventsEnded, \.deleted, \.lost,
+        ]
+        for field in rowIDs { self[keyPath: field] += other[keyPath: field] }
         unknown += other.unknown
         unknownDeleted += other.unknownDeleted
         reconciled += other.reconciled
