@@ -199,9 +199,10 @@ public final class MarqueeDaemon: Sendable {
         return try await runner.migrate()
     }
 
-    /// Opens the pool's connections and runs the hot statements (ingest, claims, records) once on each:
-    /// PostgreSQL parses and plans a statement the first time each backend runs it, and after a start the
-    /// first second of traffic paid for all of that at once. Failures only leave the work to the requests.
+    /// Opens the pool's connections and runs the hot statements (ingest, claims, records) on each until
+    /// PostgreSQL has settled their plans (`PipelineWarmUp`): a backend parses a statement the first time it
+    /// runs it and plans it anew for its first five runs, and after a start the first second of traffic
+    /// paid for all of that at once. Failures only leave the work to the requests.
     public func warmUpDatabase() async {
         let pacing = dispatcher.configuration.conflation.pacing
         await withTaskGroup(of: Void.self) { [pool, logger] group in
