@@ -92,6 +92,7 @@ struct PipelineSchedulerTests {
         f.clock.advance(by: 3601)
         #expect(try await scheduler.tick()?.eventsStarted == [event.id])
         #expect(try await f.events.get(id: event.id)?.status == .live)
+        #expect(f.metrics.schedulerActions.value(["start"]) == 1)
         #expect(try await f.events.list(EventFilter(status: .live)).events.map(\.id) == [event.id])
         #expect(try await scheduler.tick()?.eventsStarted.isEmpty == true)
 
@@ -228,6 +229,7 @@ struct PipelineSchedulerTests {
         #expect(try await f.scalar(String.self, reasons) == "old2,recent")
         _ = try await f.scheduler().runOnce()
         #expect(try await f.scalar(String.self, reasons) == "recent")
+        #expect(f.metrics.schedulerActions.value(["purge_deliveries"]) == 1)
     }
 
     @Test func onlyTheLeaseHolderActsAndShutdownHandsTheLeaseOver() async throws {

@@ -409,6 +409,7 @@ public final class ChannelScheduler: Service {
         while true {
             let started = try await events.markStarted(limit: configuration.batchLimit, fence: fence, now: databaseNow)
             report.eventsStarted += started
+            if !started.isEmpty { metrics.schedulerActions.increment(["start"], by: Double(started.count)) }
             let read = try await channels.dueWork(leadTime: configuration.leadTime, deleteDelay: configuration.deleteDelay,
                                                   endGrace: configuration.endGrace, now: databaseNow, limit: configuration.batchLimit)
             let work = read.excluding(handled)
@@ -428,7 +429,10 @@ public final class ChannelScheduler: Service {
             // deletes are spread evenly rather than an hour's worth at once.
             try await isolated("purge deliveries", 0) {
                 let purged = try await deliveries.purge(sentBefore: clock.now.addingTimeInterval(-retention), statements: 5)
-                if purged > 0 { logger.debug("delivery rows past their retention purged", ["count": .int(purged)]) }
+                if purged > 0 {
+                    metrics.schedulerActions.increment(["purge_deliveries"], by: Double(purged))
+                    logger.debug("delivery rows past their retention purged", ["count": .int(purged)])
+                }
             }
         }
         if reconcileAll {
