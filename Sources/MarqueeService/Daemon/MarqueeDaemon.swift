@@ -109,8 +109,7 @@ public struct PipelineSettings: Sendable, Equatable {
     /// The dispatcher's configuration for `instance`.
     public func dispatcher(instance: String) -> BroadcastDispatcherConfiguration {
         var configuration = BroadcastDispatcherConfiguration(instance: instance)
-        configuration.conflation = ConflationPolicy(minimumInterval: conflationInterval,
-                                                    tolerance: min(BroadcastDispatcherConfiguration.pacingTolerance, conflationInterval / 10))
+        configuration.conflation = BroadcastDispatcherConfiguration.conflation(interval: conflationInterval)
         configuration.expiration = ExpirationPolicy(timeToLive: broadcastTTL)
         configuration.highPriorityBudget = highPriorityBudget
         return configuration

@@ -43,13 +43,19 @@ public struct BroadcastDispatcherConfiguration: Sendable {
     public var claimSpacing: Duration? = .milliseconds(5)
     /// How long a claim is held; longer than the APNs client's timeout with its retries. Default 120 s.
     public var claimLease: TimeInterval = 120
-    /// At most one broadcast per channel per `minimumInterval` (default 1 s), urgent ones excepted, with a
-    /// tolerance of `dueStep` and a little (25 ms): the loop wakes up to a step after a due time.
-    public var conflation = ConflationPolicy(minimumInterval: 1, tolerance: BroadcastDispatcherConfiguration.pacingTolerance)
+    /// At most one broadcast per channel per `minimumInterval` (default 1 s), urgent ones excepted
+    /// (`conflation(interval:)`).
+    public var conflation = BroadcastDispatcherConfiguration.conflation(interval: 1)
     /// The dispatcher wakes for due times gathered into steps this wide (`DueSchedule`).
     public static let dueStep: Duration = .milliseconds(20)
     /// The conflation tolerance a dispatcher needs: a due step and the claim after it.
     public static let pacingTolerance: TimeInterval = 0.025
+
+    /// One broadcast per channel per `interval`, with a tolerance of `pacingTolerance` (the loop wakes up
+    /// to a due step after a due time), at most a tenth of the interval.
+    public static func conflation(interval: TimeInterval) -> ConflationPolicy {
+        ConflationPolicy(minimumInterval: interval, tolerance: min(pacingTolerance, interval / 10))
+    }
     /// `apns-expiration` for most-recent storage: TTL capped at 8 h (default 4 h); 0 for `none`.
     public var expiration = ExpirationPolicy(timeToLive: 4 * 3600)
     /// Priority-10 broadcasts per channel per `highPriorityWindow`; default 30 per hour.
