@@ -441,7 +441,6 @@ public final class ChannelScheduler: Service {
                 let purged = try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
                 if purged > 0 { logger.info("expired idempotency keys purged", ["count": .int(purged)]) }
             }
-
             for app in try await catalog.apps() where !reconciled.contains(app.id) {
                 try await isolated("reconcile app", app.id) {
                     try await reconcile(appID: app.id, unresolved: [], deleteUnknown: deleteUnknown, fence: fence, report: &report)
@@ -603,7 +602,8 @@ public final class ChannelScheduler: Service {
     }
 
     /// Sends admitted creates, `createConcurrency` at a time; returns what they did. A lost lease or
-    /// cancellation ends it (the creates in flight finish); any other failure of one is logged.
+    /// cancellation ends it and cancels the creates in flight (a channel left `creating` is retried after
+    /// `inFlightTimeout`); any other failure of one is logged.
     private func sendCreates(_ admitted: [AdmittedCreate], fence: LeaseGrant?) async throws -> SweepReport {
         try await withThrowingTaskGroup(of: SweepReport.self) { group in
             var reports = SweepReport()
