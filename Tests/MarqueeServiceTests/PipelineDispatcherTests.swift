@@ -94,6 +94,26 @@ struct PipelineDispatcherTests {
         #expect(next > sent)
     }
 
+    @Test func aFixedTimestampThatAnotherSendOvertookIsNotReused() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1, "away": 0], priority: .high)
+        let crashed = try await OutboxRepository(pool: f.pool).claimBatch(instance: "crashed", limit: 10, lease: 30, now: f.clock.now)
+        let fixed = try #require(crashed.claims.first?.apsTimestamp)
+        // Meanwhile the channel recorded a later timestamp (another instance's send). Two guards keep the fixed one
+        // from going again: the claim fixes a new one when the old is not above the channel's last, and the
+        // dispatcher sends above what it remembers (its memory rebuilt from the channel).
+        try await f.pool.execute("UPDATE channels SET last_aps_timestamp = \(fixed + 5) WHERE id = \(channel.id)")
+        f.clock.advance(by: 45)
+        guard case .sent(_, _, let sent)? = try await f.dispatcher(instance: "d2").dispatchOnce().first else {
+            Issue.record("expected a send")
+            return
+        }
+        #expect(sent > fixed + 5)
+    }
+
     @Test func alertsGoAtOnceAtTenPlainUpdatesAtFiveSignificantChangesAtTen() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }
