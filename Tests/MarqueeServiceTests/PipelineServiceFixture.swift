@@ -131,7 +131,7 @@ struct PipelineServiceFixture {
     }
 }
 
-enum FixtureFailure: Error { case notAccepted }
+enum FixtureFailure: Error { case notAccepted, notListening }
 
 /// The log lines of a test's services.
 final class LogCapture: Sendable {
