@@ -32,7 +32,12 @@ public struct Flags {
     }
 
     public func int(_ name: String, default fallback: Int) throws -> Int {
-        guard let text = values[name] else { return fallback }
+        try optionalInt(name) ?? fallback
+    }
+
+    /// The positive integer of `--name`, or nil when it is not given.
+    public func optionalInt(_ name: String) throws -> Int? {
+        guard let text = values[name] else { return nil }
         guard let value = Int(text), value > 0 else { throw BenchError("--\(name) takes a positive integer") }
         return value
     }
