@@ -41,6 +41,14 @@ struct BroadcastPipelineTests {
                 "startsAt": .string(BroadcastHarness.iso(Date().addingTimeInterval(600))),
             ])
             #expect(again.status == 409 && again.errorCode == "conflict", "\(again.text)")
+
+            // An event whose start comes is live from then on (it has its channel), and listed as such.
+            let kickOff = try await h.createEvent("epl-tot-new", startsAt: Date().addingTimeInterval(2))
+            _ = try await h.openChannel(of: kickOff)
+            try await h.waitUntil("event \(kickOff) is live", timeout: 15) { try await h.event(kickOff)["status"] == "live" }
+            let live = try await h.api("GET", "/v1/events?app=\(h.appID)&status=live")
+            #expect(live.json["events"]?.arrayValue?.compactMap { $0["id"]?.intValue } == [Int64(kickOff)], "\(live.text)")
+            #expect(try await h.event(kept)["status"] == "scheduled")
         }
     }
 
