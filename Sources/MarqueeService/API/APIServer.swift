@@ -107,8 +107,6 @@ public final class APIServer: Sendable {
         while let last = mediaType.last, blank(last) { mediaType = mediaType.dropLast() }
         let json = "application/json".utf8
         return mediaType.count == json.count
-            && zip(mediaType, json).allSatisfy { byte, expected in
-                ((UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte) == expected
-            }
+            && zip(mediaType, json).allSatisfy { byte, expected in ASCII.lowercased(byte) == expected }
     }
 }

@@ -57,16 +57,12 @@ public struct APIKeyText: Sendable {
         let scheme = Array("bearer ".utf8)
         let utf8 = authorization.utf8
         guard utf8.count > scheme.count,
-              zip(utf8, scheme).allSatisfy({ byte, expected in Self.asciiLowercased(byte) == expected }) else { return nil }
+              zip(utf8, scheme).allSatisfy({ byte, expected in ASCII.lowercased(byte) == expected }) else { return nil }
         self.init(Substring(authorization.utf8.dropFirst(scheme.count).drop { $0 == UInt8(ascii: " ") }))
     }
 
-    private static func asciiLowercased(_ byte: UInt8) -> UInt8 {
-        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
-    }
-
     private static func isHexDigit(_ byte: UInt8) -> Bool {
-        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(asciiLowercased(byte))
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(ASCII.lowercased(byte))
     }
 
     private static func isBase64URLCharacter(_ byte: UInt8) -> Bool {
