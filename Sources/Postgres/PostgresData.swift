@@ -175,31 +175,31 @@ extension String: PostgresCodable {
 
 extension Int: PostgresCodable {
     public static var postgresType: UInt32 { PostgresOID.int8 }
-    public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: PostgresOID.int8) }
+    public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: Self.postgresType) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Int64: PostgresCodable {
     public static var postgresType: UInt32 { PostgresOID.int8 }
-    public var postgresData: PostgresData { PostgresData(storage: .integer(self), oid: PostgresOID.int8) }
+    public var postgresData: PostgresData { PostgresData(storage: .integer(self), oid: Self.postgresType) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Int32: PostgresCodable {
     public static var postgresType: UInt32 { PostgresOID.int4 }
-    public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: PostgresOID.int4) }
+    public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: Self.postgresType) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Int16: PostgresCodable {
     public static var postgresType: UInt32 { PostgresOID.int2 }
-    public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: PostgresOID.int2) }
+    public var postgresData: PostgresData { PostgresData(storage: .integer(Int64(self)), oid: Self.postgresType) }
     public init?(postgresText text: String) { self.init(text) }
 }
 
 extension Bool: PostgresCodable {
     public static var postgresType: UInt32 { PostgresOID.bool }
-    public var postgresData: PostgresData { PostgresData(storage: .bool(self), oid: PostgresOID.bool) }
+    public var postgresData: PostgresData { PostgresData(storage: .bool(self), oid: Self.postgresType) }
     public init?(postgresText text: String) {
         switch text {
         case "t", "true": self = true
@@ -214,7 +214,7 @@ extension Double: PostgresCodable {
     public var postgresData: PostgresData {
         let text: String
         if isNaN { text = "NaN" } else if self == .infinity { text = "Infinity" } else if self == -.infinity { text = "-Infinity" } else { text = description }
-        return PostgresData(text: text, oid: PostgresOID.float8)
+        return PostgresData(text: text, oid: Self.postgresType)
     }
     public init?(postgresText text: String) {
         switch text {
@@ -231,7 +231,7 @@ extension Double: PostgresCodable {
 extension Data: PostgresCodable {
     public static var postgresType: UInt32 { PostgresOID.bytea }
     /// bytea travels as a binary parameter: no escaping, no hex doubling.
-    public var postgresData: PostgresData { PostgresData(storage: .bytes([UInt8](self)), oid: PostgresOID.bytea) }
+    public var postgresData: PostgresData { PostgresData(storage: .bytes([UInt8](self)), oid: Self.postgresType) }
 
     /// Parses bytea's hex output (`\x0a1b...`), the default since PostgreSQL 9.0.
     public init?(postgresText text: String) {
@@ -261,7 +261,7 @@ private func hexValue(_ char: UInt8) -> UInt8? {
 
 extension UUID: PostgresCodable {
     public static var postgresType: UInt32 { PostgresOID.uuid }
-    public var postgresData: PostgresData { PostgresData(text: uuidString.lowercased(), oid: PostgresOID.uuid) }
+    public var postgresData: PostgresData { PostgresData(text: uuidString.lowercased(), oid: Self.postgresType) }
     public init?(postgresText text: String) { self.init(uuidString: text) }
 }
 
@@ -284,7 +284,7 @@ public struct PostgresJSON: PostgresCodable, Hashable {
         try decoder.decode(type, from: Data(text.utf8))
     }
 
-    public var postgresData: PostgresData { PostgresData(text: text, oid: PostgresOID.jsonb) }
+    public var postgresData: PostgresData { PostgresData(text: text, oid: Self.postgresType) }
     public init?(postgresText text: String) { self.text = text }
 }
 
@@ -305,7 +305,7 @@ extension Array: PostgresEncodable where Element == String {
             text += "\""
         }
         text += "}"
-        return PostgresData(text: text, oid: PostgresOID.textArray)
+        return PostgresData(text: text, oid: Self.postgresType)
     }
 }
 
