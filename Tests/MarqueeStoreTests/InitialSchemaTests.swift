@@ -109,6 +109,89 @@ struct InitialSchemaTests {
         _ = type
     }
 
+    /// Sql/0017: the tables written for every update and broadcast keep no single-column CHECK (PostgreSQL
+    /// compiles a table's CHECKs for every statement that writes it); their columns' domains refuse the
+    /// same values, with the same SQLSTATE.
+    @Test func theHotTablesCheckSingleColumnsThroughDomains() async throws {
+        let pool = try await Self.migratedPool()
+        defer { pool.close() }
+        let singleColumnChecks = try await pool.query("""
+            SELECT conname FROM pg_constraint
+            WHERE contype = 'c' AND cardinality(conkey) = 1
+              AND conrelid::regclass::text IN ('events', 'channels', 'updates', 'outbox', 'idempotency_keys', 'deliveries')
+            ORDER BY 1
+            """).map { try $0.decode(String.self, column: "conname") }
+        #expect(singleColumnChecks == [])
+
+        let (app, _, event) = try await Self.seed(pool)
+        let key = try await pool.query("""
+            INSERT INTO api_keys (name, prefix, salt, hash, scopes)
+            VALUES ('feed', 'mqfeed', \(Data(count: 16)), \(Data(count: 32)), \(["ingest"])) RETURNING id
+            """)[0].decode(Int.self, column: "id")
+        let (channel, update) = try await pool.withTransaction { tx in
+            let channel = try await tx.query("""
+                INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, opened_at, first_seen_at)
+                VALUES (\(app), \(event), 'dHVyYm8=', 'mostRecent', 'open', now(), now()) RETURNING id
+                """)[0].decode(Int.self, column: "id")
+            let update = try await tx.query("""
+                INSERT INTO updates (event_id, content_state, occurred_at) VALUES (\(event), '{}', now()) RETURNING id
+                """)[0].decode(Int.self, column: "id")
+            try await tx.execute("""
+                UPDATE events SET latest_state = '{}', latest_state_at = now(), latest_update_id = \(update) WHERE id = \(event)
+                """)
+            try await tx.execute("INSERT INTO outbox (event_id, channel_id, update_id) VALUES (\(event), \(channel), \(update))")
+            try await tx.execute("""
+                INSERT INTO idempotency_keys (api_key_id, key, request_hash, update_id) VALUES (\(key), 'k1', \(Data(count: 32)), \(update))
+                """)
+            try await tx.execute("""
+                INSERT INTO deliveries (app_id, kind, channel_id, update_id, status, latency_us, priority)
+                VALUES (\(app), 'broadcast', \(channel), \(update), 200, 900, 5)
+                """)
+            return (channel, update)
+        }
+        // One wrong value per column that had a single-column CHECK; the other columns set keep the
+        // multi-column CHECKs satisfied, so only the domain can refuse.
+        let wrongValues: [(String, PostgresQuery)] = [
+            ("events.attributes", "UPDATE events SET attributes = '[]' WHERE id = \(event)"),
+            ("events.external_id", "UPDATE events SET external_id = '' WHERE id = \(event)"),
+            ("events.kind", "UPDATE events SET kind = 'concert' WHERE id = \(event)"),
+            ("events.latest_state", "UPDATE events SET latest_state = '[1]' WHERE id = \(event)"),
+            ("events.status", "UPDATE events SET status = 'paused' WHERE id = \(event)"),
+            ("events.storage_policy", "UPDATE events SET storage_policy = 'forever' WHERE id = \(event)"),
+            ("channels.apns_channel_id", "UPDATE channels SET apns_channel_id = 'not base64!' WHERE id = \(channel)"),
+            ("channels.attempts", "UPDATE channels SET attempts = -1 WHERE id = \(channel)"),
+            ("channels.last_aps_timestamp", "UPDATE channels SET last_aps_timestamp = 0 WHERE id = \(channel)"),
+            ("channels.state", "UPDATE channels SET state = 'paused' WHERE id = \(channel)"),
+            ("channels.storage_policy", "UPDATE channels SET storage_policy = 'forever' WHERE id = \(channel)"),
+            ("updates.action", "UPDATE updates SET action = 'start' WHERE id = \(update)"),
+            ("updates.alert", "UPDATE updates SET alert = '\"goal\"' WHERE id = \(update)"),
+            ("updates.content_state", "UPDATE updates SET content_state = '[]' WHERE id = \(update)"),
+            ("updates.disposition", "UPDATE updates SET disposition = 'lost', disposed_at = now() WHERE id = \(update)"),
+            ("updates.priority", "UPDATE updates SET priority = 'urgent' WHERE id = \(update)"),
+            ("updates.relevance_score", "UPDATE updates SET relevance_score = -1 WHERE id = \(update)"),
+            ("outbox.aps_timestamp", "UPDATE outbox SET aps_timestamp = 0 WHERE event_id = \(event)"),
+            ("outbox.attempts", "UPDATE outbox SET attempts = -1 WHERE event_id = \(event)"),
+            ("outbox.claimed_by", """
+                UPDATE outbox SET claimed_by = '', claim_token = gen_random_uuid(), claimed_until = now() WHERE event_id = \(event)
+                """),
+            ("idempotency_keys.key", "UPDATE idempotency_keys SET key = '' WHERE api_key_id = \(key)"),
+            ("idempotency_keys.request_hash", "UPDATE idempotency_keys SET request_hash = '\\x00' WHERE api_key_id = \(key)"),
+            ("idempotency_keys.response_status", """
+                UPDATE idempotency_keys SET response_status = 99, response_body = '\\x7b7d' WHERE api_key_id = \(key)
+                """),
+            ("deliveries.attempt", "UPDATE deliveries SET attempt = 0 WHERE update_id = \(update)"),
+            ("deliveries.kind", "UPDATE deliveries SET kind = 'sms' WHERE update_id = \(update)"),
+            ("deliveries.latency_us", "UPDATE deliveries SET latency_us = -1 WHERE update_id = \(update)"),
+            ("deliveries.priority", "UPDATE deliveries SET priority = 3 WHERE update_id = \(update)"),
+            ("deliveries.status", "UPDATE deliveries SET status = 99 WHERE update_id = \(update)"),
+        ]
+        for (column, statement) in wrongValues {
+            var state: SQLState?
+            do { try await pool.execute(statement) } catch let error as PostgresError { state = error.sqlState }
+            #expect(state == .checkViolation, "\(column)")
+        }
+    }
+
     @Test func outboxWorkIsClaimedOnceWithSkipLocked() async throws {
         let pool = try await Self.migratedPool()
         defer { pool.close() }
