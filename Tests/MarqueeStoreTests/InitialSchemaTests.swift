@@ -192,6 +192,21 @@ struct InitialSchemaTests {
         }
     }
 
+    /// Sql/0013 and 0018: the tables that gain a row per update or broadcast are analyzed from a small
+    /// sample (the largest statistics target of a table's columns sets its size), so a column added
+    /// without a target of its own would bring back the 30,000-row sample.
+    @Test func theGrowingTablesAreAnalyzedFromSmallSamples() async throws {
+        let pool = try await Self.migratedPool()
+        defer { pool.close() }
+        let defaultTargets = try await pool.query("""
+            SELECT attrelid::regclass::text || '.' || attname AS name FROM pg_attribute
+            WHERE attrelid IN ('updates'::regclass, 'deliveries'::regclass, 'idempotency_keys'::regclass)
+              AND attnum > 0 AND NOT attisdropped AND (attstattarget < 0 OR attstattarget > 10)
+            ORDER BY 1
+            """).map { try $0.decode(String.self, column: "name") }
+        #expect(defaultTargets == [])
+    }
+
     @Test func outboxWorkIsClaimedOnceWithSkipLocked() async throws {
         let pool = try await Self.migratedPool()
         defer { pool.close() }
