@@ -192,6 +192,88 @@ struct InitialSchemaTests {
         }
     }
 
+    /// Sql/0017 on a database that already has rows, every enumerated value among them: each column takes
+    /// its domain without refusing or changing a row (a domain narrower than the CHECK it replaces would
+    /// refuse one here).
+    @Test func theDomainsMigrationKeepsEveryRowOfAnUpgradedDatabase() async throws {
+        let pool = PostgresPool(configuration: try await TestDatabase.fresh(), maxConnections: 2)
+        defer { pool.close() }
+        let earlier = Migration.embedded.filter { $0.name < "0017" }
+        #expect(try await MigrationRunner(pool: pool, migrations: earlier).migrate().count == 16)
+        let (app, type, _) = try await Self.seed(pool)
+        let key = try await pool.query("""
+            INSERT INTO api_keys (name, prefix, salt, hash, scopes)
+            VALUES ('feed', 'mqfeed', \(Data(count: 16)), \(Data(count: 32)), \(["ingest"])) RETURNING id
+            """)[0].decode(Int.self, column: "id")
+        try await pool.withTransaction { tx in
+            try await tx.execute("""
+                INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy, status, starts_at)
+                SELECT \(app), 'e' || n, (ARRAY['match', 'flight', 'other'])[1 + n % 3], \(type), '{"n": 1}',
+                       (ARRAY['none', 'mostRecent'])[1 + n % 2],
+                       (ARRAY['scheduled', 'live', 'ending', 'ended', 'cancelled'])[1 + n % 5], now()
+                FROM generate_series(1, 12) n
+                """)
+            try await tx.execute("""
+                INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, attempts, requested_at,
+                                      opened_at, ended_at, deleted_at, first_seen_at, last_aps_timestamp)
+                SELECT \(app), e.id, CASE WHEN s.state NOT IN ('planned', 'creating', 'create_unknown', 'create_failed')
+                                          THEN 'Y2hhbm5lbA' || e.id || '==' END,
+                       'mostRecent', s.state, s.n, now(), now(), now(), now(), now(), 1000 + s.n
+                FROM unnest(ARRAY['planned', 'creating', 'create_unknown', 'create_failed', 'open', 'ending', 'ended',
+                                  'deleting', 'deleted', 'lost', 'unknown']) WITH ORDINALITY s(state, n)
+                JOIN events e ON e.external_id = 'e' || s.n
+                """)
+            try await tx.execute("""
+                INSERT INTO updates (event_id, action, content_state, alert, dismissal_date, relevance_score, priority,
+                                     occurred_at, disposition, disposed_at)
+                SELECT e.id, (ARRAY['update', 'end'])[1 + n % 2], '{"home": 1}', CASE WHEN n % 2 = 0 THEN '{"title": "Goal"}'::jsonb END,
+                       CASE WHEN n % 2 = 1 THEN now() END, n * 10, (ARRAY['auto', 'high', 'low'])[1 + n % 3], now(),
+                       d.disposition, CASE WHEN d.disposition <> 'pending' THEN now() END
+                FROM generate_series(1, 10) n
+                JOIN events e ON e.external_id = 'e' || n
+                JOIN unnest(ARRAY['pending', 'broadcast', 'conflated', 'superseded', 'unsent']) WITH ORDINALITY d(disposition, i)
+                  ON i = 1 + n % 5
+                """)
+            try await tx.execute("""
+                INSERT INTO outbox (event_id, channel_id, update_id, attempts, claimed_by, claim_token, claimed_until, aps_timestamp)
+                SELECT u.event_id, c.id, u.id, 2, 'serve-1', gen_random_uuid(), now(), 2000
+                FROM updates u JOIN channels c ON c.event_id = u.event_id WHERE u.disposition = 'pending'
+                """)
+            try await tx.execute("""
+                INSERT INTO idempotency_keys (api_key_id, key, request_hash, response_status, response_body, update_id)
+                SELECT \(key), 'key-' || u.id, \(Data(count: 32)), 202, '\\x7b7d', u.id FROM updates u
+                """)
+            try await tx.execute("""
+                INSERT INTO deliveries (app_id, kind, channel_id, update_id, status, reason, latency_us, priority, attempt)
+                SELECT \(app), k.kind, c.id, NULL, 200, NULL, 900, (ARRAY[1, 5, 10])[1 + n % 3]::smallint, n
+                FROM unnest(ARRAY['broadcast', 'channel_create', 'channel_read', 'channel_delete', 'channel_list', 'push'])
+                     WITH ORDINALITY k(kind, n)
+                CROSS JOIN (SELECT min(id) AS id FROM channels) c
+                """)
+        }
+        let tables = ["events", "channels", "updates", "outbox", "idempotency_keys", "deliveries"]
+        func rows() async throws -> [String] {
+            var all: [String] = []
+            for table in tables {
+                // Table names are this test's own constants, not input.
+                all += try await pool.query(PostgresQuery(unsafeSQL: "SELECT row_to_json(t)::text AS row FROM \(table) t ORDER BY 1"))
+                    .map { try $0.decode(String.self, column: "row") }
+            }
+            return all
+        }
+        let before = try await rows()
+        let seeded = 13 + 11 + 10 + 2 + 10 + 6  // events (the seed's and 12), channels, updates, outbox, keys, deliveries
+        #expect(before.count == seeded)
+        let applied = try await MigrationRunner(pool: pool).migrate()
+        #expect(applied.first == "0017_hot_checks_as_domains.sql")
+        #expect(try await rows() == before)
+        let domainColumns = try await pool.query("""
+            SELECT count(*) AS n FROM information_schema.columns
+            WHERE table_schema = 'public' AND domain_name IS NOT NULL AND table_name = ANY (\(tables))
+            """)[0].decode(Int.self, column: "n")
+        #expect(domainColumns == 28)
+    }
+
     /// Sql/0013 and 0018: the tables that gain a row per update or broadcast are analyzed from a small
     /// sample (the largest statistics target of a table's columns sets its size), so a column added
     /// without a target of its own would bring back the 30,000-row sample.
