@@ -2,6 +2,7 @@ import APNs
 import APNsSimulator
 import Foundation
 import MarqueeCore
+import Postgres
 import Testing
 
 /// Issue 6's pipeline through `marquee serve` as a process, a real database and the APNs simulator: events open
@@ -388,6 +389,40 @@ struct BroadcastPipelineTests {
             // Nothing more is taken for an ended event.
             let late = try await h.update(event, final)
             #expect(late.status == 409, "\(late.text)")
+        }
+    }
+
+    /// The dispatcher has database connections of its own: a broadcast goes out while every connection of
+    /// the API's pool is held by a request (here its only one, by an ingest waiting for a row this test locks).
+    @Test func broadcastsGoOnWhileRequestsHoldEveryConnectionOfTheAPI() async throws {
+        try await BroadcastHarness.run(serveArguments: ["--max-connections", "1", "--dispatcher-connections", "1"]) { h in
+            let ending = try await h.createEvent("ending", startsAt: Date().addingTimeInterval(-60))
+            let blocked = try await h.createEvent("blocked", startsAt: Date().addingTimeInterval(-60))
+            let channel = try await h.openChannel(of: ending)
+            let final = MatchState(homeScore: 1, period: .fullTime, minute: 90)
+            let at = Date().addingTimeInterval(3)
+            let ended = try await h.api("POST", "/v1/events/\(ending)/end", [
+                "contentState": final.input, "dismissalDate": .string(BroadcastHarness.iso(at.addingTimeInterval(600))),
+                "at": .string(BroadcastHarness.iso(at)),
+            ])
+            #expect(ended.status == 202, "\(ended.text)")
+            func waitingForALock() async throws -> Int {
+                try await h.pool.query("""
+                    SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+                    """)[0].decode(Int.self, column: "n")
+            }
+            let locker = try await PostgresConnection.connect(url: h.databaseURL)
+            try await locker.execute("BEGIN")
+            try await locker.execute("SELECT 1 FROM events WHERE id = \(blocked) FOR UPDATE")
+            let waiting = Task { try await h.update(blocked, MatchState(period: .firstHalf, minute: 1)) }
+            try await h.waitUntil("serve's ingest waits for the locked event") { try await waitingForALock() == 1 }
+            try await h.waitUntil("the end broadcast arrives", timeout: 20) {
+                try h.pushes(on: channel).contains { $0.push.aps.event == "end" && $0.push.aps.contentState == final }
+            }
+            #expect(try await waitingForALock() == 1, "the ingest stopped waiting before the lock was released")
+            try await locker.execute("ROLLBACK")
+            let answer = try await waiting.value
+            #expect(answer.status == 202, "\(answer.text)")
         }
     }
 

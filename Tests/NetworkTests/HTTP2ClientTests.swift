@@ -309,10 +309,11 @@ func clientMaxConcurrentStreams(inNGHTTPDLog log: String) -> Int {
         let peer = try await ClientNGHTTPD.start()
         let harness = try ClientHarness(name: "h2c-ping")
         defer { harness.loop.shutdown() }
-        let connection = harness.connect(to: peer, configuration: .init(pingInterval: .milliseconds(100), pingTimeout: .milliseconds(300)))
+        // A timeout of 1 s: a loaded machine (the whole suite on two cores) once took over 300 ms to answer.
+        let connection = harness.connect(to: peer, configuration: .init(pingInterval: .milliseconds(100), pingTimeout: .seconds(1)))
         #expect(try await connection.send(HTTPRequest(method: "GET", path: "/small"), timeout: .seconds(10)).status == 200)
-        // Idle and answering: PINGs keep it open.
-        try await Task.sleep(for: .milliseconds(500))
+        // Idle and answering: PINGs keep it open, well past one timeout.
+        try await Task.sleep(for: .milliseconds(2500))
         #expect(await connection.queuedRequests == 0)
         #expect(!harness.events.sawClose)
         // A stopped peer keeps the socket open but answers nothing.

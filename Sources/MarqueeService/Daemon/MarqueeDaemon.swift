@@ -1,6 +1,9 @@
 // What `marquee serve` runs, assembled in one place so later features plug in at two points:
 // `routes` (one APIRoutes value per feature area) and `services` (one Service per long-running part,
-// e.g. the broadcast dispatcher and the scheduler). Everything shares one pool, registry and logger.
+// e.g. the broadcast dispatcher and the scheduler). Everything shares one registry and logger, and one
+// database pool except the broadcast dispatcher, which has a small one of its own: its claims and records
+// never wait for a connection behind requests, and the API's pool can stay small (every backend plans its
+// statements again after each autovacuum pass over a table they use).
 import Foundation
 import MarqueeCore
 import MarqueeStore
@@ -17,7 +20,11 @@ public struct ServeConfiguration: Sendable {
     public var migrate: Bool
     /// How long in-flight work gets after SIGTERM.
     public var gracePeriod: Duration
+    /// The pool of the API (requests, the scheduler and the rest).
     public var maxConnections: Int
+    /// The broadcast dispatcher's own pool (claims and records), so that its statements never queue
+    /// behind requests for a connection.
+    public var dispatcherConnections: Int
     /// APNs endpoints and CA, carried for the broadcast pipeline (nil: Apple's hosts and the system CAs).
     public var apnsPushURL: String?
     public var apnsManageURL: String?
@@ -26,7 +33,7 @@ public struct ServeConfiguration: Sendable {
     public var pipeline: PipelineSettings
 
     public init(databaseURL: String, host: String = "127.0.0.1", port: Int = 8080, migrate: Bool = true,
-                gracePeriod: Duration = .seconds(30), maxConnections: Int = 20,
+                gracePeriod: Duration = .seconds(30), maxConnections: Int = 16, dispatcherConnections: Int = 4,
                 apnsPushURL: String? = nil, apnsManageURL: String? = nil, apnsCAFile: String? = nil,
                 pipeline: PipelineSettings = PipelineSettings()) {
         self.databaseURL = databaseURL
@@ -35,6 +42,7 @@ public struct ServeConfiguration: Sendable {
         self.migrate = migrate
         self.gracePeriod = gracePeriod
         self.maxConnections = maxConnections
+        self.dispatcherConnections = dispatcherConnections
         self.apnsPushURL = apnsPushURL
         self.apnsManageURL = apnsManageURL
         self.apnsCAFile = apnsCAFile
@@ -120,6 +128,8 @@ public struct PipelineSettings: Sendable, Equatable {
 public final class MarqueeDaemon: Sendable {
     public let configuration: ServeConfiguration
     public let pool: PostgresPool
+    /// The dispatcher's connections (`ServeConfiguration.dispatcherConnections`).
+    public let dispatcherPool: PostgresPool
     public let metrics: MetricsRegistry
     public let logger: Logger
     public let keys: APIKeyVerifier
@@ -140,6 +150,9 @@ public final class MarqueeDaemon: Sendable {
         self.logger = logger
         let pool = PostgresPool(configuration: PostgresConfiguration(url: configuration.databaseURL),
                                 maxConnections: configuration.maxConnections)
+        let dispatcherPool = PostgresPool(configuration: PostgresConfiguration(url: configuration.databaseURL),
+                                          maxConnections: configuration.dispatcherConnections)
+        self.dispatcherPool = dispatcherPool
         let metrics = MetricsRegistry()
         let keys = APIKeyVerifier(lookup: APIKeyRepository(pool: pool))
         self.pool = pool
@@ -152,15 +165,15 @@ public final class MarqueeDaemon: Sendable {
         let apnsClients = APNsClientDirectory(apps: AppRepository(pool: pool), environment: configuration.apnsEnvironment)
         self.apnsClients = apnsClients
         let pipelineMetrics = PipelineMetrics(registry: metrics)
-        let catalog = PostgresPipelineCatalog(pool: pool)
         let apns = APNsClientChannelAPNs { app in try await apnsClients.client(for: app) }
-        let dispatcher = BroadcastDispatcher(pool: pool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
-                                             catalog: catalog, configuration: configuration.pipeline.dispatcher(instance: instance),
+        let dispatcher = BroadcastDispatcher(pool: dispatcherPool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
+                                             catalog: PostgresPipelineCatalog(pool: dispatcherPool),
+                                             configuration: configuration.pipeline.dispatcher(instance: instance),
                                              metrics: pipelineMetrics, logger: logger)
         let notifier = OutboxNotifier(pool: pool, sender: instance, logger: logger)
         notifier.onCommitted { [dispatcher] dueIn in dispatcher.wake(dueIn: dueIn) }
         self.dispatcher = dispatcher
-        scheduler = ChannelScheduler(pool: pool, apns: apns, catalog: catalog,
+        scheduler = ChannelScheduler(pool: pool, apns: apns, catalog: PostgresPipelineCatalog(pool: pool),
                                      configuration: configuration.pipeline.scheduler(instance: instance),
                                      metrics: pipelineMetrics, logger: logger, notifier: notifier)
         self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
@@ -204,17 +217,20 @@ public final class MarqueeDaemon: Sendable {
     /// paid for all of that at once. Failures only leave the work to the requests.
     public func warmUpDatabase() async {
         let pacing = dispatcher.configuration.conflation.pacing
-        await withTaskGroup(of: Void.self) { [pool, logger] group in
-            for _ in 0..<configuration.maxConnections {
-                group.addTask {
-                    do {
-                        try await pool.withConnection { connection in
-                            try await PipelineWarmUp.run(on: connection, pacing: pacing)
-                            // Held a moment, so the other tasks open connections of their own.
-                            try await Task.sleep(for: .milliseconds(50))
+        let connections = [(pool, configuration.maxConnections), (dispatcherPool, configuration.dispatcherConnections)]
+        await withTaskGroup(of: Void.self) { [logger] group in
+            for (pool, count) in connections {
+                for _ in 0..<count {
+                    group.addTask {
+                        do {
+                            try await pool.withConnection { connection in
+                                try await PipelineWarmUp.run(on: connection, pacing: pacing)
+                                // Held a moment, so the other tasks open connections of their own.
+                                try await Task.sleep(for: .milliseconds(50))
+                            }
+                        } catch {
+                            logger.debug("database warm-up incomplete", ["error": .string("\(error)")])
                         }
-                    } catch {
-                        logger.debug("database warm-up incomplete", ["error": .string("\(error)")])
                     }
                 }
             }
@@ -227,7 +243,10 @@ public final class MarqueeDaemon: Sendable {
         logger.info("database ready", ["migrations_applied": .int(applied.count)])
         await warmUpDatabase()
         let group = ServiceGroup(services: services(http: try makeHTTP(self)), gracePeriod: configuration.gracePeriod, logger: logger)
-        defer { pool.close() }
+        defer {
+            pool.close()
+            dispatcherPool.close()
+        }
         do {
             try await group.run()
         } catch {
