@@ -33,6 +33,14 @@ struct InitialSchemaTests {
         }
     }
 
+    /// An ingest key; returns its id.
+    static func seedKey(_ pool: PostgresPool) async throws -> Int {
+        try await pool.query("""
+            INSERT INTO api_keys (name, prefix, salt, hash, scopes)
+            VALUES ('feed', 'mqfeed', \(Data(count: 16)), \(Data(count: 32)), \(["ingest"])) RETURNING id
+            """)[0].decode(Int.self, column: "id")
+    }
+
     @Test func appliesToAnEmptyDatabaseAndAgainIsANoOp() async throws {
         let pool = try await Self.migratedPool()
         defer { pool.close() }
@@ -124,10 +132,7 @@ struct InitialSchemaTests {
         #expect(singleColumnChecks == [])
 
         let (app, _, event) = try await Self.seed(pool)
-        let key = try await pool.query("""
-            INSERT INTO api_keys (name, prefix, salt, hash, scopes)
-            VALUES ('feed', 'mqfeed', \(Data(count: 16)), \(Data(count: 32)), \(["ingest"])) RETURNING id
-            """)[0].decode(Int.self, column: "id")
+        let key = try await Self.seedKey(pool)
         let (channel, update) = try await pool.withTransaction { tx in
             let channel = try await tx.query("""
                 INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, opened_at, first_seen_at)
@@ -201,10 +206,7 @@ struct InitialSchemaTests {
         let earlier = Migration.embedded.filter { $0.name < "0017" }
         #expect(try await MigrationRunner(pool: pool, migrations: earlier).migrate().count == 16)
         let (app, type, _) = try await Self.seed(pool)
-        let key = try await pool.query("""
-            INSERT INTO api_keys (name, prefix, salt, hash, scopes)
-            VALUES ('feed', 'mqfeed', \(Data(count: 16)), \(Data(count: 32)), \(["ingest"])) RETURNING id
-            """)[0].decode(Int.self, column: "id")
+        let key = try await Self.seedKey(pool)
         try await pool.withTransaction { tx in
             try await tx.execute("""
                 INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy, status, starts_at)
