@@ -78,9 +78,9 @@ enum ServeCommand {
             .option("grace-period", value: "SECONDS", help: "How long in-flight work gets after SIGTERM.",
                     environment: "MARQUEE_GRACE_PERIOD", default: "30"),
             .option("max-connections", value: "N", help: "Database connections for the API (requests, the scheduler).",
-                    environment: "MARQUEE_DATABASE_CONNECTIONS", default: "16"),
+                    environment: "MARQUEE_DATABASE_CONNECTIONS", default: "\(ServeConfiguration.defaultMaxConnections)"),
             .option("dispatcher-connections", value: "N", help: "Database connections of the broadcast dispatcher's own pool.",
-                    environment: "MARQUEE_DISPATCHER_CONNECTIONS", default: "4"),
+                    environment: "MARQUEE_DISPATCHER_CONNECTIONS", default: "\(ServeConfiguration.defaultDispatcherConnections)"),
             .option("apns-push-url", value: "URL", help: "APNs push host (default: Apple's for each app's environment).",
                     environment: "MARQUEE_APNS_PUSH_URL"),
             .option("apns-manage-url", value: "URL", help: "APNs channel management host (default: Apple's).",
@@ -102,8 +102,8 @@ enum ServeCommand {
         let configuration = ServeConfiguration(
             databaseURL: try arguments.required("database-url"), host: listen.host, port: listen.port,
             migrate: !arguments.flag("no-migrate"), gracePeriod: .seconds(try arguments.int("grace-period", in: 0...3600) ?? 30),
-            maxConnections: try arguments.int("max-connections", in: 1...200) ?? 16,
-            dispatcherConnections: try arguments.int("dispatcher-connections", in: 1...50) ?? 4,
+            maxConnections: try arguments.int("max-connections", in: 1...200) ?? ServeConfiguration.defaultMaxConnections,
+            dispatcherConnections: try arguments.int("dispatcher-connections", in: 1...50) ?? ServeConfiguration.defaultDispatcherConnections,
             apnsPushURL: arguments.string("apns-push-url"), apnsManageURL: arguments.string("apns-manage-url"),
             apnsCAFile: arguments.string("apns-ca-file"), pipeline: try pipelineSettings(arguments))
         let logger = Logger(level: Logger.Level(rawValue: try arguments.required("log-level")) ?? .info,

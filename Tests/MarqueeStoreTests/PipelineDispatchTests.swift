@@ -577,7 +577,10 @@ struct PipelineDispatchTests {
             SELECT count(*) FROM pg_prepared_statements WHERE statement NOT LIKE '%pg_prepared_statements%'
             """
         let preparedBefore = try await f.scalar(Int.self, preparedCount)
-        try await f.pool.withConnection { connection in try await PipelineWarmUp.run(on: connection, pacing: 1) }
+        try await f.pool.withConnection { connection in
+            try await PipelineWarmUp.ingest(on: connection, pacing: 1)
+            try await PipelineWarmUp.dispatcher(on: connection)
+        }
         #expect(try await f.scalar(Int.self, rows) == before)
         let warmed = try await f.scalar(Int.self, preparedCount)
         #expect(warmed >= preparedBefore + 5)

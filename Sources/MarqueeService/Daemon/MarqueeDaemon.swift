@@ -20,11 +20,14 @@ public struct ServeConfiguration: Sendable {
     public var migrate: Bool
     /// How long in-flight work gets after SIGTERM.
     public var gracePeriod: Duration
-    /// The pool of the API (requests, the scheduler and the rest).
+    /// The pool of the API (requests, the scheduler and the rest); default `defaultMaxConnections`.
     public var maxConnections: Int
     /// The broadcast dispatcher's own pool (claims and records), so that its statements never queue
-    /// behind requests for a connection.
+    /// behind requests for a connection; default `defaultDispatcherConnections`.
     public var dispatcherConnections: Int
+    /// 20 connections in all: a pool small enough that few backends plan again after each autovacuum pass.
+    public static let defaultMaxConnections = 16
+    public static let defaultDispatcherConnections = 4
     /// APNs endpoints and CA, carried for the broadcast pipeline (nil: Apple's hosts and the system CAs).
     public var apnsPushURL: String?
     public var apnsManageURL: String?
@@ -33,7 +36,8 @@ public struct ServeConfiguration: Sendable {
     public var pipeline: PipelineSettings
 
     public init(databaseURL: String, host: String = "127.0.0.1", port: Int = 8080, migrate: Bool = true,
-                gracePeriod: Duration = .seconds(30), maxConnections: Int = 16, dispatcherConnections: Int = 4,
+                gracePeriod: Duration = .seconds(30), maxConnections: Int = defaultMaxConnections,
+                dispatcherConnections: Int = defaultDispatcherConnections,
                 apnsPushURL: String? = nil, apnsManageURL: String? = nil, apnsCAFile: String? = nil,
                 pipeline: PipelineSettings = PipelineSettings()) {
         self.databaseURL = databaseURL
@@ -211,20 +215,24 @@ public final class MarqueeDaemon: Sendable {
         return try await runner.migrate()
     }
 
-    /// Opens the pool's connections and runs the hot statements (ingest, claims, records) on each until
-    /// PostgreSQL has settled their plans (`PipelineWarmUp`): a backend parses a statement the first time it
-    /// runs it and plans it anew for its first five runs, and after a start the first second of traffic
-    /// paid for all of that at once. Failures only leave the work to the requests.
+    /// Opens both pools' connections and runs on each the hot statements its pool serves (the API's: the
+    /// ingest; the dispatcher's: claims and records) until PostgreSQL has settled their plans
+    /// (`PipelineWarmUp`): a backend parses a statement the first time it runs it and plans it anew for its
+    /// first five runs, and after a start the first second of traffic paid for all of that at once.
+    /// Failures only leave the work to the requests.
     public func warmUpDatabase() async {
         let pacing = dispatcher.configuration.conflation.pacing
-        let connections = [(pool, configuration.maxConnections), (dispatcherPool, configuration.dispatcherConnections)]
+        let pools: [(PostgresPool, Int, @Sendable (PostgresConnection) async throws -> Void)] = [
+            (pool, configuration.maxConnections, { try await PipelineWarmUp.ingest(on: $0, pacing: pacing) }),
+            (dispatcherPool, configuration.dispatcherConnections, { try await PipelineWarmUp.dispatcher(on: $0) }),
+        ]
         await withTaskGroup(of: Void.self) { [logger] group in
-            for (pool, count) in connections {
+            for (pool, count, warmUp) in pools {
                 for _ in 0..<count {
                     group.addTask {
                         do {
                             try await pool.withConnection { connection in
-                                try await PipelineWarmUp.run(on: connection, pacing: pacing)
+                                try await warmUp(connection)
                                 // Held a moment, so the other tasks open connections of their own.
                                 try await Task.sleep(for: .milliseconds(50))
                             }

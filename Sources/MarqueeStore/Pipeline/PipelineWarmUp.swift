@@ -6,17 +6,20 @@
 import Foundation
 import Postgres
 
-/// Runs the ingest's and the dispatcher's statements on a connection, writing nothing, until PostgreSQL
-/// has settled their plans.
+/// Runs the ingest's or the dispatcher's statements on a connection, writing nothing, until PostgreSQL
+/// has settled their plans. serve warms each pool with what it runs: the API's with the ingest, the
+/// dispatcher's with its claims and records.
 public enum PipelineWarmUp {
     /// Five custom plans, then the first run that may use the generic one.
     public static let runs = 6
 
-    /// `pacing` as the ingest repository's.
-    public static func run(on connection: PostgresConnection, pacing: TimeInterval?) async throws {
-        for _ in 0..<runs {
-            try await IngestRepository.warmUp(on: connection, pacing: pacing)
-            try await OutboxRepository.warmUp(on: connection)
-        }
+    /// The ingest's statements; `pacing` as the ingest repository's.
+    public static func ingest(on connection: PostgresConnection, pacing: TimeInterval?) async throws {
+        for _ in 0..<runs { try await IngestRepository.warmUp(on: connection, pacing: pacing) }
+    }
+
+    /// The dispatcher's claims and records.
+    public static func dispatcher(on connection: PostgresConnection) async throws {
+        for _ in 0..<runs { try await OutboxRepository.warmUp(on: connection) }
     }
 }
