@@ -133,15 +133,6 @@ public final class PostgresConnection: Sendable {
         PostgresRows(storage: try await withLibPQ { try $0.execute(query) })
     }
 
-    /// Sends statements in one round trip and runs them as one implicit transaction (all or nothing;
-    /// inside an open transaction block they are part of it). Each statement sees what the earlier
-    /// ones wrote. Returns their rows in order; throws the first error.
-    @discardableResult
-    public func pipeline(_ queries: [PostgresQuery]) async throws -> [PostgresRows] {
-        guard !queries.isEmpty else { return [] }
-        return try await withLibPQ { try $0.execute(pipeline: queries) }.map(PostgresRows.init(storage:))
-    }
-
     /// Runs a statement and returns the number of rows it affected (0 when it reports none).
     @discardableResult
     public func execute(_ query: PostgresQuery) async throws -> Int {

@@ -157,13 +157,6 @@ public final class PostgresPool: Sendable {
         try await withConnectionOnceMoreIfNotSent { try await $0.query(query) }
     }
 
-    /// Runs statements in one round trip as one implicit transaction (`PostgresConnection.pipeline`) on a
-    /// pooled connection; retried once on a fresh connection if the first had died before sending.
-    @discardableResult
-    public func pipeline(_ queries: [PostgresQuery]) async throws -> [PostgresRows] {
-        try await withConnectionOnceMoreIfNotSent { try await $0.pipeline(queries) }
-    }
-
     /// `withConnection`, run once more on a fresh connection when the first had died before anything
     /// was sent (so nothing of `body` reached the server).
     private func withConnectionOnceMoreIfNotSent<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {

@@ -181,9 +181,6 @@ struct InitialSchemaTests {
                 """),
             ("idempotency_keys.key", "UPDATE idempotency_keys SET key = '' WHERE api_key_id = \(key)"),
             ("idempotency_keys.request_hash", "UPDATE idempotency_keys SET request_hash = '\\x00' WHERE api_key_id = \(key)"),
-            ("idempotency_keys.response_status", """
-                UPDATE idempotency_keys SET response_status = 99, response_body = '\\x7b7d' WHERE api_key_id = \(key)
-                """),
             ("deliveries.attempt", "UPDATE deliveries SET attempt = 0 WHERE update_id = \(update)"),
             ("deliveries.kind", "UPDATE deliveries SET kind = 'sms' WHERE update_id = \(update)"),
             ("deliveries.latency_us", "UPDATE deliveries SET latency_us = -1 WHERE update_id = \(update)"),
@@ -266,14 +263,46 @@ struct InitialSchemaTests {
         let before = try await rows()
         let seeded = 13 + 11 + 10 + 2 + 10 + 6  // events (the seed's and 12), channels, updates, outbox, keys, deliveries
         #expect(before.count == seeded)
-        let applied = try await MigrationRunner(pool: pool).migrate()
-        #expect(applied.first == "0017_hot_checks_as_domains.sql")
+        let applied = try await MigrationRunner(pool: pool, migrations: Migration.embedded.filter { $0.name < "0019" }).migrate()
+        #expect(applied == ["0017_hot_checks_as_domains.sql", "0018_small_statistics_samples.sql"])
         #expect(try await rows() == before)
         let domainColumns = try await pool.query("""
             SELECT count(*) AS n FROM information_schema.columns
             WHERE table_schema = 'public' AND domain_name IS NOT NULL AND table_name = ANY (\(tables))
             """)[0].decode(Int.self, column: "n")
         #expect(domainColumns == 28)
+    }
+
+    /// Sql/0019: a key is written with its update, so keys without one go (the answers stored before 0008),
+    /// with the columns that held them; the others stay as they were.
+    @Test func keysWithoutAnUpdateGoWithTheStoredAnswers() async throws {
+        let pool = PostgresPool(configuration: try await TestDatabase.fresh(), maxConnections: 2)
+        defer { pool.close() }
+        let earlier = Migration.embedded.filter { $0.name < "0019" }
+        #expect(try await MigrationRunner(pool: pool, migrations: earlier).migrate().count == 18)
+        let (_, _, event) = try await Self.seed(pool)
+        let key = try await Self.seedKey(pool)
+        let update = try await pool.query("""
+            INSERT INTO updates (event_id, content_state, occurred_at) VALUES (\(event), '{}', now()) RETURNING id
+            """)[0].decode(Int.self, column: "id")
+        try await pool.execute("""
+            INSERT INTO idempotency_keys (api_key_id, key, request_hash, response_status, response_body, update_id)
+            VALUES (\(key), 'stored-answer', \(Data(count: 32)), 202, '\\x7b7d', NULL),
+                   (\(key), 'points-at-update', \(Data(count: 32)), NULL, NULL, \(update))
+            """)
+        let kept = "SELECT string_agg(key || ':' || update_id, ',') AS keys FROM idempotency_keys"
+        #expect(try await MigrationRunner(pool: pool).migrate() == ["0019_idempotency_key_written_with_its_update.sql"])
+        #expect(try await pool.query(PostgresQuery(unsafeSQL: kept))[0].decode(String.self, column: "keys") == "points-at-update:\(update)")
+        let columns = try await pool.query("""
+            SELECT string_agg(column_name, ',' ORDER BY ordinal_position) AS names FROM information_schema.columns
+            WHERE table_name = 'idempotency_keys' AND table_schema = 'public'
+            """)[0].decode(String.self, column: "names")
+        #expect(columns == "api_key_id,key,request_hash,created_at,expires_at,update_id")
+        var state: SQLState?
+        do {
+            try await pool.execute("UPDATE idempotency_keys SET update_id = NULL")
+        } catch let error as PostgresError { state = error.sqlState }
+        #expect(state == .notNullViolation)
     }
 
     /// Sql/0013 and 0018: the tables that gain a row per update or broadcast are analyzed from a small

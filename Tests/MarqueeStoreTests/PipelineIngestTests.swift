@@ -102,14 +102,11 @@ struct PipelineIngestTests {
         #expect(try await f.post(event.id, ["home": 2], at: t0 + 10, key: "newer", body: "newer") == .replayed(newer.response))
         #expect(try await f.post(event.id, ["home": 1], at: t0 + 5, key: "older", body: "older") == .replayed(older.response))
         #expect(String(decoding: older.response.body, as: UTF8.self).contains("superseded"))
-        // A key a refused request left behind (update_id and answer NULL) is taken over by the next request.
-        try await f.pool.execute("""
-            INSERT INTO idempotency_keys (api_key_id, key, request_hash) VALUES (\(f.apiKeyID), 'left', \(PipelineFixture.hash("other")))
-            """)
-        guard case .accepted(let taken, _) = try await f.post(event.id, ["home": 3], at: t0 + 20, key: "left", body: "mine") else {
-            Issue.record("a left key was not taken over"); return
+        // A key whose update is gone (deleted with its event) answers that the event is not found.
+        try await f.pool.execute("DELETE FROM updates WHERE id = \(sent.id)")
+        await #expect(throws: PipelineError.eventNotFound(event.id)) {
+            try await f.post(event.id, ["home": 2], at: t0 + 10, key: "newer", body: "newer")
         }
-        #expect(try await f.scalar(Int.self, "SELECT update_id FROM idempotency_keys WHERE key = 'left'") == taken.id)
     }
 
     /// Concurrent whole states without a time: ids, times and the latest state follow the order of arrival
@@ -152,6 +149,27 @@ struct PipelineIngestTests {
         #expect(accepted.count == 1)
         #expect(Set(results.map(\.response)).count == 1)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 1)
+    }
+
+    /// Duplicates that do not share an event's row lock wait for the first request's uncommitted key, then
+    /// get its answer (the same body: the same request hash).
+    @Test func concurrentDuplicatesOnOtherEventsWaitForTheKey() async throws {
+        let f = try await PipelineFixture.make(maxConnections: 8)
+        defer { f.pool.close() }
+        var events: [EventRecord] = []
+        for _ in 0..<8 { events.append(try await f.makeEvent()) }
+        let results = try await withThrowingTaskGroup(of: IngestResult.self) { group in
+            for event in events {
+                group.addTask { try await f.post(event.id, ["home": 1], at: self.t0, key: "shared", body: "shared") }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        let accepted = results.filter { if case .accepted = $0 { true } else { false } }
+        #expect(accepted.count == 1)
+        #expect(Set(results.map(\.response)).count == 1)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 1)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 1)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM events WHERE latest_update_id IS NOT NULL") == 1)
     }
 
     @Test func olderInputIsSupersededAndLeavesLatestStateAlone() async throws {

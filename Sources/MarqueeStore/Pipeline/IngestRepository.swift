@@ -1,11 +1,10 @@
 // The hot path of `POST /v1/events/{id}/updates`: the reply is 202 only once the update is durable.
-// One round trip: a pipeline that PostgreSQL runs as one implicit transaction, with at most three
-// statements: take the idempotency key (when there is one), write, and read the key back. The write is
-// one statement: the event row is updated first (its row lock orders concurrent ingests, and READ
-// COMMITTED re-checks its WHERE and recomputes its SET on the newest row version after a wait), then
-// the update row, the outbox row, and the key's pointer to the update. There is no NOTIFY in here: one
-// inside the transaction would hold PostgreSQL's cluster-wide notify lock through the commit's WAL flush
-// and serialize every ingest commit; the caller wakes dispatchers after the commit (OutboxNotifier).
+// One round trip: one statement, which PostgreSQL runs as one implicit transaction. The event row is
+// updated first (its row lock orders concurrent ingests, and READ COMMITTED re-checks its WHERE and
+// recomputes its SET on the newest row version after a wait), then the update row, the outbox row and
+// the idempotency key, written once and pointing at the update. There is no NOTIFY in here: one inside
+// the transaction would hold PostgreSQL's cluster-wide notify lock through the commit's WAL flush and
+// serialize every ingest commit; the caller wakes dispatchers after the commit (OutboxNotifier).
 //
 // Choices:
 // * Update ids are taken under the event's row lock (nextval in the event's UPDATE), so per event they
@@ -14,11 +13,12 @@
 //   the latest one (a JSON merge patch, an end that keeps the state) is computed from a snapshot of the
 //   event and written only if the event's latest update is still the snapshot's (compare and swap under
 //   the row lock); otherwise it is computed again. So a patch always applies to the state it replaces.
-// * An in-flight duplicate (same API key and idempotency key while the first request's transaction is
-//   open) WAITS: its INSERT into idempotency_keys blocks on the first one's uncommitted row. When the
-//   first commits, the duplicate gets the answer rebuilt from the stored update (or
-//   `idempotencyKeyReused`); when it rolls back, the duplicate runs as if it were first. A refused
-//   request (event not found or closed) leaves no key behind.
+// * A key already stored (per API key) fails the write on its primary key, so nothing of the request
+//   stays; the answer is then rebuilt from the update the key points at (or `idempotencyKeyReused`), or,
+//   for an expired key, the key is dropped and the write runs again. An in-flight duplicate WAITS: for the
+//   event's row lock, or for the first request's uncommitted key; when the first commits, the duplicate's
+//   write fails on the key and it gets the first one's answer; when it rolls back, the duplicate runs as
+//   if it were first. A refused request (event not found or closed) writes no key.
 // * Older pending updates of the event stay 'pending' here; the dispatcher marks them 'conflated'
 //   when it records the broadcast of a newer one (`OutboxRepository.recordBroadcast`), so
 //   'conflated' always means "a newer state actually went". An update older than the latest state
@@ -147,6 +147,8 @@ public struct IngestRepository: Sendable {
     public static let notifyChannel = "marquee_outbox"
     /// Writes of a derived state that may lose the compare-and-swap to concurrent updates before giving up.
     static let maxAttempts = 16
+    /// The constraint a second write of an idempotency key fails on (SQLSTATE 23505).
+    static let keyConstraint = "idempotency_keys_pkey"
 
     let pool: PostgresPool
     /// The dispatcher's pacing interval (seconds), so a queued update is due when its channel may broadcast
@@ -208,7 +210,7 @@ public struct IngestRepository: Sendable {
                     snapshot = try await self.snapshot(eventID: eventID, appID: appID, action: draft.action)
                 } catch let refusal as PipelineError {
                     // A retry of a request that was accepted gets its answer, even once the event has closed.
-                    if let idempotency, let answer = try await storedAnswer(idempotency, eventID: eventID, response: response) {
+                    if let idempotency, let answer = try await storedAnswer(idempotency, eventID: eventID, now: now, response: response) {
                         return .replayed(answer)
                     }
                     throw refusal
@@ -220,12 +222,20 @@ public struct IngestRepository: Sendable {
                     expectedUpdateID = .some(snapshot.latestUpdateID)
                 }
             }
-            var statements: [PostgresQuery] = []
-            if let idempotency { statements.append(Self.claimKey(idempotency, now: now)) }
-            statements.append(Self.write(eventID: eventID, draft, state: state, appID: appID,
-                                         expectedUpdateID: expectedUpdateID, idempotency: idempotency, pacing: pacing))
-            let results = try await pool.pipeline(statements)
-            if let row = results.last?.first {
+            let rows: PostgresRows
+            do {
+                rows = try await pool.query(Self.write(eventID: eventID, draft, state: state, appID: appID,
+                                                       expectedUpdateID: expectedUpdateID, idempotency: idempotency, now: now,
+                                                       pacing: pacing))
+            } catch let error as PostgresError where error.constraint == Self.keyConstraint {
+                // The key is another request's (or this one's, accepted before): answer as it was answered.
+                // An expired key is gone now, so the next write takes it.
+                if let idempotency, let answer = try await storedAnswer(idempotency, eventID: eventID, now: now, response: response) {
+                    return .replayed(answer)
+                }
+                continue
+            }
+            if let row = rows.first {
                 let update = IngestedUpdate(id: try row.decode(Int.self, column: "id"), eventID: eventID,
                                             disposition: try row.decode(UpdateDisposition.self, column: "disposition"),
                                             contentState: state, occurredAt: try row.decode(Date.self, column: "occurred_at"),
@@ -233,35 +243,20 @@ public struct IngestRepository: Sendable {
                                             dueIn: try row.decode(Double?.self, column: "due_in"))
                 return .accepted(update, response(update))
             }
-            if let idempotency, results[0].isEmpty {
-                // The key is another request's: answer as it was answered (unless that one was refused meanwhile).
-                if let answer = try await storedAnswer(idempotency, eventID: eventID, response: response) { return .replayed(answer) }
-                continue
-            }
             // Nothing written: the event is gone or closed (the snapshot says so next time round), or
             // another update got in between the snapshot and the write.
         }
         throw PipelineError.eventBusy(eventID)
     }
 
-    /// Runs the ingest's pipeline once on `connection` for no event, with an idempotency key, inside a
-    /// transaction it rolls back (nothing stays): PostgreSQL parses and plans a statement the first time
+    /// Runs the ingest's write once on `connection` for no event (id 0, which identities never give), with an
+    /// idempotency key; it writes nothing, as for an event that is gone. PostgreSQL parses and plans a statement the first time
     /// each backend runs it (about 4 ms for the write on this project's bench machine, then 0.2 ms), and a
     /// fresh pool would otherwise pay for that in its first requests. `pacing` as the repository's.
     static func warmUp(on connection: PostgresConnection, pacing: TimeInterval?) async throws {
         let key = IdempotencyRequest(apiKeyID: 0, key: "marquee-warm-up", requestHash: Data(count: 32))
-        _ = try await connection.execute("BEGIN")
-        do {
-            _ = try await connection.pipeline([
-                claimKey(key, now: nil),
-                write(eventID: 0, UpdateDraft(occurredAt: Date(), apiKeyID: 0), state: [:], appID: nil, expectedUpdateID: nil,
-                      idempotency: key, pacing: pacing),
-            ])
-        } catch {
-            _ = try? await connection.execute("ROLLBACK")
-            throw error
-        }
-        _ = try await connection.execute("ROLLBACK")
+        _ = try await connection.query(write(eventID: 0, UpdateDraft(occurredAt: Date(), apiKeyID: 0), state: [:], appID: nil,
+                                             expectedUpdateID: nil, idempotency: key, now: nil, pacing: pacing))
     }
 
     /// Deletes expired idempotency keys; returns how many went.
@@ -291,113 +286,90 @@ public struct IngestRepository: Sendable {
         }
     }
 
-    /// Takes the key for this request (returns a row), or leaves it to the request that holds it; an
-    /// expired key, or one a refused request left, is taken over. Waits while another transaction holds
-    /// the same key (see the file comment).
-    private static func claimKey(_ request: IdempotencyRequest, now: Date?) -> PostgresQuery {
-        """
-        INSERT INTO idempotency_keys (api_key_id, key, request_hash, created_at, expires_at)
-        VALUES (\(request.apiKeyID), \(request.key), \(request.requestHash), coalesce(\(now), now()),
-                coalesce(\(now), now()) + make_interval(secs => \(idempotencyWindow)))
-        ON CONFLICT (api_key_id, key) DO UPDATE SET
-            request_hash = EXCLUDED.request_hash, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
-            update_id = NULL, response_status = NULL, response_body = NULL
-        WHERE idempotency_keys.expires_at <= EXCLUDED.created_at
-           OR (idempotency_keys.update_id IS NULL AND idempotency_keys.response_status IS NULL)
-        RETURNING 1 AS taken
-        """
-    }
-
     /// Superseded: an update stamped before the event's latest state. The same test holds on the row
     /// before the write (in SET) and after it (in RETURNING), because the write leaves latest_state_at
     /// alone for a superseded update and sets it to occurred_at otherwise.
     private static let superseded = "(i.action = 'update' AND i.occurred_at < e.latest_state_at) IS TRUE"
 
-    /// The write: the event row (only if open for this action, in the caller's app, still at the expected
-    /// latest update, and the idempotency key is this request's), then the update, the outbox row (a new one
-    /// due when `pacing` allows after the channel's last broadcast) and the key's pointer; or, when the event
-    /// refused, the key dropped. Returns the update and in how many seconds its outbox row is due, or no row.
+    /// The write: the event row (only if open for this action, in the caller's app and still at the expected
+    /// latest update), then the update, the outbox row (a new one due when `pacing` allows after the channel's
+    /// last broadcast) and the idempotency key pointing at the update; nothing when the event refused. A key
+    /// already there fails the statement on `keyConstraint`. Returns the update and in how many seconds its
+    /// outbox row is due, or no row.
     private static func write(eventID: Int, _ draft: UpdateDraft, state: JSONValue, appID: Int?, expectedUpdateID: Int??,
-                              idempotency: IdempotencyRequest?, pacing: TimeInterval?) -> PostgresQuery {
-        let keyID = idempotency?.apiKeyID
-        let key = idempotency?.key
-        return """
-            WITH input AS (
-                SELECT \(eventID)::bigint AS event_id, \(draft.action)::text AS action, \(draft.occurredAt)::timestamptz AS occurred_at
-            ), latest AS (
-                UPDATE events e SET
-                    latest_state = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_state ELSE \(state.postgresJSON) END,
-                    latest_state_at = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_state_at
-                                           ELSE greatest(e.latest_state_at, coalesce(i.occurred_at, now())) END,
-                    latest_update_id = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_update_id
-                                            ELSE nextval('updates_id_seq') END,
-                    status = CASE WHEN i.action = 'end' THEN 'ending' ELSE e.status END,
-                    updated_at = now()
-                FROM input i
-                WHERE e.id = i.event_id
-                  AND (e.status IN ('scheduled', 'live') OR (e.status = 'ending' AND i.action = 'end'))
-                  AND (\(appID)::bigint IS NULL OR e.app_id = \(appID))
-                  AND (NOT \(expectedUpdateID != nil) OR e.latest_update_id IS NOT DISTINCT FROM \(expectedUpdateID ?? nil)::bigint)
-                  AND (\(keyID)::bigint IS NULL OR EXISTS (
-                        SELECT 1 FROM idempotency_keys k WHERE k.api_key_id = \(keyID) AND k.key = \(key)
-                          AND k.update_id IS NULL AND k.response_status IS NULL))
-                RETURNING e.latest_update_id, e.latest_state_at, \(unsafeRaw: superseded) AS superseded
-            ), stored AS (
-                INSERT INTO updates (id, event_id, api_key_id, action, content_state, alert, stale_date, dismissal_date,
-                                     relevance_score, priority, occurred_at, not_before, disposition, disposed_at)
-                OVERRIDING SYSTEM VALUE
-                SELECT CASE WHEN l.superseded THEN nextval('updates_id_seq') ELSE l.latest_update_id END,
-                       i.event_id, \(draft.apiKeyID), i.action, \(state.postgresJSON), \(draft.alert?.postgresJSON),
-                       \(draft.staleDate), \(draft.dismissalDate), \(draft.relevanceScore), \(draft.priority.rawValue),
-                       coalesce(i.occurred_at, l.latest_state_at), \(draft.notBefore),
-                       CASE WHEN l.superseded THEN 'superseded' ELSE 'pending' END,
-                       CASE WHEN l.superseded THEN now() END
-                FROM latest l, input i
-                RETURNING id, disposition, occurred_at, received_at
-            ), queued AS (
-                INSERT INTO outbox (event_id, update_id, not_before, next_attempt_at)
-                SELECT \(eventID), id, \(draft.notBefore),
-                       CASE WHEN \(draft.urgent) THEN \(urgentDue)
-                            ELSE greatest(now(), (SELECT c.last_broadcast_at + make_interval(secs => \(pacing)::float8) FROM channels c
-                                                  WHERE c.event_id = \(eventID) AND c.state IN ('open', 'ending') LIMIT 1)) END
-                FROM stored WHERE disposition = 'pending'
-                ON CONFLICT (event_id) DO UPDATE SET
-                    update_id = EXCLUDED.update_id, not_before = EXCLUDED.not_before, updated_at = now(),
-                    next_attempt_at = CASE WHEN \(draft.urgent) THEN \(urgentDue) ELSE outbox.next_attempt_at END
-                RETURNING next_attempt_at
-            ), remembered AS (
-                UPDATE idempotency_keys k SET update_id = stored.id FROM stored
-                WHERE k.api_key_id = \(keyID) AND k.key = \(key)
-            ), refused AS (
-                DELETE FROM idempotency_keys k
-                WHERE k.api_key_id = \(keyID) AND k.key = \(key) AND k.update_id IS NULL AND k.response_status IS NULL
-                  AND NOT EXISTS (SELECT 1 FROM stored)
-            )
-            SELECT id, disposition, occurred_at, received_at, extract(epoch FROM (SELECT next_attempt_at FROM queued) - now())::float8 AS due_in
-            FROM stored
-            """
+                              idempotency: IdempotencyRequest?, now: Date?, pacing: TimeInterval?) -> PostgresQuery {
+        """
+        WITH input AS (
+            SELECT \(eventID)::bigint AS event_id, \(draft.action)::text AS action, \(draft.occurredAt)::timestamptz AS occurred_at
+        ), latest AS (
+            UPDATE events e SET
+                latest_state = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_state ELSE \(state.postgresJSON) END,
+                latest_state_at = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_state_at
+                                       ELSE greatest(e.latest_state_at, coalesce(i.occurred_at, now())) END,
+                latest_update_id = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_update_id
+                                        ELSE nextval('updates_id_seq') END,
+                status = CASE WHEN i.action = 'end' THEN 'ending' ELSE e.status END,
+                updated_at = now()
+            FROM input i
+            WHERE e.id = i.event_id
+              AND (e.status IN ('scheduled', 'live') OR (e.status = 'ending' AND i.action = 'end'))
+              AND (\(appID)::bigint IS NULL OR e.app_id = \(appID))
+              AND (NOT \(expectedUpdateID != nil) OR e.latest_update_id IS NOT DISTINCT FROM \(expectedUpdateID ?? nil)::bigint)
+            RETURNING e.latest_update_id, e.latest_state_at, \(unsafeRaw: superseded) AS superseded
+        ), stored AS (
+            INSERT INTO updates (id, event_id, api_key_id, action, content_state, alert, stale_date, dismissal_date,
+                                 relevance_score, priority, occurred_at, not_before, disposition, disposed_at)
+            OVERRIDING SYSTEM VALUE
+            SELECT CASE WHEN l.superseded THEN nextval('updates_id_seq') ELSE l.latest_update_id END,
+                   i.event_id, \(draft.apiKeyID), i.action, \(state.postgresJSON), \(draft.alert?.postgresJSON),
+                   \(draft.staleDate), \(draft.dismissalDate), \(draft.relevanceScore), \(draft.priority.rawValue),
+                   coalesce(i.occurred_at, l.latest_state_at), \(draft.notBefore),
+                   CASE WHEN l.superseded THEN 'superseded' ELSE 'pending' END,
+                   CASE WHEN l.superseded THEN now() END
+            FROM latest l, input i
+            RETURNING id, disposition, occurred_at, received_at
+        ), queued AS (
+            INSERT INTO outbox (event_id, update_id, not_before, next_attempt_at)
+            SELECT \(eventID), id, \(draft.notBefore),
+                   CASE WHEN \(draft.urgent) THEN \(urgentDue)
+                        ELSE greatest(now(), (SELECT c.last_broadcast_at + make_interval(secs => \(pacing)::float8) FROM channels c
+                                              WHERE c.event_id = \(eventID) AND c.state IN ('open', 'ending') LIMIT 1)) END
+            FROM stored WHERE disposition = 'pending'
+            ON CONFLICT (event_id) DO UPDATE SET
+                update_id = EXCLUDED.update_id, not_before = EXCLUDED.not_before, updated_at = now(),
+                next_attempt_at = CASE WHEN \(draft.urgent) THEN \(urgentDue) ELSE outbox.next_attempt_at END
+            RETURNING next_attempt_at
+        ), keyed AS (
+            INSERT INTO idempotency_keys (api_key_id, key, request_hash, update_id, created_at, expires_at)
+            SELECT \(idempotency?.apiKeyID), \(idempotency?.key), \(idempotency?.requestHash), id, coalesce(\(now), now()),
+                   coalesce(\(now), now()) + make_interval(secs => \(idempotencyWindow))
+            FROM stored WHERE \(idempotency != nil)
+        )
+        SELECT id, disposition, occurred_at, received_at, extract(epoch FROM (SELECT next_attempt_at FROM queued) - now())::float8 AS due_in
+        FROM stored
+        """
     }
 
-    /// The answer to a replay: rebuilt from the update the key's first request stored (the disposition it
-    /// had at ingest: superseded at once, or pending), or as stored by an earlier version. Nil when no
-    /// answer is stored under the key (none, or a refused request's); throws `idempotencyKeyReused` for
-    /// another request's key, `eventNotFound` when the stored update is gone with its event.
-    private func storedAnswer(_ request: IdempotencyRequest, eventID: Int,
+    /// The answer to a replay, rebuilt from the update the key's first request stored (the disposition it had
+    /// at ingest: superseded at once, or pending). Nil when there is none: no key, or an expired one, which
+    /// goes here so that the next write takes the key. Throws `idempotencyKeyReused` for another request's
+    /// key, `eventNotFound` when the stored update is gone with its event.
+    private func storedAnswer(_ request: IdempotencyRequest, eventID: Int, now: Date?,
                               response: (IngestedUpdate) -> StoredResponse) async throws -> StoredResponse? {
         let rows = try await pool.query("""
-            SELECT k.request_hash, k.update_id, k.response_status, k.response_body, u.id, u.event_id, u.content_state,
-                   u.disposition, u.occurred_at, u.received_at
+            WITH expired AS (
+                DELETE FROM idempotency_keys
+                WHERE api_key_id = \(request.apiKeyID) AND key = \(request.key) AND expires_at <= coalesce(\(now), now())
+                RETURNING 1
+            )
+            SELECT k.request_hash, u.id, u.event_id, u.content_state, u.disposition, u.occurred_at, u.received_at
             FROM idempotency_keys k LEFT JOIN updates u ON u.id = k.update_id
-            WHERE k.api_key_id = \(request.apiKeyID) AND k.key = \(request.key)
+            WHERE k.api_key_id = \(request.apiKeyID) AND k.key = \(request.key) AND NOT EXISTS (SELECT 1 FROM expired)
             """)
         guard let row = rows.first else { return nil }
-        let status = try row.decode(Int?.self, column: "response_status")
-        let updateID = try row.decode(Int?.self, column: "update_id")
-        if status == nil && updateID == nil { return nil }
         guard try row.decode(Data.self, column: "request_hash") == request.requestHash else {
             throw PipelineError.idempotencyKeyReused(key: request.key)
         }
-        if let status, let body = try row.decode(Data?.self, column: "response_body") { return StoredResponse(status: status, body: body) }
         guard let id = try row.decode(Int?.self, column: "id") else { throw PipelineError.eventNotFound(eventID) }
         let disposition = try row.decode(UpdateDisposition.self, column: "disposition")
         return response(IngestedUpdate(id: id, eventID: try row.decode(Int.self, column: "event_id"),
