@@ -76,7 +76,7 @@ enum ServeCommand {
             .option("log-level", value: "LEVEL", help: "The lowest level logged.", environment: "MARQUEE_LOG_LEVEL", default: "info",
                     choices: Logger.Level.allCases.map(\.rawValue)),
             .option("grace-period", value: "SECONDS", help: "How long in-flight work gets after SIGTERM.",
-                    environment: "MARQUEE_GRACE_PERIOD", default: "30"),
+                    environment: "MARQUEE_GRACE_PERIOD", default: "\(ServeConfiguration.defaultGracePeriodSeconds)"),
             .option("max-connections", value: "N", help: "Database connections for the API (requests, the scheduler).",
                     environment: "MARQUEE_DATABASE_CONNECTIONS", default: "\(ServeConfiguration.defaultMaxConnections)"),
             .option("dispatcher-connections", value: "N", help: "Database connections of the broadcast dispatcher's own pool.",
@@ -101,7 +101,7 @@ enum ServeCommand {
         }
         let configuration = ServeConfiguration(
             databaseURL: try arguments.required("database-url"), host: listen.host, port: listen.port,
-            migrate: !arguments.flag("no-migrate"), gracePeriod: .seconds(try arguments.int("grace-period", in: 0...3600) ?? 30),
+            migrate: !arguments.flag("no-migrate"), gracePeriod: .seconds(try arguments.int("grace-period", in: 0...3600) ?? ServeConfiguration.defaultGracePeriodSeconds),
             maxConnections: try arguments.int("max-connections", in: 1...200) ?? ServeConfiguration.defaultMaxConnections,
             dispatcherConnections: try arguments.int("dispatcher-connections", in: 1...50) ?? ServeConfiguration.defaultDispatcherConnections,
             apnsPushURL: arguments.string("apns-push-url"), apnsManageURL: arguments.string("apns-manage-url"),

@@ -18,8 +18,9 @@ public struct ServeConfiguration: Sendable {
     public var port: Int
     /// Apply pending migrations at start (else refuse to start when the schema is behind).
     public var migrate: Bool
-    /// How long in-flight work gets after SIGTERM.
+    /// How long in-flight work gets after SIGTERM; default `defaultGracePeriodSeconds`.
     public var gracePeriod: Duration
+    public static let defaultGracePeriodSeconds = 30
     /// The pool of the API (requests, the scheduler and the rest); default `defaultMaxConnections`.
     public var maxConnections: Int
     /// The broadcast dispatcher's own pool (claims and records), so that its statements never queue
@@ -36,7 +37,7 @@ public struct ServeConfiguration: Sendable {
     public var pipeline: PipelineSettings
 
     public init(databaseURL: String, host: String = "127.0.0.1", port: Int = 8080, migrate: Bool = true,
-                gracePeriod: Duration = .seconds(30), maxConnections: Int = defaultMaxConnections,
+                gracePeriod: Duration = .seconds(defaultGracePeriodSeconds), maxConnections: Int = defaultMaxConnections,
                 dispatcherConnections: Int = defaultDispatcherConnections,
                 apnsPushURL: String? = nil, apnsManageURL: String? = nil, apnsCAFile: String? = nil,
                 pipeline: PipelineSettings = PipelineSettings()) {
