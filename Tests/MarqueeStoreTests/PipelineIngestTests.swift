@@ -139,15 +139,9 @@ struct PipelineIngestTests {
         let f = try await PipelineFixture.make(maxConnections: 8)
         defer { f.pool.close() }
         let event = try await f.makeEvent()
-        let results = try await withThrowingTaskGroup(of: IngestResult.self) { group in
-            for _ in 0..<8 {
-                group.addTask { try await f.post(event.id, ["home": 1], at: self.t0, key: "same", body: "same") }
-            }
-            return try await group.reduce(into: []) { $0.append($1) }
+        try await expectOneAcceptedAndOneAnswer(Array(repeating: event.id, count: 8)) { eventID in
+            try await f.post(eventID, ["home": 1], at: self.t0, key: "same", body: "same")
         }
-        let accepted = results.filter { if case .accepted = $0 { true } else { false } }
-        #expect(accepted.count == 1)
-        #expect(Set(results.map(\.response)).count == 1)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 1)
     }
 
@@ -158,18 +152,23 @@ struct PipelineIngestTests {
         defer { f.pool.close() }
         var events: [EventRecord] = []
         for _ in 0..<8 { events.append(try await f.makeEvent()) }
-        let results = try await withThrowingTaskGroup(of: IngestResult.self) { group in
-            for event in events {
-                group.addTask { try await f.post(event.id, ["home": 1], at: self.t0, key: "shared", body: "shared") }
-            }
-            return try await group.reduce(into: []) { $0.append($1) }
+        try await expectOneAcceptedAndOneAnswer(events.map(\.id)) { eventID in
+            try await f.post(eventID, ["home": 1], at: self.t0, key: "shared", body: "shared")
         }
-        let accepted = results.filter { if case .accepted = $0 { true } else { false } }
-        #expect(accepted.count == 1)
-        #expect(Set(results.map(\.response)).count == 1)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 1)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 1)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM events WHERE latest_update_id IS NOT NULL") == 1)
+    }
+
+    /// Posts once per event id, all at once: exactly one is accepted, and all get the same answer.
+    private func expectOneAcceptedAndOneAnswer(_ eventIDs: [Int],
+                                               post: @escaping @Sendable (Int) async throws -> IngestResult) async throws {
+        let results = try await withThrowingTaskGroup(of: IngestResult.self) { group in
+            for eventID in eventIDs { group.addTask { try await post(eventID) } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(results.filter { if case .accepted = $0 { true } else { false } }.count == 1)
+        #expect(Set(results.map(\.response)).count == 1)
     }
 
     @Test func olderInputIsSupersededAndLeavesLatestStateAlone() async throws {
