@@ -26,6 +26,8 @@ enum ServeCommand {
          "MARQUEE_CONFLATION_INTERVAL", seconds(defaults.conflationInterval)),
         ("delivery-retention", "SECONDS", "Delete delivery rows (the log of APNs exchanges) older than this; 0 keeps them (else at least 86400).",
          "MARQUEE_DELIVERY_RETENTION", seconds(defaults.deliveryRetention)),
+        ("update-retention", "SECONDS", "Delete the updates of events ended longer ago than this, keeping their counts; 0 keeps them (else at least 86400).",
+         "MARQUEE_UPDATE_RETENTION", seconds(defaults.updateRetention)),
     ]
 
     private static let defaults = PipelineSettings()
@@ -33,6 +35,18 @@ enum ServeCommand {
     /// Seconds as an option default: whole numbers without a fraction.
     private static func seconds(_ value: TimeInterval) -> String {
         value == value.rounded() ? String(Int(value)) : String(value)
+    }
+
+    /// A retention option: 0 (keep) or at least a day. Shorter would delete delivery rows that the priority
+    /// budget (an hour) and `marquee status` (recent errors) read, and updates whose idempotency keys (24 h)
+    /// may still answer a retry.
+    private static func retention(_ name: String, _ arguments: ParsedArguments) throws(UsageError) -> TimeInterval? {
+        guard let value = try arguments.seconds(name, in: 0...(100 * 365 * 86400)) else { return nil }
+        if value > 0 && value < 86400 {
+            throw UsageError("--\(name) takes 0 (keep) or at least 86400 seconds (a day), not '\(arguments.string(name) ?? "")'",
+                             commandPath: arguments.commandPath)
+        }
+        return value
     }
 
     /// Reads the pipeline settings (every option has its default, so none is missing).
@@ -48,12 +62,8 @@ enum ServeCommand {
         settings.broadcastTTL = try arguments.seconds("broadcast-ttl", in: 1...ExpirationPolicy.maximumTimeToLive) ?? settings.broadcastTTL
         settings.highPriorityBudget = try arguments.int("high-priority-budget", in: 0...1_000_000) ?? settings.highPriorityBudget
         settings.conflationInterval = try arguments.seconds("conflation-interval", in: 0...3600) ?? settings.conflationInterval
-        settings.deliveryRetention = try arguments.seconds("delivery-retention", in: 0...(100 * 365 * 86400)) ?? settings.deliveryRetention
-        if settings.deliveryRetention > 0 && settings.deliveryRetention < 86400 {
-            // Shorter would take rows the priority budget (an hour) and `marquee status` (recent errors) read.
-            throw UsageError("--delivery-retention takes 0 (keep) or at least 86400 seconds (a day), not '\(arguments.string("delivery-retention") ?? "")'",
-                             commandPath: arguments.commandPath)
-        }
+        settings.deliveryRetention = try retention("delivery-retention", arguments) ?? settings.deliveryRetention
+        settings.updateRetention = try retention("update-retention", arguments) ?? settings.updateRetention
         let environment = ProcessInfo.processInfo.environment["MARQUEE_DELETE_UNKNOWN_CHANNELS"]?.lowercased()
         settings.deleteUnknownChannels = arguments.flag("delete-unknown-channels") || ["1", "true", "yes", "on"].contains(environment ?? "")
         return settings

@@ -29,13 +29,15 @@ import Testing
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
-    @Test(.enabled(if: binaryBuilt)) func serveRefusesADeliveryRetentionShorterThanADayBeforeConnecting() async throws {
+    @Test(.enabled(if: binaryBuilt)) func serveRefusesARetentionShorterThanADayBeforeConnecting() async throws {
         let nowhere = ["--database-url", "postgresql://nobody@127.0.0.1:\(Self.freePort())/marquee"]
-        for (value, message) in [("3600", "--delivery-retention takes 0 (keep) or at least 86400 seconds"),
-                                 ("forever", "--delivery-retention takes a number of seconds")] {
-            let result = try await Self.cli(["serve", "--delivery-retention", value] + nowhere)
-            #expect(result.status == 64, "\(value): \(result.stderr)")
-            #expect(result.stderr.contains(message), "\(value): \(result.stderr)")
+        for flag in ["--delivery-retention", "--update-retention"] {
+            for (value, message) in [("3600", "\(flag) takes 0 (keep) or at least 86400 seconds"),
+                                     ("forever", "\(flag) takes a number of seconds")] {
+                let result = try await Self.cli(["serve", flag, value] + nowhere)
+                #expect(result.status == 64, "\(flag) \(value): \(result.stderr)")
+                #expect(result.stderr.contains(message), "\(flag) \(value): \(result.stderr)")
+            }
         }
     }
 

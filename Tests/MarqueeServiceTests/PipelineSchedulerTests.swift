@@ -232,6 +232,55 @@ struct PipelineSchedulerTests {
         #expect(f.metrics.schedulerActions.value(["purge_deliveries"]) == 1)
     }
 
+    /// The hourly pass deletes the updates of events ended longer ago than the retention, oldest event first
+    /// and in bounded statements, and keeps their counts by disposition; recent and open events keep theirs.
+    @Test func theHourlyPassPurgesTheUpdatesOfEventsEndedPastTheirRetention() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let (first, second, recent, live) = (try await f.makeEvent(), try await f.makeEvent(), try await f.makeEvent(), try await f.makeEvent())
+        for event in [first, second, recent, live] {
+            for minute in 1...3 {
+                _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: f.clock.now.addingTimeInterval(Double(minute))),
+                                              state: ["home": .int(Int64(minute)), "away": 0],
+                                              response: { _ in StoredResponse(status: 202, body: Data()) })
+            }
+        }
+        let endedIDs = [first.id, second.id, recent.id].map(String.init)
+        // Ended: one update of each kind an ended event has; the first two 31 days ago, the third an hour ago.
+        try await f.pool.execute("""
+            UPDATE updates u SET disposition = (ARRAY['broadcast', 'conflated', 'unsent'])[n.rank], disposed_at = now()
+            FROM (SELECT id, rank() OVER (PARTITION BY event_id ORDER BY id) AS rank FROM updates) n
+            WHERE n.id = u.id AND u.event_id = ANY (\(endedIDs)::bigint[])
+            """)
+        try await f.pool.execute("""
+            UPDATE events SET status = 'ended',
+                updated_at = now() - CASE WHEN id = \(recent.id) THEN interval '1 hour' ELSE interval '31 days' END
+            WHERE id = ANY (\(endedIDs)::bigint[])
+            """)
+        let ended = EventCounts(broadcast: 1, conflated: 1, unsent: 1)
+        let left: PostgresQuery = "SELECT string_agg(event_id::text || ':' || n, ',' ORDER BY event_id) FROM (SELECT event_id, count(*) AS n FROM updates GROUP BY 1) c"
+        let all = "\(first.id):3,\(second.id):3,\(recent.id):3,\(live.id):3"
+        _ = try await f.scheduler { $0.updateRetention = nil }.runOnce(reconcile: true)
+        _ = try await f.scheduler().runOnce()
+        #expect(try await f.scalar(String.self, left) == all)
+        // Oldest event first, in bounded statements.
+        let cutoff = Date().addingTimeInterval(-30 * 86400)
+        #expect(try await f.events.purgeUpdates(endedBefore: cutoff, batch: 1, statements: 1) == 3)
+        #expect(try await f.scalar(String.self, left) == "\(second.id):3,\(recent.id):3,\(live.id):3")
+        _ = try await f.scheduler().runOnce(reconcile: true)
+        #expect(try await f.scalar(String.self, left) == "\(recent.id):3,\(live.id):3")
+        #expect(f.metrics.schedulerActions.value(["purge_updates"]) == 3)
+        for event in [first, second, recent] {
+            #expect(try await f.events.counts(eventID: event.id) == ended, "event \(event.id)")
+        }
+        let liveCounts = try await f.events.counts(eventID: live.id)  // its channel's create is a delivery too
+        #expect([liveCounts.pending, liveCounts.broadcast, liveCounts.conflated, liveCounts.superseded, liveCounts.unsent] == [3, 0, 0, 0, 0] as [Int])
+        // Done once: the next pass finds nothing.
+        _ = try await f.scheduler().runOnce(reconcile: true)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM purged_update_counts") == 2)
+        #expect(f.metrics.schedulerActions.value(["purge_updates"]) == 3)
+    }
+
     @Test func onlyTheLeaseHolderActsAndShutdownHandsTheLeaseOver() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

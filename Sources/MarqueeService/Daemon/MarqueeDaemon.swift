@@ -101,6 +101,8 @@ public struct PipelineSettings: Sendable, Equatable {
     public var conflationInterval: TimeInterval = 1
     /// Delete delivery rows older than this (a few batches each sweep); 0 keeps them.
     public var deliveryRetention: TimeInterval = 30 * 86400
+    /// Delete the updates of events ended longer ago than this (in the hourly pass; their counts stay); 0 keeps them.
+    public var updateRetention: TimeInterval = 30 * 86400
 
     public init() {}
 
@@ -116,6 +118,7 @@ public struct PipelineSettings: Sendable, Equatable {
         configuration.unknownDeleteGrace = unknownChannelGrace
         configuration.quota = ChannelQuota(limit: channelQuota)
         configuration.deliveryRetention = deliveryRetention > 0 ? deliveryRetention : nil
+        configuration.updateRetention = updateRetention > 0 ? updateRetention : nil
         return configuration
     }
 

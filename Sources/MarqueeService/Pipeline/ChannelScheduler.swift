@@ -49,6 +49,9 @@ public struct ChannelSchedulerConfiguration: Sendable {
     /// Delivery rows (the log of APNs exchanges) older than this are deleted, a few batches each sweep; nil
     /// keeps them. Default 30 days.
     public var deliveryRetention: TimeInterval? = 30 * 86400
+    /// The updates of events that ended longer ago than this are deleted in the hourly pass (their counts by
+    /// disposition are kept); nil keeps them. Default 30 days.
+    public var updateRetention: TimeInterval? = 30 * 86400
     /// Channel creates sent to APNs at once (each admitted against the quota first, one at a time); default 8.
     public var createConcurrency = 8
     /// Items of each kind handled per sweep; default 100.
@@ -436,10 +439,19 @@ public final class ChannelScheduler: Service {
             }
         }
         if reconcileAll {
-            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours.
+            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours, updates past their retention.
             try await isolated("purge idempotency keys", 0) {
                 let purged = try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
                 if purged > 0 { logger.info("expired idempotency keys purged", ["count": .int(purged)]) }
+            }
+            if let retention = configuration.updateRetention {
+                try await isolated("purge updates", 0) {
+                    let purged = try await events.purgeUpdates(endedBefore: clock.now.addingTimeInterval(-retention), statements: 50)
+                    if purged > 0 {
+                        metrics.schedulerActions.increment(["purge_updates"], by: Double(purged))
+                        logger.info("updates of events ended past their retention purged", ["count": .int(purged)])
+                    }
+                }
             }
             for app in try await catalog.apps() where !reconciled.contains(app.id) {
                 try await isolated("reconcile app", app.id) {

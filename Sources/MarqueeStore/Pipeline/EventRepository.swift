@@ -226,18 +226,20 @@ public struct EventRepository: Sendable {
                            updateID: try row.decode(Int?.self, column: "latest_update_id"))
     }
 
-    /// Updates by disposition and deliveries of the event's channels.
+    /// Updates by disposition (with those purged past their retention, `purgeUpdates`) and deliveries of the
+    /// event's channels.
     public func counts(eventID: Int) async throws -> EventCounts {
         let row = try await pool.query("""
             SELECT
-              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'pending') AS pending,
-              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'broadcast') AS broadcast,
-              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'conflated') AS conflated,
-              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'superseded') AS superseded,
-              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'unsent') AS unsent,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'pending') + coalesce(p.pending, 0) AS pending,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'broadcast') + coalesce(p.broadcast, 0) AS broadcast,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'conflated') + coalesce(p.conflated, 0) AS conflated,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'superseded') + coalesce(p.superseded, 0) AS superseded,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'unsent') + coalesce(p.unsent, 0) AS unsent,
               (SELECT count(*) FROM deliveries d JOIN channels c ON c.id = d.channel_id WHERE c.event_id = \(eventID)) AS deliveries,
               (SELECT count(*) FROM deliveries d JOIN channels c ON c.id = d.channel_id
                 WHERE c.event_id = \(eventID) AND (d.status IS NULL OR d.status >= 400)) AS failed
+            FROM (VALUES (1)) AS one LEFT JOIN purged_update_counts p ON p.event_id = \(eventID)
             """)[0]
         return EventCounts(pending: try row.decode(Int.self, column: "pending"),
                            broadcast: try row.decode(Int.self, column: "broadcast"),
@@ -246,6 +248,43 @@ public struct EventRepository: Sendable {
                            unsent: try row.decode(Int.self, column: "unsent"),
                            deliveries: try row.decode(Int.self, column: "deliveries"),
                            failedDeliveries: try row.decode(Int.self, column: "failed"))
+    }
+
+    /// Deletes the updates of events that ended before `cutoff` (an event's last change is its end), `batch`
+    /// events a statement and at most `statements` statements, oldest event first; each event's counts by
+    /// disposition are kept in purged_update_counts, which `counts` adds. Returns how many updates went.
+    @discardableResult
+    public func purgeUpdates(endedBefore cutoff: Date, batch: Int = 20, statements: Int = .max) async throws -> Int {
+        var purged = 0
+        for _ in 0..<statements {
+            let row = try await pool.query("""
+                WITH doomed AS (
+                    SELECT id FROM events
+                    WHERE status IN ('ended', 'cancelled') AND updates_purged_at IS NULL AND updated_at < \(cutoff)
+                    ORDER BY id LIMIT \(batch)
+                ), gone AS (
+                    DELETE FROM updates u USING doomed d WHERE u.event_id = d.id RETURNING u.event_id, u.disposition
+                ), counted AS (
+                    INSERT INTO purged_update_counts (event_id, pending, broadcast, conflated, superseded, unsent)
+                    SELECT d.id, count(*) FILTER (WHERE g.disposition = 'pending'), count(*) FILTER (WHERE g.disposition = 'broadcast'),
+                           count(*) FILTER (WHERE g.disposition = 'conflated'), count(*) FILTER (WHERE g.disposition = 'superseded'),
+                           count(*) FILTER (WHERE g.disposition = 'unsent')
+                    FROM doomed d LEFT JOIN gone g ON g.event_id = d.id GROUP BY d.id
+                    ON CONFLICT (event_id) DO UPDATE SET
+                        pending = purged_update_counts.pending + EXCLUDED.pending,
+                        broadcast = purged_update_counts.broadcast + EXCLUDED.broadcast,
+                        conflated = purged_update_counts.conflated + EXCLUDED.conflated,
+                        superseded = purged_update_counts.superseded + EXCLUDED.superseded,
+                        unsent = purged_update_counts.unsent + EXCLUDED.unsent
+                ), marked AS (
+                    UPDATE events e SET updates_purged_at = now() FROM doomed d WHERE e.id = d.id
+                )
+                SELECT (SELECT count(*) FROM doomed) AS events, (SELECT count(*) FROM gone) AS updates
+                """)[0]
+            purged += try row.decode(Int.self, column: "updates")
+            if try row.decode(Int.self, column: "events") < batch { break }
+        }
+        return purged
     }
 
     /// Ends an event no channel can carry (none opened, refused, or lost), if it is in one of `expected`:
