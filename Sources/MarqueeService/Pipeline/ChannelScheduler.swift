@@ -430,27 +430,18 @@ public final class ChannelScheduler: Service {
         if let retention = configuration.deliveryRetention {
             // Every sweep takes what fell out of the retention since the last, a few statements at most, so the
             // deletes are spread evenly rather than an hour's worth at once.
-            try await isolated("purge deliveries", 0) {
-                let purged = try await deliveries.purge(sentBefore: clock.now.addingTimeInterval(-retention), statements: 5)
-                if purged > 0 {
-                    metrics.schedulerActions.increment(["purge_deliveries"], by: Double(purged))
-                    logger.debug("delivery rows past their retention purged", ["count": .int(purged)])
-                }
+            try await purge("delivery rows past their retention", action: "purge_deliveries", level: .debug) {
+                try await deliveries.purge(sentBefore: clock.now.addingTimeInterval(-retention), statements: 5)
             }
         }
         if reconcileAll {
             // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours, updates past their retention.
-            try await isolated("purge idempotency keys", 0) {
-                let purged = try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
-                if purged > 0 { logger.info("expired idempotency keys purged", ["count": .int(purged)]) }
+            try await purge("expired idempotency keys", action: nil, level: .info) {
+                try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
             }
             if let retention = configuration.updateRetention {
-                try await isolated("purge updates", 0) {
-                    let purged = try await events.purgeUpdates(endedBefore: clock.now.addingTimeInterval(-retention), statements: 50)
-                    if purged > 0 {
-                        metrics.schedulerActions.increment(["purge_updates"], by: Double(purged))
-                        logger.info("updates of events ended past their retention purged", ["count": .int(purged)])
-                    }
+                try await purge("updates of events ended past their retention", action: "purge_updates", level: .info) {
+                    try await events.purgeUpdates(endedBefore: clock.now.addingTimeInterval(-retention), statements: 50)
                 }
             }
             for app in try await catalog.apps() where !reconciled.contains(app.id) {
@@ -531,6 +522,17 @@ public final class ChannelScheduler: Service {
     }
 
     /// Runs one item of a sweep: a lost lease or cancellation ends the sweep, anything else is logged.
+    /// One purge of the housekeeping (`body` returns how many rows went), isolated like any other work; the
+    /// rows are counted under `action` in the scheduler's metric, when it has one, and logged at `level`.
+    private func purge(_ what: String, action: String?, level: Logger.Level, _ body: () async throws -> Int) async throws {
+        try await isolated("purge \(what)", 0) {
+            let purged = try await body()
+            guard purged > 0 else { return }
+            if let action { metrics.schedulerActions.increment([action], by: Double(purged)) }
+            logger.log(level, "\(what) purged", ["count": .int(purged)])
+        }
+    }
+
     private func isolated(_ what: String, _ id: Int, _ body: () async throws -> Void) async throws {
         do {
             try await body()
