@@ -392,10 +392,11 @@ struct BroadcastPipelineTests {
         }
     }
 
-    /// The dispatcher has database connections of its own: a broadcast goes out while every connection of
-    /// the API's pool is held by a request (here its only one, by an ingest waiting for a row this test locks).
-    @Test func broadcastsGoOnWhileRequestsHoldEveryConnectionOfTheAPI() async throws {
-        try await BroadcastHarness.run(serveArguments: ["--max-connections", "1", "--dispatcher-connections", "1"]) { h in
+    /// The broadcast pipeline (dispatcher and scheduler) has database connections of its own: an end
+    /// broadcast goes out, and the scheduler deletes its channel, while every connection of the API's pool is
+    /// held by a request (here its only one, by an ingest waiting for a row this test locks).
+    @Test func thePipelineGoesOnWhileRequestsHoldEveryConnectionOfTheAPI() async throws {
+        try await BroadcastHarness.run(serveArguments: ["--max-connections", "1", "--pipeline-connections", "1"]) { h in
             let ending = try await h.createEvent("ending", startsAt: Date().addingTimeInterval(-60))
             let blocked = try await h.createEvent("blocked", startsAt: Date().addingTimeInterval(-60))
             let channel = try await h.openChannel(of: ending)
@@ -419,6 +420,7 @@ struct BroadcastPipelineTests {
             try await h.waitUntil("the end broadcast arrives", timeout: 20) {
                 try h.pushes(on: channel).contains { $0.push.aps.event == "end" && $0.push.aps.contentState == final }
             }
+            try await h.waitUntil("the scheduler deletes the ended channel", timeout: 20) { h.simulator.engine.channel(id: channel) == nil }
             #expect(try await waitingForALock() == 1, "the ingest stopped waiting before the lock was released")
             try await locker.execute("ROLLBACK")
             let answer = try await waiting.value

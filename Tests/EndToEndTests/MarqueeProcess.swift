@@ -51,7 +51,7 @@ enum MarqueeProcess {
     static func serve(databaseURL: String, arguments: [String] = [], environment extra: [String: String] = [:]) async throws
         -> (process: Running, port: Int) {
         let pool = (arguments.contains("--max-connections") ? [] : ["--max-connections", "6"])
-            + (arguments.contains("--dispatcher-connections") ? [] : ["--dispatcher-connections", "2"])
+            + (arguments.contains("--pipeline-connections") ? [] : ["--pipeline-connections", "2"])
         let serve = try start(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"] + pool + arguments,
                               databaseURL: databaseURL, environment: extra)
         let deadline = Date().addingTimeInterval(30)

@@ -105,6 +105,27 @@ struct PipelineSchedulerTests {
         #expect(try await scheduler.tick()?.eventsStarted == [late.id])
     }
 
+    /// A sweep does not wait for an event row another transaction holds (an ingest, here this test): the
+    /// event starts at the next sweep instead, and the sweep goes on to the rest of its work.
+    @Test func aSweepLeavesAnEventItFindsLockedForTheNextOne() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent("held", startsAt: f.clock.now.addingTimeInterval(3600))
+        let scheduler = f.scheduler()
+        #expect(try await scheduler.tick()?.opened.count == 1)
+        f.clock.advance(by: 3601)
+        let locker = try await PostgresConnection.connect(f.configuration)
+        try await locker.execute("BEGIN")
+        try await locker.execute("SELECT 1 FROM events WHERE id = \(event.id) FOR UPDATE")
+        // Released after 10 s whatever happens, so a sweep that waits ends (and fails the expectation below).
+        let release = Task { try await Task.sleep(for: .seconds(10)); try await locker.execute("ROLLBACK") }
+        let held = try await scheduler.tick()
+        release.cancel()
+        #expect(held?.eventsStarted == [], "the sweep waited for the locked event")
+        if (try? await release.value) == nil { try await locker.execute("ROLLBACK") }
+        #expect(try await scheduler.tick()?.eventsStarted == [event.id])
+    }
+
     @Test func endsEventsPastTheirEndThenDeletesTheChannelAfterTheDelay() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

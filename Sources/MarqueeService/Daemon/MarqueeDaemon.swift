@@ -1,9 +1,10 @@
 // What `marquee serve` runs, assembled in one place so later features plug in at two points:
 // `routes` (one APIRoutes value per feature area) and `services` (one Service per long-running part,
-// e.g. the broadcast dispatcher and the scheduler). Everything shares one registry and logger, and one
-// database pool except the broadcast dispatcher, which has a small one of its own: its claims and records
-// never wait for a connection behind requests, and the API's pool can stay small (every backend plans its
-// statements again after each autovacuum pass over a table they use).
+// e.g. the broadcast dispatcher and the scheduler). Everything shares one registry and logger. There are
+// two database pools: the API's, and a small one of the broadcast pipeline (the dispatcher, the scheduler
+// and the APNs clients' app lookups), so broadcasts, channel work and ends never wait for a connection
+// behind requests, and the API's pool can stay small (every backend plans its statements again after each
+// autovacuum pass over a table they use).
 import Foundation
 import MarqueeCore
 import MarqueeStore
@@ -21,14 +22,15 @@ public struct ServeConfiguration: Sendable {
     /// How long in-flight work gets after SIGTERM; default `defaultGracePeriodSeconds`.
     public var gracePeriod: Duration
     public static let defaultGracePeriodSeconds = 30
-    /// The pool of the API (requests, the scheduler and the rest); default `defaultMaxConnections`.
+    /// The pool of the API (requests, and the wake-ups they send after a commit); default `defaultMaxConnections`.
     public var maxConnections: Int
-    /// The broadcast dispatcher's own pool (claims and records), so that its statements never queue
-    /// behind requests for a connection; default `defaultDispatcherConnections`.
-    public var dispatcherConnections: Int
+    /// The broadcast pipeline's own pool (the dispatcher's claims and records, the scheduler, the APNs
+    /// clients' app lookups), so that its statements never queue behind requests for a connection; default
+    /// `defaultPipelineConnections`.
+    public var pipelineConnections: Int
     /// 20 connections in all: a pool small enough that few backends plan again after each autovacuum pass.
     public static let defaultMaxConnections = 16
-    public static let defaultDispatcherConnections = 4
+    public static let defaultPipelineConnections = 4
     /// APNs endpoints and CA, carried for the broadcast pipeline (nil: Apple's hosts and the system CAs).
     public var apnsPushURL: String?
     public var apnsManageURL: String?
@@ -38,7 +40,7 @@ public struct ServeConfiguration: Sendable {
 
     public init(databaseURL: String, host: String = "127.0.0.1", port: Int = 8080, migrate: Bool = true,
                 gracePeriod: Duration = .seconds(defaultGracePeriodSeconds), maxConnections: Int = defaultMaxConnections,
-                dispatcherConnections: Int = defaultDispatcherConnections,
+                pipelineConnections: Int = defaultPipelineConnections,
                 apnsPushURL: String? = nil, apnsManageURL: String? = nil, apnsCAFile: String? = nil,
                 pipeline: PipelineSettings = PipelineSettings()) {
         self.databaseURL = databaseURL
@@ -47,7 +49,7 @@ public struct ServeConfiguration: Sendable {
         self.migrate = migrate
         self.gracePeriod = gracePeriod
         self.maxConnections = maxConnections
-        self.dispatcherConnections = dispatcherConnections
+        self.pipelineConnections = pipelineConnections
         self.apnsPushURL = apnsPushURL
         self.apnsManageURL = apnsManageURL
         self.apnsCAFile = apnsCAFile
@@ -136,8 +138,9 @@ public struct PipelineSettings: Sendable, Equatable {
 public final class MarqueeDaemon: Sendable {
     public let configuration: ServeConfiguration
     public let pool: PostgresPool
-    /// The dispatcher's connections (`ServeConfiguration.dispatcherConnections`).
-    public let dispatcherPool: PostgresPool
+    /// The broadcast pipeline's connections (`ServeConfiguration.pipelineConnections`): the dispatcher, the
+    /// scheduler and the APNs clients' app lookups.
+    public let pipelinePool: PostgresPool
     public let metrics: MetricsRegistry
     public let logger: Logger
     public let keys: APIKeyVerifier
@@ -158,9 +161,9 @@ public final class MarqueeDaemon: Sendable {
         self.logger = logger
         let pool = PostgresPool(configuration: PostgresConfiguration(url: configuration.databaseURL),
                                 maxConnections: configuration.maxConnections)
-        let dispatcherPool = PostgresPool(configuration: PostgresConfiguration(url: configuration.databaseURL),
-                                          maxConnections: configuration.dispatcherConnections)
-        self.dispatcherPool = dispatcherPool
+        let pipelinePool = PostgresPool(configuration: PostgresConfiguration(url: configuration.databaseURL),
+                                        maxConnections: configuration.pipelineConnections)
+        self.pipelinePool = pipelinePool
         let metrics = MetricsRegistry()
         let keys = APIKeyVerifier(lookup: APIKeyRepository(pool: pool))
         self.pool = pool
@@ -170,18 +173,19 @@ public final class MarqueeDaemon: Sendable {
         self.attributeTypes = attributeTypes
         let instance = "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UInt32.random(in: 0 ... .max))"
         self.instance = instance
-        let apnsClients = APNsClientDirectory(apps: AppRepository(pool: pool), environment: configuration.apnsEnvironment)
+        let apnsClients = APNsClientDirectory(apps: AppRepository(pool: pipelinePool), environment: configuration.apnsEnvironment)
         self.apnsClients = apnsClients
         let pipelineMetrics = PipelineMetrics(registry: metrics)
         let apns = APNsClientChannelAPNs { app in try await apnsClients.client(for: app) }
-        let dispatcher = BroadcastDispatcher(pool: dispatcherPool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
-                                             catalog: PostgresPipelineCatalog(pool: dispatcherPool),
+        let catalog = PostgresPipelineCatalog(pool: pipelinePool)
+        let dispatcher = BroadcastDispatcher(pool: pipelinePool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
+                                             catalog: catalog,
                                              configuration: configuration.pipeline.dispatcher(instance: instance),
                                              metrics: pipelineMetrics, logger: logger)
         let notifier = OutboxNotifier(pool: pool, sender: instance, logger: logger)
         notifier.onCommitted { [dispatcher] dueIn in dispatcher.wake(dueIn: dueIn) }
         self.dispatcher = dispatcher
-        scheduler = ChannelScheduler(pool: pool, apns: apns, catalog: PostgresPipelineCatalog(pool: pool),
+        scheduler = ChannelScheduler(pool: pipelinePool, apns: apns, catalog: catalog,
                                      configuration: configuration.pipeline.scheduler(instance: instance),
                                      metrics: pipelineMetrics, logger: logger, notifier: notifier)
         self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
@@ -220,7 +224,7 @@ public final class MarqueeDaemon: Sendable {
     }
 
     /// Opens both pools' connections and runs on each the hot statements its pool serves (the API's: the
-    /// ingest; the dispatcher's: claims and records) until PostgreSQL has settled their plans
+    /// ingest; the pipeline's: the dispatcher's claims and records) until PostgreSQL has settled their plans
     /// (`PipelineWarmUp`): a backend parses a statement the first time it runs it and plans it anew for its
     /// first five runs, and after a start the first second of traffic paid for all of that at once.
     /// Failures only leave the work to the requests.
@@ -228,7 +232,7 @@ public final class MarqueeDaemon: Sendable {
         let pacing = dispatcher.configuration.conflation.pacing
         let pools: [(PostgresPool, Int, @Sendable (PostgresConnection) async throws -> Void)] = [
             (pool, configuration.maxConnections, { try await PipelineWarmUp.ingest(on: $0, pacing: pacing) }),
-            (dispatcherPool, configuration.dispatcherConnections, { try await PipelineWarmUp.dispatcher(on: $0) }),
+            (pipelinePool, configuration.pipelineConnections, { try await PipelineWarmUp.dispatcher(on: $0) }),
         ]
         await withTaskGroup(of: Void.self) { [logger] group in
             for (pool, count, warmUp) in pools {
@@ -257,7 +261,7 @@ public final class MarqueeDaemon: Sendable {
         let group = ServiceGroup(services: services(http: try makeHTTP(self)), gracePeriod: configuration.gracePeriod, logger: logger)
         defer {
             pool.close()
-            dispatcherPool.close()
+            pipelinePool.close()
         }
         do {
             try await group.run()

@@ -307,7 +307,8 @@ public struct EventRepository: Sendable {
     /// Scheduled events whose `startsAt` has come (`now`; the database clock when nil) and that have a
     /// channel become live, at most `limit` of them, earliest first, under the scheduler's lease. One
     /// without a channel stays scheduled until the scheduler has planned it one (so the scheduler looks
-    /// for events needing a channel among scheduled ones only). Returns their ids.
+    /// for events needing a channel among scheduled ones only). An event whose row another transaction holds
+    /// (an ingest) is left for the next sweep rather than waited for. Returns their ids.
     public func markStarted(limit: Int, fence: LeaseGrant? = nil, now: Date? = nil) async throws -> [Int] {
         try await pool.withTransaction { tx in
             try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
@@ -315,7 +316,7 @@ public struct EventRepository: Sendable {
                 UPDATE events SET status = 'live', updated_at = now()
                 WHERE id IN (SELECT e.id FROM events e WHERE e.status = 'scheduled' AND e.starts_at <= coalesce(\(now), now())
                                AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
-                             ORDER BY e.starts_at, e.id LIMIT \(limit))
+                             ORDER BY e.starts_at, e.id LIMIT \(limit) FOR UPDATE OF e SKIP LOCKED)
                   AND status = 'scheduled'
                 RETURNING id
                 """).map { try $0.decode(Int.self, column: "id") }.sorted()
