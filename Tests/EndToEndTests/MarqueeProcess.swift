@@ -46,7 +46,7 @@ enum MarqueeProcess {
 
     /// Starts `marquee serve --listen 127.0.0.1:0 --log-format json arguments...` and waits for its `listening`
     /// line; returns the process and the port it bound. Unless told otherwise it keeps 6 database connections
-    /// for the API and 2 for the dispatcher, so that the many serve processes of a parallel run stay within the
+    /// for the API and 2 for the broadcast pipeline, so that the many serve processes of a parallel run stay within the
     /// test cluster's connection limit.
     static func serve(databaseURL: String, arguments: [String] = [], environment extra: [String: String] = [:]) async throws
         -> (process: Running, port: Int) {

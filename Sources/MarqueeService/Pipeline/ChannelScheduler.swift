@@ -521,7 +521,6 @@ public final class ChannelScheduler: Service {
         return work.items.union(planned.map { .channel($0.id) })
     }
 
-    /// Runs one item of a sweep: a lost lease or cancellation ends the sweep, anything else is logged.
     /// One purge of the housekeeping (`body` returns how many rows went), isolated like any other work; the
     /// rows are counted under `action` in the scheduler's metric, when it has one, and logged at `level`.
     private func purge(_ what: String, action: String?, level: Logger.Level, _ body: () async throws -> Int) async throws {
@@ -533,6 +532,7 @@ public final class ChannelScheduler: Service {
         }
     }
 
+    /// Runs one item of a sweep: a lost lease or cancellation ends the sweep, anything else is logged.
     private func isolated(_ what: String, _ id: Int, _ body: () async throws -> Void) async throws {
         do {
             try await body()

@@ -8,7 +8,7 @@ import Postgres
 
 /// Runs the ingest's or the dispatcher's statements on a connection, writing nothing, until PostgreSQL
 /// has settled their plans. serve warms each pool with what it runs: the API's with the ingest, the
-/// dispatcher's with its claims and records.
+/// broadcast pipeline's with the dispatcher's claims and records.
 public enum PipelineWarmUp {
     /// Five custom plans, then the first run that may use the generic one.
     public static let runs = 6
