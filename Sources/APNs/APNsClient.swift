@@ -174,6 +174,7 @@ public final class APNsClient: Sendable {
         let requestID = request.headers[idHeader] ?? APNsRequestID.random().value
         var retry = RetryState(policy: configuration.retryPolicy)
         var attempts: [APNsAttempt] = []
+        let deadline = APNsDeadline.current
         while true {
             let token: ProviderToken
             do { token = try signer.token(for: signingKey) } catch { throw .signing(error) }
@@ -187,8 +188,10 @@ public final class APNsClient: Sendable {
             let started = ContinuousClock.now
             let result: APNsResult
             var transportError: NetworkError?
+            // A caller's deadline cuts the attempt's timeout to what is left of it (1 ms at least).
+            let timeout = deadline.map { min(configuration.attemptTimeout, max(.milliseconds(1), $0.remaining)) } ?? configuration.attemptTimeout
             do {
-                let response = try await transport.send(http, to: endpoint, key: poolKey, timeout: configuration.attemptTimeout)
+                let response = try await transport.send(http, to: endpoint, key: poolKey, timeout: timeout)
                 var fields: [String: String] = [:]
                 for field in response.headers where fields[field.name] == nil { fields[field.name] = field.value }
                 result = APNsResult(response: APNsResponse(status: response.status, headers: fields, body: response.body),
@@ -206,7 +209,21 @@ public final class APNsClient: Sendable {
 
             // A connection that cannot be made securely (wrong CA, no h2) or a pool shut down will not heal by retrying.
             if let transportError, !transportError.isRetryable { return outcome }
-            switch retry.next(after: result) {
+            let action = retry.next(after: result)
+            if let deadline, result.acceptance == nil {
+                // A retry that would start past the caller's deadline is not made; an attempt that ran into it
+                // had no answer in time either way.
+                let wait: Duration? = switch action {
+                case .retry(let delay), .reconnectAndRetry(let delay): delay
+                case .refreshTokenAndRetry: .zero
+                case .done, .giveUp: nil
+                }
+                if deadline.remaining <= (wait ?? .zero) && (wait != nil || result.failure?.status == nil) {
+                    deadline.markCutShort()
+                    return outcome
+                }
+            }
+            switch action {
             case .done, .giveUp:
                 return outcome
             case .refreshTokenAndRetry:

@@ -28,6 +28,8 @@ enum ServeCommand {
          "MARQUEE_DELIVERY_RETENTION", seconds(defaults.deliveryRetention)),
         ("update-retention", "SECONDS", "Delete the updates of events ended longer ago than this, keeping their counts; 0 keeps them (else at least 86400).",
          "MARQUEE_UPDATE_RETENTION", seconds(defaults.updateRetention)),
+        ("admin-timeout", "SECONDS", "How long a channel reconcile, sweep, delete or recreate request waits on APNs before answering 504.",
+         "MARQUEE_ADMIN_TIMEOUT", seconds(defaults.adminTimeout)),
     ]
 
     private static let defaults = PipelineSettings()
@@ -64,6 +66,7 @@ enum ServeCommand {
         settings.conflationInterval = try arguments.seconds("conflation-interval", in: 0...3600) ?? settings.conflationInterval
         settings.deliveryRetention = try retention("delivery-retention", arguments) ?? settings.deliveryRetention
         settings.updateRetention = try retention("update-retention", arguments) ?? settings.updateRetention
+        settings.adminTimeout = try arguments.seconds("admin-timeout", in: 1...3600) ?? settings.adminTimeout
         let environment = ProcessInfo.processInfo.environment["MARQUEE_DELETE_UNKNOWN_CHANNELS"]?.lowercased()
         settings.deleteUnknownChannels = arguments.flag("delete-unknown-channels") || ["1", "true", "yes", "on"].contains(environment ?? "")
         return settings

@@ -7,6 +7,7 @@ import APNsSimulator
 import Foundation
 import MarqueeCore
 import Postgres
+import Synchronization
 import Testing
 
 /// A database, a simulator and `marquee serve` processes wired together for one test.
@@ -23,22 +24,39 @@ final class BroadcastHarness: Sendable {
     let simulator: APNsSimulator
     let databaseURL: String
     let pool: PostgresPool
-    let serves: [MarqueeProcess.Running]
-    let ports: [Int]
     let adminKey: String
     let appID: Int
     private let stateDirectory: String
+    private let serveArguments: [String]
+    /// The serve processes and their ports; `killAndRestart` replaces one.
+    private let processes: Mutex<(serves: [MarqueeProcess.Running], ports: [Int])>
+    var serves: [MarqueeProcess.Running] { processes.withLock { $0.serves } }
+    var ports: [Int] { processes.withLock { $0.ports } }
 
     private init(simulator: APNsSimulator, databaseURL: String, pool: PostgresPool, serves: [MarqueeProcess.Running], ports: [Int],
-                 adminKey: String, appID: Int, stateDirectory: String) {
+                 adminKey: String, appID: Int, stateDirectory: String, serveArguments: [String]) {
         self.simulator = simulator
         self.databaseURL = databaseURL
         self.pool = pool
-        self.serves = serves
-        self.ports = ports
+        processes = Mutex((serves, ports))
         self.adminKey = adminKey
         self.appID = appID
         self.stateDirectory = stateDirectory
+        self.serveArguments = serveArguments
+    }
+
+    /// Kills serve number `instance` with SIGKILL (nothing released, no graceful stop) and starts a new one
+    /// with the same settings in its place: a new process, instance name and port.
+    func killAndRestart(instance: Int = 0) async throws {
+        let killed = serves[instance]
+        killed.signal(SIGKILL)
+        _ = await killed.wait()
+        let (process, port) = try await MarqueeProcess.serve(databaseURL: databaseURL, arguments: Self.pipelineArguments + serveArguments,
+                                                             environment: simulator.environmentVariables)
+        processes.withLock { state in
+            state.serves[instance] = process
+            state.ports[instance] = port
+        }
     }
 
     /// Builds the world, runs `body` and always tears the world down (serve gets SIGTERM and must exit 0).
@@ -95,7 +113,7 @@ final class BroadcastHarness: Sendable {
             }
             return BroadcastHarness(
                 simulator: simulator, databaseURL: url, pool: PostgresPool(configuration: PostgresConfiguration(url: url), maxConnections: 2),
-                serves: serves, ports: ports, adminKey: key, appID: Int(appID), stateDirectory: state)
+                serves: serves, ports: ports, adminKey: key, appID: Int(appID), stateDirectory: state, serveArguments: serveArguments)
         } catch {
             await simulator.shutdown()
             try? FileManager.default.removeItem(atPath: state)

@@ -176,6 +176,8 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         var mostCreatesInFlight = 0
         /// Failed attempts the client retried by itself before the next broadcast's answer.
         var clientRetriesBeforeNext: [APNsResult] = []
+        /// Runs once, before the next broadcast's answer (a test's fault at the worst moment).
+        var beforeNextAnswer: (@Sendable () async throws -> Void)?
     }
 
     let state = Mutex(State())
@@ -245,6 +247,9 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
             return state.broadcastScript.isEmpty ? nil : state.broadcastScript.removeFirst()
         }
         try? await Task.sleep(for: state.withLock { $0.broadcastDelay })
+        if let fault = state.withLock({ state in defer { state.beforeNextAnswer = nil }; return state.beforeNextAnswer }) {
+            try await fault()
+        }
         let result = scripted ?? APNsResult(response: APNsResponse(status: 200, headers: ["apns-request-id": UUID().uuidString,
                                                                                            "apns-unique-id": UUID().uuidString]),
                                             operation: .broadcast)

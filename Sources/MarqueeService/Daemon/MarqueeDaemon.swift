@@ -37,6 +37,8 @@ public struct ServeConfiguration: Sendable {
     public var apnsCAFile: String?
     /// The broadcast pipeline's timings and limits.
     public var pipeline: PipelineSettings
+    /// How often this instance proves it is alive, and for how long (its claims are free that long after a crash).
+    public var heartbeat = InstanceHeartbeatConfiguration()
 
     public init(databaseURL: String, host: String = "127.0.0.1", port: Int = 8080, migrate: Bool = true,
                 gracePeriod: Duration = .seconds(defaultGracePeriodSeconds), maxConnections: Int = defaultMaxConnections,
@@ -105,6 +107,9 @@ public struct PipelineSettings: Sendable, Equatable {
     public var deliveryRetention: TimeInterval = 30 * 86400
     /// Delete the updates of events ended longer ago than this (in the hourly pass; their counts stay); 0 keeps them.
     public var updateRetention: TimeInterval = 30 * 86400
+    /// How long an operator's channel request (reconcile, sweep, delete, recreate) waits on APNs before it
+    /// answers 504 `apns_timeout`.
+    public var adminTimeout: TimeInterval = 10
 
     public init() {}
 
@@ -155,6 +160,8 @@ public final class MarqueeDaemon: Sendable {
     public let scheduler: ChannelScheduler
     /// Sends the outbox as broadcasts.
     public let dispatcher: BroadcastDispatcher
+    /// Proves this instance alive, so its claims end with it (started before the services, stopped after).
+    public let heartbeat: InstanceHeartbeat
 
     public init(configuration: ServeConfiguration, logger: Logger) {
         self.configuration = configuration
@@ -185,24 +192,28 @@ public final class MarqueeDaemon: Sendable {
         let notifier = OutboxNotifier(pool: pool, sender: instance, logger: logger)
         notifier.onCommitted { [dispatcher] dueIn in dispatcher.wake(dueIn: dueIn) }
         self.dispatcher = dispatcher
+        heartbeat = InstanceHeartbeat(instance: instance, database: PostgresConfiguration(url: configuration.databaseURL),
+                                      configuration: configuration.heartbeat, logger: logger)
         scheduler = ChannelScheduler(pool: pipelinePool, apns: apns, catalog: catalog,
                                      configuration: configuration.pipeline.scheduler(instance: instance),
                                      metrics: pipelineMetrics, logger: logger, notifier: notifier)
         self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
-                                                 notifier: notifier, pacing: dispatcher.configuration.conflation.pacing),
+                                                 notifier: notifier, pacing: dispatcher.configuration.conflation.pacing,
+                                                 adminTimeout: .seconds(configuration.pipeline.adminTimeout)),
                              keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
     }
 
     /// The API's feature areas. A new area adds its `APIRoutes` here (and its paths to the OpenAPI document).
     public static func routes(pool: PostgresPool, metrics: MetricsRegistry, attributeTypes: AttributeTypeCatalog? = nil,
-                              scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil) -> [any APIRoutes] {
+                              scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
+                              adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout)) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
         let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
         return [
             SystemRoutes(pool: pool, metrics: metrics, processMetrics: ProcessMetrics(registry: metrics)),
             AppRoutes(apps: apps),
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
-            ChannelRoutes(pool: pool, scheduler: scheduler),
+            ChannelRoutes(pool: pool, scheduler: scheduler, adminTimeout: adminTimeout),
             EventRoutes(pool: pool, types: attributeTypes, notifier: notifier, pacing: pacing),
         ]
     }
@@ -263,12 +274,15 @@ public final class MarqueeDaemon: Sendable {
             pool.close()
             pipelinePool.close()
         }
+        try await heartbeat.start()
         do {
             try await group.run()
         } catch {
+            await heartbeat.stop()
             await apnsClients.shutdown()
             throw error
         }
+        await heartbeat.stop()
         await apnsClients.shutdown()
         logger.info("stopped")
     }

@@ -79,6 +79,11 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     public static let internalError = APIError(
         status: 500, code: "internal", message: "internal error; the server log has details", field: nil)
 
+    /// APNs did not answer an operator's request within its bound (`serve --admin-timeout`).
+    public static func apnsTimeout(_ message: String) -> APIError {
+        APIError(status: 504, code: "apns_timeout", message: message, field: nil)
+    }
+
     public static func unavailable(_ message: String) -> APIError {
         APIError(status: 503, code: "unavailable", message: message, field: nil)
     }

@@ -87,7 +87,8 @@ public enum DispatchResult: Sendable, Equatable {
     case channelLost
     /// Given back unsent (shutdown, or the channel is already being sent by this instance).
     case released
-    /// Another instance owns the row now, or the record failed; the lease will sort it out.
+    /// Another instance owns the row now, or the outcome could not be written even once the database
+    /// answered again; the claim was given back (or is freed before this instance's next claim).
     case abandoned
 }
 
@@ -113,6 +114,11 @@ public final class BroadcastDispatcher: Service {
     /// Every send slot was busy at the last turn of the loop: the next finished send asks for a claim.
     private let slotWanted = Mutex(false)
     private let sending = Mutex<Set<Int>>([])
+    /// The claim tokens of the sends in flight, which `releaseClaims(of:keeping:)` leaves alone.
+    private let claimsInFlight = Mutex<Set<UUID>>([])
+    /// A claim statement's answer was lost, or a claim could not be given back: rows this instance claimed
+    /// may be held with nobody sending them. The loop gives them back before its next claim.
+    private let mayHoldOrphans = Mutex(false)
     /// When rows this instance postponed, paced, released or saw ingested (due later) become due.
     private let dueTimes = Mutex(DueSchedule(step: BroadcastDispatcherConfiguration.dueStep))
     private let memory: Mutex<ChannelMemoryTable>
@@ -194,6 +200,7 @@ public final class BroadcastDispatcher: Service {
                     // What comes due by now is claimed now; later due times stay for the wait below.
                     dueTimes.withLock { $0.removeDue(by: ContinuousClock.now) }
                     do {
+                        if mayHoldOrphans.withLock({ $0 }) { try await releaseOrphanedClaims() }
                         let batch = try await outbox.claimBatch(instance: configuration.instance, limit: limit,
                                                                 lease: configuration.claimLease,
                                                                 pacing: configuration.conflation.pacing, now: databaseNow)
@@ -201,6 +208,7 @@ public final class BroadcastDispatcher: Service {
                         claimFailures = 0
                         if let paced = batch.pacedUntil { noteDue(at: paced) }
                         await rememberChannels(of: batch.claims)
+                        claimsInFlight.withLock { $0.formUnion(batch.claims.map(\.claimToken)) }
                         for claim in batch.claims {
                             group.addTask { [self] in
                                 _ = await handle(claim, shutdown: shutdown)
@@ -211,6 +219,8 @@ public final class BroadcastDispatcher: Service {
                         }
                     } catch {
                         // The database is away: back off up to 5 s, logging the first failure and every tenth.
+                        // The claim may have run without its answer reaching us: its rows are freed before the next.
+                        mayHoldOrphans.withLock { $0 = true }
                         claimFailures += 1
                         if claimFailures % 10 == 1 {
                             logger.error("outbox claim failed", ["error": .string("\(error)"), "failures": .int(claimFailures)])
@@ -254,6 +264,7 @@ public final class BroadcastDispatcher: Service {
         let claims = try await outbox.claim(instance: configuration.instance, limit: limit ?? configuration.claimBatch,
                                             lease: configuration.claimLease, now: databaseNow)
         await rememberChannels(of: claims)
+        claimsInFlight.withLock { $0.formUnion(claims.map(\.claimToken)) }
         return await withTaskGroup(of: (Int, DispatchResult).self) { group in
             for (index, claim) in claims.enumerated() {
                 group.addTask { [self] in (index, await handle(claim, shutdown: nil)) }
@@ -297,10 +308,11 @@ public final class BroadcastDispatcher: Service {
     // MARK: one claim
 
     private func handle(_ claim: ClaimedBroadcast, shutdown: ShutdownSignal?) async -> DispatchResult {
+        defer { _ = claimsInFlight.withLock { $0.remove(claim.claimToken) } }
         // One channel is never sent twice at once: a claim whose lease ran out during a slow send of
         // this instance can come back to it; give it back for a moment.
         guard sending.withLock({ $0.insert(claim.channelID).inserted }) else {
-            _ = try? await postpone(claim, by: 0.2)
+            await giveBack(claim, by: 0.2)
             return .released
         }
         defer { _ = sending.withLock { $0.remove(claim.channelID) } }
@@ -309,8 +321,62 @@ public final class BroadcastDispatcher: Service {
         } catch {
             logger.error("broadcast failed", ["event": .int(claim.eventID), "channel": .int(claim.channelID),
                                               "error": .string("\(error)")])
-            _ = try? await postpone(claim, by: configuration.retryBackoff.delay(attempt: claim.attempts + 1))
+            await giveBack(claim, by: configuration.retryBackoff.delay(attempt: claim.attempts + 1))
             return .abandoned
+        }
+    }
+
+    /// Postpones a claim `persistently`; when even that fails, the loop frees it before its next claim.
+    private func giveBack(_ claim: ClaimedBroadcast, by delay: TimeInterval) async {
+        do {
+            try await persistently(claim, "postpone") { try await postpone(claim, by: delay) }
+        } catch {
+            mayHoldOrphans.withLock { $0 = true }
+        }
+    }
+
+    /// Runs a write of a claim's outcome until PostgreSQL takes it. A failure that a retry can mend (a lost
+    /// connection, a server restarting or refusing connections) is tried again after a backoff (50 ms
+    /// doubling up to 1 s, jittered) until the claim's lease would end (the row is anybody's then) or the
+    /// task is cancelled; any other error is thrown at once. So a broadcast sent while the database went
+    /// away is recorded, or its claim given back, as soon as the database answers again, not after the lease.
+    @discardableResult
+    private func persistently<T: Sendable>(_ claim: ClaimedBroadcast, _ write: String, _ body: () async throws -> T) async throws -> T {
+        let deadline = ContinuousClock.now + .seconds(max(0, claim.claimedUntil.timeIntervalSince(clock.now)))
+        var failures = 0
+        while true {
+            do {
+                let result = try await body()
+                if failures > 0 {
+                    logger.info("claim outcome written once the database answered again",
+                                ["event": .int(claim.eventID), "write": .string(write), "failures": .int(failures)])
+                }
+                return result
+            } catch let error as PostgresError where error.isRetryable {
+                failures += 1
+                let delay = Self.writeBackoff.delay(attempt: failures)
+                guard !Task.isCancelled, ContinuousClock.now + .seconds(delay) < deadline else { throw error }
+                if failures == 1 {
+                    logger.warning("claim outcome not written; retrying until the database answers",
+                                   ["event": .int(claim.eventID), "write": .string(write), "error": .string("\(error)")])
+                }
+                try await Task.sleep(for: .seconds(delay))
+            }
+        }
+    }
+
+    /// The backoff of `persistently`.
+    private static let writeBackoff = RetryBackoff(base: 0.05, maximum: 1)
+
+    /// Gives back what this instance claims with no send in flight (`mayHoldOrphans`).
+    private func releaseOrphanedClaims() async throws {
+        mayHoldOrphans.withLock { $0 = false }
+        do {
+            let released = try await outbox.releaseClaims(of: configuration.instance, keeping: Array(claimsInFlight.withLock { $0 }))
+            if released > 0 { logger.info("claims with no send in flight given back", ["rows": .int(released)]) }
+        } catch {
+            mayHoldOrphans.withLock { $0 = true }
+            throw error
         }
     }
 
@@ -424,8 +490,9 @@ public final class BroadcastDispatcher: Service {
             let recorded: BroadcastOutcome
             do {
                 // A newer update that arrived during the send is due when the pacing allows (at once if urgent).
-                recorded = try await recorder.record(BroadcastRecord(claim: claim, delivery: delivery, apsTimestamp: apsTimestamp,
-                                                                     nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now))
+                let record = BroadcastRecord(claim: claim, delivery: delivery, apsTimestamp: apsTimestamp,
+                                             nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now)
+                recorded = try await persistently(claim, "broadcast") { try await recorder.record(record) }
             } catch PipelineError.apsTimestampNotIncreasing {
                 // Another instance sent a later timestamp meanwhile: send again with a new one.
                 memory.withLock { $0.forget(channelID: claim.channelID) }
@@ -453,7 +520,9 @@ public final class BroadcastDispatcher: Service {
             return await withEarlierAttempts(.sent(updateID: claim.update.id, priority: priority.priority, apsTimestamp: apsTimestamp))
 
         case .rejected(let failure) where failure.reason == .channelNotRegistered:
-            try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: true, now: databaseNow)
+            try await persistently(claim, "channel lost") {
+                try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: true, now: databaseNow)
+            }
             memory.withLock { $0.forget(channelID: claim.channelID) }
             metrics.broadcasts.increment([label, "channel_lost"])
             logger.error("APNs no longer knows the channel; event flagged channel_lost, broadcasting stopped",
@@ -462,7 +531,9 @@ public final class BroadcastDispatcher: Service {
             return await withEarlierAttempts(.channelLost)
 
         case .rejected(let failure) where failure.status != 403:
-            try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: false, now: databaseNow)
+            try await persistently(claim, "rejection") {
+                try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: false, now: databaseNow)
+            }
             metrics.broadcasts.increment([label, "rejected"])
             logger.error("APNs refused the broadcast", ["event": .int(claim.eventID), "update": .int(claim.update.id),
                                                         "reason": .string("\(failure)")])
@@ -473,7 +544,9 @@ public final class BroadcastDispatcher: Service {
             let failure = outcome.failure
             var delay = configuration.retryBackoff.delay(attempt: claim.attempts + 1)
             if let after = failure?.retryAfterSeconds { delay = max(delay, TimeInterval(after)) }
-            try await outbox.recordRetryableFailure(claim, delivery: delivery, retryAfter: delay, now: databaseNow)
+            try await persistently(claim, "retryable failure") {
+                try await outbox.recordRetryableFailure(claim, delivery: delivery, retryAfter: delay, now: databaseNow)
+            }
             noteDue(after: delay)
             metrics.broadcasts.increment([label, "retryable"])
             metrics.retries.increment(["broadcast"])

@@ -435,9 +435,13 @@ public final class ChannelScheduler: Service {
             }
         }
         if reconcileAll {
-            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours, updates past their retention.
+            // Hourly housekeeping rides on the reconcile: idempotency keys past their 24 hours, updates past their
+            // retention, the heartbeats of instances gone for a day (their claims' leases ran out long before).
             try await purge("expired idempotency keys", action: nil, level: .info) {
                 try await ingest.purgeExpiredIdempotencyKeys(now: databaseNow)
+            }
+            try await purge("heartbeats of instances gone for a day", action: nil, level: .debug) {
+                try await InstanceHeartbeatRepository().purge(lapsedFor: 86400, pool: pool)
             }
             if let retention = configuration.updateRetention {
                 try await purge("updates of events ended past their retention", action: "purge_updates", level: .info) {

@@ -2,6 +2,9 @@
 // operator's word, reconcile with APNs' lists, and run the scheduler's sweep once (cron). Deleting and
 // recreating need no lease: each step is a state-guarded transition, so a racing scheduler cannot undo
 // it. Reconcile (unless a dry run) and sweep act as the scheduler and answer 409 while another instance leads.
+// Every route that waits on APNs answers within `adminTimeout` (an `APNsDeadline`): when APNs has not
+// answered by then, 504 `apns_timeout`. What was done is recorded and the scheduler retries the rest.
+import APNs
 import Foundation
 import MarqueeCore
 import MarqueeStore
@@ -14,15 +17,19 @@ public struct ChannelRoutes: APIRoutes {
     private let deliveries: DeliveryRepository
     private let status: StatusRepository
     private let scheduler: ChannelScheduler
+    /// How long a route waits on APNs (`PipelineSettings.adminTimeout`).
+    private let adminTimeout: Duration
 
-    public init(pool: PostgresPool, scheduler: ChannelScheduler) {
+    public init(pool: PostgresPool, scheduler: ChannelScheduler, adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout)) {
         channels = ChannelRepository(pool: pool)
         deliveries = DeliveryRepository(pool: pool)
         status = StatusRepository(pool: pool)
         self.scheduler = scheduler
+        self.adminTimeout = adminTimeout
     }
 
     public func register(in table: inout RouteTable) {
+        let operate = Operator(timeout: adminTimeout)
         table.add("GET", "/v1/channels", access: .scope(.admin)) { [channels] request in
             let query = request.query
             let list = try await channels.list(appID: try query.integer("app"), state: try query.choice("state"),
@@ -36,35 +43,35 @@ public struct ChannelRoutes: APIRoutes {
             object["deliveries"] = .array(try await deliveries.recent(channelID: channel.id).map(Self.json))
             return .json(.object(object))
         }
-        table.add("DELETE", "/v1/channels/{id}", access: .scope(.admin)) { [channels, scheduler] request in
+        table.add("DELETE", "/v1/channels/{id}", access: .scope(.admin)) { [channels, scheduler, operate] request in
             let channel = try await Self.channel(request, channels)
             let force = try request.query.flag("force")
-            return .json(EventRoutes.json(try await Self.operate { try await scheduler.deleteChannel(id: channel.id, force: force) }), status: 202)
+            return .json(EventRoutes.json(try await operate { try await scheduler.deleteChannel(id: channel.id, force: force) }), status: 202)
         }
-        table.add("POST", "/v1/events/{id}/channel/recreate", access: .scope(.admin)) { [scheduler] request in
+        table.add("POST", "/v1/events/{id}/channel/recreate", access: .scope(.admin)) { [scheduler, operate] request in
             let eventID = try EventRoutes.eventID(request)
-            return .json(EventRoutes.json(try await Self.operate { try await scheduler.recreateChannel(eventID: eventID) }), status: 202)
+            return .json(EventRoutes.json(try await operate { try await scheduler.recreateChannel(eventID: eventID) }), status: 202)
         }
-        table.add("POST", "/v1/channels/reconcile", access: .scope(.admin), takesBody: true) { [scheduler] request in
+        table.add("POST", "/v1/channels/reconcile", access: .scope(.admin), takesBody: true) { [scheduler, operate] request in
             let body = try request.bodyObject()
             try body.allowOnly(["dryRun", "deleteUnknown"])
             let dryRun = try body.optionalBool("dryRun") ?? false
             let deleteUnknown = try body.optionalBool("deleteUnknown") ?? false
             if dryRun {
-                let previews = try await Self.operate { try await scheduler.reconcilePreview() }
+                let previews = try await operate { try await scheduler.reconcilePreview() }
                 return .json(["apps": .array(previews.map { preview in
                     Self.reconcileJSON(app: preview.appID, unrecorded: preview.unrecorded, unknown: preview.unknown,
                                        missing: preview.missing, resurrected: preview.resurrected, deleted: [])
                 })])
             }
-            let report = try await Self.operate { try await scheduler.runOnce(reconcile: true, deleteUnknown: deleteUnknown ? true : nil) }
+            let report = try await operate { try await scheduler.runOnce(reconcile: true, deleteUnknown: deleteUnknown ? true : nil) }
             return .json(["apps": .array(report.reconciled.map { app in
                 Self.reconcileJSON(app: app.appID, unrecorded: app.recorded, unknown: app.unknown, missing: app.missing,
                                    resurrected: app.resurrected, deleted: app.deleted)
             }), "sweep": Self.json(report)])
         }
-        table.add("POST", "/v1/channels/sweep", access: .scope(.admin)) { [scheduler] _ in
-            .json(Self.json(try await Self.operate { try await scheduler.runOnce() }))
+        table.add("POST", "/v1/channels/sweep", access: .scope(.admin)) { [scheduler, operate] _ in
+            .json(Self.json(try await operate { try await scheduler.runOnce() }))
         }
         table.add("GET", "/v1/status", access: .scope(.admin)) { [status, scheduler] _ in
             let current = try await status.status()
@@ -89,16 +96,32 @@ public struct ChannelRoutes: APIRoutes {
         }
     }
 
-    /// Runs an operator action, turning the scheduler's refusals into 404 and 409 answers.
-    private static func operate<T>(_ action: () async throws -> T) async throws -> T {
-        do {
-            return try await action()
-        } catch let error as ChannelSchedulerError {
-            switch error {
-            case .channelNotFound(let what): throw APIError.notFound(what)
-            case .refused(let why): throw APIError.conflict(why)
-            case .leaseHeldElsewhere: throw APIError.conflict("\(error)")
-            case .listFailed: throw APIError.unavailable("\(error)")
+    /// Runs operator actions within the APNs bound: the scheduler's refusals become 404 and 409 answers, an
+    /// APNs that did not answer in time 504.
+    private struct Operator: Sendable {
+        let timeout: Duration
+
+        func callAsFunction<T>(_ action: () async throws -> T) async throws -> T {
+            let deadline = APNsDeadline(after: timeout)
+            let outcome: Result<T, any Error>
+            do {
+                outcome = .success(try await APNsDeadline.$current.withValue(deadline) { try await action() })
+            } catch {
+                outcome = .failure(error)
+            }
+            if deadline.cutShort {
+                throw APIError.apnsTimeout("APNs did not answer within \(timeout.components.seconds) s (serve --admin-timeout); "
+                    + "what was done is recorded and the scheduler retries the rest")
+            }
+            do {
+                return try outcome.get()
+            } catch let error as ChannelSchedulerError {
+                switch error {
+                case .channelNotFound(let what): throw APIError.notFound(what)
+                case .refused(let why): throw APIError.conflict(why)
+                case .leaseHeldElsewhere: throw APIError.conflict("\(error)")
+                case .listFailed: throw APIError.unavailable("\(error)")
+                }
             }
         }
     }

@@ -4,7 +4,9 @@
 // * ingest upserts the same row; a lock held across an APNs round trip would stall every ingest of
 //   that event behind it (and pin a pooled connection per batch);
 // * an instance killed with -9, or cut off by a partition, leaves a lease that expires on its own;
-//   a held transaction would linger until the server noticed the dead connection;
+//   a held transaction would linger until the server noticed the dead connection. A claim also ends
+//   with its holder: once the holder's heartbeat (Sql/0021, InstanceHeartbeatRepository) has lapsed,
+//   its claims are free at once, so the lease is only the upper bound;
 // * the claim token makes every later write conditional on still owning the row, so a slow instance
 //   whose lease expired and was taken over cannot delete or reschedule the new owner's work.
 // The outbox has one row per event and an event has at most one live channel, so claiming a row is
@@ -116,8 +118,9 @@ public struct OutboxRepository: Sendable {
     public init(pool: PostgresPool) { self.pool = pool }
 
     /// Claims up to `limit` due outbox rows of events whose channel is open (or ending), oldest due
-    /// first, skipping rows other instances are claiming and rows whose `not_before` (an end's `at`) is
-    /// ahead, for `lease` seconds. `now` overrides the database clock (tests).
+    /// first, skipping rows other instances are claiming (a claim whose lease ran out, or whose holder's
+    /// heartbeat lapsed, is free) and rows whose `not_before` (an end's `at`) is ahead, for `lease`
+    /// seconds. `now` overrides the database clock (tests).
     public func claim(instance: String, limit: Int, lease: TimeInterval, now: Date? = nil) async throws -> [ClaimedBroadcast] {
         try await claimBatch(instance: instance, limit: limit, lease: lease, now: now).claims
     }
@@ -333,6 +336,18 @@ public struct OutboxRepository: Sendable {
             """)
     }
 
+    /// Gives back, unchanged, every claim `instance` holds except those in `keeping` (claim tokens of sends
+    /// still in flight); returns how many. After a claim whose answer was lost (the connection broke after
+    /// PostgreSQL ran it), the rows it took are held by a live instance that does not know their tokens:
+    /// this frees them at once instead of after their lease.
+    @discardableResult
+    public func releaseClaims(of instance: String, keeping: [UUID]) async throws -> Int {
+        try await pool.execute("""
+            UPDATE outbox SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL, updated_at = now()
+            WHERE claimed_by = \(instance) AND claim_token <> ALL (\(keeping.map { $0.uuidString.lowercased() })::uuid[])
+            """)
+    }
+
     /// Clears the claim if still owned, setting attempts (SQL expression) and the next due time.
     @discardableResult
     private static func release(_ claim: ClaimedBroadcast, attemptsSQL: String, delay: TimeInterval, error: String?,
@@ -387,7 +402,8 @@ public struct OutboxRepository: Sendable {
                     LIMIT 1
                 ) live
                 WHERE o.next_attempt_at <= coalesce(\(now), now())
-                  AND (o.claimed_until IS NULL OR o.claimed_until <= coalesce(\(now), now()))
+                  AND (o.claimed_until IS NULL OR o.claimed_until <= coalesce(\(now), now())
+                       OR o.claimed_by = ANY (\(fragment: InstanceHeartbeatRepository.lapsedInstances(now: now))))
                   AND (o.not_before IS NULL OR o.not_before <= coalesce(\(now), now()))
                 ORDER BY o.next_attempt_at, o.id
                 LIMIT \(limit)

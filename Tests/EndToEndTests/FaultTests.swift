@@ -1,0 +1,105 @@
+import APNsSimulator
+import Foundation
+import MarqueeCore
+import Postgres
+import Testing
+
+/// Faults of a running serve (issue 16): a kill -9 must not freeze the channels it was sending, and an
+/// operator's request must not wait on an APNs that cannot be reached beyond its bound.
+@Suite(.enabled(if: MarqueeProcess.available))
+struct FaultTests {
+    /// The claim lease is 120 s; the heartbeat's TTL 5 s. A serve started after the kill of the one that held
+    /// every event's claim (APNs takes 2 s to answer, so the claims are held when it dies) sends each
+    /// channel's newest state long before the lease would have let it.
+    @Test func aServeStartedAfterAKillSendsTheChannelsItsPredecessorHeld() async throws {
+        try await BroadcastHarness.run(simulator: { $0.latency = .seconds(2) ... .seconds(2) }) { h in
+            var channels: [Int: String] = [:]
+            for index in 0..<4 {
+                let event = try await h.createEvent("held-\(index)", startsAt: Date().addingTimeInterval(-60))
+                channels[event] = try await h.openChannel(of: event)
+            }
+            for event in channels.keys {
+                let posted = try await h.update(event, MatchState(homeScore: 1, period: .firstHalf, minute: 10))
+                #expect(posted.status == 202, "\(posted.text)")
+            }
+            func claimsHeld() async throws -> Int {
+                try await h.count("SELECT count(*)::bigint AS n FROM outbox WHERE claimed_by IS NOT NULL")
+            }
+            try await h.waitUntil("the first serve holds every event's claim") { try await claimsHeld() == channels.count }
+            let holder = try await h.pool.query("SELECT claimed_by FROM outbox WHERE claimed_by IS NOT NULL LIMIT 1")[0]
+                .decode(String.self, column: "claimed_by")
+
+            try await h.killAndRestart()
+            let restarted = Date()
+            let newest = MatchState(homeScore: 2, period: .firstHalf, minute: 12)
+            for event in channels.keys {
+                let posted = try await h.update(event, newest)
+                #expect(posted.status == 202, "\(posted.text)")
+            }
+            try await h.waitUntil("every channel's newest state reaches APNs", timeout: 60) {
+                try channels.values.allSatisfy { channel in try h.pushes(on: channel).contains { $0.push.aps.contentState == newest } }
+            }
+            let waited = Date().timeIntervalSince(restarted)
+            #expect(waited < 60, "the held channels waited \(waited) s")
+            #expect(try await h.count("SELECT count(*)::bigint AS n FROM outbox WHERE claimed_by = \(holder)") == 0)
+            for event in channels.keys {
+                let counts = try await h.settledDispositions(of: event)
+                #expect(counts["pending", default: 0] == 0, "event \(event): \(counts)")
+            }
+        }
+    }
+
+    /// A host that takes the connection and never answers: each APNs attempt would wait its 30 s timeout,
+    /// five times. The operator's reconcile answers 504 `apns_timeout` within `--admin-timeout` instead.
+    @Test func aReconcileAgainstAnAPNsThatNeverAnswersEndsAt504WithinItsBound() async throws {
+        let silent = try SilentListener()
+        let url = "https://127.0.0.1:\(silent.port)"
+        try await BroadcastHarness.run(serveArguments: ["--apns-manage-url", url, "--apns-push-url", url, "--admin-timeout", "2",
+                                                        "--grace-period", "3"]) { h in
+            for body: JSONValue in [["dryRun": false, "deleteUnknown": true], ["dryRun": true]] {
+                let started = Date()
+                let answer = try await h.api("POST", "/v1/channels/reconcile", body)
+                let took = Date().timeIntervalSince(started)
+                #expect(answer.status == 504, "\(answer.text)")
+                #expect(answer.json["error"]?["code"] == "apns_timeout", "\(answer.text)")
+                #expect(took < 20, "answered after \(took) s")
+            }
+            // The CLI over the route gets the same answer in the same bound: exit 69 (unavailable), the error as JSON.
+            let started = Date()
+            let cli = try await MarqueeProcess.run(
+                ["channel", "reconcile", "--delete-unknown", "--json", "--url", "http://127.0.0.1:\(h.ports[0])", "--api-key", h.adminKey],
+                databaseURL: nil)
+            #expect(Date().timeIntervalSince(started) < 20)
+            #expect(cli.status == 69, "\(cli.stdout)\(cli.stderr)")
+            #expect((try? JSONValue(parsing: cli.stdout))?["error"]?["code"] == "apns_timeout", "\(cli.stdout)")
+        }
+    }
+}
+
+/// A TCP port that takes connections (the kernel completes the handshake) and never reads or answers.
+final class SilentListener: Sendable {
+    let port: Int
+    private let descriptor: Int32
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw LoopbackHTTP.Failure(description: "socket failed") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                bind(fd, raw, length) == 0 && listen(fd, 64) == 0 && getsockname(fd, raw, &length) == 0
+            }
+        }
+        guard bound else {
+            close(fd)
+            throw LoopbackHTTP.Failure(description: "bind failed: errno \(errno)")
+        }
+        descriptor = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    deinit { close(descriptor) }
+}
