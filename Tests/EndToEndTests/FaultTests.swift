@@ -42,6 +42,7 @@ struct FaultTests {
             let waited = Date().timeIntervalSince(restarted)
             #expect(waited < 60, "the held channels waited \(waited) s")
             #expect(try await h.count("SELECT count(*)::bigint AS n FROM outbox WHERE claimed_by = \(holder)") == 0)
+            #expect(try await h.metric("marquee_claims_taken_over_total") >= Double(channels.count))
             for event in channels.keys {
                 let counts = try await h.settledDispositions(of: event)
                 #expect(counts["pending", default: 0] == 0, "event \(event): \(counts)")

@@ -36,8 +36,10 @@ struct ClaimRecoveryTests {
         // Its heartbeat lapses (a kill -9: no more renewals) well inside the lease: its claim is free, and the
         // successor sends the same aps.timestamp; the claim of a holder with no heartbeat waits for its lease.
         let later = now.addingTimeInterval(6)
-        let taken = try await outbox.claim(instance: "successor", limit: 10, lease: Self.lease, now: later)
+        let batch = try await outbox.claimBatch(instance: "successor", limit: 10, lease: Self.lease, now: later)
+        let taken = batch.claims
         #expect(taken.map(\.outboxID) == held.map(\.outboxID), "taken \(taken.map(\.eventID)), held \(held.map(\.eventID))")
+        #expect(batch.takenOver == ["crashed"])
         #expect(taken.first?.apsTimestamp == held.first?.apsTimestamp)
         #expect(try await outbox.claim(instance: "other", limit: 10, lease: Self.lease, now: now.addingTimeInterval(Self.lease - 1)).isEmpty)
         #expect(try await outbox.claim(instance: "other", limit: 10, lease: Self.lease, now: now.addingTimeInterval(Self.lease + 1))

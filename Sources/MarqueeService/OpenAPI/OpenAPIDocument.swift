@@ -302,7 +302,8 @@ public enum OpenAPIDocument {
           "403": { "$ref": "#/components/responses/Error" },
           "404": { "$ref": "#/components/responses/Error" },
           "409": { "$ref": "#/components/responses/Error" },
-          "422": { "$ref": "#/components/responses/Error" }
+          "422": { "$ref": "#/components/responses/Error" },
+          "504": { "description": "apns_timeout: APNs did not answer within serve --admin-timeout; what was done is recorded and the scheduler retries the rest.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
         }
       }
     },
@@ -316,7 +317,8 @@ public enum OpenAPIDocument {
           "401": { "$ref": "#/components/responses/Error" },
           "403": { "$ref": "#/components/responses/Error" },
           "404": { "$ref": "#/components/responses/Error" },
-          "409": { "$ref": "#/components/responses/Error" }
+          "409": { "$ref": "#/components/responses/Error" },
+          "504": { "description": "apns_timeout: APNs did not answer within serve --admin-timeout; what was done is recorded and the scheduler retries the rest.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
         }
       }
     },
@@ -339,7 +341,8 @@ public enum OpenAPIDocument {
           "409": { "$ref": "#/components/responses/Error" },
           "415": { "$ref": "#/components/responses/Error" },
           "422": { "$ref": "#/components/responses/Error" },
-          "503": { "$ref": "#/components/responses/Error" }
+          "503": { "$ref": "#/components/responses/Error" },
+          "504": { "description": "apns_timeout: APNs did not answer within serve --admin-timeout; what was done is recorded and the scheduler retries the rest.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
         }
       }
     },
@@ -351,7 +354,8 @@ public enum OpenAPIDocument {
           "200": { "description": "What the sweep did.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/SweepReport" } } } },
           "401": { "$ref": "#/components/responses/Error" },
           "403": { "$ref": "#/components/responses/Error" },
-          "409": { "$ref": "#/components/responses/Error" }
+          "409": { "$ref": "#/components/responses/Error" },
+          "504": { "description": "apns_timeout: APNs did not answer within serve --admin-timeout; what was done is recorded and the scheduler retries the rest.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
         }
       }
     },

@@ -207,6 +207,12 @@ public final class BroadcastDispatcher: Service {
                         full = batch.taken == limit
                         claimFailures = 0
                         if let paced = batch.pacedUntil { noteDue(at: paced) }
+                        if !batch.takenOver.isEmpty {
+                            metrics.claimsTakenOver.increment(by: Double(batch.takenOver.count))
+                            logger.info("claims taken over from instances whose heartbeat or lease lapsed",
+                                        ["claims": .int(batch.takenOver.count),
+                                         "holders": .string(Set(batch.takenOver).sorted().joined(separator: ","))])
+                        }
                         await rememberChannels(of: batch.claims)
                         claimsInFlight.withLock { $0.formUnion(batch.claims.map(\.claimToken)) }
                         for claim in batch.claims {

@@ -15,6 +15,8 @@ public struct PipelineMetrics: Sendable {
     public let retries: Counter
     /// Pending updates recorded as conflated (a newer state went instead).
     public let conflated: Counter
+    /// Outbox claims taken from another holder whose heartbeat (or, without one, lease) had lapsed.
+    public let claimsTakenOver: Counter
     /// Carried alerts dropped because the payload would exceed 5,120 bytes.
     public let alertsDropped: Counter
     /// Outbox rows waiting, sampled from the database.
@@ -42,6 +44,8 @@ public struct PipelineMetrics: Sendable {
         apnsAnswers = registry.counter("marquee_apns_answers_total", help: "APNs answers by operation and reason", labels: ["operation", "reason"])
         retries = registry.counter("marquee_apns_retries_total", help: "Requests scheduled for a retry after a transient failure", labels: ["operation"])
         conflated = registry.counter("marquee_updates_conflated_total", help: "Pending updates recorded as conflated")
+        claimsTakenOver = registry.counter(
+            "marquee_claims_taken_over_total", help: "Outbox claims taken from a holder whose heartbeat or lease had lapsed")
         alertsDropped = registry.counter("marquee_carried_alerts_dropped_total", help: "Carried alerts dropped to fit the 5,120-byte broadcast limit")
         outboxBacklog = registry.gauge("marquee_outbox_backlog", help: "Outbox rows waiting to be broadcast")
         outboxOldestAge = registry.gauge("marquee_outbox_oldest_age_seconds", help: "Age of the oldest outbox row")

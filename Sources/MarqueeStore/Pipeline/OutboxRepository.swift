@@ -109,6 +109,8 @@ public struct ClaimBatch: Sendable, Equatable {
     public var taken: Int
     /// The earliest time a paced (not claimed) row was made due at, if any.
     public var pacedUntil: Date?
+    /// For each claim taken from another holder (its lease ran out or its heartbeat lapsed), that holder.
+    public var takenOver: [String] = []
 }
 
 /// The dispatcher's outbox operations: claim due work, record each outcome atomically.
@@ -143,9 +145,11 @@ public struct OutboxRepository: Sendable {
         let taken = try await pool.query(Self.claimStatement(instance: instance, limit: limit, lease: lease, pacing: pacing, now: now))
         var claimed: [(id: String, token: String)] = []
         var pacedUntil: Date?
+        var takenOver: [String] = []
         for row in taken {
             if let token = try row.decode(UUID?.self, column: "claim_token") {
                 claimed.append((String(try row.decode(Int.self, column: "id")), token.uuidString.lowercased()))
+                if let holder = try row.decode(String?.self, column: "previous_holder") { takenOver.append(holder) }
             } else {
                 let due = try row.decode(Date.self, column: "next_attempt_at")
                 pacedUntil = min(pacedUntil ?? due, due)
@@ -196,7 +200,7 @@ public struct OutboxRepository: Sendable {
                 pending: []))
         }
         for index in claims.indices { claims[index].pending = pending[claims[index].outboxID] ?? [] }
-        return ClaimBatch(claims: claims, taken: taken.count, pacedUntil: pacedUntil)
+        return ClaimBatch(claims: claims, taken: taken.count, pacedUntil: pacedUntil, takenOver: takenOver)
     }
 
     /// Records a broadcast APNs accepted, atomically: the channel's aps.timestamp (refused with
@@ -386,7 +390,7 @@ public struct OutboxRepository: Sendable {
     private static func claimStatement(instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval?, now: Date?) -> PostgresQuery {
         """
             WITH due AS (
-                SELECT o.id, live.channel_id, live.last_aps_timestamp,
+                SELECT o.id, live.channel_id, live.last_aps_timestamp, o.claimed_by AS previous_holder,
                        CASE WHEN o.next_attempt_at > \(IngestRepository.urgentDue)
                                  AND live.last_broadcast_at > coalesce(\(now), now()) - make_interval(secs => \(pacing)::float8)
                                  AND NOT EXISTS (
@@ -423,7 +427,7 @@ public struct OutboxRepository: Sendable {
                 aps_timestamp_update_id = CASE WHEN due.paced_until IS NULL THEN o.update_id ELSE o.aps_timestamp_update_id END,
                 channel_id = due.channel_id, updated_at = now()
             FROM due WHERE o.id = due.id AND o.id = ANY (ARRAY(SELECT id FROM due))
-            RETURNING o.id, o.claim_token, o.next_attempt_at
+            RETURNING o.id, o.claim_token, o.next_attempt_at, due.previous_holder
             """
     }
 
