@@ -149,17 +149,29 @@ public struct ParsedArguments: Sendable {
     }
 }
 
-/// The command line is wrong: what is wrong, and which command's `--help` to read.
+/// The command line is wrong: what is wrong, the argument at fault, and which command's `--help` to read.
 public struct UsageError: Error, Sendable, CustomStringConvertible {
     public let message: String
+    /// The option (without `--`) or positional (lowercase) at fault; by default the first `--option` the
+    /// message names, if any.
+    public let field: String?
     public let commandPath: [String]
 
-    public init(_ message: String, commandPath: [String]) {
+    public init(_ message: String, field: String? = nil, commandPath: [String]) {
         self.message = message
+        self.field = field ?? Self.firstOption(in: message)
         self.commandPath = commandPath
     }
 
-    public var description: String {
-        "\(message)\nSee '\(commandPath.joined(separator: " ")) --help'."
+    /// Where to read on: `See 'marquee key create --help'.`
+    public var hint: String { "See '\(commandPath.joined(separator: " ")) --help'." }
+
+    public var description: String { "\(message)\n\(hint)" }
+
+    /// `scope` in "missing --scope (or set ...)"; nil when the message names no option.
+    static func firstOption(in message: String) -> String? {
+        guard let range = message.range(of: "--") else { return nil }
+        let name = message[range.upperBound...].prefix { $0.isLetter || $0.isNumber || $0 == "-" }
+        return name.isEmpty ? nil : String(name)
     }
 }

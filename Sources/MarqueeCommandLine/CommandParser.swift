@@ -111,11 +111,12 @@ public struct CommandParser: Sendable {
             let display = argument.kind == .positional ? argument.name.uppercased() : "--\(argument.name)"
             if argument.isRequired && values[argument.name] == nil {
                 let hint = argument.environment.map { " (or set \($0))" } ?? ""
-                throw UsageError("missing \(display)\(hint)", commandPath: path)
+                throw UsageError("missing \(display)\(hint)", field: argument.name, commandPath: path)
             }
             if let choices = argument.choices {
                 for value in values[argument.name] ?? [] where !choices.contains(value) {
-                    throw UsageError("\(display) must be one of \(choices.joined(separator: ", ")), not '\(value)'", commandPath: path)
+                    throw UsageError("\(display) must be one of \(choices.joined(separator: ", ")), not '\(value)'", field: argument.name,
+                                     commandPath: path)
                 }
             }
         }

@@ -82,7 +82,8 @@ public enum CommandRunner {
         do {
             invocation = try parser.parse(arguments)
         } catch {
-            Terminal.error("\(root.name): \(error)")
+            // The words could not be parsed, so neither could --json: it counts where it would as an option.
+            report(error, json: arguments.prefix { $0 != "--" }.contains("--json"), program: root.name)
             return .usage
         }
         switch invocation {
@@ -108,12 +109,23 @@ public enum CommandRunner {
                 report(failure, parsed: parsed, program: root.name)
                 return failure.exitCode
             } catch let usage as UsageError {
-                report(CommandFailure(usage.description, exitCode: .usage, code: "usage"), parsed: parsed, program: root.name)
+                report(usage, json: parsed.json, program: root.name)
                 return .usage
             } catch {
                 report(CommandFailure("\(error)", exitCode: .software, code: "internal"), parsed: parsed, program: root.name)
                 return .software
             }
+        }
+    }
+
+    /// A usage error: with --json, one JSON error (`code: usage`, the argument at fault as `field`) on standard
+    /// output; the `--help` hint always goes to standard error.
+    private static func report(_ usage: UsageError, json: Bool, program: String) {
+        if json {
+            Terminal.print(CommandFailure(usage.message, exitCode: .usage, code: "usage", field: usage.field).json.jsonString)
+            Terminal.error(usage.hint)
+        } else {
+            Terminal.error("\(program): \(usage)")
         }
     }
 

@@ -26,9 +26,14 @@ public enum Terminal {
         }
     }
 
-    /// Prints a result: `json` with --json, else the human text.
-    public static func emit(_ arguments: ParsedArguments, text: @autoclosure () -> String, json: @autoclosure () -> JSONValue) {
-        print(arguments.json ? json().jsonString : text())
+    /// Prints a result: `json` with --json, else the human text. Standard output carries only the data, so
+    /// `KEY=$(marquee key create ...)` captures the key alone; a `note` for a person (a hint, a summary, where
+    /// to go on) goes to standard error, and only without --json.
+    public static func emit(_ arguments: ParsedArguments, text: @autoclosure () -> String, json: @autoclosure () -> JSONValue,
+                            note: @autoclosure () -> String? = nil) {
+        guard !arguments.json else { return print(json().jsonString) }
+        print(text())
+        if let note = note() { error(note) }
     }
 
     /// Whether standard error is a terminal (progress bars draw only there).

@@ -4,6 +4,7 @@
 import Foundation
 import MarqueeCommandLine
 import MarqueeCore
+import MarqueeService
 import Network
 
 extension ExitCode {
@@ -38,6 +39,9 @@ struct AdminAPIClient: Sendable {
           77  the API key is missing or wrong (401), or lacks the scope (403)
         """
 
+    /// The API's request body limit: a larger body is refused here, before sending.
+    static let maxBodySize = APIServer.defaultMaxBodySize
+
     private let client: HTTP1Client
     private let loop: EventLoop
     private let apiKey: String?
@@ -67,6 +71,12 @@ struct AdminAPIClient: Sendable {
             }
         }
         let client = try made.get()
+        // Checked here, after the command line: a request without a key would only come back 401.
+        guard arguments.string("api-key")?.isEmpty == false else {
+            await client.close()
+            throw CommandFailure("no API key: pass --api-key or set MARQUEE_API_KEY (make one with 'marquee key create --scope admin')",
+                                 exitCode: .permissionDenied, code: "missing_api_key", field: "api-key")
+        }
         let api = AdminAPIClient(client: client, loop: loop, apiKey: arguments.string("api-key"), arguments: arguments)
         do {
             let result = try await body(api)
@@ -87,9 +97,14 @@ struct AdminAPIClient: Sendable {
         for (name, value) in extra { headers.add(name, value) }
         let items = query.compactMap { name, value in value.map { "\(name)=\(Self.percentEncoded($0))" } }
         let target = items.isEmpty ? path : path + "?" + items.joined(separator: "&")
+        let bytes = body?.jsonBytes ?? []
+        guard bytes.count <= Self.maxBodySize else {
+            throw CommandFailure("the request body is \(bytes.count) bytes, over the API's \(Self.maxBodySize)-byte limit; nothing was sent",
+                                 exitCode: .dataError, code: "payload_too_large")
+        }
         let response: HTTPResponse
         do {
-            response = try await client.send(HTTPRequest(method: method, path: target, headers: headers, body: body?.jsonBytes ?? []))
+            response = try await client.send(HTTPRequest(method: method, path: target, headers: headers, body: bytes))
         } catch {
             throw Self.failure(error)
         }
@@ -97,6 +112,9 @@ struct AdminAPIClient: Sendable {
         do {
             json = response.body.isEmpty ? .null : try JSONValue(parsing: response.body)
         } catch {
+            if response.status == 413 {
+                throw CommandFailure("the server refused the request body as too large (413)", exitCode: .dataError, code: "payload_too_large")
+            }
             throw CommandFailure("\(client.url) answered \(method) \(path) with \(response.status) and a body that is not JSON: is --url a Marquee server?",
                                  exitCode: .unavailable, code: "unexpected_response")
         }
@@ -174,7 +192,8 @@ struct APIInput {
     func id(_ name: String, positional: Bool = false) throws -> Int64? {
         guard let text = arguments.string(name) else { return nil }
         guard let value = Int64(text), value > 0 else {
-            throw UsageError("\(positional ? name.uppercased() : "--\(name)") takes a positive whole number, not '\(text)'", commandPath: path)
+            throw UsageError("\(positional ? name.uppercased() : "--\(name)") takes a positive whole number, not '\(text)'", field: name,
+                             commandPath: path)
         }
         return value
     }
@@ -281,7 +300,10 @@ enum APIText {
     }
 
     /// Prints `--json` as the server sent it, else the human text.
-    static func emit(_ arguments: ParsedArguments, _ answer: APIAnswer, text: (JSONValue) -> String) {
-        Terminal.print(arguments.json ? answer.text : text(answer.json))
+    static func emit(_ arguments: ParsedArguments, _ answer: APIAnswer, text: (JSONValue) -> String,
+                     note: (JSONValue) -> String? = { _ in nil }) {
+        guard !arguments.json else { return Terminal.print(answer.text) }
+        Terminal.print(text(answer.json))
+        if let note = note(answer.json) { Terminal.error(note) }
     }
 }

@@ -229,7 +229,13 @@ enum APNsCommandLine {
         }
         if let unique = acceptance.uniqueID { summary += ", unique id \(unique)" }
         if outcome.attempts.count > 1 { summary += " (\(tries))" }
-        Terminal.emit(arguments, text: (lines + [summary]).joined(separator: "\n"), json: .object(object))
+        // What APNs answered with (a channel id, its configuration, the list) is the data; the acceptance
+        // itself is the data only when there is nothing else.
+        if lines.isEmpty {
+            Terminal.emit(arguments, text: summary, json: .object(object))
+        } else {
+            Terminal.emit(arguments, text: lines.joined(separator: "\n"), json: .object(object), note: summary)
+        }
     }
 
     /// What `--json` adds to a failure: the HTTP status and Apple's reason when APNs answered, the request's id under

@@ -1,5 +1,6 @@
 // `marquee app add|list|show|remove`: apps, straight in the database. The signing key stays in its file
 // (checked at add: exists, P-256 PKCS#8, permissions); only its path is stored and shown.
+import APNs
 import Foundation
 import MarqueeCommandLine
 import MarqueeCore
@@ -8,14 +9,20 @@ import MarqueeStore
 import Postgres
 
 enum AppCommands {
-    static let command = Command("app", summary: "Add, list, show and remove apps.", subcommands: [add, list, show, remove])
+    static let command = Command("app", summary: "Add, list, show and remove apps.", discussion: exitCodes,
+                                 subcommands: [add, list, show, remove])
+
+    /// The exit codes of the app commands, for their `--help`.
+    static let exitCodes = "Exit codes:\n" + ([.success, .failure, .usage, .dataError, .noInput, .unavailable, .configuration] as [ExitCode])
+        .map { "  \(String($0.rawValue).padding(toLength: 3, withPad: " ", startingAt: 0)) \($0.meaning)" }.joined(separator: "\n")
 
     static let add = Command(
-        "add", summary: "Add an app: a bundle id in one APNs environment, with its signing key.",
+        "add", summary: "Add an app: a bundle id in one APNs environment, with its signing key.", discussion: exitCodes,
         arguments: [
             Database.option,
             .option("bundle", value: "ID", help: "The app's bundle id, e.g. com.example.scores.", required: true),
-            .option("environment", value: "ENV", help: "The APNs environment.", required: true, choices: ["development", "production"]),
+            .option("environment", value: "ENV", help: "The APNs environment (sandbox is Apple's name for development).", required: true,
+                    choices: ["development", "sandbox", "production"]),
             .option("team-id", value: "TEAM", help: "The Apple developer team id (10 characters).", required: true),
             .option("key-id", value: "KEY", help: "The id of the APNs signing key (10 characters).", required: true),
             .option("key-file", value: "PATH", help: "The .p8 signing key file (read when needed, never stored).", required: true),
@@ -49,7 +56,8 @@ enum AppCommands {
         if keyFile.isReadableByOthers {
             Terminal.error("marquee: warning: \(keyFile.path) is readable by group or others; run 'chmod 600 \(keyFile.path)'")
         }
-        let app = NewApp(bundleID: bundle, environment: try arguments.required("environment"), teamID: teamID, keyID: keyID,
+        let environment = APNsEnvironment(parsing: try arguments.required("environment")) == .production ? "production" : "development"
+        let app = NewApp(bundleID: bundle, environment: environment, teamID: teamID, keyID: keyID,
                          keyPath: keyFile.path, pushURL: arguments.string("push-url"), managementURL: arguments.string("manage-url"))
         let stored = try await Database.withPool(arguments) { pool in
             do {
@@ -62,7 +70,7 @@ enum AppCommands {
         Terminal.emit(arguments, text: "added app \(stored.id): \(stored.bundleID) (\(stored.environment))", json: appJSON(stored))
     }
 
-    static let list = Command("list", summary: "List apps.", arguments: [Database.option]) { arguments in
+    static let list = Command("list", summary: "List apps.", discussion: exitCodes, arguments: [Database.option]) { arguments in
         let apps = try await Database.withPool(arguments) { pool in try await AppRepository(pool: pool).list() }
         Terminal.emit(arguments, text: Terminal.table(
             ["ID", "BUNDLE", "ENVIRONMENT", "TEAM", "KEY", "PUSH URL"],
@@ -70,7 +78,7 @@ enum AppCommands {
                       json: ["apps": .array(apps.map(appJSON))])
     }
 
-    static let show = Command("show", summary: "Show one app.",
+    static let show = Command("show", summary: "Show one app.", discussion: exitCodes,
                               arguments: [Database.option, .positional("id", help: "The app id (marquee app list).")]) { arguments in
         let id = try appID(arguments)
         guard let app = try await Database.withPool(arguments, { pool in try await AppRepository(pool: pool).find(id: id) }) else {
@@ -102,7 +110,7 @@ enum AppCommands {
 
     static func appID(_ arguments: ParsedArguments) throws -> Int {
         guard let id = Int(try arguments.required("id")), id > 0 else {
-            throw UsageError("an app id is a positive whole number (see 'marquee app list')", commandPath: arguments.commandPath)
+            throw UsageError("an app id is a positive whole number (see 'marquee app list')", field: "id", commandPath: arguments.commandPath)
         }
         return id
     }

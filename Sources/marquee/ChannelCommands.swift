@@ -123,10 +123,9 @@ enum ChannelCommands {
             var text = apps.isEmpty ? "(no apps)" : Terminal.table(["APP"] + columns.map { $0.uppercased() }, apps.map { app in
                 [APIText.cell(app["app"])] + columns.map { APIText.cell(app[$0]) }
             })
-            if arguments.flag("dry-run") { text += "\n(dry run: nothing changed)" }
             if let sweep = report["sweep"], !sweep.isNull { text += "\n\nsweep:\n" + EventCommands.indent(sweepText(sweep)) }
             return text
-        }
+        } note: { _ in arguments.flag("dry-run") ? "(dry run: nothing changed)" : nil }
     }
 
     static let sweep = Command(

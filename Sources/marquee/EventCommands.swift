@@ -73,7 +73,7 @@ enum EventCommands {
     }
 
     static let list = Command(
-        "list", summary: "List events, newest first, with filters; --all follows every page.",
+        "list", summary: "List events by start time, earliest first, with filters; --all follows every page.",
         discussion: """
             Example:
               marquee event list --app 1 --status live
@@ -110,11 +110,8 @@ enum EventCommands {
         }
         query.append(("cursor", arguments.string("cursor")))
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("GET", "/v1/events", query: query) }
-        APIText.emit(arguments, answer) { page in
-            var text = eventTable(page["events"]?.arrayValue ?? [])
-            if let cursor = page["nextCursor"]?.stringValue { text += "\nmore: --cursor \(cursor) (or --all)" }
-            return text
-        }
+        APIText.emit(arguments, answer, text: { page in eventTable(page["events"]?.arrayValue ?? []) },
+                     note: { page in page["nextCursor"]?.stringValue.map { "more: --cursor \($0) (or --all)" } })
     }
 
     static let show = Command(
@@ -182,6 +179,15 @@ enum EventCommands {
             try await api.send("POST", "/v1/events/\(id)/updates", body: .object(body), headers: headers)
         }
         APIText.emit(arguments, answer) { updateText($0, event: id) }
+        warnIfSuperseded(answer.json)
+    }
+
+    /// A 202 that will never be broadcast deserves a word on stderr (with --json too: stdout stays the JSON).
+    static func warnIfSuperseded(_ answer: JSONValue) {
+        let update = answer["update"] ?? answer
+        guard update["disposition"] == "superseded" else { return }
+        Terminal.error("marquee: warning: update \(APIText.cell(update["id"])) is superseded: the event already has a later "
+            + "occurredAt, so it will not be broadcast (check --occurred-at and the feed's clock)")
     }
 
     static let end = Command(

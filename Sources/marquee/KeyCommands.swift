@@ -30,10 +30,8 @@ enum KeyCommands {
         }
         var json = keyJSON(stored).objectValue ?? [:]
         json["key"] = .string(key.text)
-        Terminal.emit(arguments, text: """
-            \(key.text)
-            id \(stored.keyID), scopes \(scopes.joined(separator: ",")): this key is shown only once.
-            """, json: .object(json))
+        Terminal.emit(arguments, text: key.text, json: .object(json),
+                      note: "id \(stored.keyID), scopes \(scopes.joined(separator: ",")): this key is shown only once.")
     }
 
     static let list = Command(
@@ -58,7 +56,7 @@ enum KeyCommands {
     ) { arguments in
         let id = try arguments.required("id")
         guard id.count == 12, id.allSatisfy(\.isHexDigit) else {
-            throw UsageError("a key id is 12 hex characters, e.g. 3f9a0c1b2d4e", commandPath: arguments.commandPath)
+            throw UsageError("a key id is 12 hex characters, e.g. 3f9a0c1b2d4e", field: "id", commandPath: arguments.commandPath)
         }
         guard let revoked = try await Database.withPool(arguments, { pool in try await APIKeyRepository(pool: pool).revoke(keyID: id) }) else {
             throw CommandFailure("no API key with id \(id)", exitCode: .failure, code: "not_found", field: "id")

@@ -28,6 +28,8 @@ enum ServeCommand {
          "MARQUEE_DELIVERY_RETENTION", seconds(defaults.deliveryRetention)),
         ("update-retention", "SECONDS", "Delete the updates of events ended longer ago than this, keeping their counts; 0 keeps them (else at least 86400).",
          "MARQUEE_UPDATE_RETENTION", seconds(defaults.updateRetention)),
+        ("max-clock-skew", "SECONDS", "Refuse an update whose occurredAt is more than this ahead of the server's clock (422).",
+         "MARQUEE_MAX_CLOCK_SKEW", seconds(defaults.maxClockSkew)),
         ("admin-timeout", "SECONDS", "How long a channel reconcile, sweep, delete or recreate request waits on APNs before answering 504.",
          "MARQUEE_ADMIN_TIMEOUT", seconds(defaults.adminTimeout)),
     ]
@@ -67,6 +69,7 @@ enum ServeCommand {
         settings.deliveryRetention = try retention("delivery-retention", arguments) ?? settings.deliveryRetention
         settings.updateRetention = try retention("update-retention", arguments) ?? settings.updateRetention
         settings.adminTimeout = try arguments.seconds("admin-timeout", in: 1...3600) ?? settings.adminTimeout
+        settings.maxClockSkew = try arguments.seconds("max-clock-skew", in: 0...86400) ?? settings.maxClockSkew
         let environment = ProcessInfo.processInfo.environment["MARQUEE_DELETE_UNKNOWN_CHANNELS"]?.lowercased()
         settings.deleteUnknownChannels = arguments.flag("delete-unknown-channels") || ["1", "true", "yes", "on"].contains(environment ?? "")
         return settings

@@ -95,12 +95,24 @@ import Testing
 
     @Test(.enabled(if: binaryBuilt)) func anUnreachableServerIs69() async throws {
         let port = Self.freePort()
-        let result = try await Self.cli(["status"], ["MARQUEE_URL": "http://127.0.0.1:\(port)"])
+        let result = try await Self.cli(["status"], ["MARQUEE_URL": "http://127.0.0.1:\(port)", "MARQUEE_API_KEY": "mq_any"])
         #expect(result.status == 69)
         #expect(result.stderr.contains("nothing accepts connections at http://127.0.0.1:\(port): is the server running"), "\(result.stderr)")
-        let json = try await Self.cli(["event", "list", "--json", "--url", "http://127.0.0.1:\(port)"])
+        let json = try await Self.cli(["event", "list", "--json", "--url", "http://127.0.0.1:\(port)", "--api-key", "mq_any"])
         #expect(json.status == 69)
         #expect(try JSONValue(parsing: json.stdout)["error"]?["code"] == "unreachable")
+    }
+
+    /// Without a key a request could only come back 401: the CLI says so itself (77) before sending anything.
+    @Test(.enabled(if: binaryBuilt)) func aMissingAPIKeyIs77BeforeAnyRequest() async throws {
+        let port = Self.freePort()
+        let plain = try await Self.cli(["status", "--url", "http://127.0.0.1:\(port)"])
+        #expect(plain.status == 77)
+        #expect(plain.stderr.contains("no API key: pass --api-key or set MARQUEE_API_KEY"), "\(plain.stderr)")
+        let json = try await Self.cli(["channel", "list", "--json", "--url", "http://127.0.0.1:\(port)"])
+        #expect(json.status == 77)
+        let error = try JSONValue(parsing: json.stdout)["error"]
+        #expect(error?["code"] == "missing_api_key" && error?["field"] == "api-key", "\(json.stdout)")
     }
 
     // MARK: Against `marquee serve`

@@ -17,6 +17,21 @@ extension JSONValue {
     /// The compact JSON text.
     public var jsonString: String { String(decoding: jsonBytes, as: UTF8.self) }
 
+    /// The same value with every object's keys sorted: two texts of one JSON value (other whitespace, another
+    /// key order) have the same `sortingKeys().jsonBytes`. Numbers stay as parsed (`1` and `1.0` differ).
+    public func sortingKeys() -> JSONValue {
+        switch self {
+        case .array(let elements):
+            return .array(elements.map { $0.sortingKeys() })
+        case .object(let object):
+            var sorted = JSONObject()
+            for key in object.keys.sorted() { sorted[key] = object[key]?.sortingKeys() }
+            return .object(sorted)
+        default:
+            return self
+        }
+    }
+
     /// The compact JSON text as Data.
     public var jsonData: Data { Data(jsonBytes) }
 

@@ -51,8 +51,11 @@ public final class APIServer: Sendable {
                 response = answer
             case .found(let route, let matched, let parameters):
                 template = matched
+                // The public id of the key presented, logged even when the key is refused (revoked, or short
+                // of the scope), so an operator can tell which feed lost access; never its secret.
+                if route.access != .open { keyID = APIKeyText(authorization: request.headers["authorization"] ?? "")?.id }
                 let (key, body) = try await admit(request, to: route)
-                keyID = key?.keyID
+                keyID = key?.keyID ?? keyID
                 response = try await route.handler(APIRequest(http: request, parameters: parameters, key: key, body: body))
             }
         } catch let error as APIError {

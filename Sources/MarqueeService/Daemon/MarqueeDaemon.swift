@@ -110,6 +110,8 @@ public struct PipelineSettings: Sendable, Equatable {
     /// How long an operator's channel request (reconcile, sweep, delete, recreate) waits on APNs before it
     /// answers 504 `apns_timeout`.
     public var adminTimeout: TimeInterval = 10
+    /// How far ahead of the server's clock an update's `occurredAt` may be before it is refused (422).
+    public var maxClockSkew: TimeInterval = 60
 
     public init() {}
 
@@ -199,14 +201,16 @@ public final class MarqueeDaemon: Sendable {
                                      metrics: pipelineMetrics, logger: logger, notifier: notifier)
         self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
                                                  notifier: notifier, pacing: dispatcher.configuration.conflation.pacing,
-                                                 adminTimeout: .seconds(configuration.pipeline.adminTimeout)),
+                                                 adminTimeout: .seconds(configuration.pipeline.adminTimeout),
+                                                 maxClockSkew: configuration.pipeline.maxClockSkew),
                              keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
     }
 
     /// The API's feature areas. A new area adds its `APIRoutes` here (and its paths to the OpenAPI document).
     public static func routes(pool: PostgresPool, metrics: MetricsRegistry, attributeTypes: AttributeTypeCatalog? = nil,
                               scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
-                              adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout)) -> [any APIRoutes] {
+                              adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout),
+                              maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
         let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
         return [
@@ -214,7 +218,7 @@ public final class MarqueeDaemon: Sendable {
             AppRoutes(apps: apps),
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
             ChannelRoutes(pool: pool, scheduler: scheduler, adminTimeout: adminTimeout),
-            EventRoutes(pool: pool, types: attributeTypes, notifier: notifier, pacing: pacing),
+            EventRoutes(pool: pool, types: attributeTypes, notifier: notifier, pacing: pacing, maxClockSkew: maxClockSkew),
         ]
     }
 

@@ -23,15 +23,22 @@ public struct EventRoutes: APIRoutes {
     let notifier: OutboxNotifier?
     /// The attribute type of each event seen (it never changes), so an ingest looks nothing up.
     let typeOfEvent = EventTypeCache()
+    let apps: AppRepository
+    /// How far ahead of this server's clock an `occurredAt` may be (`PipelineSettings.maxClockSkew`): a feed
+    /// whose clock runs ahead would otherwise supersede every true update after it until its time comes.
+    let maxClockSkew: TimeInterval
 
     /// `pacing`: the dispatcher's one broadcast per channel per interval (seconds), so a queued update is
     /// due when its channel may broadcast (nil: at once; the dispatcher's claim paces it then).
-    public init(pool: PostgresPool, types: AttributeTypeCatalog, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil) {
+    public init(pool: PostgresPool, types: AttributeTypeCatalog, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
+                maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew) {
         events = EventRepository(pool: pool)
         channels = ChannelRepository(pool: pool)
         ingest = IngestRepository(pool: pool, pacing: pacing)
+        apps = AppRepository(pool: pool)
         self.types = types
         self.notifier = notifier
+        self.maxClockSkew = maxClockSkew
     }
 
     public func register(in table: inout RouteTable) {
@@ -58,6 +65,7 @@ public struct EventRoutes: APIRoutes {
         let kind: EventKind = try body.choice("kind")
         let typeName = try body.string("attributeType")
         guard let stored = try await types.find(name: typeName, appID: appID) else {
+            if try await apps.find(id: appID) == nil { throw APIError.validation("no app with id \(appID)", field: "app") }
             throw APIError.validation("app \(appID) has no attribute type '\(typeName)'; register it with POST /v1/attribute-types",
                                       field: "attributeType")
         }
@@ -171,7 +179,7 @@ public struct EventRoutes: APIRoutes {
         do {
             _ = try payload.body(within: .ingest)
         } catch {
-            throw APIError(status: 422, code: "payload_too_large", message: "the update payload would be \(error.description)",
+            throw APIError(status: 422, code: "payload_too_large", message: "the update's APNs \(error.description)",
                            field: "contentState")
         }
     }

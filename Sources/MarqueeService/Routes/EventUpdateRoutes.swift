@@ -51,6 +51,11 @@ extension EventRoutes {
         let priority: RequestedPriority = try body.choice("priority", default: .auto)
         // Absent: the time of arrival under the event lock (IngestRepository), never superseded.
         let occurredAt = try body.optionalDate("occurredAt")
+        if let occurredAt, occurredAt.timeIntervalSinceNow > maxClockSkew {
+            throw APIError.validation("is \(Int(occurredAt.timeIntervalSinceNow)) s ahead of the server's clock, more than the "
+                + "\(Int(maxClockSkew)) s allowed (serve --max-clock-skew): it would supersede every true update until then; "
+                + "check the feed's clock", field: "occurredAt")
+        }
         let dismissalDate = action == .end ? try body.optionalDate("dismissalDate") : nil
         let notBefore = action == .end ? try body.optionalDate("at") : nil
 
@@ -111,7 +116,10 @@ extension EventRoutes {
             if action == .end { try await endIfNothingToBroadcast(eventID: eventID) }
         }
         let answer = result.response
-        return HTTPResponse(status: answer.status, headers: ["content-type": "application/json"], body: Array(answer.body))
+        var headers: HTTPHeaders = ["content-type": "application/json"]
+        // As Stripe does: a replay is the stored answer byte for byte, and says that it is one.
+        if case .replayed = result { headers.add("idempotent-replayed", "true") }
+        return HTTPResponse(status: answer.status, headers: headers, body: Array(answer.body))
     }
 
     /// An event no channel can carry (none, planned, create failed, or lost) has no activity to reach: the
@@ -152,9 +160,13 @@ extension EventRoutes {
             throw APIError.badRequest("an Idempotency-Key is 1 to 255 printable ASCII characters", field: "idempotency-key")
         }
         guard let apiKeyID = request.key?.databaseID else { return nil }
-        var hashed = Array("\(request.http.method) \(request.http.path)\n".utf8)
-        hashed += request.http.body
-        return IdempotencyRequest(apiKeyID: apiKeyID, key: key, requestHash: Data(SHA256.hash(hashed)))
+        // The body as a JSON value, not as bytes: the same request re-serialized by a retrying client (other
+        // whitespace, another key order) is the same request.
+        let head = Array("\(request.http.method) \(request.http.path)\n".utf8)
+        let value = request.body?.sortingKeys().jsonBytes ?? request.http.body
+        // Keys stored before this hashed the bytes (they live 24 h): a retry of those still matches.
+        return IdempotencyRequest(apiKeyID: apiKeyID, key: key, requestHash: Data(SHA256.hash(head + value)),
+                                  earlierHashes: [Data(SHA256.hash(head + request.http.body))])
     }
 
     /// An alert as the API takes it: `title` and `body` are a string or `{"locKey", "locArgs"}`; `sound` is optional.

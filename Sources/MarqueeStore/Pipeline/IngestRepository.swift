@@ -75,13 +75,17 @@ public struct UpdateDraft: Sendable, Equatable {
 public struct IdempotencyRequest: Sendable, Equatable {
     public var apiKeyID: Int
     public var key: String
-    /// 32 bytes.
+    /// 32 bytes, stored with the key.
     public var requestHash: Data
+    /// Other hashes that name the same request, for keys stored by an earlier version that hashed it
+    /// otherwise (at most 24 h old; see `EventRoutes.idempotency`).
+    public var earlierHashes: [Data]
 
-    public init(apiKeyID: Int, key: String, requestHash: Data) {
+    public init(apiKeyID: Int, key: String, requestHash: Data, earlierHashes: [Data] = []) {
         self.apiKeyID = apiKeyID
         self.key = key
         self.requestHash = requestHash
+        self.earlierHashes = earlierHashes
     }
 }
 
@@ -367,7 +371,8 @@ public struct IngestRepository: Sendable {
             WHERE k.api_key_id = \(request.apiKeyID) AND k.key = \(request.key) AND NOT EXISTS (SELECT 1 FROM expired)
             """)
         guard let row = rows.first else { return nil }
-        guard try row.decode(Data.self, column: "request_hash") == request.requestHash else {
+        let stored = try row.decode(Data.self, column: "request_hash")
+        guard stored == request.requestHash || request.earlierHashes.contains(stored) else {
             throw PipelineError.idempotencyKeyReused(key: request.key)
         }
         guard let id = try row.decode(Int?.self, column: "id") else { throw PipelineError.eventNotFound(eventID) }
