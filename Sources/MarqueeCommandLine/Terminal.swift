@@ -87,3 +87,27 @@ public final class ProgressBar: @unchecked Sendable {
         if enabled && lastDrawn >= 0 { FileHandle.standardError.write(Data("\n".utf8)) }
     }
 }
+
+/// Destructive commands ask a person first; scripts say `--yes`.
+public enum Confirmation {
+    /// The `--yes` flag of a destructive command.
+    public static let flag = Argument.flag("yes", help: "Do not ask for confirmation (scripts); required when stdin is not a terminal.")
+
+    /// Returns when `--yes` was given or a person at the terminal answered y; otherwise throws (exit 64 without
+    /// a terminal, 1 when the person said no), before anything was changed.
+    public static func require(_ arguments: ParsedArguments, _ question: String) async throws {
+        if arguments.flag("yes") { return }
+        guard isatty(STDIN_FILENO) == 1, isatty(STDERR_FILENO) == 1, !arguments.json else {
+            throw UsageError("\(question): pass --yes to confirm (stdin is not a terminal to ask on)", field: "yes",
+                             commandPath: arguments.commandPath)
+        }
+        FileHandle.standardError.write(Data("\(question) [y/N] ".utf8))
+        // Read on a thread of its own: a person may take a while, and the cooperative pool must not wait.
+        let answer = await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: readLine() ?? "") }
+        }
+        guard ["y", "yes"].contains(answer.trimmingCharacters(in: .whitespaces).lowercased()) else {
+            throw CommandFailure("not confirmed; nothing changed", exitCode: .failure, code: "not_confirmed")
+        }
+    }
+}

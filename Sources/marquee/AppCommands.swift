@@ -99,13 +99,81 @@ enum AppCommands {
 
     static let remove = Command(
         "remove", summary: "Remove an app and everything of it (attribute types, events, tokens).",
-        arguments: [Database.option, .positional("id", help: "The app id (marquee app list).")]
+        discussion: """
+            Refused while the app has channels at APNs: they would hold its quota forever, and a reconcile (which
+            works per app) could no longer see them. --delete-channels deletes them at APNs first (an open one
+            included: its running activities stop getting updates), then removes the app. Asks for confirmation
+            on a terminal; scripts pass --yes.
+
+            \(exitCodes)
+            """,
+        arguments: [
+            Database.option, .positional("id", help: "The app id (marquee app list)."),
+            .flag("delete-channels", help: "Delete the app's channels at APNs first, then remove the app."),
+            Confirmation.flag,
+        ]
     ) { arguments in
         let id = try appID(arguments)
-        guard let app = try await Database.withPool(arguments, { pool in try await AppRepository(pool: pool).remove(id: id) }) else {
-            throw CommandFailure("no app with id \(id)", exitCode: .failure, code: "not_found", field: "id")
+        let removed = try await Database.withPool(arguments) { pool -> StoredApp in
+            let apps = AppRepository(pool: pool)
+            guard let app = try await apps.find(id: id) else {
+                throw CommandFailure("no app with id \(id)", exitCode: .failure, code: "not_found", field: "id")
+            }
+            let channels = ChannelRepository(pool: pool)
+            var atAPNs = try await channels.atAPNs(appID: id)
+            if !atAPNs.isEmpty && !arguments.flag("delete-channels") {
+                throw CommandFailure("""
+                    app \(id) has \(atAPNs.count) channel(s) at APNs (\(summary(atAPNs))): removing the app would leave them holding \
+                    its quota, out of reach of reconcile; add --delete-channels to delete them at APNs first
+                    """, exitCode: .failure, code: "app_has_channels", field: "delete-channels")
+            }
+            try await Confirmation.require(arguments, atAPNs.isEmpty
+                ? "Remove app \(id) (\(app.bundleID), \(app.environment)) and all of its events?"
+                : "Delete \(atAPNs.count) channel(s) of app \(id) at APNs, then remove it and all of its events?")
+            if !atAPNs.isEmpty {
+                try await deleteAtAPNs(atAPNs, pool: pool, arguments: arguments)
+                atAPNs = try await channels.atAPNs(appID: id)
+                guard atAPNs.isEmpty else {
+                    throw CommandFailure("""
+                        \(atAPNs.count) channel(s) of app \(id) could not be deleted at APNs (\(summary(atAPNs))); the app is kept. \
+                        See 'marquee channel show ID' for each one's last error
+                        """, exitCode: .unavailable, code: "channels_not_deleted")
+                }
+            }
+            guard let removed = try await apps.remove(id: id) else {
+                throw CommandFailure("no app with id \(id)", exitCode: .failure, code: "not_found", field: "id")
+            }
+            return removed
         }
-        Terminal.emit(arguments, text: "removed app \(app.id): \(app.bundleID) (\(app.environment))", json: appJSON(app))
+        Terminal.emit(arguments, text: "removed app \(removed.id): \(removed.bundleID) (\(removed.environment))", json: appJSON(removed))
+    }
+
+    /// "open 2, ended 1"
+    private static func summary(_ channels: [ChannelRecord]) -> String {
+        Dictionary(grouping: channels, by: \.state.rawValue).sorted { $0.key < $1.key }.map { "\($0.key) \($0.value.count)" }
+            .joined(separator: ", ")
+    }
+
+    /// Deletes channels at APNs as an operator's `channel delete --force` does (the scheduler's lifecycle steps,
+    /// each recorded), with the app's own key and hosts; a progress bar on a terminal.
+    private static func deleteAtAPNs(_ channels: [ChannelRecord], pool: PostgresPool, arguments: ParsedArguments) async throws {
+        let environment = ProcessInfo.processInfo.environment.filter { $0.key.hasPrefix("MARQUEE_APNS_") }
+        let clients = APNsClientDirectory(apps: AppRepository(pool: pool), environment: environment)
+        let scheduler = ChannelScheduler(
+            pool: pool, apns: APNsClientChannelAPNs { app in try await clients.client(for: app) }, catalog: PostgresPipelineCatalog(pool: pool),
+            configuration: ChannelSchedulerConfiguration(instance: "marquee-app-remove-\(getpid())"),
+            metrics: PipelineMetrics(registry: MetricsRegistry()), logger: Logger(level: .warning, sink: Terminal.error))
+        let progress = ProgressBar(total: channels.count, label: "deleting channels", enabled: Terminal.standardErrorIsTerminal && !arguments.json)
+        for channel in channels {
+            do {
+                _ = try await scheduler.deleteChannel(id: channel.id, force: true)
+            } catch let error as ChannelSchedulerError {
+                Terminal.error("marquee: channel \(channel.id): \(error)")
+            }
+            progress.advance()
+        }
+        progress.finish()
+        await clients.shutdown()
     }
 
     static func appID(_ arguments: ParsedArguments) throws -> Int {

@@ -54,10 +54,12 @@ enum ChannelCommands {
     }
 
     static let delete = Command(
-        "delete", summary: "End and delete a channel at APNs now.",
+        "delete", summary: "Delete a channel at APNs now (no end broadcast is sent).",
         discussion: """
             Devices subscribed to a deleted channel get no more updates. The server refuses (409) to delete an
             open channel unless --force is given, and a create whose outcome is still unknown until it settles.
+            To end a live event first, use 'marquee event end'. Asks for confirmation on a terminal; scripts
+            pass --yes.
 
             Example:
               marquee channel delete 7
@@ -67,9 +69,11 @@ enum ChannelCommands {
         arguments: [
             .positional("id", help: "The channel id."),
             .flag("force", help: "Delete even an open channel (its running activities stop getting updates)."),
+            Confirmation.flag,
         ] + AdminAPIClient.options
     ) { arguments in
         let id = try APIInput(arguments).id("id", positional: true)!
+        try await Confirmation.require(arguments, "Delete channel \(id) at APNs\(arguments.flag("force") ? ", even if open" : "")?")
         let answer = try await AdminAPIClient.with(arguments) { api in
             try await api.send("DELETE", "/v1/channels/\(id)", query: [("force", arguments.flag("force") ? "true" : nil)])
         }

@@ -213,7 +213,7 @@ import Testing
         #expect(unreachableAPNs.status == 69)
         #expect(unreachableAPNs.stderr.contains("APNs did not list the channels of app \(appID)"), "\(unreachableAPNs.stderr)")
         #expect(unreachableAPNs.stderr.contains("[HTTP 503"), "\(unreachableAPNs.stderr)")
-        for missing in [["channel", "show", "424242"], ["channel", "delete", "424242"], ["channel", "recreate", "424242"]] {
+        for missing in [["channel", "show", "424242"], ["channel", "delete", "424242", "--yes"], ["channel", "recreate", "424242"]] {
             let result = try await server.cli(missing)
             #expect(result.status == 66, "\(missing): \(result.stderr)")
             #expect(result.stderr.contains("not found"), "\(missing): \(result.stderr)")

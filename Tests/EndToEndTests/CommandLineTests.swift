@@ -112,7 +112,7 @@ struct CommandLineTests {
         #expect(try json(show)["bundleId"] == "com.example.scores")
         #expect(try await MarqueeProcess.run(["app", "show", "nine"], databaseURL: url).status == 64)
 
-        let removed = try await MarqueeProcess.run(["app", "remove", "\(id)", "--json"], databaseURL: url)
+        let removed = try await MarqueeProcess.run(["app", "remove", "\(id)", "--yes", "--json"], databaseURL: url)
         #expect(removed.status == 0)
         let gone = try await MarqueeProcess.run(["app", "show", "\(id)", "--json"], databaseURL: url)
         #expect(gone.status == 1)

@@ -319,3 +319,23 @@ struct APIServerTests {
         #expect(await harness.send("GET", "/v1/attribute-types", key: key.text).status == 200)
     }
 }
+
+extension APIServerTests {
+    /// A refused key is logged with its public id (never its secret), so an operator can tell which feed lost access.
+    @Test func refusedKeysAreLoggedWithTheirPublicID() async throws {
+        let harness = try await APIHarness.make(keyCache: .zero)
+        defer { harness.pool.close() }
+        let repository = APIKeyRepository(pool: harness.pool)
+        let feed = NewAPIKey.generate()
+        _ = try await repository.create(keyID: feed.id, name: "feed", scopes: ["ingest"], salt: feed.salt, hash: feed.hash)
+        #expect(await harness.send("GET", "/v1/status", key: feed.text).status == 403)
+        _ = try await repository.revoke(keyID: feed.id)
+        #expect(await harness.send("GET", "/v1/attribute-types", key: feed.text).status == 401)
+        let refused = harness.logLines.all.filter { $0.contains("msg=request") && ($0.contains("status=403") || $0.contains("status=401")) }
+        #expect(refused.count == 2, "\(harness.logLines.all)")
+        #expect(refused.allSatisfy { $0.contains("key_id=\(feed.id)") && !$0.contains(feed.text) }, "\(refused)")
+        // Without a key there is nothing to name.
+        #expect(await harness.send("GET", "/v1/status").status == 401)
+        #expect(harness.logLines.all.last?.contains("key_id=-") == true, "\(harness.logLines.all.last ?? "")")
+    }
+}

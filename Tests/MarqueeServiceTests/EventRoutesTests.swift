@@ -180,6 +180,7 @@ struct EventRoutesTests {
             (["app": "1"], "app"),
             (["kind": "race"], "kind"),
             (["attributeType": "FlightAttributes"], "attributeType"),
+            (["app": 999_999], "app"),
             (["startsAt": "tomorrow"], "startsAt"),
             (["endsAt": "2026-11-29T18:00:00Z"], "endsAt"),
             (["storagePolicy": "forever"], "storagePolicy"),
@@ -194,7 +195,11 @@ struct EventRoutesTests {
         let longName = JSONValue.string(String(repeating: "x", count: 4200))
         var huge = Self.initialState.objectValue!
         huge["lastScorer"] = longName
-        expectError(await s.create("huge", ["contentState": .object(huge)]), 422, code: "payload_too_large", field: "contentState")
+        let tooLarge = await s.create("huge", ["contentState": .object(huge)])
+        expectError(tooLarge, 422, code: "payload_too_large", field: "contentState")
+        let sizeMessage = tooLarge.json?["error"]?["message"]?.stringValue ?? ""
+        #expect(sizeMessage.hasPrefix("the update's APNs payload is ") && sizeMessage.contains("over the 4096-byte limit"), "\(sizeMessage)")
+        #expect(await s.create("bad", ["app": 999_999]).json?["error"]?["message"] == "no app with id 999999")
         expectError(await s.harness.send("POST", "/v1/events", key: s.admin, body: "{\"app\": "), 400, code: "invalid_json")
         #expect(try await s.harness.count("events") == 0)
         // A key bound to another app cannot create events for this one.
@@ -298,6 +303,9 @@ struct EventRoutesTests {
             (#"{"contentStatePatch": {"minute": 2}, "colour": "red"}"#, 422, "validation_failed", "colour"),
             (#"{"contentStatePatch": {"minute": 2}, "dismissalDate": "2026-11-29T21:00:00Z"}"#, 422, "validation_failed", "dismissalDate"),
             (#"{"contentStatePatch": {"minute": 2}, "priority": "urgent"}"#, 422, "validation_failed", "priority"),
+            // A feed clock an hour ahead would supersede every true update for an hour (serve --max-clock-skew, 60 s).
+            ("{\"contentStatePatch\": {\"minute\": 2}, \"occurredAt\": \"\(Date().addingTimeInterval(3600).ISO8601Format())\"}",
+             422, "validation_failed", "occurredAt"),
             (#"{"contentStatePatch": {"minute": 2}, "relevanceScore": "high"}"#, 422, "validation_failed", "relevanceScore"),
             (#"{"contentStatePatch": {"minute": 2}, "relevanceScore": -1}"#, 422, "validation_failed", "relevanceScore"),
             (#"{"contentStatePatch": {"minute": 2}, "occurredAt": 1764441000}"#, 422, "validation_failed", "occurredAt"),
@@ -391,6 +399,13 @@ struct EventRoutesTests {
         #expect(again.status == 202)
         #expect(again.response.body == first.response.body)
         #expect(again.response.headers["content-type"] == "application/json")
+        #expect(first.response.headers["idempotent-replayed"] == nil)
+        #expect(again.response.headers["idempotent-replayed"] == "true")
+        // The same request re-serialized (other whitespace, other key order) is the same request.
+        let reserialized = await s.post(path, body: "{ \"occurredAt\":\"2026-11-29T19:00:00Z\",\n \"contentStatePatch\" : {\"homeScore\":1} }",
+                                        idempotencyKey: "feed-42")
+        #expect(reserialized.status == 202 && reserialized.response.body == first.response.body, "\(reserialized.text)")
+        #expect(reserialized.response.headers["idempotent-replayed"] == "true")
         #expect(try await s.harness.count("updates") == 1)
 
         expectError(await s.post(path, body: #"{"contentStatePatch": {"homeScore": 2}}"#, idempotencyKey: "feed-42"),

@@ -270,6 +270,14 @@ public struct ChannelRepository: Sendable {
         try await tx.query("SELECT pg_notify(\(IngestRepository.notifyChannel), \(String(eventID)))")
     }
 
+    /// The app's channels that may exist at APNs (the quota's states, unknown ones included), oldest first.
+    public func atAPNs(appID: Int) async throws -> [ChannelRecord] {
+        try await pool.query("""
+            SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
+            WHERE app_id = \(appID) AND state = ANY (\(StoredChannelState.quotaStates)::text[]) ORDER BY id
+            """).map(ChannelRecord.init(row:))
+    }
+
     /// Channels of the app that count against Apple's quota (lifecycle states that may exist at APNs, and unknown ones).
     public func quotaCount(appID: Int) async throws -> Int {
         try await pool.query("""
