@@ -6,6 +6,7 @@ import MarqueeCommandLine
 import MarqueeCore
 import MarqueeService
 import Network
+import Synchronization
 
 extension ExitCode {
     /// The API refused the input (400, 413, 422 and other 4xx but 401, 403, 404, 409).
@@ -122,19 +123,36 @@ struct AdminAPIClient: Sendable {
         return APIAnswer(json: json, text: String(decoding: response.body, as: UTF8.self))
     }
 
-    /// Every page of a list, following `nextCursor`; `collection` names the array in each page.
-    func pages(_ path: String, query: [(String, String?)], collection: String, progressLabel: String) async throws -> [JSONValue] {
-        var all: [JSONValue] = []
-        var cursor: String?
-        let progress = Terminal.standardErrorIsTerminal && !arguments.json
+    /// Follows `nextCursor` from the first page (or `start`) to the last, handing each page's `collection` to `body` as it
+    /// arrives (so nothing printed is lost to a Ctrl-C); returns how many items came. On SIGINT it says on
+    /// stderr how far it got and the cursor to resume from, then exits 130.
+    func eachPage(_ path: String, query: [(String, String?)], from start: String? = nil, collection: String, noun: String,
+                  _ body: ([JSONValue]) -> Void) async throws -> Int {
+        let progress = Mutex((count: 0, cursor: String?.none))
+        signal(SIGINT, SIG_IGN)
+        let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        interrupt.setEventHandler {
+            let (count, cursor) = progress.withLock { ($0.count, $0.cursor) }
+            Terminal.error("\nmarquee: interrupted after \(count) \(noun)" + (cursor.map { "; resume with --cursor \($0)" } ?? ""))
+            exit(130)
+        }
+        interrupt.resume()
+        defer {
+            interrupt.cancel()
+            signal(SIGINT, SIG_DFL)
+        }
+        var cursor = start
         repeat {
             let page = try await send("GET", path, query: query + [("cursor", cursor)]).json
-            all += page[collection]?.arrayValue ?? []
+            let items = page[collection]?.arrayValue ?? []
             cursor = page["nextCursor"]?.stringValue
-            if progress { FileHandle.standardError.write(Data("\r\(progressLabel): \(all.count) so far…".utf8)) }
+            // Printed and counted under the lock the interrupt takes: what it reports is exactly what was printed.
+            progress.withLock { state in
+                body(items)
+                state = (state.count + items.count, cursor)
+            }
         } while cursor != nil
-        if progress { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
-        return all
+        return progress.withLock { $0.count }
     }
 
     /// A transport failure: 69 (unreachable, TLS, timeout) with what to check.

@@ -89,8 +89,8 @@ enum EventCommands {
             .option("starts-after", value: "DATE", help: "Only events starting after this date."),
             .option("starts-before", value: "DATE", help: "Only events starting before this date."),
             .option("limit", value: "N", help: "Events per page, 1 to 500 (the server's default is 100)."),
-            .option("cursor", value: "CURSOR", help: "Continue from a page's nextCursor."),
-            .flag("all", help: "Fetch every page (following nextCursor); with --json, one document with every event."),
+            .option("cursor", value: "CURSOR", help: "Continue from a page's nextCursor (with --all: from there to the last page)."),
+            .flag("all", help: "Fetch every page (following nextCursor), printing each as it arrives; with --json, one event per line (JSON Lines)."),
         ] + AdminAPIClient.options
     ) { arguments in
         let input = APIInput(arguments)
@@ -101,11 +101,19 @@ enum EventCommands {
             ("startsBefore", try input.date("starts-before")), ("limit", limit.map(String.init)),
         ]
         if arguments.flag("all") {
-            if arguments.string("cursor") != nil { throw UsageError("--all starts at the first page; leave out --cursor", commandPath: arguments.commandPath) }
-            let events = try await AdminAPIClient.with(arguments) { api in
-                try await api.pages("/v1/events", query: query, collection: "events", progressLabel: "events")
+            var headerPrinted = false
+            let count = try await AdminAPIClient.with(arguments) { api in
+                try await api.eachPage("/v1/events", query: query, from: arguments.string("cursor"), collection: "events", noun: "events") { events in
+                    if arguments.json {
+                        for event in events { Terminal.print(event.jsonString) }
+                    } else if !events.isEmpty {
+                        let table = eventTable(events)
+                        Terminal.print(headerPrinted ? String(table.drop { $0 != "\n" }.dropFirst()) : table)
+                        headerPrinted = true
+                    }
+                }
             }
-            Terminal.emit(arguments, text: eventTable(events), json: ["events": .array(events), "nextCursor": .null])
+            if count == 0 && !arguments.json { Terminal.print(eventTable([])) }
             return
         }
         query.append(("cursor", arguments.string("cursor")))

@@ -187,4 +187,32 @@ struct CLIOutputTests {
             #expect(try await h.count("SELECT count(*)::bigint AS n FROM apps") == 0)
         }
     }
+
+    /// `event list --all` prints each page as it arrives; a Ctrl-C keeps what was printed and says where to resume.
+    @Test func aCtrlCDuringEventListAllKeepsWhatWasPrintedAndSaysWhereToResume() async throws {
+        try await BroadcastHarness.run { h in
+            let cli = CLI(h: h)
+            let first = try await h.createEvent("page-0", startsAt: Date().addingTimeInterval(7 * 86400))
+            try await h.pool.execute("""
+                INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy, starts_at, ends_at, topics)
+                SELECT app_id, 'page-' || n, kind, attribute_type_id, attributes, storage_policy, starts_at + n * interval '1 minute',
+                       ends_at + n * interval '1 minute', topics
+                FROM events, generate_series(1, 299) AS n WHERE id = \(first)
+                """)
+            let listing = try MarqueeProcess.start(["event", "list", "--all", "--limit", "1"], databaseURL: nil, environment: cli.environment)
+            try await h.waitUntil("the first pages are printed") { listing.stdout.split(separator: "\n").count >= 4 }
+            listing.signal(SIGINT)
+            #expect(await listing.wait() == 130)
+            let rows = listing.stdout.split(separator: "\n").dropFirst()  // the header
+            let stderr = listing.stderr
+            #expect(stderr.contains("interrupted after \(rows.count) events; resume with --cursor "), "\(stderr)")
+            let cursor = try #require(stderr.components(separatedBy: "--cursor ").last?.trimmingCharacters(in: .whitespacesAndNewlines))
+            #expect(rows.count < 300, "the listing finished before the interrupt")
+            let rest = try await cli.run(["event", "list", "--all", "--limit", "1", "--cursor", cursor])
+            #expect(rest.status == 0, "\(rest.stderr)")
+            let restRows = rest.stdout.split(separator: "\n").dropFirst()
+            #expect(rows.count + restRows.count == 300, "\(rows.count) + \(restRows.count)")
+            #expect(Set(rows.map { $0.split(separator: " ").first }).isDisjoint(with: restRows.map { $0.split(separator: " ").first }))
+        }
+    }
 }
