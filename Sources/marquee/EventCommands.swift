@@ -212,6 +212,7 @@ enum EventCommands {
         arguments: [.positional("id", help: "The event id.")] + stateArguments + alertArguments + [
             .option("dismissal-date", value: "DATE", help: "When devices remove the ended activity."),
             .option("at", value: "DATE", help: "Do not send the end broadcast before this date."),
+            .flag("replace", help: "Replace the end an ending event took already (its state, dismissal date and --at)."),
         ] + AdminAPIClient.options
     ) { arguments in
         let input = APIInput(arguments)
@@ -220,6 +221,7 @@ enum EventCommands {
         if let alert = try await alert(input) { body["alert"] = alert }
         if let date = try input.date("dismissal-date") { body["dismissalDate"] = .string(date) }
         if let date = try input.date("at") { body["at"] = .string(date) }
+        if arguments.flag("replace") { body["replace"] = true }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events/\(id)/end", body: .object(body)) }
         APIText.emit(arguments, answer) { updateText($0, event: id) }
     }

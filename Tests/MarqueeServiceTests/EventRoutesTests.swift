@@ -53,6 +53,19 @@ struct EventRoutesTests {
                                                                                          body: Array(body.utf8))))
         }
 
+        /// Gives the event an open channel through the lifecycle's steps, as the scheduler would.
+        func openChannel(_ event: Int) async throws {
+            let channels = ChannelRepository(pool: harness.pool)
+            let planned = try await channels.createPlanned(eventID: event)
+            var lifecycle = try #require(planned.lifecycle)
+            var before = lifecycle
+            _ = try lifecycle.leadTimeReached()
+            #expect(try await channels.transition(channelID: planned.id, from: before, to: lifecycle))
+            before = lifecycle
+            _ = try lifecycle.createSucceeded()
+            #expect(try await channels.transition(channelID: planned.id, from: before, to: lifecycle, apnsChannelID: "AAAAAAAAAAAAAAAAAAAAAA=="))
+        }
+
         func state(_ event: Int) async -> JSONValue? {
             await harness.send("GET", "/v1/events/\(event)/state", key: tokens).json
         }
@@ -439,15 +452,7 @@ struct EventRoutesTests {
         defer { s.harness.pool.close() }
         let event = try await s.event()
         // An open channel: the end waits for the dispatcher.
-        let channels = ChannelRepository(pool: s.harness.pool)
-        let planned = try await channels.createPlanned(eventID: event)
-        var lifecycle = try #require(planned.lifecycle)
-        var before = lifecycle
-        _ = try lifecycle.leadTimeReached()
-        #expect(try await channels.transition(channelID: planned.id, from: before, to: lifecycle))
-        before = lifecycle
-        _ = try lifecycle.createSucceeded()
-        #expect(try await channels.transition(channelID: planned.id, from: before, to: lifecycle, apnsChannelID: "AAAAAAAAAAAAAAAAAAAAAA=="))
+        try await s.openChannel(event)
         // The end takes the latest state by default, or a patch of it.
         let ended = await s.post("/v1/events/\(event)/end", body: """
             {"contentStatePatch": {"period": "fullTime", "minute": 90}, "dismissalDate": "2026-11-29T21:00:00Z",
@@ -467,15 +472,33 @@ struct EventRoutesTests {
         #expect(state["status"] == "ending")
         #expect(state["contentState"]?["period"] == "fullTime")
 
-        // Ending: no more updates, another end is still accepted.
+        // Ending: no more updates; a second end replaces the first (its at included) only when it says so.
         expectError(await s.post("/v1/events/\(event)/updates", body: #"{"contentStatePatch": {"minute": 91}}"#), 409, code: "conflict")
-        #expect(await s.post("/v1/events/\(event)/end", body: "{}").status == 202)
+        expectError(await s.post("/v1/events/\(event)/end", body: "{}"), 409, code: "conflict", field: "replace")
+        #expect(try await s.harness.count("updates") == 1)
+        #expect(await s.post("/v1/events/\(event)/end", body: #"{"replace": true}"#).status == 202)
         // Ended: nothing.
         try await s.harness.pool.execute("UPDATE events SET status = 'ended' WHERE id = \(event)")
         expectError(await s.post("/v1/events/\(event)/end", body: "{}"), 409, code: "conflict")
         expectError(await s.post("/v1/events/\(event)/updates", body: #"{"contentStatePatch": {"minute": 91}}"#), 409, code: "conflict")
         expectError(await s.post("/v1/events/\(event)/end", body: #"{"at": "soon"}"#), 422, field: "at")
         #expect(try await s.harness.count("updates") == 2)
+    }
+
+    /// A feed that retries its end with the same Idempotency-Key gets the first answer, not "ending already".
+    @Test func aRetriedEndIsReplayedNotRefused() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        // An open channel, so the end waits for the dispatcher and the event stays ending.
+        try await s.openChannel(event)
+        let path = "/v1/events/\(event)/end"
+        let first = await s.post(path, body: #"{"at": "2026-11-29T20:35:00Z"}"#, idempotencyKey: "end-1")
+        #expect(first.status == 202, "\(first.text)")
+        let retried = await s.post(path, body: #"{"at": "2026-11-29T20:35:00Z"}"#, idempotencyKey: "end-1")
+        #expect(retried.status == 202 && retried.response.body == first.response.body, "\(retried.text)")
+        #expect(retried.response.headers["idempotent-replayed"] == "true")
+        expectError(await s.post(path, body: #"{"at": "2026-11-29T20:40:00Z"}"#, idempotencyKey: "end-2"), 409, field: "replace")
     }
 
     /// The dispatcher holds an end with `at` back until then, then sends it with its dismissal date.

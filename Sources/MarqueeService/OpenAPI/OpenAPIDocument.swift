@@ -619,7 +619,7 @@ public enum OpenAPIDocument {
           "staleDate": { "type": "string", "format": "date-time" },
           "relevanceScore": { "type": "number", "minimum": 0 },
           "priority": { "type": "string", "enum": ["auto", "high", "low"], "default": "auto", "description": "auto: 10 for an alert or a significant change, else 5." },
-          "occurredAt": { "type": "string", "format": "date-time", "description": "Default: the time of arrival, never before the latest state. Older than the latest state: recorded as superseded." }
+          "occurredAt": { "type": "string", "format": "date-time", "description": "Default: the time of arrival, never before the latest state. Older than the latest state: recorded as superseded. More than serve --max-clock-skew (60 s) ahead of the server's clock: refused (422)." }
         }
       },
       "EndInput": {
@@ -635,7 +635,8 @@ public enum OpenAPIDocument {
           "staleDate": { "type": "string", "format": "date-time" },
           "relevanceScore": { "type": "number", "minimum": 0 },
           "priority": { "type": "string", "enum": ["auto", "high", "low"], "default": "auto" },
-          "occurredAt": { "type": "string", "format": "date-time" }
+          "occurredAt": { "type": "string", "format": "date-time", "description": "As for an update: refused (422) more than serve --max-clock-skew ahead." },
+          "replace": { "type": "boolean", "default": false, "description": "Replace the end an ending event took already (its state, dismissal date and at); without it a second end answers 409." }
         }
       },
       "AcceptedUpdate": {

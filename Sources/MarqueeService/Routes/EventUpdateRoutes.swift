@@ -28,7 +28,7 @@ extension EventRoutes {
     private static let updateFields: Set<String> = [
         "contentState", "contentStatePatch", "alert", "staleDate", "relevanceScore", "priority", "occurredAt",
     ]
-    private static let endFields = updateFields.union(["dismissalDate", "at"])
+    private static let endFields = updateFields.union(["dismissalDate", "at", "replace"])
 
     private func ingestUpdate(_ request: APIRequest, action: UpdateAction) async throws -> HTTPResponse {
         let eventID = try Self.eventID(request)
@@ -58,6 +58,7 @@ extension EventRoutes {
         }
         let dismissalDate = action == .end ? try body.optionalDate("dismissalDate") : nil
         let notBefore = action == .end ? try body.optionalDate("at") : nil
+        let replacesEnd = action == .end ? try body.optionalBool("replace") ?? false : false
 
         let type = try await attributeType(eventID: eventID, key: request.key)
         let encodedWhole = try whole.map { value in
@@ -65,7 +66,8 @@ extension EventRoutes {
         }
         let draft = UpdateDraft(action: action, alert: alert?.json, staleDate: staleDate, dismissalDate: dismissalDate,
                                 relevanceScore: relevanceScore, priority: priority, occurredAt: occurredAt,
-                                apiKeyID: request.key?.databaseID, urgent: priority == .high || alert != nil, notBefore: notBefore)
+                                apiKeyID: request.key?.databaseID, urgent: priority == .high || alert != nil, notBefore: notBefore,
+                                replacesEnd: replacesEnd)
         let timestamp = Self.unixSeconds(Date())
         // The real payload must fit, so every accepted update can travel.
         func checked(_ state: JSONValue) throws -> JSONValue {
@@ -102,6 +104,9 @@ extension EventRoutes {
             throw APIError.conflict(status == .ending
                 ? "event \(eventID) is ending and takes only another end"
                 : "event \(eventID) is \(status.rawValue) and takes no more updates", field: nil)
+        } catch PipelineError.endAlreadyAccepted {
+            throw APIError.conflict("event \(eventID) is ending already: an end was accepted; send \"replace\": true to "
+                + "replace it (its state, dismissal date and at)", field: "replace")
         } catch PipelineError.eventBusy {
             throw APIError(status: 503, code: "event_busy",
                            message: "other updates of event \(eventID) kept changing the state this patch applies to; retry",

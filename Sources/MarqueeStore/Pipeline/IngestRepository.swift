@@ -54,10 +54,14 @@ public struct UpdateDraft: Sendable, Equatable {
     public var urgent: Bool
     /// Not broadcast before this instant (`at` of an end); nil: as soon as the dispatcher may.
     public var notBefore: Date?
+    /// An end that replaces the end an ending event took already (its state, dismissal date and `at`); without
+    /// it a second end is refused (`endAlreadyAccepted`).
+    public var replacesEnd: Bool
 
     public init(action: UpdateAction = .update, alert: JSONValue? = nil, staleDate: Date? = nil,
                 dismissalDate: Date? = nil, relevanceScore: Double? = nil, priority: RequestedPriority = .auto,
-                occurredAt: Date?, apiKeyID: Int? = nil, urgent: Bool = false, notBefore: Date? = nil) {
+                occurredAt: Date?, apiKeyID: Int? = nil, urgent: Bool = false, notBefore: Date? = nil, replacesEnd: Bool = false) {
+        self.replacesEnd = replacesEnd
         self.action = action
         self.alert = alert
         self.staleDate = staleDate
@@ -211,7 +215,7 @@ public struct IngestRepository: Sendable {
             } else {
                 let snapshot: EventSnapshot
                 do {
-                    snapshot = try await self.snapshot(eventID: eventID, appID: appID, action: draft.action)
+                    snapshot = try await self.snapshot(eventID: eventID, appID: appID, draft: draft)
                 } catch let refusal as PipelineError {
                     // A retry of a request that was accepted gets its answer, even once the event has closed.
                     if let idempotency, let answer = try await storedAnswer(idempotency, eventID: eventID, now: now, response: response) {
@@ -270,7 +274,7 @@ public struct IngestRepository: Sendable {
     }
 
     /// The event for a derived state or a refusal; throws what the write's refusal means.
-    private func snapshot(eventID: Int, appID: Int?, action: UpdateAction) async throws -> EventSnapshot {
+    private func snapshot(eventID: Int, appID: Int?, draft: UpdateDraft) async throws -> EventSnapshot {
         let rows = try await pool.query("""
             SELECT app_id, attribute_type_id, status, channel_lost, latest_state, latest_state_at, latest_update_id
             FROM events WHERE id = \(eventID)
@@ -284,8 +288,11 @@ public struct IngestRepository: Sendable {
                                      latestStateAt: try row.decode(Date?.self, column: "latest_state_at"),
                                      latestUpdateID: try row.decode(Int?.self, column: "latest_update_id"))
         if let appID, appID != snapshot.appID { throw PipelineError.eventNotFound(eventID) }
-        switch (snapshot.status, action) {
-        case (.scheduled, _), (.live, _), (.ending, .end): return snapshot
+        switch (snapshot.status, draft.action) {
+        case (.scheduled, _), (.live, _): return snapshot
+        case (.ending, .end):
+            guard draft.replacesEnd else { throw PipelineError.endAlreadyAccepted(eventID) }
+            return snapshot
         case (.ending, .update), (.ended, _), (.cancelled, _): throw PipelineError.eventClosed(eventID, snapshot.status)
         }
     }
@@ -316,7 +323,7 @@ public struct IngestRepository: Sendable {
                 updated_at = now()
             FROM input i
             WHERE e.id = i.event_id
-              AND (e.status IN ('scheduled', 'live') OR (e.status = 'ending' AND i.action = 'end'))
+              AND (e.status IN ('scheduled', 'live') OR (e.status = 'ending' AND i.action = 'end' AND \(draft.replacesEnd)))
               AND (\(appID)::bigint IS NULL OR e.app_id = \(appID))
               AND (NOT \(expectedUpdateID != nil) OR e.latest_update_id IS NOT DISTINCT FROM \(expectedUpdateID ?? nil)::bigint)
             RETURNING e.latest_update_id, e.latest_state_at, \(unsafeRaw: superseded) AS superseded

@@ -11,6 +11,8 @@ public enum PipelineError: Error, Equatable, Sendable, CustomStringConvertible {
     case eventNotFound(Int)
     /// The event is ended or cancelled (or ending, for a plain update): answer 409, nothing was stored.
     case eventClosed(Int, EventStatus)
+    /// The event is ending: it took an end already, which a second one replaces only when it says so: answer 409.
+    case endAlreadyAccepted(Int)
     /// The app already has an event with this external id: answer 409 and show the existing one.
     case externalIDTaken(appID: Int, externalID: String)
     /// The app or attribute type does not exist, or the type belongs to another app: answer 422.
@@ -31,6 +33,7 @@ public enum PipelineError: Error, Equatable, Sendable, CustomStringConvertible {
         switch self {
         case .eventNotFound(let id): "event \(id) not found"
         case .eventClosed(let id, let status): "event \(id) is \(status.rawValue) and takes no more updates"
+        case .endAlreadyAccepted(let id): "event \(id) is ending already; an end that replaces the first must say so"
         case .externalIDTaken(let app, let external): "app \(app) already has an event with external id \(external); fetch it instead"
         case .invalidReference(let what): "invalid reference: \(what)"
         case .idempotencyKeyReused(let key): "idempotency key \(key) was used with another request body in the last 24 h; use a new key"
