@@ -58,8 +58,9 @@ enum ChannelCommands {
         discussion: """
             Devices subscribed to a deleted channel get no more updates. The server refuses (409) to delete an
             open channel unless --force is given, and a create whose outcome is still unknown until it settles.
-            To end a live event first, use 'marquee event end'. Asks for confirmation on a terminal; scripts
-            pass --yes.
+            To end a live event first, use 'marquee event end'. A forced delete of a live channel flags its event
+            channel_lost (its broadcasts stop; 'marquee status' lists it) until 'marquee channel recreate' gives it a
+            new one. Asks for confirmation on a terminal; scripts pass --yes.
 
             Example:
               marquee channel delete 7

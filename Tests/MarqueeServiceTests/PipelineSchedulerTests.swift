@@ -453,3 +453,38 @@ struct PipelineSchedulerTests {
         #expect(f.log.all.contains { $0.contains("level=error") && $0.contains("channel_lost") })
     }
 }
+
+extension PipelineSchedulerTests {
+    /// A forced delete of a live channel used to strand its event: scheduled with no channel, its updates piling
+    /// up, and recreate refusing it. Now the event is flagged channel_lost (no broadcasts, listed by status) and
+    /// recreate gives it a new channel that carries its newest state.
+    @Test func aForcedDeleteOfALiveChannelLeavesTheEventRecreatable() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let old = try await f.openChannel(eventID: event.id)
+        try await f.post(event.id, ["home": 1, "away": 0])
+        let scheduler = f.scheduler()
+
+        let deleted = try await scheduler.deleteChannel(id: old.id, force: true)
+        #expect(deleted.state == .lifecycle(.deleted))
+        #expect(f.apns.state.withLock { $0.deletes } == [old.apnsChannelID])
+        #expect(try await f.events.get(id: event.id)?.channelLost == true)
+        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
+        #expect(try await StatusRepository(pool: f.pool).status().lostChannels.map(\.eventID) == [event.id])
+        // Updates are still taken (and the flag shows why nothing goes out).
+        let newest = try await f.post(event.id, ["home": 2, "away": 0])
+
+        let recreated = try await scheduler.recreateChannel(eventID: event.id)
+        #expect(recreated.id != old.id && recreated.state == .lifecycle(.open), "\(recreated)")
+        #expect(recreated.apnsChannelID != nil && recreated.apnsChannelID != old.apnsChannelID)
+        #expect(try await f.events.get(id: event.id)?.channelLost == false)
+        let results = try await f.dispatcher().dispatchOnce()
+        guard case .sent(let sent, _, _)? = results.first else { Issue.record("expected a send, got \(results)"); return }
+        #expect(sent == newest.id)
+        #expect(f.apns.broadcasts.last?.channelID == recreated.apnsChannelID)
+        #expect(f.apns.broadcasts.last?.aps["content-state"]?["home"] == 2)
+        // An event that never had a channel has none to recreate.
+        await #expect(throws: ChannelSchedulerError.self) { _ = try await scheduler.recreateChannel(eventID: try await f.makeEvent().id) }
+    }
+}

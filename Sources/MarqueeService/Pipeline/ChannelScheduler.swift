@@ -307,10 +307,22 @@ public final class ChannelScheduler: Service {
     // MARK: operator actions (no lease needed: every step is a state-guarded transition)
 
     /// `marquee channel recreate`: a new APNs channel for an event whose channel APNs lost or refused
-    /// to create. Activities already running stay on the old id; those started from now on use the new one.
+    /// to create, or an operator deleted while it was live (`deleteChannel(force:)`). Activities already
+    /// running stay on the old id; those started from now on use the new one.
     public func recreateChannel(eventID: Int) async throws -> ChannelRecord {
         guard let channel = try await channels.channels(eventID: eventID).first else {
             throw ChannelSchedulerError.channelNotFound("a channel of event \(eventID)")
+        }
+        if channel.state == .lifecycle(.deleted), try await events.get(id: eventID)?.channelLost == true {
+            // Deleted while live: a new channel row, created now (the event's updates resume once it is open).
+            let planned = try await channels.createPlanned(eventID: eventID)
+            guard var lifecycle = planned.lifecycle, lifecycle.state == .planned else { return planned }
+            let before = lifecycle
+            guard case .createChannel(let attempt) = try lifecycle.leadTimeReached() else { return planned }
+            var report = SweepReport()
+            try await create(planned, from: before, to: lifecycle, attempt: attempt, fence: nil, report: &report)
+            logger.info("channel recreated on an operator's request", ["channel": .int(planned.id), "event": .int(eventID)])
+            return try await channels.get(id: planned.id) ?? planned
         }
         guard var lifecycle = channel.lifecycle, lifecycle.state == .lost || lifecycle.state == .createFailed else {
             throw ChannelSchedulerError.refused(
@@ -325,7 +337,9 @@ public final class ChannelScheduler: Service {
     }
 
     /// `marquee channel delete`: deletes the channel at APNs now. An open channel needs `force`
-    /// (running activities stop getting updates); an unresolved create is refused until it settles.
+    /// (running activities stop getting updates); an unresolved create is refused until it settles. An event
+    /// whose live channel went this way is flagged `channel_lost`, as when APNs loses one: its broadcasts stop,
+    /// `status` lists it, and `recreateChannel` gives it a new channel.
     public func deleteChannel(id: Int, force: Bool) async throws -> ChannelRecord {
         guard let channel = try await channels.get(id: id) else { throw ChannelSchedulerError.channelNotFound("channel \(id)") }
         var report = SweepReport()
@@ -347,6 +361,12 @@ public final class ChannelScheduler: Service {
             }
             if case .deleteChannel = action {
                 try await delete(channel, from: current, to: next, fence: nil, report: &report)
+                if current.state == .open || current.state == .ending, let eventID = channel.eventID,
+                   try await channels.get(id: id)?.state == .lifecycle(.deleted) {
+                    try await channels.stopBroadcasting(eventID: eventID)
+                    logger.warning("a live channel was deleted: its event is flagged channel_lost until 'marquee channel recreate'",
+                                   ["channel": .int(id), "event": .int(eventID)])
+                }
             } else if next != current {
                 try await channels.transition(channelID: id, from: current, to: next)
             }

@@ -233,6 +233,11 @@ public struct ChannelRepository: Sendable {
         }
     }
 
+    /// Flags the event channel_lost and drops its outbox row: an operator deleted its live channel.
+    public func stopBroadcasting(eventID: Int) async throws {
+        try await pool.withConnection { try await Self.stopBroadcasting(eventID: eventID, on: $0) }
+    }
+
     /// Flags the event channel_lost and drops its outbox row (ChannelNotRegistered, or missing at APNs).
     static func stopBroadcasting(eventID: Int, on tx: PostgresConnection) async throws {
         try await tx.query("""
