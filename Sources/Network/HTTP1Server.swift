@@ -1,7 +1,8 @@
 // An HTTP/1.1 server on libevent's evhttp, one evhttp per loop of a group, all accepting from one socket.
 // evhttp parses and keeps connections alive; this file covers its corners:
 // - its own answers (limits, malformed requests) are fixed HTML pages, so its limits are only a coarse outer
-//   guard; the API's smaller body limit is enforced here with a JSON answer the caller shapes;
+//   guard; the API's smaller body limit is enforced here with a JSON answer the caller shapes, and the pages
+//   evhttp still writes (a body over its hard limit) are replaced in the output buffer by the same answers;
 // - every method evhttp knows is allowed through to the handler (evhttp's default would answer 501);
 // - its timeout only notices idle sockets, so each connection gets a deadline for reading a whole request,
 //   armed when the connection is accepted or its previous response is sent: a client trickling bytes is cut off.
@@ -30,7 +31,8 @@ public struct HTTP1ServerConfiguration: Sendable {
     public var ioTimeout: Duration = .seconds(30)
     /// How long `shutdown()` waits for in-flight handlers.
     public var shutdownGracePeriod: Duration = .seconds(10)
-    /// The answers the server gives by itself: 413 `PayloadTooLarge`, 503 `ShuttingDown`, and 405
+    /// The answers the server gives by itself: 400 `BadRequest` (a request evhttp could not read), 413
+    /// `PayloadTooLarge` (over `maxBodySize`, or over evhttp's hard limit), 503 `ShuttingDown`, and 405
     /// `MethodNotAllowed` for methods evhttp cannot name (anything but GET, POST, HEAD, PUT, DELETE, OPTIONS,
     /// TRACE, CONNECT, PATCH, which all reach the handler).
     public var errorResponse: @Sendable (_ status: Int, _ reason: String) -> HTTPResponse = { status, reason in
@@ -230,6 +232,7 @@ final class HTTP1LoopServer: @unchecked Sendable {
     private func makeBufferEvent(_ base: OpaquePointer) -> OpaquePointer? {
         // No BEV_OPT_CLOSE_ON_FREE: evhttp then closes the socket itself when it frees the connection.
         guard let bufferEvent = bufferevent_socket_new(base, -1, 0) else { return nil }
+        replaceHTMLErrorPages(of: bufferEvent)
         shared.acceptedConnections.add(1, ordering: .relaxed)
         toAdopt.append(HTTP1Connection(bufferEvent: bufferEvent, id: Self.nextConnectionID.add(1, ordering: .relaxed).oldValue))
         if let adoptEvent { event_active(adoptEvent, EV_TIMEOUT, 0) }
@@ -312,6 +315,41 @@ final class HTTP1LoopServer: @unchecked Sendable {
         // A request whose client left is detached from its connection; sending frees it.
         evhttp_send_reply(request, Int32(response.status), nil, nil)
         pending.connection?.arm()
+    }
+
+    // MARK: - evhttp's own error pages
+
+    /// Watches a connection's output: evhttp answers what it refuses by itself (a body over its hard limit, a
+    /// malformed request) with a fixed HTML page and no hook to shape it, so the page is replaced, in the
+    /// output buffer before any of it is written, by `errorResponse` for its status.
+    private func replaceHTMLErrorPages(of bufferEvent: OpaquePointer) {
+        guard let output = bufferevent_get_output(bufferEvent) else { return }
+        _ = evbuffer_add_cb(output, { buffer, info, context in
+            guard let buffer, let info, info.pointee.n_added > 0 else { return }
+            HTTP1LoopServer.from(context).replaceHTMLErrorPage(in: buffer)
+        }, context)
+    }
+
+    /// Replaces the buffer's content when it is exactly one whole evhttp error page (status line, headers
+    /// saying text/html, a body of their Content-Length starting with evhttp's `<HTML><HEAD>`); else leaves it.
+    /// evhttp writes a page in several adds within one call, so the check runs until the body is in.
+    private func replaceHTMLErrorPage(in buffer: OpaquePointer) {
+        let length = evbuffer_get_length(buffer)
+        guard length > 16, length <= 4096 else { return }
+        var bytes = [UInt8](repeating: 0, count: length)
+        guard evbuffer_copyout(buffer, &bytes, length) == length, bytes.starts(with: Array("HTTP/1.".utf8)) else { return }
+        guard let page = HTTP1ErrorPage(bytes) else { return }
+        // The reasons `errorResponse` is documented to get for the answers this server gives by itself.
+        let reason = [400: "BadRequest", 413: "PayloadTooLarge"][page.status] ?? page.reason.replacingOccurrences(of: " ", with: "")
+        let response = shared.configuration.errorResponse(page.status, reason)
+        var text = "HTTP/1.1 \(page.status) \(page.reason)\r\n"
+        for field in response.headers.fields where field.name.lowercased() != "content-length" && field.name.lowercased() != "connection" {
+            text += "\(field.name): \(field.value)\r\n"
+        }
+        text += "Content-Length: \(response.body.count)\r\nConnection: close\r\n\r\n"
+        let replacement = Array(text.utf8) + response.body
+        evbuffer_drain(buffer, length)
+        replacement.withUnsafeBytes { _ = evbuffer_add(buffer, $0.baseAddress, $0.count) }
     }
 
     private static func methodName(_ command: evhttp_cmd_type) -> String? {
@@ -399,5 +437,42 @@ extension timeval {
     init(_ duration: Duration) {
         let (seconds, attoseconds) = duration.components
         self.init(tv_sec: Int(max(0, seconds)), tv_usec: Int(max(0, attoseconds) / 1_000_000_000_000))
+    }
+}
+
+/// One whole error page as evhttp writes it (`evhttp_send_error`): a status line, headers saying text/html
+/// with a Content-Length, and exactly that many bytes of body starting with `<HTML><HEAD>`.
+struct HTTP1ErrorPage: Equatable {
+    let status: Int
+    /// The status line's reason phrase, e.g. `Payload Too Large`.
+    let reason: String
+
+    init(status: Int, reason: String) {
+        self.status = status
+        self.reason = reason
+    }
+
+    init?(_ bytes: [UInt8]) {
+        let separator = Array("\r\n\r\n".utf8)
+        guard let end = bytes.indices.first(where: { bytes[$0...].starts(with: separator) }) else { return nil }
+        let head = String(decoding: bytes[..<end], as: UTF8.self)
+        let lines = head.components(separatedBy: "\r\n")
+        let statusLine = lines[0].split(separator: " ", maxSplits: 2)
+        guard statusLine.count == 3, let status = Int(statusLine[1]), (400..<600).contains(status) else { return nil }
+        var contentType = "", contentLength: Int?
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            switch line[..<colon].lowercased() {
+            case "content-type": contentType = value.lowercased()
+            case "content-length": contentLength = Int(value)
+            default: break
+            }
+        }
+        let body = bytes[(end + separator.count)...]
+        guard contentType.hasPrefix("text/html"), let contentLength, body.count == contentLength,
+              body.starts(with: Array("<HTML><HEAD>".utf8)) else { return nil }
+        self.status = status
+        reason = String(statusLine[2])
     }
 }

@@ -35,6 +35,28 @@ struct ServeTests {
                                                  body: Array(repeating: 0x20, count: 100_000))
         #expect(big.status == 413)
         #expect(try JSONValue(parsing: big.body)["error"]?["code"] == "payload_too_large")
+        // Above evhttp's own 1 MiB limit too (it refuses before reading the body; curl sends it as a client would).
+        let huge = FileManager.default.temporaryDirectory.appending(path: "marquee-huge-\(UUID().uuidString)")
+        try Data(repeating: 0x20, count: 1_100_000).write(to: huge)
+        defer { try? FileManager.default.removeItem(at: huge) }
+        let curl = Process()
+        curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        curl.arguments = ["-s", "-H", "Authorization: Bearer \(key)", "-H", "Content-Type: application/json",
+                          "--data-binary", "@\(huge.path)", "-w", "\n%{http_code}", "http://127.0.0.1:\(port)/v1/attribute-types"]
+        let pipe = Pipe()
+        curl.standardOutput = pipe
+        try curl.run()
+        // Read on a thread of its own, never on the cooperative pool.
+        let output = await withCheckedContinuation { continuation in
+            Thread.detachNewThread {
+                let data = pipe.fileHandleForReading.readDataToEndOfFile()
+                curl.waitUntilExit()
+                continuation.resume(returning: String(decoding: data, as: UTF8.self))
+            }
+        }
+        let (answer, code) = (output.split(separator: "\n").first.map(String.init) ?? "", output.split(separator: "\n").last)
+        #expect(code == "413", "\(output)")
+        #expect((try? JSONValue(parsing: answer))?["error"]?["code"] == "payload_too_large", "\(output)")
         let metrics = try await LoopbackHTTP.request(port: port, "GET", "/metrics")
         #expect(metrics.text.contains(#"marquee_http_requests_total{method="GET",route="/v1/apps",status="200"} 1"#))
 

@@ -28,6 +28,7 @@ public final class APIHTTPService: Service {
         let limit = api.maxBodySize
         configuration.errorResponse = { status, _ in
             switch status {
+            case 400: APIError.badRequest("the request is not valid HTTP/1.1").response
             case 413: APIError.payloadTooLarge(limit: limit).response
             case 503: APIError.unavailable("the server is shutting down; retry on another instance").response
             case 405: APIError(status: 405, code: "method_not_allowed", message: "this HTTP method is not supported").response
