@@ -336,6 +336,12 @@ final class HTTP1LoopServer: @unchecked Sendable {
     private func replaceHTMLErrorPage(in buffer: OpaquePointer) {
         let length = evbuffer_get_length(buffer)
         guard length > 16, length <= 4096 else { return }
+        // Every response passes here, a few times each: a look at its status line first, and only the two
+        // statuses evhttp answers with by itself are read whole.
+        var statusLine = [UInt8](repeating: 0, count: 12)
+        guard evbuffer_copyout(buffer, &statusLine, 12) == 12 else { return }
+        let code = statusLine[9...].reduce(0) { $0 * 10 + Int($1) - Int(UInt8(ascii: "0")) }
+        guard code == 413 || code == 400 else { return }
         var bytes = [UInt8](repeating: 0, count: length)
         guard evbuffer_copyout(buffer, &bytes, length) == length, bytes.starts(with: Array("HTTP/1.".utf8)) else { return }
         guard let page = HTTP1ErrorPage(bytes) else { return }
