@@ -323,9 +323,13 @@ struct PipelineDispatchTests {
         #expect(try await f.scalar(Date.self, "SELECT not_before FROM updates WHERE action = 'end'") == t0 + 600)
         let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0 + 600).first)
         #expect(claim.update.action == .end)
-        // A second end without `at` replaces it and may go at once.
+        // A second end without `at` replaces it (when it says so) and may go at once.
         try await f.outbox.release([claim])
-        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 4, urgent: true),
+        await #expect(throws: PipelineError.endAlreadyAccepted(event.id)) {
+            _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 4, urgent: true),
+                                          contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        }
+        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 4, urgent: true, replacesEnd: true),
                                       contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
         #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0 + 5).first?.update.action == .end)
     }
