@@ -310,26 +310,22 @@ public final class ChannelScheduler: Service {
     /// to create, or an operator deleted while it was live (`deleteChannel(force:)`). Activities already
     /// running stay on the old id; those started from now on use the new one.
     public func recreateChannel(eventID: Int) async throws -> ChannelRecord {
-        guard let channel = try await channels.channels(eventID: eventID).first else {
+        guard var channel = try await channels.channels(eventID: eventID).first else {
             throw ChannelSchedulerError.channelNotFound("a channel of event \(eventID)")
         }
-        if channel.state == .lifecycle(.deleted), try await events.get(id: eventID)?.channelLost == true {
-            // Deleted while live: a new channel row, created now (the event's updates resume once it is open).
-            let planned = try await channels.createPlanned(eventID: eventID)
-            guard var lifecycle = planned.lifecycle, lifecycle.state == .planned else { return planned }
-            let before = lifecycle
-            guard case .createChannel(let attempt) = try lifecycle.leadTimeReached() else { return planned }
-            var report = SweepReport()
-            try await create(planned, from: before, to: lifecycle, attempt: attempt, fence: nil, report: &report)
-            logger.info("channel recreated on an operator's request", ["channel": .int(planned.id), "event": .int(eventID)])
-            return try await channels.get(id: planned.id) ?? planned
-        }
-        guard var lifecycle = channel.lifecycle, lifecycle.state == .lost || lifecycle.state == .createFailed else {
+        // Deleted while live: a new channel row (the event's updates resume once it is open); lost or refused:
+        // the same row, created again.
+        var deletedWhileLive = false
+        if channel.state == .lifecycle(.deleted) { deletedWhileLive = try await events.get(id: eventID)?.channelLost == true }
+        if deletedWhileLive { channel = try await channels.createPlanned(eventID: eventID) }
+        guard var lifecycle = channel.lifecycle,
+              deletedWhileLive ? lifecycle.state == .planned : lifecycle.state == .lost || lifecycle.state == .createFailed else {
             throw ChannelSchedulerError.refused(
                 "channel \(channel.id) of event \(eventID) is \(channel.state); only a lost or refused channel is recreated")
         }
         let before = lifecycle
-        guard case .createChannel(let attempt) = try lifecycle.retryCreateRequested() else { return channel }
+        let action = deletedWhileLive ? try lifecycle.leadTimeReached() : try lifecycle.retryCreateRequested()
+        guard case .createChannel(let attempt) = action else { return channel }
         var report = SweepReport()
         try await create(channel, from: before, to: lifecycle, attempt: attempt, fence: nil, report: &report)
         logger.info("channel recreated on an operator's request", ["channel": .int(channel.id), "event": .int(eventID)])
