@@ -1,5 +1,7 @@
 // The dispatcher turns outbox rows into APNs broadcasts. Any number of instances run it: work is
-// claimed per event (so per channel) as a lease in the outbox (OutboxRepository), NOTIFY marquee_outbox
+// claimed per event (so per channel) as a lease in the outbox (OutboxRepository) that ends with its holder
+// (InstanceHeartbeat), and every outcome is written as soon as the database takes it (`persistently`), so
+// a crash or a database restart never leaves a channel waiting for a lease. NOTIFY marquee_outbox
 // wakes the loop and polling covers lost notifications and due retries. For each claim it applies,
 // in order: conflation (≈1 broadcast/s per channel, urgent updates at once; otherwise postponed),
 // the payload (newest state, carried alert dropped if it would not fit 5,120 bytes), a strictly
