@@ -54,6 +54,11 @@ public struct APNsAttempt: Sendable {
     /// `apns-unique-id` from the answer, if any.
     public var uniqueID: String?
 
+    /// True when APNs may have acted on the request without this side knowing: it was written and no answer
+    /// came (a timeout, a connection lost or a stream reset while in flight). A create or push-to-start
+    /// with this outcome is not sent again; its effect is `unknown` until a reconcile tells.
+    public var outcomeUnknown: Bool { transportError.map { !APNsClient.provesNotActedOn($0) } ?? false }
+
     /// The HTTP status, when APNs answered.
     public var status: Int? { result.acceptance?.status ?? result.failure?.status }
     /// APNs' reason, when it gave one.
@@ -209,6 +214,8 @@ public final class APNsClient: Sendable {
 
             // A connection that cannot be made securely (wrong CA, no h2) or a pool shut down will not heal by retrying.
             if let transportError, !transportError.isRetryable { return outcome }
+            // A request that is not safe to repeat goes again only when the failure proves APNs did not act on it.
+            if let transportError, !request.isSafeToRepeat, !Self.provesNotActedOn(transportError) { return outcome }
             let action = retry.next(after: result)
             if let deadline, result.acceptance == nil {
                 // A retry that would start past the caller's deadline is not made; an attempt that ran into it
@@ -234,6 +241,14 @@ public final class APNsClient: Sendable {
             }
             if Task.isCancelled { throw .cancelled }
         }
+    }
+
+    /// Whether a network failure proves that APNs did not act on the request: it never left this process, no
+    /// connection ever carried it, the peer refused its stream, or a GOAWAY said its stream was not processed.
+    /// A timeout, a lost connection or another reset after it was written prove nothing.
+    public static func provesNotActedOn(_ error: NetworkError) -> Bool {
+        if case .connectFailed = error { return true }
+        return error.wasNotSent
     }
 
     /// What a network failure means for the request: GOAWAY before processing means reconnect; the rest is transient.

@@ -1,6 +1,7 @@
 // APNs requests as values: each knows its host kind, method, path, headers and body, exactly as the
 // APNs protocol reference §1–§3 gives them. The client adds only `authorization` (the current provider token).
 import Foundation
+import MarqueeCore
 
 /// What an APNs request does; decides how its answer is read.
 public enum APNsOperation: String, Sendable, Hashable, CaseIterable {
@@ -39,6 +40,20 @@ public struct APNsRequest: Sendable, Hashable, CustomStringConvertible {
 
     /// The service to send it to.
     public var hostKind: APNsHostKind { operation.hostKind }
+
+    /// Whether sending it again does no harm when the first send's fate is unknown (written, and its answer
+    /// lost). A channel create is not (a second channel, holding quota), nor a push-to-start (a second Live
+    /// Activity on the device, which is worse than none): those are sent again only after an answer that
+    /// proves APNs did not act (`APNsClient`). A broadcast or an update carries the same `aps.timestamp` again
+    /// (the device ignores it), a delete of a deleted channel answers ChannelNotRegistered, a read or a list
+    /// changes nothing.
+    public var isSafeToRepeat: Bool {
+        switch operation {
+        case .createChannel: false
+        case .devicePush: (try? JSONValue(parsing: body))?["aps"]?["event"] != "start"
+        case .readChannel, .deleteChannel, .listChannels, .broadcast: true
+        }
+    }
 
     /// `METHOD path` for logs, with a device token cut to its first 8 characters.
     public var description: String {

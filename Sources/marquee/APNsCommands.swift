@@ -61,7 +61,9 @@ enum APNsCommandLine {
         Hosts: Apple's for the environment unless MARQUEE_APNS_PUSH_URL / MARQUEE_APNS_MANAGE_URL
         (https://host:port) say otherwise; MARQUEE_APNS_CA_FILE adds a trusted CA (e.g. the simulator's).
         Temporary failures (429, 500, 503, GOAWAY, timeouts) are retried with backoff; an expired token
-        is refreshed once; rejections are never retried. With --json a failure prints {"error":{...}} with
+        is refreshed once; rejections are never retried. A channel create or a push-to-start is sent
+        again only when the answer proves APNs did not act (429, 5xx, GOAWAY, never sent): after a timeout
+        or a connection lost in flight its outcome is unknown, and it is not repeated. With --json a failure prints {"error":{...}} with
         code, message, attempts, requestId (apnsId for push) and, when APNs answered, status, reason and
         (410) timestamp.
 
@@ -200,6 +202,11 @@ enum APNsCommandLine {
             var message = "\(outcome.request): \(failure.map { "\($0)" } ?? "failed")"
             if let requestID = last?.requestID { message += " (request id \(requestID), \(tries))" }
             if let error = outcome.transportError { message += ": \(error)" }
+            if outcome.attempts.last?.outcomeUnknown == true && !outcome.request.isSafeToRepeat {
+                message += outcome.request.operation == .createChannel
+                    ? "; APNs may have made the channel all the same: list the channels before creating another"
+                    : "; APNs may have started the Live Activity all the same: sending it again may start a second one"
+            }
             throw CommandFailure(message, exitCode: exitCode(for: outcome), code: failure?.reason?.text ?? code(for: outcome),
                                  details: failureDetails(outcome))
         }

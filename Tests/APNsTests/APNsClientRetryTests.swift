@@ -186,8 +186,11 @@ final class ScriptedTransport: APNsTransport {
         #expect(outcome.attempts[0].transportError != nil && outcome.attempts[0].status == nil)
     }
 
-    @Test func aTimedOutCreateIsRetriedAndEveryAttemptIsKept() async throws {
-        let transport = ScriptedTransport([.failure(.timedOut), ScriptedTransport.ok(201, ["apns-channel-id": "Y2huMQ==", "apns-request-id": "r"])])
+    /// A create that never left (its connection closed while it was queued) is sent again; a timed-out one is not
+    /// (`anUnsafeRequestWrittenAndUnansweredIsNotSentAgain`).
+    @Test func aCreateNeverSentIsRetriedAndEveryAttemptIsKept() async throws {
+        let transport = ScriptedTransport([.failure(.requestNotSent("the connection closed")),
+                                           ScriptedTransport.ok(201, ["apns-channel-id": "Y2huMQ==", "apns-request-id": "r"])])
         let client = try client(transport)
         let id = try await client.createChannel(bundleID: Self.bundle, storagePolicy: .noMessageStored)
         #expect(id.value == "Y2huMQ==")
@@ -245,5 +248,50 @@ final class ScriptedTransport: APNsTransport {
         transport.release()
         #expect(try await first.value.acceptance != nil)
         #expect(transport.sent.count == 1)
+    }
+}
+
+/// A request that is not safe to repeat (a channel create, a push-to-start) is sent again only after an answer that
+/// proves APNs did not act on it; one whose fate is unknown ends there, marked `outcomeUnknown`.
+extension APNsClientRetryTests {
+    static let token = String(repeating: "ab", count: 32)
+
+    func create() throws -> APNsRequest { try .createChannel(bundleID: Self.bundle, storagePolicy: .noMessageStored) }
+
+    func push(event: String) throws -> APNsRequest {
+        try .devicePush(bundleID: Self.bundle, deviceToken: APNsDeviceToken(hex: Self.token),
+                        payload: Array(#"{"aps": {"event": "\#(event)", "timestamp": 1, "content-state": {}}}"#.utf8), priority: .immediate)
+    }
+
+    static let created = ScriptedTransport.ok(201, ["apns-channel-id": "dHN0LXNyY2gtY2hubA==", "apns-request-id": UUID().uuidString])
+
+    @Test(arguments: [NetworkError.timedOut, .connectionClosed, .streamReset(errorCode: 2)])
+    func anUnsafeRequestWrittenAndUnansweredIsNotSentAgain(failure: NetworkError) async throws {
+        for request in [try create(), try push(event: "start")] {
+            #expect(!request.isSafeToRepeat)
+            let transport = ScriptedTransport([.failure(failure), Self.created])
+            let outcome = try await client(transport).send(request)
+            #expect(transport.sent.count == 1, "\(request) after \(failure)")
+            #expect(outcome.acceptance == nil && outcome.attempts.last?.outcomeUnknown == true)
+        }
+        // The same failure on a request that is safe to repeat is retried as before.
+        for request in [try broadcast(), try push(event: "update")] {
+            #expect(request.isSafeToRepeat)
+            let transport = ScriptedTransport([.failure(failure), ScriptedTransport.ok()])
+            let outcome = try await client(transport).send(request)
+            #expect(transport.sent.count == 2 && outcome.acceptance != nil, "\(request) after \(failure)")
+        }
+    }
+
+    @Test(arguments: [Result<HTTPResponse, NetworkError>.failure(.requestNotSent("queued when the connection closed")),
+                      .failure(.goAway(errorCode: 0, debugData: "")), .failure(.connectFailed("refused")),
+                      ScriptedTransport.error(503, "ServiceUnavailable"), ScriptedTransport.error(429, "TooManyRequests"),
+                      ScriptedTransport.error(500, "InternalServerError")])
+    func anUnsafeRequestIsSentAgainWhenTheAnswerProvesAPNsDidNotAct(first: Result<HTTPResponse, NetworkError>) async throws {
+        let transport = ScriptedTransport([first, Self.created])
+        let outcome = try await client(transport).send(try create())
+        #expect(transport.sent.count == 2)
+        #expect(outcome.acceptance?.channelID?.value == "dHN0LXNyY2gtY2hubA==")
+        #expect(outcome.attempts.first?.outcomeUnknown == false)
     }
 }

@@ -411,6 +411,27 @@ struct PipelineSchedulerTests {
         #expect(f.apns.state.withLock { $0.lists } == 2)  // the first tick of a new leader reconciles every app too
     }
 
+    /// A create whose connection broke after it was written may have made a channel: it is `create_unknown`, like
+    /// a timeout, and never created again before a reconcile tells (a second channel would hold quota forever).
+    @Test func aCreateLostInFlightIsUnknownNotRetried() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now)
+        f.apns.state.withLock { $0.nextCreateUnknown = true }
+        f.apns.scriptCreates([APNsResult(transportFailure: .io("connection closed"))])
+        let report = try #require(try await f.scheduler().tick())
+        #expect(report.createsUnknown.count == 1 && report.createRetries.isEmpty, "\(report)")
+        #expect(try await f.channels.channels(eventID: event.id).first?.state == .lifecycle(.createUnknown))
+        // The same failure before anything was written is an ordinary retry.
+        let g = try await PipelineServiceFixture.make()
+        defer { g.pool.close() }
+        let other = try await g.makeEvent(startsAt: g.clock.now)
+        g.apns.scriptCreates([APNsResult(transportFailure: .io("connect refused"))])
+        let retried = try #require(try await g.scheduler().tick())
+        #expect(retried.createRetries.count == 1 && retried.createsUnknown.isEmpty, "\(retried)")
+        #expect(try await g.channels.channels(eventID: other.id).first?.state == .lifecycle(.creating))
+    }
+
     @Test func reconcileReportsUnknownChannelsAndDeletesThemOnlyWhenConfigured() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

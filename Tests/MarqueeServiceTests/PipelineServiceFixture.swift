@@ -163,6 +163,8 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         var listed: [String] = []
         var broadcastScript: [APNsResult] = []
         var createScript: [APNsResult] = []
+        /// The next scripted create's attempt was written and lost its answer (`ChannelAPNsAttempt.outcomeUnknown`).
+        var nextCreateUnknown = false
         var deleteScript: [APNsResult] = []
         /// Channels each broadcast answer is about (sent concurrently by two dispatchers).
         var sending: [String: Int] = [:]
@@ -209,7 +211,10 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         }
         if delay > .zero { try? await Task.sleep(for: delay) }
         defer { state.withLock { $0.createsInFlight -= 1 } }
-        if let scripted { return ChannelAPNsOutcome(ChannelAPNsAttempt(result: scripted, requestID: UUID().uuidString)) }
+        if let scripted {
+            let unknown = state.withLock { state in defer { state.nextCreateUnknown = false }; return state.nextCreateUnknown }
+            return ChannelAPNsOutcome(ChannelAPNsAttempt(result: scripted, requestID: UUID().uuidString, outcomeUnknown: unknown))
+        }
         let id = makeChannel()
         let response = APNsResponse(status: 201, headers: ["apns-channel-id": id, "apns-request-id": UUID().uuidString])
         return ChannelAPNsOutcome(ChannelAPNsAttempt(result: APNsResult(response: response, operation: .createChannel),

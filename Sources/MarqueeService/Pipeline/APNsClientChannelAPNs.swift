@@ -37,7 +37,8 @@ public struct APNsClientChannelAPNs: BroadcastChannelAPNs {
     private func send(_ request: APNsRequest, for app: PipelineApp) async throws -> ChannelAPNsOutcome {
         let outcome = try await client(app).send(request)
         return ChannelAPNsOutcome(result: outcome.result, attempts: outcome.attempts.map { attempt in
-            ChannelAPNsAttempt(result: attempt.result, requestID: attempt.requestID, uniqueID: attempt.uniqueID, latency: attempt.latency)
+            ChannelAPNsAttempt(result: attempt.result, requestID: attempt.requestID, uniqueID: attempt.uniqueID, latency: attempt.latency,
+                               outcomeUnknown: attempt.outcomeUnknown)
         })
     }
 }

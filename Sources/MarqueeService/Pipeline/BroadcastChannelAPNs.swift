@@ -28,12 +28,16 @@ public struct ChannelAPNsAttempt: Sendable {
     /// `apns-unique-id` of the answer, if any.
     public var uniqueID: String?
     public var latency: Duration
+    /// APNs may have acted on it without an answer reaching us (`APNsAttempt.outcomeUnknown`).
+    public var outcomeUnknown: Bool
 
-    public init(result: APNsResult, requestID: String? = nil, uniqueID: String? = nil, latency: Duration = .zero) {
+    public init(result: APNsResult, requestID: String? = nil, uniqueID: String? = nil, latency: Duration = .zero,
+                outcomeUnknown: Bool = false) {
         self.result = result
         self.requestID = requestID
         self.uniqueID = uniqueID
         self.latency = latency
+        self.outcomeUnknown = outcomeUnknown
     }
 
     /// The HTTP status, when APNs answered.
@@ -68,6 +72,8 @@ public struct ChannelAPNsOutcome: Sendable {
     }
 
     public var acceptance: APNsAcceptance? { result.acceptance }
+    /// The last attempt was written and no answer came: what APNs did is unknown.
+    public var outcomeUnknown: Bool { result.acceptance == nil && attempts.last?.outcomeUnknown == true }
     public var failure: APNsFailure? { result.failure }
     public var reason: APNsReason? { result.failure?.reason }
 }

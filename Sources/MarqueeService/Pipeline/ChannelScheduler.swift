@@ -691,13 +691,16 @@ public final class ChannelScheduler: Service {
             logger.error("APNs refused to create the channel; an operator must act (marquee channel recreate)",
                          ["channel": .int(channel.id), "event": .int(channel.eventID ?? 0), "reason": .string("\(failure)")])
         default:
-            if case .timeout? = outcome.failure?.cause {
+            // Written and unanswered (a timeout, a connection lost or a stream reset in flight): APNs may have
+            // made the channel, so it is not created again before a reconcile tells.
+            if outcome.outcomeUnknown || { if case .timeout? = outcome.failure?.cause { true } else { false } }() {
                 _ = try next.createTimedOut()
-                try await channels.transition(channelID: channel.id, from: creating, to: next, error: "create timed out",
+                try await channels.transition(channelID: channel.id, from: creating, to: next,
+                                              error: "create unanswered: \(outcome.failure.map { "\($0)" } ?? "unknown")",
                                               fence: fence, now: databaseNow)
                 report.createsUnknown.append(channel.id)
                 metrics.schedulerActions.increment(["create_unknown"])
-                logger.warning("channel create timed out; reconcile will settle it", ["channel": .int(channel.id)])
+                logger.warning("channel create unanswered; reconcile will settle it", ["channel": .int(channel.id)])
                 return
             }
             guard case .scheduleRetry(_, let failed) = try next.createFailedRetryable() else { return }
