@@ -152,6 +152,10 @@ struct CLIOutputTests {
             let listed = try await cli.run(["apns", "channels", "list"])
             #expect(lines(listed).contains(Substring(channel)) && lines(listed).allSatisfy { !$0.hasPrefix("accepted") }, "\(listed.stdout)")
 
+            // A dry run's "nothing changed" is a note for a person.
+            let dry = try await cli.run(["channel", "reconcile", "--dry-run"])
+            #expect(dry.status == 0 && !dry.stdout.contains("dry run") && dry.stderr.contains("(dry run: nothing changed)"), "\(dry.stdout)")
+
             // `event list | tail -1` is an event, not a hint.
             for index in 0..<2 { _ = try await h.createEvent("listed-\(index)") }
             let page = try await cli.run(["event", "list", "--limit", "1"])
