@@ -48,14 +48,23 @@ final class BroadcastHarness: Sendable {
     /// Kills serve number `instance` with SIGKILL (nothing released, no graceful stop) and starts a new one
     /// with the same settings in its place: a new process, instance name and port.
     func killAndRestart(instance: Int = 0) async throws {
-        let killed = serves[instance]
-        killed.signal(SIGKILL)
-        _ = await killed.wait()
+        await kill(instance: instance)
         let (process, port) = try await MarqueeProcess.serve(databaseURL: databaseURL, arguments: Self.pipelineArguments + serveArguments,
                                                              environment: simulator.environmentVariables)
         processes.withLock { state in
-            state.serves[instance] = process
-            state.ports[instance] = port
+            state.serves.insert(process, at: instance)
+            state.ports.insert(port, at: instance)
+        }
+    }
+
+    /// Kills serve number `instance` with SIGKILL and forgets it: the next one takes its number.
+    func kill(instance: Int) async {
+        let killed = serves[instance]
+        killed.signal(SIGKILL)
+        _ = await killed.wait()
+        processes.withLock { state in
+            state.serves.remove(at: instance)
+            state.ports.remove(at: instance)
         }
     }
 

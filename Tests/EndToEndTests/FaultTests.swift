@@ -50,6 +50,36 @@ struct FaultTests {
         }
     }
 
+    /// With two instances, the claims of the one killed (and not restarted) are taken by the other within the
+    /// heartbeat's TTL, which then sends those channels' newest states.
+    @Test func anotherInstanceTakesTheClaimsOfOneKilled() async throws {
+        try await BroadcastHarness.run(simulator: { $0.latency = .seconds(2) ... .seconds(2) }, instances: 2) { h in
+            var channels: [Int: String] = [:]
+            for index in 0..<6 {
+                let event = try await h.createEvent("shared-\(index)", startsAt: Date().addingTimeInterval(-60))
+                channels[event] = try await h.openChannel(of: event)
+            }
+            // Which process is which instance: serve logs its name as the heartbeat starts.
+            let killedName = try #require(h.serves[0].stderr.split(separator: "\n").compactMap { try? JSONValue(parsing: String($0)) }
+                .first { $0["msg"] == "heartbeat started" }?["instance"]?.stringValue)
+            // Posted to the first instance, whose dispatcher hears of them first and claims them.
+            for event in channels.keys {
+                #expect(try await h.update(event, MatchState(homeScore: 1, period: .firstHalf, minute: 20), instance: 0).status == 202)
+            }
+            try await h.waitUntil("the first instance holds claims") {
+                try await h.count("SELECT count(*)::bigint AS n FROM outbox WHERE claimed_by = \(killedName)") > 0
+            }
+            await h.kill(instance: 0)  // the survivor is number 0 now
+            let newest = MatchState(homeScore: 2, period: .firstHalf, minute: 25)
+            for event in channels.keys { #expect(try await h.update(event, newest).status == 202) }
+            try await h.waitUntil("every channel's newest state reaches APNs", timeout: 60) {
+                try channels.values.allSatisfy { channel in try h.pushes(on: channel).contains { $0.push.aps.contentState == newest } }
+            }
+            #expect(try await h.count("SELECT count(*)::bigint AS n FROM outbox WHERE claimed_by = \(killedName)") == 0)
+            #expect(try await h.metric("marquee_claims_taken_over_total") >= 1)
+        }
+    }
+
     /// A host that takes the connection and never answers: each APNs attempt would wait its 30 s timeout,
     /// five times. The operator's reconcile answers 504 `apns_timeout` within `--admin-timeout` instead.
     @Test func aReconcileAgainstAnAPNsThatNeverAnswersEndsAt504WithinItsBound() async throws {
