@@ -5,7 +5,8 @@ import Testing
 
 /// What scripts rely on (issue 17): with --json every command prints one JSON document on stdout, on good
 /// input and bad; without it, stdout carries only the data, so `$(marquee ...)` captures nothing else.
-@Suite(.enabled(if: MarqueeProcess.available))
+// One test at a time: each starts serve processes and a simulator, and the whole suite runs in parallel.
+@Suite(.serialized, .enabled(if: MarqueeProcess.available))
 struct CLIOutputTests {
     /// Runs the CLI against one harness: its database, its serve (the API commands) and its simulator (apns).
     struct CLI {

@@ -6,7 +6,8 @@ import Testing
 
 /// Faults of a running serve (issue 16): a kill -9 must not freeze the channels it was sending, and an
 /// operator's request must not wait on an APNs that cannot be reached beyond its bound.
-@Suite(.enabled(if: MarqueeProcess.available))
+// One test at a time: each starts serve processes and a simulator, and the whole suite runs in parallel.
+@Suite(.serialized, .enabled(if: MarqueeProcess.available))
 struct FaultTests {
     /// The claim lease is 120 s; the heartbeat's TTL 5 s. A serve started after the kill of the one that held
     /// every event's claim (APNs takes 2 s to answer, so the claims are held when it dies) sends each
