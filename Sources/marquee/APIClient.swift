@@ -132,9 +132,11 @@ struct AdminAPIClient: Sendable {
         signal(SIGINT, SIG_IGN)
         let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
         interrupt.setEventHandler {
-            let (count, cursor) = progress.withLock { ($0.count, $0.cursor) }
-            Terminal.error("\nmarquee: interrupted after \(count) \(noun)" + (cursor.map { "; resume with --cursor \($0)" } ?? ""))
-            exit(130)
+            // Exits holding the lock: no page can be printed between the count read here and the exit.
+            progress.withLock { state in
+                Terminal.error("\nmarquee: interrupted after \(state.count) \(noun)" + (state.cursor.map { "; resume with --cursor \($0)" } ?? ""))
+                exit(130)
+            }
         }
         interrupt.resume()
         defer {
