@@ -72,8 +72,10 @@ public struct ChannelAPNsOutcome: Sendable {
     }
 
     public var acceptance: APNsAcceptance? { result.acceptance }
-    /// The last attempt was written and no answer came: what APNs did is unknown.
-    public var outcomeUnknown: Bool { result.acceptance == nil && attempts.last?.outcomeUnknown == true }
+    /// The last attempt was written and no answer came (a timeout is always such a case): what APNs did is unknown.
+    public var outcomeUnknown: Bool {
+        result.acceptance == nil && (attempts.last?.outcomeUnknown == true || result.failure?.cause == .timeout)
+    }
     public var failure: APNsFailure? { result.failure }
     public var reason: APNsReason? { result.failure?.reason }
 }

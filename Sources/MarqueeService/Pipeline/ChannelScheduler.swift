@@ -693,7 +693,7 @@ public final class ChannelScheduler: Service {
         default:
             // Written and unanswered (a timeout, a connection lost or a stream reset in flight): APNs may have
             // made the channel, so it is not created again before a reconcile tells.
-            if outcome.outcomeUnknown || { if case .timeout? = outcome.failure?.cause { true } else { false } }() {
+            if outcome.outcomeUnknown {
                 _ = try next.createTimedOut()
                 try await channels.transition(channelID: channel.id, from: creating, to: next,
                                               error: "create unanswered: \(outcome.failure.map { "\($0)" } ?? "unknown")",
