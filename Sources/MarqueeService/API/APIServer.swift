@@ -51,15 +51,17 @@ public final class APIServer: Sendable {
                 response = answer
             case .found(let route, let matched, let parameters):
                 template = matched
-                // The public id of the key presented, logged even when the key is refused (revoked, or short
-                // of the scope), so an operator can tell which feed lost access; never its secret.
-                if route.access != .open { keyID = APIKeyText(authorization: request.headers["authorization"] ?? "")?.id }
                 let (key, body) = try await admit(request, to: route)
-                keyID = key?.keyID ?? keyID
+                keyID = key?.keyID
                 response = try await route.handler(APIRequest(http: request, parameters: parameters, key: key, body: body))
             }
         } catch let error as APIError {
             response = error.response
+            // A refused key (revoked, unknown, short of the scope) is logged by the public id it presents, so an
+            // operator can tell which feed lost access; never its secret. Parsed here only, not on every request.
+            if error.status == 401 || error.status == 403 {
+                keyID = APIKeyText(authorization: request.headers["authorization"] ?? "")?.id
+            }
         } catch let error as PostgresError where error.kind == .connectionFailed || error.kind == .connectionLost || error.kind == .poolClosed {
             logger.error("database unavailable", ["route": .string(template), "error": .string("\(error)")])
             response = APIError.unavailable("the database cannot be reached; retry later").response
