@@ -82,7 +82,7 @@ enum AppCommands {
                               arguments: [Database.option, .positional("id", help: "The app id (marquee app list).")]) { arguments in
         let id = try appID(arguments)
         guard let app = try await Database.withPool(arguments, { pool in try await AppRepository(pool: pool).find(id: id) }) else {
-            throw CommandFailure("no app with id \(id)", exitCode: .failure, code: "not_found", field: "id")
+            throw notFound(id)
         }
         Terminal.emit(arguments, text: """
             id           \(app.id)
@@ -117,7 +117,7 @@ enum AppCommands {
         let removed = try await Database.withPool(arguments) { pool -> StoredApp in
             let apps = AppRepository(pool: pool)
             guard let app = try await apps.find(id: id) else {
-                throw CommandFailure("no app with id \(id)", exitCode: .failure, code: "not_found", field: "id")
+                throw notFound(id)
             }
             let channels = ChannelRepository(pool: pool)
             var atAPNs = try await channels.atAPNs(appID: id)
@@ -141,7 +141,7 @@ enum AppCommands {
                 }
             }
             guard let removed = try await apps.remove(id: id) else {
-                throw CommandFailure("no app with id \(id)", exitCode: .failure, code: "not_found", field: "id")
+                throw notFound(id)
             }
             return removed
         }
@@ -174,6 +174,11 @@ enum AppCommands {
         }
         progress.finish()
         await clients.shutdown()
+    }
+
+    /// The refusal of every app command given an id that names no app.
+    static func notFound(_ id: Int) -> CommandFailure {
+        CommandFailure("no app with id \(id)", exitCode: .failure, code: "not_found", field: "id")
     }
 
     static func appID(_ arguments: ParsedArguments) throws -> Int {
