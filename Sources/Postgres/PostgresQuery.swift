@@ -1,8 +1,10 @@
 import Foundation
 
 // A statement whose interpolated values become `$n` bind parameters, so a value can never change the
-// SQL text. The only ways to splice text into the SQL are `\(identifier:)`, which quotes, and the
-// explicitly unsafe `\(unsafeRaw:)` / `init(unsafeSQL:)`, meant for DDL and migration scripts.
+// SQL text. The only ways to splice text into the SQL are `\(identifier:)`, which quotes,
+// `PostgresStaticSQL`, text fixed when the program is written (a literal, or the raw values of an enumeration's
+// cases: the named state sets of the lifecycles), and the explicitly unsafe `\(unsafeRaw:)` /
+// `init(unsafeSQL:)`, meant for DDL and migration scripts.
 
 /// SQL text plus its bind parameters, written as a string literal with interpolated values.
 ///
@@ -63,6 +65,11 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
             sql += quoteIdentifier(identifier)
         }
 
+        /// Inserts text fixed when the program was written.
+        public mutating func appendInterpolation(_ fragment: PostgresStaticSQL) {
+            sql += fragment.text
+        }
+
         /// Inserts text verbatim into the SQL. Only for trusted fragments such as DDL; never for values.
         public mutating func appendInterpolation(unsafeRaw text: String) {
             sql += text
@@ -75,6 +82,47 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
             sql += offset == 0 ? fragment.sql : renumberPlaceholders(fragment.sql, by: offset)
         }
     }
+}
+
+/// SQL text fixed when the program is written, spliced into a statement as text rather than bound as a
+/// parameter. A state list written this way lets the planner prove a partial index's predicate in a generic
+/// plan, which a bound array cannot ("parameterized query clauses do not work with a partial index",
+/// PostgreSQL 15 §11.8, https://www.postgresql.org/docs/15/indexes-partial.html).
+///
+///     static let live = PostgresStaticSQL.list(ChannelLifecycle.broadcastingStates)  // ('open', 'ending')
+///     try await conn.query("SELECT id FROM channels WHERE state IN \(live) AND app_id = \(appID)")
+public struct PostgresStaticSQL: Sendable, Hashable, CustomStringConvertible, ExpressibleByStringLiteral {
+    /// The SQL text.
+    public let text: String
+
+    /// A string literal of the program.
+    public init(_ literal: StaticString) {
+        text = literal.description
+    }
+
+    /// A string literal of the program, written where a `PostgresStaticSQL` is expected.
+    public init(stringLiteral literal: StaticString) {
+        self.init(literal)
+    }
+
+    /// `('a', 'b')`: the raw values of cases of an enumeration (a fixed set written in the program) as a
+    /// parenthesized list of SQL string literals, for `IN`. The list must not be empty.
+    public static func list<Value: RawRepresentable & CaseIterable>(_ values: some Sequence<Value>) -> PostgresStaticSQL
+    where Value.RawValue == String {
+        let literals = values.map { "'" + $0.rawValue.replacingOccurrences(of: "'", with: "''") + "'" }
+        precondition(!literals.isEmpty, "an SQL IN list needs at least one value")
+        return PostgresStaticSQL(text: "(" + literals.joined(separator: ", ") + ")")
+    }
+
+    /// `'a'`: the raw value of one case of an enumeration as an SQL string literal.
+    public static func literal<Value: RawRepresentable & CaseIterable>(_ value: Value) -> PostgresStaticSQL
+    where Value.RawValue == String {
+        PostgresStaticSQL(text: "'" + value.rawValue.replacingOccurrences(of: "'", with: "''") + "'")
+    }
+
+    private init(text: String) { self.text = text }
+
+    public var description: String { text }
 }
 
 /// `"name"` with embedded quotes doubled; a NUL is dropped (PostgreSQL identifiers cannot hold it).

@@ -144,23 +144,60 @@ import Testing
         #expect(channel == ChannelLifecycle(state: state, attempt: 3))
     }
 
-    /// Every event in every state either throws and leaves the value alone, or moves to a state; nothing traps.
-    @Test func everyStateAndEventIsHandled() {
-        var refused = 0
-        for state in ChannelLifecycle.State.allCases {
-            for event in ChannelLifecycle.Event.allCases {
-                var channel = ChannelLifecycle(state: state, attempt: 1)
+    /// The whole machine, written out: for each event, the state and attempt it leaves and the action it returns
+    /// in each state, starting at attempt 2 (`-`: refused). Columns: planned, creating, create_unknown,
+    /// create_failed, open, ending, ended, deleting, deleted, lost. `deleteRequested` is without force here.
+    static let table: [ChannelLifecycle.Event: [String]] = [
+        .leadTimeReached: ["creating/1 createChannel(attempt: 1)", "creating/2 nothing", "create_unknown/2 nothing", "create_failed/2 nothing", "open/2 nothing", "-", "-", "-", "-", "-"],
+        .firstUpdate: ["creating/1 createChannel(attempt: 1)", "creating/2 nothing", "create_unknown/2 nothing", "create_failed/2 nothing", "open/2 nothing", "-", "-", "-", "-", "-"],
+        .createSucceeded: ["-", "open/0 nothing", "-", "-", "-", "-", "-", "-", "-", "-"],
+        .createFailedRetryable: ["-", "creating/2 scheduleRetry(create, failedAttempts: 2)", "-", "-", "-", "-", "-", "-", "-", "-"],
+        .createFailedPermanently: ["-", "create_failed/0 flagCreateFailed", "-", "-", "-", "-", "-", "-", "-", "-"],
+        .createTimedOut: ["-", "create_unknown/2 reconcile", "-", "-", "-", "-", "-", "-", "-", "-"],
+        .retryDue: ["planned/2 nothing", "creating/3 createChannel(attempt: 3)", "create_unknown/2 nothing", "create_failed/2 nothing", "open/2 nothing", "ending/2 nothing", "ended/2 nothing", "deleting/3 deleteChannel(attempt: 3)", "deleted/2 nothing", "lost/2 nothing"],
+        .retryCreateRequested: ["-", "-", "-", "creating/1 createChannel(attempt: 1)", "-", "-", "-", "-", "-", "creating/1 createChannel(attempt: 1)"],
+        .endRequested: ["deleted/0 nothing", "-", "-", "deleted/0 nothing", "ending/0 sendEndBroadcast", "ending/2 nothing", "ended/2 nothing", "deleting/2 nothing", "deleted/2 nothing", "lost/2 nothing"],
+        .endSent: ["-", "-", "-", "-", "-", "ended/0 nothing", "ended/2 nothing", "-", "-", "-"],
+        .deleteDelayElapsed: ["-", "-", "-", "-", "-", "-", "deleting/1 deleteChannel(attempt: 1)", "deleting/2 nothing", "deleted/2 nothing", "-"],
+        .deleteRequested: ["deleted/0 nothing", "-", "-", "deleted/0 nothing", "-", "-", "deleting/1 deleteChannel(attempt: 1)", "deleting/2 nothing", "deleted/2 nothing", "deleted/0 nothing"],
+        .deleteSucceeded: ["-", "-", "-", "-", "-", "-", "-", "deleted/0 nothing", "deleted/2 nothing", "-"],
+        .deleteFailed: ["-", "-", "-", "-", "-", "-", "-", "deleting/2 scheduleRetry(delete, failedAttempts: 2)", "-", "-"],
+        .channelNotRegistered: ["-", "-", "-", "-", "lost/0 flagLost", "lost/0 flagLost", "deleted/0 nothing", "deleted/0 nothing", "deleted/2 nothing", "lost/2 nothing"],
+        .reconcileFound: ["-", "-", "open/0 nothing", "-", "open/2 nothing", "ending/2 nothing", "ended/2 nothing", "deleting/2 nothing", "deleting/1 deleteChannel(attempt: 1)", "open/0 nothing"],
+        .reconcileNotFound: ["-", "-", "creating/3 createChannel(attempt: 3)", "-", "lost/0 flagLost", "lost/0 flagLost", "deleted/0 nothing", "deleted/0 nothing", "deleted/2 nothing", "lost/2 nothing"],
+    ]
+
+    @Test func everyStateAndEventDoesWhatTheTableSays() {
+        #expect(Set(Self.table.keys) == Set(ChannelLifecycle.Event.allCases))
+        for (event, row) in Self.table {
+            #expect(row.count == ChannelLifecycle.State.allCases.count)
+            for (state, expected) in zip(ChannelLifecycle.State.allCases, row) {
+                var channel = ChannelLifecycle(state: state, attempt: 2)
                 do {
-                    _ = try channel.handle(event)
-                    #expect(channel.attempt >= 0)
+                    let action = try channel.handle(event)
+                    let rendered = "\(channel.state.rawValue)/\(channel.attempt) \(action)"
+                        .replacingOccurrences(of: "MarqueeCore.ChannelLifecycle.Operation.", with: "")
+                    #expect(rendered == expected, "\(event) in \(state)")
                 } catch {
-                    refused += 1
-                    #expect(channel == ChannelLifecycle(state: state, attempt: 1))
+                    #expect(expected == "-", "\(event) in \(state) was refused")
+                    #expect(channel == ChannelLifecycle(state: state, attempt: 2))
                     #expect(error.description.contains(event.rawValue) && error.description.contains(state.rawValue))
                 }
             }
         }
-        #expect(refused > 20 && refused < 120)
+    }
+
+    @Test func theNamedSetsAreTheStatesTheirNamesSay() {
+        #expect(ChannelLifecycle.quotaStates == [.creating, .createUnknown, .open, .ending, .ended, .deleting])
+        #expect(ChannelLifecycle.broadcastingStates == [.open, .ending])
+        #expect(ChannelLifecycle.endCarryingStates == [.planned, .creating, .createUnknown, .open, .ending])
+        // The current channel is the one an end still applies to: every state where endRequested is not a no-op
+        // on a finished channel.
+        for state in ChannelLifecycle.currentStates { #expect(![.ended, .deleting, .deleted, .lost].contains(state)) }
+        #expect(Set(ChannelLifecycle.currentStates).union([.ended, .deleting, .deleted, .lost]) == Set(ChannelLifecycle.State.allCases))
+        // Only states whose channel has an id at APNs are expected in Apple's list.
+        #expect(ChannelLifecycle.listedStates.allSatisfy { $0.countsAgainstQuota })
+        #expect(StoredChannelState.quotaStates == ChannelLifecycle.quotaStates.map(StoredChannelState.lifecycle) + [.unknown])
     }
 
     @Test func anOperatorDeleteNeedsForceWhileTheChannelCarriesUpdates() throws {
@@ -185,3 +222,4 @@ import Testing
         #expect(try JSONDecoder().decode(ChannelLifecycle.self, from: json.jsonData) == channel)
     }
 }
+

@@ -110,7 +110,7 @@ struct PipelineChannelTests {
         let early = try await f.makeEvent("early-update", startsAt: now + 86_400)
         try await f.post(early.id, ["home": 1], at: now)
         let overdue = try await f.makeEvent("overdue", startsAt: now - 7200, endsAt: now - 1800)
-        try await f.events.setStatus(eventID: overdue.id, to: .live, expected: [.scheduled])
+        try await f.events.perform(.startsAtReached, eventID: overdue.id)
         let ending = try await f.makeEvent("ended", startsAt: now - 7200)
         let channel = try await f.openChannel(eventID: ending.id)
         var lifecycle = try #require(channel.lifecycle)

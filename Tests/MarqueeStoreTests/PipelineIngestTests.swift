@@ -261,8 +261,8 @@ struct PipelineEventTests {
         await #expect(throws: PipelineError.self) {
             try await f.events.create(NewEvent(appID: f.appID, externalID: "x", kind: .other, attributeTypeID: f.typeID + 99, startsAt: start))
         }
-        #expect(try await f.events.setStatus(eventID: event.id, to: .live, expected: [.scheduled]))
-        #expect(try await f.events.setStatus(eventID: event.id, to: .live, expected: [.scheduled]) == false)
+        #expect(try await f.events.perform(.startsAtReached, eventID: event.id))
+        #expect(try await f.events.perform(.startsAtReached, eventID: event.id) == false)
     }
 
     @Test func listFiltersAndPages() async throws {

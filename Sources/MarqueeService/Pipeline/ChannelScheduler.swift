@@ -482,7 +482,7 @@ public final class ChannelScheduler: Service {
         }
         for event in work.endsWithoutChannel {
             try await isolated("end event without a channel", event.id) {
-                guard try await events.endWithoutChannel(eventID: event.id, expected: [.ending]) else { return }
+                guard try await events.endWithoutChannel(eventID: event.id) else { return }
                 report.eventsEnded.append(event.id)
                 logger.warning("event ended with no channel to carry the end; its pending updates are unsent",
                                ["event": .int(event.id), "external_id": .string(event.externalID)])
@@ -592,7 +592,7 @@ public final class ChannelScheduler: Service {
             try await channels.transition(channelID: live.id, from: before, to: lifecycle, fence: fence, now: databaseNow)
         }
         if live == nil || live?.state == .lifecycle(.planned) || live?.state == .lifecycle(.createFailed) {
-            try await events.endWithoutChannel(eventID: event.id, expected: [.ending])
+            try await events.endWithoutChannel(eventID: event.id)
         }
     }
 

@@ -143,7 +143,7 @@ extension EventRoutes {
             // Stale (the scheduler started the create meanwhile): the dispatcher will send the end.
             guard try await channels.transition(channelID: live.id, from: before, to: lifecycle) else { return }
         }
-        try await events.endWithoutChannel(eventID: eventID, expected: [.ending])
+        try await events.endWithoutChannel(eventID: eventID)
     }
 
     /// The event's attribute type (cached per event: it never changes). 404 for an event outside the key's app.

@@ -127,11 +127,6 @@ public struct ReconcileReport: Sendable, Equatable {
 
 /// Channels: planned creation, lifecycle transitions, quota counts, scheduler work and reconcile.
 public struct ChannelRepository: Sendable {
-    /// Live states (at most one channel per event in these; the unique index of 0001).
-    static let liveStates = "'planned', 'creating', 'create_unknown', 'create_failed', 'open', 'ending'"
-    /// States in which the database believes the channel exists at APNs with a known id.
-    static let existingStates = "'open', 'ending', 'ended', 'deleting'"
-
     let pool: PostgresPool
 
     public init(pool: PostgresPool) { self.pool = pool }
@@ -144,13 +139,13 @@ public struct ChannelRepository: Sendable {
             let inserted = try await tx.query("""
                 INSERT INTO channels (app_id, event_id, storage_policy)
                 SELECT app_id, id, storage_policy FROM events WHERE id = \(eventID)
-                ON CONFLICT (event_id) WHERE state IN (\(unsafeRaw: Self.liveStates)) DO NOTHING
+                ON CONFLICT (event_id) WHERE state IN \(ChannelLifecycle.currentStates.sql) DO NOTHING
                 RETURNING \(unsafeRaw: ChannelRecord.columns)
                 """)
             if let row = inserted.first { return try ChannelRecord(row: row) }
             let live = try await tx.query("""
                 SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
-                WHERE event_id = \(eventID) AND state IN (\(unsafeRaw: Self.liveStates))
+                WHERE event_id = \(eventID) AND state IN \(ChannelLifecycle.currentStates.sql)
                 """)
             guard let row = live.first else { throw PipelineError.eventNotFound(eventID) }
             return try ChannelRecord(row: row)
@@ -214,10 +209,10 @@ public struct ChannelRepository: Sendable {
                     apns_channel_id = coalesce(\(apnsChannelID), apns_channel_id),
                     first_seen_at = CASE WHEN \(apnsChannelID)::text IS DISTINCT FROM apns_channel_id AND \(apnsChannelID)::text IS NOT NULL
                                          THEN coalesce(\(now), now()) ELSE first_seen_at END,
-                    requested_at = CASE WHEN \(new.state.rawValue) = 'creating' THEN coalesce(\(now), now()) ELSE requested_at END,
-                    opened_at = CASE WHEN \(new.state.rawValue) = 'open' AND state <> 'open' THEN coalesce(\(now), now()) ELSE opened_at END,
-                    ended_at = CASE WHEN \(new.state.rawValue) = 'ended' THEN coalesce(\(now), now()) ELSE ended_at END,
-                    deleted_at = CASE WHEN \(new.state.rawValue) = 'deleted' THEN coalesce(\(now), now()) ELSE deleted_at END,
+                    requested_at = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.creating.sql) THEN coalesce(\(now), now()) ELSE requested_at END,
+                    opened_at = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.open.sql) AND state <> \(ChannelLifecycle.State.open.sql) THEN coalesce(\(now), now()) ELSE opened_at END,
+                    ended_at = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.ended.sql) THEN coalesce(\(now), now()) ELSE ended_at END,
+                    deleted_at = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.deleted.sql) THEN coalesce(\(now), now()) ELSE deleted_at END,
                     last_error = coalesce(\(error), last_error),
                     last_error_at = CASE WHEN \(error)::text IS NOT NULL THEN coalesce(\(now), now()) ELSE last_error_at END,
                     updated_at = now()
@@ -255,9 +250,9 @@ public struct ChannelRepository: Sendable {
         try await pool.withTransaction { tx in
             try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
             return try await tx.execute("""
-                UPDATE channels SET state = 'deleting', attempts = 1,
+                UPDATE channels SET state = \(ChannelLifecycle.State.deleting.sql), attempts = 1,
                     next_attempt_at = coalesce(\(now), now()) + make_interval(secs => \(inFlightTimeout)), updated_at = now()
-                WHERE id = \(channelID) AND state = 'unknown'
+                WHERE id = \(channelID) AND state = \(StoredChannelState.unknown.sql)
                 """) == 1
         }
     }
@@ -268,7 +263,7 @@ public struct ChannelRepository: Sendable {
         try await tx.query("""
             WITH cleared AS (UPDATE events SET channel_lost = false, updated_at = now() WHERE id = \(eventID) AND channel_lost)
             INSERT INTO outbox (event_id, update_id, not_before)
-            SELECT \(eventID), id, not_before FROM updates WHERE event_id = \(eventID) AND disposition = 'pending'
+            SELECT \(eventID), id, not_before FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)
             ORDER BY id DESC LIMIT 1
             ON CONFLICT (event_id) DO NOTHING
             """)
@@ -279,14 +274,14 @@ public struct ChannelRepository: Sendable {
     public func atAPNs(appID: Int) async throws -> [ChannelRecord] {
         try await pool.query("""
             SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
-            WHERE app_id = \(appID) AND state = ANY (\(StoredChannelState.quotaStates)::text[]) ORDER BY id
+            WHERE app_id = \(appID) AND state IN \(StoredChannelState.quotaStates.sql) ORDER BY id
             """).map(ChannelRecord.init(row:))
     }
 
     /// Channels of the app that count against Apple's quota (lifecycle states that may exist at APNs, and unknown ones).
     public func quotaCount(appID: Int) async throws -> Int {
         try await pool.query("""
-            SELECT count(*) AS n FROM channels WHERE app_id = \(appID) AND state = ANY (\(StoredChannelState.quotaStates)::text[])
+            SELECT count(*) AS n FROM channels WHERE app_id = \(appID) AND state IN \(StoredChannelState.quotaStates.sql)
             """)[0].decode(Int.self, column: "n")
     }
 
@@ -295,48 +290,58 @@ public struct ChannelRepository: Sendable {
     /// become live only once they have a channel (`EventRepository.markStarted`), so only scheduled ones
     /// can need one, and ending past `ends_at` is a range on `events_to_end` or `events_to_start`.
     public func dueWork(leadTime: TimeInterval, deleteDelay: TimeInterval, endGrace: TimeInterval,
-                       now: Date? = nil, limit: Int = 100) async throws -> SchedulerWork {
-        try await pool.withTransaction(isolation: .repeatableRead) { tx in
+                        now: Date? = nil, limit: Int = 100) async throws -> SchedulerWork {
+        let statements = Self.dueWorkStatements(leadTime: leadTime, deleteDelay: deleteDelay, endGrace: endGrace, now: now, limit: limit)
+        return try await pool.withTransaction(isolation: .repeatableRead) { tx in
             var work = SchedulerWork()
-            work.eventsNeedingChannel = try await tx.query("""
+            for (kind, statement) in statements.events { work[keyPath: kind] = try await tx.query(statement).map(EventRecord.init(row:)) }
+            for (kind, statement) in statements.channels { work[keyPath: kind] = try await tx.query(statement).map(ChannelRecord.init(row:)) }
+            return work
+        }
+    }
+
+    /// The reads of `dueWork`, one statement per kind of work, each through a partial index.
+    static func dueWorkStatements(leadTime: TimeInterval, deleteDelay: TimeInterval, endGrace: TimeInterval, now: Date?,
+                                  limit: Int) -> (events: [(WritableKeyPath<SchedulerWork, [EventRecord]>, PostgresQuery)],
+                                                  channels: [(WritableKeyPath<SchedulerWork, [ChannelRecord]>, PostgresQuery)]) {
+        func channels(_ condition: PostgresQuery) -> PostgresQuery {
+            "SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels WHERE \(fragment: condition) ORDER BY id LIMIT \(limit)"
+        }
+        let events: [(WritableKeyPath<SchedulerWork, [EventRecord]>, PostgresQuery)] = [
+            (\.eventsNeedingChannel, """
                 SELECT \(unsafeRaw: EventRecord.columns) FROM events e
-                WHERE e.status = 'scheduled' AND NOT e.channel_lost
+                WHERE e.status IN \(EventLifecycle.toStartStates.sql) AND NOT e.channel_lost
                   AND (e.ends_at IS NULL OR e.ends_at > coalesce(\(now), now()))
                   AND (e.starts_at <= coalesce(\(now), now()) + make_interval(secs => \(leadTime))
                        OR EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id))
                   AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
                 ORDER BY e.starts_at, e.id LIMIT \(limit)
-                """).map(EventRecord.init(row:))
-            func channels(_ condition: PostgresQuery) async throws -> [ChannelRecord] {
-                try await tx.query("""
-                    SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels WHERE \(fragment: condition) ORDER BY id LIMIT \(limit)
-                    """).map(ChannelRecord.init(row:))
-            }
-            work.plannedChannels = try await channels("state = 'planned'")
-            work.retriesDue = try await channels("""
-                state IN ('creating', 'deleting') AND next_attempt_at <= coalesce(\(now), now())
-                """)
-            work.unresolvedCreates = try await channels("state = 'create_unknown'")
-            work.deletionsDue = try await channels("""
-                state = 'ended' AND ended_at <= coalesce(\(now), now()) - make_interval(secs => \(deleteDelay))
-                """)
-            work.eventsToEnd = try await tx.query("""
+                """),
+            (\.eventsToEnd, """
                 SELECT \(unsafeRaw: EventRecord.columns) FROM events e
                 WHERE e.ends_at <= coalesce(\(now), now()) - make_interval(secs => \(endGrace))
-                  AND (e.status = 'live'
-                       OR (e.status = 'scheduled' AND e.starts_at <= coalesce(\(now), now()) - make_interval(secs => \(endGrace))))
-                  AND NOT EXISTS (SELECT 1 FROM updates u WHERE u.event_id = e.id AND u.action = 'end')
+                  AND (e.status = \(EventStatus.live.sql)
+                       OR (e.status IN \(EventLifecycle.toStartStates.sql) AND e.starts_at <= coalesce(\(now), now()) - make_interval(secs => \(endGrace))))
+                  AND NOT EXISTS (SELECT 1 FROM updates u WHERE u.event_id = e.id AND u.action = \(UpdateAction.end.sql))
                 ORDER BY e.ends_at, e.id LIMIT \(limit)
-                """).map(EventRecord.init(row:))
-            work.endsWithoutChannel = try await tx.query("""
+                """),
+            (\.endsWithoutChannel, """
                 SELECT \(unsafeRaw: EventRecord.columns) FROM events e
-                WHERE e.status = 'ending'
+                WHERE e.status IN \(EventLifecycle.endingStates.sql)
                   AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
-                                  AND c.state IN ('planned', 'creating', 'create_unknown', 'open', 'ending'))
+                                  AND c.state IN \(ChannelLifecycle.endCarryingStates.sql))
                 ORDER BY e.id LIMIT \(limit)
-                """).map(EventRecord.init(row:))
-            return work
-        }
+                """),
+        ]
+        let channelReads: [(WritableKeyPath<SchedulerWork, [ChannelRecord]>, PostgresQuery)] = [
+            (\.plannedChannels, channels("state = \(ChannelLifecycle.State.planned.sql)")),
+            (\.retriesDue, channels("state IN \(ChannelLifecycle.requestStates.sql) AND next_attempt_at <= coalesce(\(now), now())")),
+            (\.unresolvedCreates, channels("state = \(ChannelLifecycle.State.createUnknown.sql)")),
+            (\.deletionsDue, channels("""
+                state IN \(ChannelLifecycle.deleteDueStates.sql) AND ended_at <= coalesce(\(now), now()) - make_interval(secs => \(deleteDelay))
+                """)),
+        ]
+        return (events, channelReads)
     }
 
     /// Compares Apple's list of the app's channel ids with the database: records unknown ids as
@@ -349,30 +354,30 @@ public struct ChannelRepository: Sendable {
             try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
             let newlyRecorded = try await tx.query("""
                 INSERT INTO channels (app_id, apns_channel_id, storage_policy, state, first_seen_at)
-                SELECT \(appID), listed, 'none', 'unknown', coalesce(\(now), now())
+                SELECT \(appID), listed, 'none', \(StoredChannelState.unknown.sql), coalesce(\(now), now())
                 FROM unnest(\(apnsChannelIDs)::text[]) AS listed
                 ON CONFLICT (app_id, apns_channel_id) DO NOTHING
                 RETURNING \(unsafeRaw: ChannelRecord.columns)
                 """).map(ChannelRecord.init(row:))
             let unknown = try await tx.query("""
                 SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
-                WHERE app_id = \(appID) AND state = 'unknown' AND apns_channel_id = ANY (\(apnsChannelIDs)::text[])
+                WHERE app_id = \(appID) AND state = \(StoredChannelState.unknown.sql) AND apns_channel_id = ANY (\(apnsChannelIDs)::text[])
                 ORDER BY first_seen_at, id
                 """).map(ChannelRecord.init(row:))
             let missing = try await tx.query("""
                 SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
-                WHERE app_id = \(appID) AND state IN (\(unsafeRaw: Self.existingStates))
+                WHERE app_id = \(appID) AND state IN \(ChannelLifecycle.listedStates.sql)
                   AND NOT (apns_channel_id = ANY (\(apnsChannelIDs)::text[]))
                 ORDER BY id
                 """).map(ChannelRecord.init(row:))
             // Unknown channels gone from Apple's list need nothing more: they are deleted.
             try await tx.query("""
-                UPDATE channels SET state = 'deleted', deleted_at = coalesce(\(now), now()), updated_at = now()
-                WHERE app_id = \(appID) AND state = 'unknown' AND NOT (apns_channel_id = ANY (\(apnsChannelIDs)::text[]))
+                UPDATE channels SET state = \(ChannelLifecycle.State.deleted.sql), deleted_at = coalesce(\(now), now()), updated_at = now()
+                WHERE app_id = \(appID) AND state = \(StoredChannelState.unknown.sql) AND NOT (apns_channel_id = ANY (\(apnsChannelIDs)::text[]))
                 """)
             let resurrected = try await tx.query("""
                 SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
-                WHERE app_id = \(appID) AND state = 'deleted' AND apns_channel_id = ANY (\(apnsChannelIDs)::text[])
+                WHERE app_id = \(appID) AND state = \(ChannelLifecycle.State.deleted.sql) AND apns_channel_id = ANY (\(apnsChannelIDs)::text[])
                 ORDER BY id
                 """).map(ChannelRecord.init(row:))
             return ReconcileReport(newlyRecorded: newlyRecorded, unknown: unknown, missing: missing, resurrected: resurrected)

@@ -231,11 +231,11 @@ public struct EventRepository: Sendable {
     public func counts(eventID: Int) async throws -> EventCounts {
         let row = try await pool.query("""
             SELECT
-              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'pending') + coalesce(p.pending, 0) AS pending,
-              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'broadcast') + coalesce(p.broadcast, 0) AS broadcast,
-              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'conflated') + coalesce(p.conflated, 0) AS conflated,
-              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'superseded') + coalesce(p.superseded, 0) AS superseded,
-              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = 'unsent') + coalesce(p.unsent, 0) AS unsent,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)) + coalesce(p.pending, 0) AS pending,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.broadcast.sql)) + coalesce(p.broadcast, 0) AS broadcast,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.conflated.sql)) + coalesce(p.conflated, 0) AS conflated,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.superseded.sql)) + coalesce(p.superseded, 0) AS superseded,
+              (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.unsent.sql)) + coalesce(p.unsent, 0) AS unsent,
               (SELECT count(*) FROM deliveries d JOIN channels c ON c.id = d.channel_id WHERE c.event_id = \(eventID)) AS deliveries,
               (SELECT count(*) FROM deliveries d JOIN channels c ON c.id = d.channel_id
                 WHERE c.event_id = \(eventID) AND (d.status IS NULL OR d.status >= 400)) AS failed
@@ -257,47 +257,50 @@ public struct EventRepository: Sendable {
     public func purgeUpdates(endedBefore cutoff: Date, batch: Int = 20, statements: Int = .max) async throws -> Int {
         var purged = 0
         for _ in 0..<statements {
-            let row = try await pool.query("""
-                WITH doomed AS (
-                    SELECT id FROM events
-                    WHERE status IN ('ended', 'cancelled') AND updates_purged_at IS NULL AND updated_at < \(cutoff)
-                    ORDER BY id LIMIT \(batch)
-                ), gone AS (
-                    DELETE FROM updates u USING doomed d WHERE u.event_id = d.id RETURNING u.event_id, u.disposition
-                ), counted AS (
-                    INSERT INTO purged_update_counts (event_id, pending, broadcast, conflated, superseded, unsent)
-                    SELECT d.id, count(*) FILTER (WHERE g.disposition = 'pending'), count(*) FILTER (WHERE g.disposition = 'broadcast'),
-                           count(*) FILTER (WHERE g.disposition = 'conflated'), count(*) FILTER (WHERE g.disposition = 'superseded'),
-                           count(*) FILTER (WHERE g.disposition = 'unsent')
-                    FROM doomed d LEFT JOIN gone g ON g.event_id = d.id GROUP BY d.id
-                    ON CONFLICT (event_id) DO UPDATE SET
-                        pending = purged_update_counts.pending + EXCLUDED.pending,
-                        broadcast = purged_update_counts.broadcast + EXCLUDED.broadcast,
-                        conflated = purged_update_counts.conflated + EXCLUDED.conflated,
-                        superseded = purged_update_counts.superseded + EXCLUDED.superseded,
-                        unsent = purged_update_counts.unsent + EXCLUDED.unsent
-                ), marked AS (
-                    UPDATE events e SET updates_purged_at = now() FROM doomed d WHERE e.id = d.id
-                )
-                SELECT (SELECT count(*) FROM doomed) AS events, (SELECT count(*) FROM gone) AS updates
-                """)[0]
+            let row = try await pool.query(Self.purgeUpdatesStatement(endedBefore: cutoff, batch: batch))[0]
             purged += try row.decode(Int.self, column: "updates")
             if try row.decode(Int.self, column: "events") < batch { break }
         }
         return purged
     }
 
-    /// Ends an event no channel can carry (none opened, refused, or lost), if it is in one of `expected`:
-    /// its pending updates become 'unsent' and its outbox row goes. Returns whether it ended.
+    /// One statement of `purgeUpdates`: `batch` final events past `cutoff`, their updates deleted and counted.
+    static func purgeUpdatesStatement(endedBefore cutoff: Date, batch: Int) -> PostgresQuery {
+        """
+            WITH doomed AS (
+                SELECT id FROM events
+                WHERE status IN \(EventLifecycle.finalStates.sql) AND updates_purged_at IS NULL AND updated_at < \(cutoff)
+                ORDER BY id LIMIT \(batch)
+            ), gone AS (
+                DELETE FROM updates u USING doomed d WHERE u.event_id = d.id RETURNING u.event_id, u.disposition
+            ), counted AS (
+                INSERT INTO purged_update_counts (event_id, pending, broadcast, conflated, superseded, unsent)
+                SELECT d.id, count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.pending.sql)), count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.broadcast.sql)),
+                       count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.conflated.sql)), count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.superseded.sql)),
+                       count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.unsent.sql))
+                FROM doomed d LEFT JOIN gone g ON g.event_id = d.id GROUP BY d.id
+                ON CONFLICT (event_id) DO UPDATE SET
+                    pending = purged_update_counts.pending + EXCLUDED.pending,
+                    broadcast = purged_update_counts.broadcast + EXCLUDED.broadcast,
+                    conflated = purged_update_counts.conflated + EXCLUDED.conflated,
+                    superseded = purged_update_counts.superseded + EXCLUDED.superseded,
+                    unsent = purged_update_counts.unsent + EXCLUDED.unsent
+            ), marked AS (
+                UPDATE events e SET updates_purged_at = now() FROM doomed d WHERE e.id = d.id
+            )
+            SELECT (SELECT count(*) FROM doomed) AS events, (SELECT count(*) FROM gone) AS updates
+            """
+    }
+
+    /// Ends an event no channel can carry (none opened, refused, or lost), if its lifecycle takes
+    /// `endedWithoutChannel`: its pending updates become unsent and its outbox row goes. Returns whether it ended.
     @discardableResult
-    public func endWithoutChannel(eventID: Int, expected: [EventStatus]) async throws -> Bool {
+    public func endWithoutChannel(eventID: Int) async throws -> Bool {
         try await pool.withTransaction { tx in
-            guard try await tx.execute("""
-                UPDATE events SET status = 'ended', updated_at = now()
-                WHERE id = \(eventID) AND status = ANY (\(expected.map(\.rawValue))::text[])
-                """) == 1 else { return false }
+            guard try await Self.perform(.endedWithoutChannel, eventID: eventID, on: tx) else { return false }
             try await tx.execute("""
-                UPDATE updates SET disposition = 'unsent', disposed_at = now() WHERE event_id = \(eventID) AND disposition = 'pending'
+                UPDATE updates SET disposition = \(UpdateDisposition.unsent.sql), disposed_at = now()
+                WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)
                 """)
             try await tx.execute("DELETE FROM outbox WHERE event_id = \(eventID)")
             return true
@@ -312,24 +315,37 @@ public struct EventRepository: Sendable {
     public func markStarted(limit: Int, fence: LeaseGrant? = nil, now: Date? = nil) async throws -> [Int] {
         try await pool.withTransaction { tx in
             try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
-            return try await tx.query("""
-                UPDATE events SET status = 'live', updated_at = now()
-                WHERE id IN (SELECT e.id FROM events e WHERE e.status = 'scheduled' AND e.starts_at <= coalesce(\(now), now())
-                               AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
-                             ORDER BY e.starts_at, e.id LIMIT \(limit) FOR UPDATE OF e SKIP LOCKED)
-                  AND status = 'scheduled'
-                RETURNING id
-                """).map { try $0.decode(Int.self, column: "id") }.sorted()
+            return try await tx.query(Self.markStartedStatement(limit: limit, now: now)).map { try $0.decode(Int.self, column: "id") }.sorted()
         }
     }
 
-    /// Moves the event to `status` if it is in one of `expected` (a stale writer changes nothing);
-    /// returns whether it moved.
+    /// The statement of `markStarted`.
+    static func markStartedStatement(limit: Int, now: Date?) -> PostgresQuery {
+        """
+                UPDATE events SET status = \(fragment: Self.statusAfterStart), updated_at = now()
+                WHERE id IN (SELECT e.id FROM events e WHERE e.status IN \(Self.statesToStart) AND e.starts_at <= coalesce(\(now), now())
+                               AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
+                             ORDER BY e.starts_at, e.id LIMIT \(limit) FOR UPDATE OF e SKIP LOCKED)
+                  AND status IN \(Self.statesToStart)
+                RETURNING id
+                """
+    }
+
+    private static let statesToStart = EventLifecycle.states(accepting: .startsAtReached).sql
+    private static let statusAfterStart = EventLifecycle.sqlStatus(after: .startsAtReached, column: "status")
+
+    /// Moves the event as its lifecycle says for `event`, if it is in a status that takes it (a stale writer
+    /// changes nothing); returns whether it moved. The status alone: what the event's action asks besides
+    /// (storing an update, unsent updates) is the caller's.
     @discardableResult
-    public func setStatus(eventID: Int, to status: EventStatus, expected: [EventStatus]) async throws -> Bool {
-        try await pool.execute("""
-            UPDATE events SET status = \(status), updated_at = now()
-            WHERE id = \(eventID) AND status = ANY (\(expected.map(\.rawValue))::text[])
+    public func perform(_ event: EventLifecycle.Event, eventID: Int) async throws -> Bool {
+        try await pool.withConnection { try await Self.perform(event, eventID: eventID, on: $0) }
+    }
+
+    static func perform(_ event: EventLifecycle.Event, eventID: Int, on connection: PostgresConnection) async throws -> Bool {
+        try await connection.execute("""
+            UPDATE events SET status = \(fragment: EventLifecycle.sqlStatus(after: event, column: "status")), updated_at = now()
+            WHERE id = \(eventID) AND status IN \(EventLifecycle.states(accepting: event).sql)
             """) == 1
     }
 

@@ -58,6 +58,14 @@ public struct UpdateDraft: Sendable, Equatable {
     /// it a second end is refused (`endAlreadyAccepted`).
     public var replacesEnd: Bool
 
+    /// What accepting it means to the event's lifecycle.
+    public var lifecycleEvent: EventLifecycle.Event {
+        switch action {
+        case .update: .updateAccepted
+        case .end: replacesEnd ? .endReplaced : .endAccepted
+        }
+    }
+
     public init(action: UpdateAction = .update, alert: JSONValue? = nil, staleDate: Date? = nil,
                 dismissalDate: Date? = nil, relevanceScore: Double? = nil, priority: RequestedPriority = .auto,
                 occurredAt: Date?, apiKeyID: Int? = nil, urgent: Bool = false, notBefore: Date? = nil, replacesEnd: Bool = false) {
@@ -288,19 +296,23 @@ public struct IngestRepository: Sendable {
                                      latestStateAt: try row.decode(Date?.self, column: "latest_state_at"),
                                      latestUpdateID: try row.decode(Int?.self, column: "latest_update_id"))
         if let appID, appID != snapshot.appID { throw PipelineError.eventNotFound(eventID) }
-        switch (snapshot.status, draft.action) {
-        case (.scheduled, _), (.live, _): return snapshot
-        case (.ending, .end):
-            guard draft.replacesEnd else { throw PipelineError.endAlreadyAccepted(eventID) }
-            return snapshot
-        case (.ending, .update), (.ended, _), (.cancelled, _): throw PipelineError.eventClosed(eventID, snapshot.status)
+        guard EventLifecycle.transition(from: snapshot.status, on: draft.lifecycleEvent) != nil else {
+            if snapshot.status == .ending && draft.action == .end { throw PipelineError.endAlreadyAccepted(eventID) }
+            throw PipelineError.eventClosed(eventID, snapshot.status)
         }
+        return snapshot
     }
 
     /// Superseded: an update stamped before the event's latest state. The same test holds on the row
     /// before the write (in SET) and after it (in RETURNING), because the write leaves latest_state_at
     /// alone for a superseded update and sets it to occurred_at otherwise.
-    private static let superseded = "(i.action = 'update' AND i.occurred_at < e.latest_state_at) IS TRUE"
+    private static let superseded: PostgresQuery = "(i.action = \(UpdateAction.update.sql) AND i.occurred_at < e.latest_state_at) IS TRUE"
+
+    /// For each kind of update, the statuses that accept it and the status it leaves, as the lifecycle says.
+    private static let acceptance: [EventLifecycle.Event: (states: PostgresStaticSQL, status: PostgresQuery)] =
+        Dictionary(uniqueKeysWithValues: [EventLifecycle.Event.updateAccepted, .endAccepted, .endReplaced].map { event in
+            (event, (EventLifecycle.states(accepting: event).sql, EventLifecycle.sqlStatus(after: event, column: "e.status")))
+        })
 
     /// The write: the event row (only if open for this action, in the caller's app and still at the expected
     /// latest update), then the update, the outbox row (a new one due when `pacing` allows after the channel's
@@ -314,19 +326,19 @@ public struct IngestRepository: Sendable {
             SELECT \(eventID)::bigint AS event_id, \(draft.action)::text AS action, \(draft.occurredAt)::timestamptz AS occurred_at
         ), latest AS (
             UPDATE events e SET
-                latest_state = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_state ELSE \(state.postgresJSON) END,
-                latest_state_at = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_state_at
+                latest_state = CASE WHEN \(fragment: superseded) THEN e.latest_state ELSE \(state.postgresJSON) END,
+                latest_state_at = CASE WHEN \(fragment: superseded) THEN e.latest_state_at
                                        ELSE greatest(e.latest_state_at, coalesce(i.occurred_at, now())) END,
-                latest_update_id = CASE WHEN \(unsafeRaw: superseded) THEN e.latest_update_id
+                latest_update_id = CASE WHEN \(fragment: superseded) THEN e.latest_update_id
                                         ELSE nextval('updates_id_seq') END,
-                status = CASE WHEN i.action = 'end' THEN 'ending' ELSE e.status END,
+                status = \(fragment: acceptance[draft.lifecycleEvent]!.status),
                 updated_at = now()
             FROM input i
             WHERE e.id = i.event_id
-              AND (e.status IN ('scheduled', 'live') OR (e.status = 'ending' AND i.action = 'end' AND \(draft.replacesEnd)))
+              AND e.status IN \(acceptance[draft.lifecycleEvent]!.states)
               AND (\(appID)::bigint IS NULL OR e.app_id = \(appID))
               AND (NOT \(expectedUpdateID != nil) OR e.latest_update_id IS NOT DISTINCT FROM \(expectedUpdateID ?? nil)::bigint)
-            RETURNING e.latest_update_id, e.latest_state_at, \(unsafeRaw: superseded) AS superseded
+            RETURNING e.latest_update_id, e.latest_state_at, \(fragment: superseded) AS superseded
         ), stored AS (
             INSERT INTO updates (id, event_id, api_key_id, action, content_state, alert, stale_date, dismissal_date,
                                  relevance_score, priority, occurred_at, not_before, disposition, disposed_at)
@@ -335,7 +347,7 @@ public struct IngestRepository: Sendable {
                    i.event_id, \(draft.apiKeyID), i.action, \(state.postgresJSON), \(draft.alert?.postgresJSON),
                    \(draft.staleDate), \(draft.dismissalDate), \(draft.relevanceScore), \(draft.priority.rawValue),
                    coalesce(i.occurred_at, l.latest_state_at), \(draft.notBefore),
-                   CASE WHEN l.superseded THEN 'superseded' ELSE 'pending' END,
+                   CASE WHEN l.superseded THEN \(UpdateDisposition.superseded.sql) ELSE \(UpdateDisposition.pending.sql) END,
                    CASE WHEN l.superseded THEN now() END
             FROM latest l, input i
             RETURNING id, disposition, occurred_at, received_at
@@ -344,8 +356,8 @@ public struct IngestRepository: Sendable {
             SELECT \(eventID), id, \(draft.notBefore),
                    CASE WHEN \(draft.urgent) THEN \(urgentDue)
                         ELSE greatest(now(), (SELECT c.last_broadcast_at + make_interval(secs => \(pacing)::float8) FROM channels c
-                                              WHERE c.event_id = \(eventID) AND c.state IN ('open', 'ending') LIMIT 1)) END
-            FROM stored WHERE disposition = 'pending'
+                                              WHERE c.event_id = \(eventID) AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) LIMIT 1)) END
+            FROM stored WHERE disposition = \(UpdateDisposition.pending.sql)
             ON CONFLICT (event_id) DO UPDATE SET
                 update_id = EXCLUDED.update_id, not_before = EXCLUDED.not_before, updated_at = now(),
                 next_attempt_at = CASE WHEN \(draft.urgent) THEN \(urgentDue) ELSE outbox.next_attempt_at END

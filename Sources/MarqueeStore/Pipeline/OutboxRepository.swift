@@ -306,9 +306,9 @@ public struct OutboxRepository: Sendable {
             try await DeliveryRepository.insert(Self.filled(delivery, claim), on: tx)
             if channelNotRegistered {
                 try await tx.query("""
-                    UPDATE channels SET state = 'lost', attempts = 0, next_attempt_at = NULL, last_error = \(reason),
+                    UPDATE channels SET state = \(ChannelLifecycle.State.lost.sql), attempts = 0, next_attempt_at = NULL, last_error = \(reason),
                         last_error_at = coalesce(\(now), now()), updated_at = now()
-                    WHERE id = \(claim.channelID) AND state IN ('open', 'ending')
+                    WHERE id = \(claim.channelID) AND state IN \(ChannelLifecycle.broadcastingStates.sql)
                     """)
                 try await ChannelRepository.stopBroadcasting(eventID: claim.eventID, on: tx)
                 return
@@ -387,7 +387,7 @@ public struct OutboxRepository: Sendable {
     }
 
     /// The claim's first statement: takes due rows (see `claimBatch`).
-    private static func claimStatement(instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval?, now: Date?) -> PostgresQuery {
+    static func claimStatement(instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval?, now: Date?) -> PostgresQuery {
         """
             WITH due AS (
                 SELECT o.id, live.channel_id, live.last_aps_timestamp, o.claimed_by AS previous_holder,
@@ -395,14 +395,14 @@ public struct OutboxRepository: Sendable {
                                  AND live.last_broadcast_at > coalesce(\(now), now()) - make_interval(secs => \(pacing)::float8)
                                  AND NOT EXISTS (
                                      SELECT 1 FROM updates p
-                                     WHERE p.event_id = o.event_id AND p.disposition = 'pending' AND p.id <= o.update_id
+                                     WHERE p.event_id = o.event_id AND p.disposition = \(UpdateDisposition.pending.sql) AND p.id <= o.update_id
                                        AND (p.priority = 'high' OR p.alert IS NOT NULL))
                             THEN live.last_broadcast_at + make_interval(secs => \(pacing)::float8) END AS paced_until
                 FROM outbox o
                 CROSS JOIN LATERAL (
                     SELECT c.id AS channel_id, c.last_broadcast_at, c.last_aps_timestamp
                     FROM channels c JOIN events e ON e.id = c.event_id
-                    WHERE c.event_id = o.event_id AND c.state IN ('open', 'ending') AND NOT e.channel_lost
+                    WHERE c.event_id = o.event_id AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) AND NOT e.channel_lost
                     LIMIT 1
                 ) live
                 WHERE o.next_attempt_at <= coalesce(\(now), now())
@@ -432,7 +432,7 @@ public struct OutboxRepository: Sendable {
     }
 
     /// The claim's second statement: the claimed rows with their update and pending updates.
-    private static func claimedRowsStatement(ids: [String], tokens: [String]) -> PostgresQuery {
+    static func claimedRowsStatement(ids: [String], tokens: [String]) -> PostgresQuery {
         """
             SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id, e.attribute_type_id,
                    c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state,
@@ -450,12 +450,14 @@ public struct OutboxRepository: Sendable {
             JOIN updates u ON u.id = o.update_id
             LEFT JOIN LATERAL (
                 SELECT id, priority, alert, occurred_at, id = max(id) OVER () AS newest FROM updates
-                WHERE event_id = o.event_id AND disposition = 'pending' AND id <= o.update_id
+                WHERE event_id = o.event_id AND disposition = \(UpdateDisposition.pending.sql) AND id <= o.update_id
             ) p ON true
             WHERE o.id = ANY (\(ids)::bigint[]) AND o.claim_token = ANY (\(tokens)::uuid[])
             ORDER BY o.next_attempt_at, o.id, p.id
             """
     }
+
+    private static let eventStatusAfterEnd = EventLifecycle.sqlStatus(after: .endBroadcast, column: "e.status")
 
     /// The statement of `recordBroadcasts`, for `count` records as one jsonb array.
     private static func recordStatement(input: JSONValue, count: Int, now: Date?) -> PostgresQuery {
@@ -469,19 +471,19 @@ public struct OutboxRepository: Sendable {
             ), stamped AS (
                 UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
                     last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
-                    state = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN 'ended' ELSE c.state END,
-                    attempts = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN 0 ELSE c.attempts END,
-                    next_attempt_at = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN NULL ELSE c.next_attempt_at END,
-                    ended_at = CASE WHEN i.ends AND c.state IN ('open', 'ending') THEN coalesce(\(now), now()) ELSE c.ended_at END,
+                    state = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN \(ChannelLifecycle.State.ended.sql) ELSE c.state END,
+                    attempts = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN 0 ELSE c.attempts END,
+                    next_attempt_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN NULL ELSE c.next_attempt_at END,
+                    ended_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN coalesce(\(now), now()) ELSE c.ended_at END,
                     updated_at = now()
                 FROM input i
                 WHERE c.id = i.channel_id AND (c.last_aps_timestamp IS NULL OR c.last_aps_timestamp < i.aps_timestamp)
                 RETURNING i.*
             ), disposed AS (
-                UPDATE updates u SET disposition = CASE WHEN u.id = s.update_id THEN 'broadcast' ELSE 'conflated' END,
+                UPDATE updates u SET disposition = CASE WHEN u.id = s.update_id THEN \(UpdateDisposition.broadcast.sql) ELSE \(UpdateDisposition.conflated.sql) END,
                                      disposed_at = now()
                 FROM stamped s
-                WHERE u.event_id = s.event_id AND u.disposition = 'pending' AND u.id <= s.update_id
+                WHERE u.event_id = s.event_id AND u.disposition = \(UpdateDisposition.pending.sql) AND u.id <= s.update_id
                 RETURNING u.id
             ), delivered AS (
                 INSERT INTO deliveries (app_id, kind, channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
@@ -491,9 +493,9 @@ public struct OutboxRepository: Sendable {
                 FROM stamped ORDER BY n
                 RETURNING id
             ), event_ended AS (
-                UPDATE events e SET status = 'ended', updated_at = now()
+                UPDATE events e SET status = \(fragment: eventStatusAfterEnd), updated_at = now()
                 FROM stamped s
-                WHERE e.id = s.event_id AND s.ends AND e.status <> 'cancelled'
+                WHERE e.id = s.event_id AND s.ends AND e.status IN \(EventLifecycle.states(accepting: .endBroadcast).sql)
                 RETURNING e.id
             ), deleted AS (
                 DELETE FROM outbox o USING stamped s

@@ -1,6 +1,6 @@
-// What the pipeline repositories share: their typed errors, the enumerations they persist, and the
-// row-decoding shortcuts for JSON and raw-value columns (MarqueeCore's enums cannot conform to the
-// Postgres protocols here without a retroactive conformance, so they are decoded through their raw value).
+// What the pipeline repositories share: their typed errors, the Postgres conformances of the
+// enumerations they persist (declared in MarqueeCore), and the row-decoding shortcuts for JSON and
+// raw-value columns.
 import Foundation
 import MarqueeCore
 import Postgres
@@ -45,67 +45,11 @@ public enum PipelineError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 }
 
-/// What an event is about (`events.kind`).
-public enum EventKind: String, Sendable, Codable, CaseIterable, PostgresCodable {
-    case match, flight, other
-}
-
-/// Where an event stands (`events.status`).
-public enum EventStatus: String, Sendable, Codable, CaseIterable, PostgresCodable {
-    case scheduled, live, ending, ended, cancelled
-}
-
-/// What an update asks for (`updates.action`): an `update` broadcast, or the `end` one.
-public enum UpdateAction: String, Sendable, Codable, CaseIterable, PostgresCodable {
-    case update, end
-}
-
-/// What became of an accepted update (`updates.disposition`).
-public enum UpdateDisposition: String, Sendable, Codable, CaseIterable, PostgresCodable {
-    /// Waiting for the dispatcher.
-    case pending
-    /// Sent to APNs and accepted.
-    case broadcast
-    /// A newer state was broadcast instead.
-    case conflated
-    /// It arrived older than the event's latest state; never sent.
-    case superseded
-    /// The event ended while no channel could carry it (never opened, refused, or lost); never sent.
-    case unsent
-}
-
-/// A channel's state as stored: a `ChannelLifecycle.State`, or `unknown` (found only in Apple's list).
-public enum StoredChannelState: RawRepresentable, CaseIterable, Sendable, Hashable, CustomStringConvertible {
-    case lifecycle(ChannelLifecycle.State)
-    case unknown
-
-    public static var allCases: [StoredChannelState] { ChannelLifecycle.State.allCases.map(Self.lifecycle) + [.unknown] }
-
-    public init?(rawValue: String) {
-        if rawValue == "unknown" { self = .unknown } else if let state = ChannelLifecycle.State(rawValue: rawValue) { self = .lifecycle(state) } else { return nil }
-    }
-
-    /// The stored text.
-    public var rawValue: String {
-        switch self {
-        case .lifecycle(let state): state.rawValue
-        case .unknown: "unknown"
-        }
-    }
-
-    public var description: String { rawValue }
-
-    /// Counts against the 10,000-channel quota: lifecycle states that may exist at APNs, and unknown ones.
-    public var countsAgainstQuota: Bool {
-        switch self {
-        case .lifecycle(let state): state.countsAgainstQuota
-        case .unknown: true
-        }
-    }
-
-    /// The stored names of every state counting against the quota.
-    static let quotaStates: [String] = ChannelLifecycle.State.allCases.filter(\.countsAgainstQuota).map(\.rawValue) + ["unknown"]
-}
+// MarqueeCore's enums are stored through their raw values.
+extension EventKind: PostgresCodable {}
+extension EventStatus: PostgresCodable {}
+extension UpdateAction: PostgresCodable {}
+extension UpdateDisposition: PostgresCodable {}
 
 extension JSONValue {
     /// The value bound as jsonb.

@@ -43,6 +43,24 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         }
     }
 
+    // MARK: named state sets (the store's statements and partial indexes are written from these)
+
+    /// States in which a channel may exist at APNs: they count against the quota.
+    public static let quotaStates = State.allCases.filter(\.countsAgainstQuota)
+    /// The event's current channel, at most one per event (the `channels_one_live_per_event` index): not
+    /// yet over. A new channel row is made for an event only once its channel left these states.
+    public static let currentStates: [State] = [.planned, .creating, .createUnknown, .createFailed, .open, .ending]
+    /// States in which the channel may still carry the event's end (a create refused for good cannot).
+    public static let endCarryingStates = currentStates.filter { $0 != .createFailed }
+    /// Carrying the event's broadcasts.
+    public static let broadcastingStates = State.allCases.filter { $0 == .open || $0 == .ending }
+    /// Known at APNs by its id, as far as the database knows: what Apple's channel list must show.
+    public static let listedStates: [State] = [.open, .ending, .ended, .deleting]
+    /// A create or delete is in flight or waiting for its retry (`next_attempt_at`).
+    public static let requestStates: [State] = [.creating, .deleting]
+    /// Ended and waiting for the delete delay (the `channels_to_delete` index).
+    public static let deleteDueStates: [State] = [.ended]
+
     /// What happened; named in errors and logs.
     public enum Event: String, Sendable, Codable, CaseIterable {
         case leadTimeReached, firstUpdate

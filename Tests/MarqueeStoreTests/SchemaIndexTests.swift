@@ -1,0 +1,111 @@
+import Foundation
+import MarqueeCore
+@testable import MarqueeStore
+@testable import Postgres
+import Testing
+
+/// The partial indexes the hot statements rely on: each is written from the lifecycle's named state sets,
+/// and each statement that relies on one uses it in a generic plan (the plan a long-lived prepared statement
+/// gets), which a state list bound as a parameter would not allow.
+@Suite(.enabled(if: TestDatabase.available))
+struct SchemaIndexTests {
+    /// Index, table, key, and the predicate generated from the sets.
+    static let partialIndexes: [(name: String, table: String, key: String, predicate: PostgresQuery)] = [
+        ("events_to_start", "events", "starts_at", "status IN \(EventLifecycle.toStartStates.sql)"),
+        ("events_to_end", "events", "ends_at", "status IN \(EventLifecycle.startedStates.sql)"),
+        ("events_ending", "events", "id", "status IN \(EventLifecycle.endingStates.sql)"),
+        ("events_to_purge", "events", "id", "status IN \(EventLifecycle.finalStates.sql) AND updates_purged_at IS NULL"),
+        ("channels_one_live_per_event", "channels", "event_id", "state IN \(ChannelLifecycle.currentStates.sql)"),
+        ("channels_to_delete", "channels", "ended_at", "state IN \(ChannelLifecycle.deleteDueStates.sql)"),
+        ("updates_pending", "updates", "event_id", "disposition = \(UpdateDisposition.pending.sql)"),
+    ]
+
+    @Test func eachPartialIndexIsWrittenFromItsStateSet() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        for index in Self.partialIndexes {
+            // The server's own rendering of both predicates: a probe index built from the set, rolled back.
+            let (actual, generated) = try await f.pool.withConnection { connection in
+                try await connection.execute("BEGIN")
+                try await connection.execute(PostgresQuery(unsafeSQL: """
+                    CREATE INDEX set_probe ON \(index.table) (\(index.key)) WHERE \(index.predicate.sql)
+                    """))
+                let rows = try await connection.query("""
+                    SELECT c.relname AS name, pg_get_expr(i.indpred, i.indrelid) AS predicate
+                    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                    WHERE c.relname = ANY (\([index.name, "set_probe"])::text[])
+                    """)
+                var predicates: [String: String] = [:]
+                for row in rows { predicates[try row.decode(String.self, column: "name")] = try row.decode(String?.self, column: "predicate") }
+                try await connection.execute("ROLLBACK")
+                return (predicates[index.name], predicates["set_probe"])
+            }
+            #expect(actual != nil, "\(index.name) is not a partial index")
+            #expect(actual == generated, "\(index.name)")
+        }
+    }
+
+    /// What the planner picks for `statement` in a generic plan, with sequential scans priced out, so a plan
+    /// that could use the index does.
+    static func genericPlan(of statement: PostgresQuery, on pool: PostgresPool) async throws -> String {
+        try await pool.withConnection { connection in
+            let types = try await statement.binds.asyncMap { bind in
+                bind.oid == 0 ? "unknown" : try await connection.query("SELECT format_type(\(Int(bind.oid))::oid, NULL) AS t")[0]
+                    .decode(String.self, column: "t")
+            }
+            try await connection.execute("SET plan_cache_mode = force_generic_plan")
+            try await connection.execute("SET enable_seqscan = off")
+            let parameters = types.isEmpty ? "" : "(" + types.joined(separator: ", ") + ")"
+            try await connection.execute(PostgresQuery(unsafeSQL: "PREPARE plan_probe\(parameters) AS \(statement.sql)"))
+            let arguments = types.isEmpty ? "" : "(" + Array(repeating: "NULL", count: types.count).joined(separator: ", ") + ")"
+            let plan = try await connection.query(PostgresQuery(unsafeSQL: "EXPLAIN EXECUTE plan_probe\(arguments)"))
+                .map { try $0.decode(String.self, column: "QUERY PLAN") }.joined(separator: "\n")
+            try await connection.execute("DEALLOCATE plan_probe")
+            try await connection.execute("RESET ALL")
+            return plan
+        }
+    }
+
+    @Test func theClaimSweepAndPurgeStatementsUseTheirPartialIndexesInGenericPlans() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let sweep = ChannelRepository.dueWorkStatements(leadTime: 7200, deleteDelay: 900, endGrace: 1800, now: nil, limit: 100)
+        let eventReads = Dictionary(uniqueKeysWithValues: sweep.events.map { ("\($0.0)", $0.1) })
+        let channelReads = Dictionary(uniqueKeysWithValues: sweep.channels.map { ("\($0.0)", $0.1) })
+        func read(_ reads: [String: PostgresQuery], _ name: String) throws -> PostgresQuery {
+            try #require(reads.first { $0.key.hasSuffix(name + ">") || $0.key.hasSuffix(name) }?.value, "\(name) in \(reads.keys)")
+        }
+        let expectations: [(String, PostgresQuery, [String])] = [
+            ("claim", OutboxRepository.claimStatement(instance: "probe", limit: 64, lease: 120, pacing: 1, now: nil), ["updates_pending"]),
+            ("claimed rows", OutboxRepository.claimedRowsStatement(ids: [], tokens: []), ["updates_pending"]),
+            ("mark started", EventRepository.markStartedStatement(limit: 100, now: nil), ["events_to_start"]),
+            ("events needing a channel", try read(eventReads, "eventsNeedingChannel"), ["events_to_start"]),
+            ("events to end", try read(eventReads, "eventsToEnd"), ["events_to_end", "events_to_start"]),
+            ("ends without a channel", try read(eventReads, "endsWithoutChannel"), ["events_ending"]),
+            ("deletions due", try read(channelReads, "deletionsDue"), ["channels_to_delete"]),
+            ("purge updates", EventRepository.purgeUpdatesStatement(endedBefore: Date(), batch: 20), ["events_to_purge"]),
+        ]
+        for (what, statement, indexes) in expectations {
+            let plan = try await Self.genericPlan(of: statement, on: f.pool)
+            for index in indexes { #expect(plan.contains(index), "\(what) does not use \(index):\n\(plan)") }
+        }
+    }
+
+    @Test func aBoundStateListWouldLoseThePartialIndex() async throws {
+        // The reason the sets are spliced as text: the same read with the list as a parameter cannot use it.
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let spliced: PostgresQuery = "SELECT id FROM events WHERE status IN \(EventLifecycle.endingStates.sql) ORDER BY id LIMIT 10"
+        let bound: PostgresQuery = "SELECT id FROM events WHERE status = ANY (\(EventLifecycle.endingStates.map(\.rawValue))::text[]) ORDER BY id LIMIT 10"
+        #expect(try await Self.genericPlan(of: spliced, on: f.pool).contains("events_ending"))
+        #expect(try await Self.genericPlan(of: bound, on: f.pool).contains("events_ending") == false)
+    }
+}
+
+extension Array {
+    fileprivate func asyncMap<T>(_ transform: (Element) async throws -> T) async throws -> [T] {
+        var result: [T] = []
+        for element in self { result.append(try await transform(element)) }
+        return result
+    }
+}
