@@ -129,6 +129,10 @@ public enum APNsResult: Sendable, Hashable {
     /// 429 `TooManyProviderTokenUpdates`: the token changed too often on a connection, a token-management bug.
     /// Back off and retry with the same token; do NOT refresh.
     case tokenUpdatesTooFrequent(APNsFailure)
+    /// 403 other than `ExpiredProviderToken` (`InvalidProviderToken`, `BadCertificate…`, `TopicMismatch`,
+    /// `UnrelatedKeyIdInToken`, `MissingProviderToken`, `Forbidden`…): the app's credentials are at fault, not
+    /// this request. Do not retry it; park the app's work until an operator fixes its key (or a later try succeeds).
+    case credentialsFault(APNsFailure)
     /// 403 `ExpiredProviderToken`: refresh the token (once per request), then retry.
     case refreshTokenAndRetry(APNsFailure)
     /// GOAWAY, `IdleTimeout`, `Shutdown`: open a new connection, then retry.
@@ -203,7 +207,9 @@ public enum APNsResult: Sendable, Hashable {
             case .expiredProviderToken: return .refreshTokenAndRetry(failure)
             case .tooManyProviderTokenUpdates: return .tokenUpdatesTooFrequent(failure)
             case .idleTimeout, .shutdown: return .reconnect(failure)
-            default: return status == 429 || status >= 500 ? .retryAfterBackoff(failure) : .rejected(failure)
+            default:
+                if status == 403 { return .credentialsFault(failure) }
+                return status == 429 || status >= 500 ? .retryAfterBackoff(failure) : .rejected(failure)
             }
         }
     }
@@ -219,7 +225,7 @@ public enum APNsResult: Sendable, Hashable {
         switch self {
         case .accepted: nil
         case .rejected(let failure), .retryAfterBackoff(let failure), .tokenUpdatesTooFrequent(let failure),
-             .refreshTokenAndRetry(let failure), .reconnect(let failure): failure
+             .credentialsFault(let failure), .refreshTokenAndRetry(let failure), .reconnect(let failure): failure
         }
     }
 

@@ -39,7 +39,7 @@ public struct RetryPolicy: Sendable, Hashable {
         let hasAttemptsLeft = attempt < maxAttempts
         switch result {
         case .accepted: return .done
-        case .rejected: return .giveUp
+        case .rejected, .credentialsFault: return .giveUp
         case .refreshTokenAndRetry:
             return hasAttemptsLeft && !tokenRefreshed ? .refreshTokenAndRetry : .giveUp
         case .retryAfterBackoff(let failure), .tokenUpdatesTooFrequent(let failure):

@@ -265,7 +265,8 @@ enum APNsCommandLine {
         switch outcome.result {
         case .accepted: return .success
         case .refreshTokenAndRetry: return .permissionDenied
-        case .rejected(let failure): return failure.status == 403 ? .permissionDenied : .failure
+        case .credentialsFault: return .permissionDenied
+        case .rejected: return .failure
         case .retryAfterBackoff, .tokenUpdatesTooFrequent, .reconnect:
             switch outcome.transportError {
             case .connectFailed?, .tls?, .certificateRejected?, .alpnRefused?: return .unavailable

@@ -30,6 +30,15 @@ enum StatusCommand {
         let apps = status["apps"]?.arrayValue ?? []
         sections.append(apps.isEmpty ? "channels: (no apps)" : "channels:\n" + Terminal.table(
             ["APP", "BUNDLE", "ENVIRONMENT", "IN USE", "QUOTA", "USED", "BY STATE"], apps.map(appRow)))
+        let parked = apps.filter { ($0["credentialsFault"]?.objectValue) != nil }
+        if !parked.isEmpty {
+            sections.append("credentials refused by APNs (work parked; fix the app's key, then it resumes at the first success):\n"
+                + Terminal.table(["APP", "BUNDLE", "REASON", "SINCE", "RETRY AT", "STRIKES"], parked.map { app in
+                    let fault = app["credentialsFault"]
+                    return [APIText.cell(app["app"]), APIText.cell(app["bundleId"])]
+                        + ["reason", "since", "retryAt", "strikes"].map { APIText.cell(fault?[$0]) }
+                }))
+        }
         var outbox = "outbox backlog: \(APIText.cell(status["outboxBacklog"]))"
         if let age = status["oldestOutboxAgeSeconds"]?.doubleValue { outbox += " (oldest \(Int(age)) s)" }
         sections.append(outbox)

@@ -143,7 +143,12 @@ import Testing
         let before = h.simulator.engine.statusCounts.values.reduce(0, +)
         for (request, reason, status) in cases {
             let outcome = try await h.client.send(request)
-            guard case .rejected(let failure) = outcome.result else {
+            let refusal: APNsFailure? = switch outcome.result {
+            case .rejected(let failure) where status != 403: failure
+            case .credentialsFault(let failure) where status == 403: failure
+            default: nil
+            }
+            guard let failure = refusal else {
                 Issue.record("\(request): expected \(reason), got \(outcome.result)")
                 continue
             }

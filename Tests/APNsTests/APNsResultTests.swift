@@ -3,12 +3,13 @@ import Foundation
 import Testing
 
 @Suite struct APNsResultTests {
-    enum Kind: Equatable { case accepted, rejected, retryAfterBackoff, tokenUpdatesTooFrequent, refreshTokenAndRetry, reconnect }
+    enum Kind: Equatable { case accepted, rejected, credentialsFault, retryAfterBackoff, tokenUpdatesTooFrequent, refreshTokenAndRetry, reconnect }
 
     func kind(_ result: APNsResult) -> Kind {
         switch result {
         case .accepted: .accepted
         case .rejected: .rejected
+        case .credentialsFault: .credentialsFault
         case .retryAfterBackoff: .retryAfterBackoff
         case .tokenUpdatesTooFrequent: .tokenUpdatesTooFrequent
         case .refreshTokenAndRetry: .refreshTokenAndRetry
@@ -22,7 +23,7 @@ import Testing
             operation: operation)
     }
 
-    /// Every reason of the reference's §7 with its status, and what the answer means. Anything not listed is permanent.
+    /// Every documented reason with its status, and what the answer means. Anything not listed is permanent.
     static let notPermanent: [String: Kind] = [
         "ExpiredProviderToken": .refreshTokenAndRetry,
         "TooManyProviderTokenUpdates": .tokenUpdatesTooFrequent,
@@ -31,6 +32,10 @@ import Testing
         "ServiceUnavailable": .retryAfterBackoff,
         "IdleTimeout": .reconnect,
         "Shutdown": .reconnect,
+        // A 403 other than an expired token: the app's key or certificate is wrong, whatever the request.
+        "BadCertificate": .credentialsFault, "BadCertificateEnvironment": .credentialsFault, "TopicMismatch": .credentialsFault,
+        "MissingProviderToken": .credentialsFault, "InvalidProviderToken": .credentialsFault, "Forbidden": .credentialsFault,
+        "UnrelatedKeyIdInToken": .credentialsFault, "BadEnvironmentKeyInToken": .credentialsFault,
     ]
 
     static let referenceReasons: [(String, Int)] = [
@@ -76,7 +81,7 @@ import Testing
         #expect(APNsReason("SomethingNew") == .other("SomethingNew"))
         #expect(APNsReason("SomethingNew").status == nil)
         #expect(kind(errorAnswer(400, "SomethingNew")) == .rejected)
-        #expect(kind(errorAnswer(403, "SomethingNew")) == .rejected)
+        #expect(kind(errorAnswer(403, "SomethingNew")) == .credentialsFault)  // any 403 but an expired token
         #expect(kind(errorAnswer(429, "SomethingNew")) == .retryAfterBackoff)
         #expect(kind(errorAnswer(502, "SomethingNew")) == .retryAfterBackoff)
         let noBody = APNsResult(response: APNsResponse(status: 500, body: Array("oops".utf8)), operation: .broadcast)

@@ -109,7 +109,7 @@ extension APNsResult {
     var failedAnswer: APNsFailure? {
         switch self {
         case .accepted: nil
-        case .rejected(let failure), .retryAfterBackoff(let failure), .tokenUpdatesTooFrequent(let failure),
+        case .rejected(let failure), .credentialsFault(let failure), .retryAfterBackoff(let failure), .tokenUpdatesTooFrequent(let failure),
              .refreshTokenAndRetry(let failure), .reconnect(let failure): failure
         }
     }

@@ -83,6 +83,8 @@ public enum DispatchResult: Sendable, Equatable {
     case postponed
     /// A transient failure: recorded, retried after backoff.
     case retryScheduled
+    /// APNs refuses the app's credentials: nothing of the app is sent before `until` (`CredentialsParking`).
+    case parked(until: Date)
     /// APNs refused the payload (or it could not be made to fit): recorded, not retried.
     case rejected(String)
     /// ChannelNotRegistered: the channel is lost, the event flagged, broadcasting stopped.
@@ -124,6 +126,7 @@ public final class BroadcastDispatcher: Service {
     /// When rows this instance postponed, paced, released or saw ingested (due later) become due.
     private let dueTimes = Mutex(DueSchedule(step: BroadcastDispatcherConfiguration.dueStep))
     private let memory: Mutex<ChannelMemoryTable>
+    private let parking: CredentialsParking
 
     /// `listenTo` is the database to LISTEN on for `marquee_outbox` (nil: poll only).
     public init(pool: PostgresPool, listenTo: PostgresConfiguration?, apns: any BroadcastChannelAPNs,
@@ -143,6 +146,7 @@ public final class BroadcastDispatcher: Service {
         recorder = BroadcastRecordBatcher(outbox: outbox, now: databaseClock)
         deliveries = DeliveryRepository(pool: pool)
         memory = Mutex(ChannelMemoryTable(capacity: configuration.channelMemoryCapacity))
+        parking = CredentialsParking(pool: pool, metrics: metrics, logger: self.logger, clock: clock)
     }
 
     /// The time passed to the database instead of its `now()`: the injected clock's with
@@ -390,6 +394,10 @@ public final class BroadcastDispatcher: Service {
 
     private func dispatch(_ claim: ClaimedBroadcast, shutdown: ShutdownSignal?) async throws -> DispatchResult {
         let now = clock.now
+        if let until = await parking.heldUntil(appID: claim.appID) {
+            try await persistently(claim, "park") { try await postpone(claim, by: max(0.01, until.timeIntervalSince(now))) }
+            return .parked(until: until)
+        }
         let remembered = memory.withLock { $0.entry(channelID: claim.channelID, lastApsTimestamp: claim.lastApsTimestamp) }
 
         // Conflation: the newest pending state, at most one broadcast per interval unless urgent.
@@ -508,6 +516,7 @@ public final class BroadcastDispatcher: Service {
                 logger.warning("aps.timestamp overtaken; sending again", logFields)
                 return .abandoned
             }
+            await parking.succeeded(app)
             if priority.downgraded {
                 metrics.priorityDowngrades.increment()
                 logger.info("priority downgraded by the channel budget", logFields)
@@ -538,7 +547,18 @@ public final class BroadcastDispatcher: Service {
                           "apns_channel_id": .string(claim.apnsChannelID), "update": .int(claim.update.id)])
             return await withEarlierAttempts(.channelLost)
 
-        case .rejected(let failure) where failure.status != 403:
+        case .credentialsFault(let failure):
+            // The app's key or certificate, not this broadcast: the row waits with every other of the app's.
+            let park = try await parking.refused(app, failure: failure)
+            let delay = max(0.01, park.retryAt.timeIntervalSince(clock.now))
+            try await persistently(claim, "credentials park") {
+                try await outbox.recordRetryableFailure(claim, delivery: delivery, retryAfter: delay, now: databaseNow)
+            }
+            noteDue(after: delay)
+            metrics.broadcasts.increment([label, "parked"])
+            return await withEarlierAttempts(.parked(until: park.retryAt))
+
+        case .rejected(let failure):
             try await persistently(claim, "rejection") {
                 try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: false, now: databaseNow)
             }
@@ -548,7 +568,7 @@ public final class BroadcastDispatcher: Service {
             return await withEarlierAttempts(.rejected(failure.reason?.text ?? "\(failure)"))
 
         default:
-            // 429, 5xx, timeouts, I/O, and 403 (credentials an operator can fix): retry after backoff.
+            // 429, 5xx, timeouts, I/O, an expired token that a refresh did not mend: retry after backoff.
             let failure = outcome.failure
             var delay = configuration.retryBackoff.delay(attempt: claim.attempts + 1)
             if let after = failure?.retryAfterSeconds { delay = max(delay, TimeInterval(after)) }
@@ -558,8 +578,7 @@ public final class BroadcastDispatcher: Service {
             noteDue(after: delay)
             metrics.broadcasts.increment([label, "retryable"])
             metrics.retries.increment(["broadcast"])
-            let level: Logger.Level = failure?.status == 403 ? .error : .warning
-            logger.log(level, "broadcast failed; retrying after backoff",
+            logger.warning("broadcast failed; retrying after backoff",
                        ["event": .int(claim.eventID), "update": .int(claim.update.id), "reason": .string(failure.map { "\($0)" } ?? "unknown"),
                         "retry_in_seconds": .double(delay), "attempt": .int(claim.attempts + 1)])
             return await withEarlierAttempts(.retryScheduled)

@@ -88,6 +88,8 @@ public struct SweepReport: Sendable, Equatable {
     public var unknownDeleted: [String] = []
     /// What each reconciled app's channel list showed.
     public var reconciled: [AppReconcileReport] = []
+    /// Channels whose create or delete waits because APNs refuses their app's credentials (`CredentialsParking`).
+    public var parked: [Int] = []
     /// Reads of due work the sweep acted on: more than one when a kind of work filled its batch.
     public var rounds = 0
 
@@ -97,6 +99,7 @@ public struct SweepReport: Sendable, Equatable {
     mutating func absorb(_ other: SweepReport) {
         let rowIDs: [WritableKeyPath<SweepReport, [Int]>] = [
             \.opened, \.createRetries, \.createsUnknown, \.createsFailed, \.quotaRefused, \.eventsStarted, \.eventsEnded, \.deleted, \.lost,
+            \.parked,
         ]
         for field in rowIDs { self[keyPath: field] += other[keyPath: field] }
         unknown += other.unknown
@@ -172,6 +175,7 @@ public final class ChannelScheduler: Service {
     private let ingest: IngestRepository
     private let events: EventRepository
     private let deliveries: DeliveryRepository
+    private let parking: CredentialsParking
     private let grant = Mutex<LeaseGrant?>(nil)
     private let lastReconcile = Mutex<Date?>(nil)
     private let wakeup = Wakeup()
@@ -195,6 +199,7 @@ public final class ChannelScheduler: Service {
         ingest = IngestRepository(pool: pool)
         events = EventRepository(pool: pool)
         deliveries = DeliveryRepository(pool: pool)
+        parking = CredentialsParking(pool: pool, metrics: metrics, logger: self.logger, clock: clock)
     }
 
     /// True while this instance holds the lease.
@@ -620,6 +625,15 @@ public final class ChannelScheduler: Service {
                              fence: LeaseGrant?, report: inout SweepReport) async throws -> AdmittedCreate? {
         guard let app = try await catalog.app(id: channel.appID) else { return nil }
         let appLabel = "\(app.bundleID)/\(app.environment)"
+        if fence != nil, let until = await parking.heldUntil(appID: app.id) {
+            // A sweep's create waits for the app's credentials (an operator's goes now); a planned channel is
+            // read again each sweep, a retry waits for the park's end.
+            if before.state == .creating {
+                try await channels.transition(channelID: channel.id, from: before, to: before, nextAttemptAt: until, fence: fence, now: databaseNow)
+            }
+            report.parked.append(channel.id)
+            return nil
+        }
         // A retry (creating, create_unknown) is already counted: it takes no new place.
         let inUse = try await channels.quotaCount(appID: channel.appID) - (before.state.countsAgainstQuota ? 1 : 0)
         do {
@@ -674,6 +688,7 @@ public final class ChannelScheduler: Service {
             let id = acceptance.channelID!.value
             _ = try next.createSucceeded()
             try await channels.transition(channelID: channel.id, from: creating, to: next, apnsChannelID: id, fence: fence, now: databaseNow)
+            await parking.succeeded(app)
             report.opened.append(channel.id)
             metrics.schedulerActions.increment(["open"])
             logger.info("channel opened", ["channel": .int(channel.id), "event": .int(channel.eventID ?? 0), "apns_channel_id": .string(id)])
@@ -683,6 +698,13 @@ public final class ChannelScheduler: Service {
                                          + "with \(inUse) of \(configuration.quota.limit) channels counted here; "
                                          + "delete ended channels or reconcile unknown ones before creating more",
                                      fence: fence, report: &report)
+        case .credentialsFault(let failure):
+            // The app's key, not this create: it waits with the app's other work, and stays a retry.
+            let park = try await parking.refused(app, failure: failure)
+            guard case .scheduleRetry = try next.createFailedRetryable() else { return }
+            try await channels.transition(channelID: channel.id, from: creating, to: next, nextAttemptAt: park.retryAt,
+                                          error: "\(failure)", fence: fence, now: databaseNow)
+            report.parked.append(channel.id)
         case .rejected(let failure):
             _ = try next.createFailedPermanently()
             try await channels.transition(channelID: channel.id, from: creating, to: next, error: "\(failure)", fence: fence, now: databaseNow)
@@ -733,6 +755,12 @@ public final class ChannelScheduler: Service {
     private func delete(_ channel: ChannelRecord, from before: ChannelLifecycle, to deleting: ChannelLifecycle, fence: LeaseGrant?,
                         report: inout SweepReport) async throws {
         guard let app = try await catalog.app(id: channel.appID), let apnsID = channel.apnsChannelID else { return }
+        if fence != nil, let until = await parking.heldUntil(appID: app.id) {
+            // A sweep's delete waits for the app's credentials (an operator's goes now).
+            try await channels.transition(channelID: channel.id, from: before, to: deleting, nextAttemptAt: until, fence: fence, now: databaseNow)
+            report.parked.append(channel.id)
+            return
+        }
         guard try await channels.transition(channelID: channel.id, from: before, to: deleting, inFlightTimeout: configuration.inFlightTimeout,
                                             fence: fence, now: databaseNow) else { return }
         let outcome = await perform("channel_delete") { try await apns.deleteChannel(app: app, channelID: apnsID) }
@@ -741,8 +769,16 @@ public final class ChannelScheduler: Service {
         switch outcome.result {
         case .accepted:
             _ = try next.deleteSucceeded()
+            await parking.succeeded(app)
         case .rejected(let failure) where failure.reason == .channelNotRegistered:
             _ = try next.channelNotRegistered()
+        case .credentialsFault(let failure):
+            let park = try await parking.refused(app, failure: failure)
+            guard case .scheduleRetry = try next.deleteFailed() else { return }
+            try await channels.transition(channelID: channel.id, from: deleting, to: next, nextAttemptAt: park.retryAt,
+                                          error: "\(failure)", fence: fence, now: databaseNow)
+            report.parked.append(channel.id)
+            return
         default:
             guard case .scheduleRetry(_, let failed) = try next.deleteFailed() else { return }
             let delay = retryDelay(failed: failed, failure: outcome.failure)
@@ -766,9 +802,15 @@ public final class ChannelScheduler: Service {
                            report: inout SweepReport) async throws {
         guard let app = try await catalog.app(id: appID) else { return }
         let appLabel = "\(app.bundleID)/\(app.environment)"
+        if await parking.heldUntil(appID: appID) != nil {
+            logger.debug("reconcile skipped: the app's credentials are parked", ["app": .string(appLabel)])
+            return
+        }
         let listedAt = clock.now
         let outcome = await perform("channel_list") { try await apns.listChannels(app: app) }
         try await record(outcome, kind: .channelList, appID: appID, channelID: nil, firstAttempt: 1)
+        if case .credentialsFault(let failure) = outcome.result { _ = try await parking.refused(app, failure: failure) }
+        if outcome.acceptance != nil { await parking.succeeded(app) }
         guard let listed = outcome.acceptance?.channels?.map(\.value) else {
             logger.warning("channel list failed; reconcile skipped", ["app": .string(appLabel),
                                                                      "reason": .string(outcome.failure.map { "\($0)" } ?? "unknown")])

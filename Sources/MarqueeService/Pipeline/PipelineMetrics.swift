@@ -33,6 +33,10 @@ public struct PipelineMetrics: Sendable {
     public let unknownChannels: Gauge
     /// Scheduler actions by `action` (create, open, end, delete, lost, ...).
     public let schedulerActions: Counter
+    /// 1 while APNs refuses the app's credentials and its work is parked.
+    public let credentialsParked: Gauge
+    /// Windows of an app's park that ended in a refusal of its credentials.
+    public let credentialsRefusals: Counter
 
     public init(registry: MetricsRegistry) {
         ingestToAccepted = registry.histogram(
@@ -54,6 +58,10 @@ public struct PipelineMetrics: Sendable {
         quotaRefusals = registry.counter("marquee_channel_quota_refusals_total", help: "Channel creates refused by the quota", labels: ["app"])
         unknownChannels = registry.gauge("marquee_channels_unknown", help: "Channels in Apple's list Marquee did not make", labels: ["app"])
         schedulerActions = registry.counter("marquee_scheduler_actions_total", help: "Channel scheduler actions", labels: ["action"])
+        credentialsParked = registry.gauge("marquee_app_credentials_parked",
+                                           help: "1 while APNs refuses the app's credentials and its work waits", labels: ["app"])
+        credentialsRefusals = registry.counter("marquee_app_credentials_refusals_total",
+                                               help: "Refusals of an app's credentials that parked (or parked again) its work", labels: ["app"])
     }
 
     /// Sets the sampled gauges from a status snapshot.
@@ -66,5 +74,8 @@ public struct PipelineMetrics: Sendable {
             for (state, count) in app.channelsByState { byState[["\(app.bundleID)/\(app.environment)", state]] = Double(count) }
         }
         channelsByState.replaceAll(byState)
+        credentialsParked.replaceAll(Dictionary(uniqueKeysWithValues: status.apps.map { app in
+            (["\(app.bundleID)/\(app.environment)"], app.credentialsPark == nil ? 0 : 1)
+        }))
     }
 }

@@ -82,7 +82,11 @@ public struct ChannelRoutes: APIRoutes {
                      "quota": .int(Int64(quota)), "inUse": .int(Int64(app.quotaInUse)),
                      "channelsByState": .object(app.channelsByState.sorted { $0.key < $1.key }.reduce(into: JSONObject()) {
                          $0[$1.key] = .int(Int64($1.value))
-                     })]
+                     }),
+                     "credentialsFault": app.credentialsPark.map { park -> JSONValue in
+                         ["reason": .string(park.reason), "since": EventRoutes.json(park.since), "strikes": .int(Int64(park.strikes)),
+                          "retryAt": EventRoutes.json(park.retryAt), "lastRefusedAt": EventRoutes.json(park.lastAt)]
+                     } ?? .null]
                 }),
                 "outboxBacklog": .int(Int64(current.outboxBacklog)),
                 "oldestOutboxAgeSeconds": current.oldestOutboxAge.map(JSONValue.double) ?? .null,

@@ -11,6 +11,8 @@ public struct AppChannelStatus: Sendable, Equatable {
     public var channelsByState: [String: Int]
     /// Channels that count against the quota (see `StoredChannelState.countsAgainstQuota`).
     public var quotaInUse: Int
+    /// Parked because APNs refused the app's credentials (`CredentialsPark`); nil when not.
+    public var credentialsPark: CredentialsPark?
 }
 
 /// An event whose channel APNs no longer knows.
@@ -59,6 +61,9 @@ public struct StatusRepository: Sendable {
                     if StoredChannelState(rawValue: state)?.countsAgainstQuota == true { app.quotaInUse += count }
                 }
                 apps[id] = app
+            }
+            for row in try await tx.query("SELECT app_id, \(unsafeRaw: CredentialsParkRepository.columns) FROM app_credential_faults") {
+                apps[try row.decode(Int.self, column: "app_id")]?.credentialsPark = try CredentialsParkRepository.park(row: row)
             }
             let backlog = try await tx.query("""
                 SELECT count(*) AS n, extract(epoch FROM now() - min(created_at))::float8 AS oldest FROM outbox

@@ -1,0 +1,103 @@
+// The parks of apps whose credentials APNs refused (`CredentialsPark`), as the dispatcher and the scheduler
+// consult them before each request and update them after each answer. The rows are shared by every instance
+// (CredentialsParkRepository); this view reads them again every couple of seconds, so a park another
+// instance recorded holds here within that time, and a park recorded here holds at once.
+import APNs
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Postgres
+import Synchronization
+
+/// Parks an app's work while APNs refuses its credentials, and ends the park at its first success.
+public final class CredentialsParking: Sendable {
+    public let policy: CredentialsParkPolicy
+    private let repository: CredentialsParkRepository
+    private let metrics: PipelineMetrics
+    private let logger: Logger
+    private let clock: any WallClock
+    private let refreshInterval: Duration
+    private let view = Mutex<(parks: [Int: CredentialsPark], readAt: ContinuousClock.Instant?)>(([:], nil))
+
+    public init(pool: PostgresPool, policy: CredentialsParkPolicy = CredentialsParkPolicy(), metrics: PipelineMetrics, logger: Logger,
+                clock: any WallClock = SystemWallClock(), refreshInterval: Duration = .seconds(2)) {
+        self.policy = policy
+        repository = CredentialsParkRepository(pool: pool)
+        self.metrics = metrics
+        self.logger = logger
+        self.clock = clock
+        self.refreshInterval = refreshInterval
+    }
+
+    /// When the app's work may go again, while it is parked; nil when it may go now: not parked, or the
+    /// window ended and this request took the probe (then its answer ends the park or starts the next window).
+    public func heldUntil(appID: Int) async -> Date? {
+        let now = clock.now
+        guard let park = await parks()[appID] else { return nil }
+        if let until = park.waits(at: now) { return until }
+        do {
+            if let probing = try await repository.takeProbe(appID: appID, now: now, timeout: probeTimeout) {
+                view.withLock { $0.parks[appID] = probing }
+                return nil
+            }
+            // Another request holds the probe: wait for its answer.
+            let current = try await repository.parks()
+            view.withLock { $0.parks = current; $0.readAt = .now }
+            return current[appID].map { $0.waits(at: now) ?? now.addingTimeInterval(1) }
+        } catch {
+            return now.addingTimeInterval(1)
+        }
+    }
+
+    /// How long the other requests of a parked app wait for the probe's answer.
+    private let probeTimeout: TimeInterval = 30
+
+    /// Records that APNs refused the app's credentials (`APNsResult.credentialsFault`); returns its park.
+    public func refused(_ app: PipelineApp, failure: APNsFailure) async throws -> CredentialsPark {
+        let park = try await repository.recordRefusal(appID: app.id, reason: failure.reason?.text ?? "HTTP \(failure.status ?? 403)",
+                                                      now: clock.now, policy: policy)
+        let earlier = view.withLock { view in
+            defer { view.parks[app.id] = park }
+            return view.parks[app.id]
+        }
+        metrics.credentialsParked.set(1, [Self.label(app)])
+        if earlier?.strikes != park.strikes {
+            metrics.credentialsRefusals.increment([Self.label(app)])
+            logger.error("APNs refused the app's credentials; its work is parked until they are fixed",
+                         ["app": .string(Self.label(app)), "reason": .string(park.reason), "strikes": .int(park.strikes),
+                          "retry_at": .string(park.retryAt.ISO8601Format())])
+        }
+        return park
+    }
+
+    /// A request of the app succeeded: a park ends.
+    public func succeeded(_ app: PipelineApp) async {
+        guard await parks()[app.id] != nil else { return }
+        do {
+            try await repository.clear(appID: app.id)
+            view.withLock { _ = $0.parks.removeValue(forKey: app.id) }
+            metrics.credentialsParked.set(0, [Self.label(app)])
+            logger.notice("APNs accepted the app's credentials again; its work goes on", ["app": .string(Self.label(app))])
+        } catch {
+            logger.warning("credentials park not cleared; the next success tries again", ["app": .string(Self.label(app)),
+                                                                                         "error": .string("\(error)")])
+        }
+    }
+
+    /// The parks, read again when the last read is older than the refresh interval (the last known ones when
+    /// the database does not answer).
+    private func parks() async -> [Int: CredentialsPark] {
+        let (parks, readAt) = view.withLock { ($0.parks, $0.readAt) }
+        if let readAt, ContinuousClock.now - readAt < refreshInterval { return parks }
+        view.withLock { $0.readAt = .now }
+        do {
+            let read = try await repository.parks()
+            view.withLock { $0.parks = read }
+            return read
+        } catch {
+            return parks
+        }
+    }
+
+    static func label(_ app: PipelineApp) -> String { "\(app.bundleID)/\(app.environment)" }
+}
