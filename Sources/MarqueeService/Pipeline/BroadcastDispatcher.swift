@@ -29,73 +29,6 @@ import MarqueeStore
 import Postgres
 import Synchronization
 
-/// Settings of the dispatcher, with their defaults.
-public struct BroadcastDispatcherConfiguration: Sendable {
-    /// Names this instance in outbox claims (`claimed_by`); unique per process.
-    public var instance: String
-    /// Broadcasts in flight at once (different channels); default 64.
-    public var maxConcurrentSends: Int = 64
-    /// Outbox rows claimed per query at most; default 100.
-    public var claimBatch: Int = 100
-    /// Polling interval covering lost notifications and due retries; default 500 ms.
-    public var pollInterval: Duration = .milliseconds(500)
-    /// Claims follow one another at least this far apart (unless the last one took a full batch), so a
-    /// burst of urgent updates (every match scoring at once) is claimed a few at a time, not one claim per
-    /// update; default 5 ms (nil: none).
-    public var claimSpacing: Duration? = .milliseconds(5)
-    /// How long a claim is held; longer than the APNs client's timeout with its retries. Default 120 s.
-    public var claimLease: TimeInterval = 120
-    /// At most one broadcast per channel per `minimumInterval` (default 1 s), urgent ones excepted
-    /// (`conflation(interval:)`).
-    public var conflation = BroadcastDispatcherConfiguration.conflation(interval: 1)
-    /// The dispatcher wakes for due times gathered into steps this wide (`DueSchedule`).
-    public static let dueStep: Duration = .milliseconds(20)
-    /// The conflation tolerance a dispatcher needs: a due step and the claim after it.
-    public static let pacingTolerance: TimeInterval = 0.025
-
-    /// One broadcast per channel per `interval`, with a tolerance of `pacingTolerance` (the loop wakes up
-    /// to a due step after a due time), at most a tenth of the interval.
-    public static func conflation(interval: TimeInterval) -> ConflationPolicy {
-        ConflationPolicy(minimumInterval: interval, tolerance: min(pacingTolerance, interval / 10))
-    }
-    /// `apns-expiration` for most-recent storage: TTL capped at 8 h (default 4 h); 0 for `none`.
-    public var expiration = ExpirationPolicy(timeToLive: 4 * 3600)
-    /// Priority-10 broadcasts per channel per `highPriorityWindow`; default 30 per hour.
-    public var highPriorityBudget: Int = 30
-    public var highPriorityWindow: TimeInterval = 3600
-    /// Backoff of retryable failures (429, 5xx, timeouts): default 1 s doubling up to 300 s, jittered.
-    public var retryBackoff = RetryBackoff(base: 1, maximum: 300)
-    /// How often the outbox backlog and channel gauges are sampled; default 5 s (nil: never).
-    public var statusSampleInterval: Duration? = .seconds(5)
-    /// Pass the injected clock's time to the database instead of its `now()` (tests with a manual clock).
-    public var clockDrivesDatabase: Bool = false
-    /// Channels remembered in process; default 100,000.
-    public var channelMemoryCapacity: Int = 100_000
-
-    public init(instance: String) { self.instance = instance }
-}
-
-/// What became of one claim (for tests and logs).
-public enum DispatchResult: Sendable, Equatable {
-    /// APNs accepted the broadcast of `updateID` at this priority and aps.timestamp.
-    case sent(updateID: Int, priority: PushPriority, apsTimestamp: Int64)
-    /// Too soon after the last broadcast (conflation): given back, due later.
-    case postponed
-    /// A transient failure: recorded, retried after backoff.
-    case retryScheduled
-    /// APNs refuses the app's credentials: nothing of the app is sent before `until` (`CredentialsParking`).
-    case parked(until: Date)
-    /// APNs refused the payload (or it could not be made to fit): recorded, not retried.
-    case rejected(String)
-    /// ChannelNotRegistered: the channel is lost, the event flagged, broadcasting stopped.
-    case channelLost
-    /// Given back unsent (shutdown, or the channel is already being sent by this instance).
-    case released
-    /// Another instance owns the row now, or the outcome could not be written even once the database
-    /// answered again; the claim was given back (or is freed before this instance's next claim).
-    case abandoned
-}
-
 /// Broadcasts outbox work to APNs: claims, conflates, composes, prioritises, sends and records.
 public final class BroadcastDispatcher: Service {
     public let name = "dispatcher"
@@ -127,6 +60,7 @@ public final class BroadcastDispatcher: Service {
     private let dueTimes = Mutex(DueSchedule(step: BroadcastDispatcherConfiguration.dueStep))
     private let memory: Mutex<ChannelMemoryTable>
     private let parking: CredentialsParking
+    private let planner: BroadcastClaimPlanner
 
     /// `listenTo` is the database to LISTEN on for `marquee_outbox` (nil: poll only).
     public init(pool: PostgresPool, listenTo: PostgresConfiguration?, apns: any BroadcastChannelAPNs,
@@ -147,6 +81,8 @@ public final class BroadcastDispatcher: Service {
         deliveries = DeliveryRepository(pool: pool)
         memory = Mutex(ChannelMemoryTable(capacity: configuration.channelMemoryCapacity))
         parking = CredentialsParking(pool: pool, metrics: metrics, logger: self.logger, clock: clock)
+        planner = BroadcastClaimPlanner(conflation: configuration.conflation, highPriorityBudget: configuration.highPriorityBudget,
+                                        highPriorityWindow: configuration.highPriorityWindow)
     }
 
     /// The time passed to the database instead of its `now()`: the injected clock's with
@@ -398,74 +334,43 @@ public final class BroadcastDispatcher: Service {
             try await persistently(claim, "park") { try await postpone(claim, by: max(0.01, until.timeIntervalSince(now))) }
             return .parked(until: until)
         }
-        let remembered = memory.withLock { $0.entry(channelID: claim.channelID, lastApsTimestamp: claim.lastApsTimestamp) }
-
-        // Conflation: the newest pending state, at most one broadcast per interval unless urgent.
-        let pending: [(id: Int, priority: RequestedPriority, alert: JSONValue?)] = claim.pending.isEmpty
-            ? [(claim.update.id, claim.update.priority, claim.update.alert)]
-            : claim.pending.map { ($0.id, $0.priority, $0.alert) }
-        let decision = configuration.conflation.decide(
-            pending: pending.map { PendingBroadcast(id: $0.id, isHighPriority: $0.priority == .high, hasAlert: $0.alert != nil) },
-            lastSentAt: remembered?.lastSentAt ?? claim.lastBroadcastAt, now: now)
-        var alertFrom: Int?
-        var wantsHighPriority = claim.update.priority == .high
-        switch decision {
-        case .wait(let until):
-            try await postpone(claim, by: max(0.01, until.timeIntervalSince(now)))
+        var remembered = memory.withLock { $0.entry(channelID: claim.channelID, lastApsTimestamp: claim.lastApsTimestamp) }
+        if remembered == nil { remembered = try await loadMemory(claim) }
+        let facts = ClaimFacts(claim: claim, memory: remembered,
+                               schema: try await catalog.contentStateSchema(attributeTypeID: claim.attributeTypeID), now: now,
+                               stopping: shutdown?.isTriggered == true)
+        switch planner.plan(facts) {
+        case .postpone(let delay):
+            try await postpone(claim, by: delay)
             return .postponed
-        case .send(let plan):
-            alertFrom = plan.alertFrom
-            wantsHighPriority = plan.wantsHighPriority
-        case .idle:
-            break
-        }
-        if shutdown?.isTriggered == true {
+        case .release:
             try await outbox.release([claim])
             return .released
-        }
-
-        // The payload: the newest state, its own alert or the newest carried one.
-        let alertJSON = claim.update.alert ?? alertFrom.flatMap { id in pending.first { $0.id == id }?.alert }
-        let alert = alertJSON.flatMap { try? LiveActivityAlert(json: $0) }
-        // The claim's own timestamp (the same on a send repeated after a crash), unless this instance
-        // remembers sending a later one.
-        let apsTimestamp = claim.apsTimestamp.map { max($0, (remembered?.lastApsTimestamp ?? 0) + 1) }
-            ?? TimestampSequencer.next(after: [claim.lastApsTimestamp, remembered?.lastApsTimestamp].compactMap { $0 }.max(), now: now)
-        let composed = compose(claim, alert: alert, apsTimestamp: apsTimestamp)
-        guard let body = composed.body else {
-            let refusal = "payload over \(PayloadLimit.broadcast.rawValue) bytes"
+        case .refuse(let refusal):
             try await outbox.recordPermanentFailure(
                 claim, delivery: DeliveryDraft(appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
                                                status: nil, reason: "not sent: \(refusal)", attempt: claim.attempts + 1),
                 channelNotRegistered: false, now: databaseNow)
             logger.error("broadcast refused locally", ["event": .int(claim.eventID), "update": .int(claim.update.id), "error": .string(refusal)])
             return .rejected(refusal)
+        case .send(let planned):
+            return try await send(planned, claim: claim, lastState: remembered?.lastState, now: now, shutdown: shutdown)
         }
-        if composed.droppedAlert {
+    }
+
+    /// Sends a planned broadcast and performs what its answer asks for.
+    private func send(_ planned: PlannedBroadcast, claim: ClaimedBroadcast, lastState: JSONValue?, now: Date,
+                      shutdown: ShutdownSignal?) async throws -> DispatchResult {
+        if planned.droppedAlert {
             metrics.alertsDropped.increment()
             logger.warning("carried alert dropped to fit the broadcast limit", ["event": .int(claim.eventID), "update": .int(claim.update.id)])
         }
-
-        // Priority: auto is 10 for an alert or a significant change, within the channel's budget.
-        let requested: RequestedPriority = wantsHighPriority ? .high : claim.update.priority
-        var context = remembered
-        var significant = false
-        if requested == .auto && !composed.hasAlert, let schema = try await catalog.contentStateSchema(attributeTypeID: claim.attributeTypeID) {
-            if context == nil { context = try await loadMemory(claim) }
-            significant = !schema.significantChanges(from: context?.lastState, to: claim.update.contentState).isEmpty
-        }
-        let wanted = PushPriority.wanted(for: requested, hasAlert: composed.hasAlert, changesSignificantField: significant)
-        if wanted == .high && context == nil { context = try await loadMemory(claim) }
-        var budget = context?.budget ?? HighPriorityBudget(limit: configuration.highPriorityBudget, window: configuration.highPriorityWindow)
-        let priority = budget.admit(wanted, now: now)
-
-        // Send.
         guard let app = try await catalog.app(id: claim.appID) else { throw DispatcherError.unknownApp(claim.appID) }
         let outcome: ChannelAPNsOutcome
         do {
-            outcome = try await apns.broadcast(app: app, channelID: claim.apnsChannelID, payload: body,
+            outcome = try await apns.broadcast(app: app, channelID: claim.apnsChannelID, payload: planned.body,
                                                expiration: configuration.expiration.expiration(for: claim.storagePolicy, now: now),
-                                               priority: priority.priority)
+                                               priority: planned.priority)
         } catch {
             if Task.isCancelled || shutdown?.isTriggered == true {
                 // Unstructured, so a cancelled task still gives the row back.
@@ -474,39 +379,39 @@ public final class BroadcastDispatcher: Service {
             }
             outcome = ChannelAPNsOutcome(ChannelAPNsAttempt(result: APNsResult(transportFailure: .io("not sent: \(error)"))))
         }
-        let label = String(priority.priority.rawValue)
+        let label = String(planned.priority.rawValue)
         for attempt in outcome.attempts {
             metrics.apnsAnswers.increment(["broadcast", attempt.result.acceptance != nil ? "ok" : attempt.reasonText ?? "unknown"])
         }
         var attempts = outcome.attempts.isEmpty ? [ChannelAPNsAttempt(result: outcome.result)] : outcome.attempts
         let last = attempts.removeLast()
+        func delivery(_ attempt: ChannelAPNsAttempt, number: Int) -> DeliveryDraft {
+            attempt.delivery(appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
+                             priority: planned.priority.rawValue, attempt: claim.attempts + number, apsTimestamp: planned.apsTimestamp)
+        }
         // The earlier attempts' rows go in after the outcome is recorded: the outcome is what matters.
         func withEarlierAttempts(_ result: DispatchResult) async -> DispatchResult {
             for (index, attempt) in attempts.enumerated() {
                 do {
-                    try await deliveries.insert(attempt.delivery(appID: claim.appID, kind: .broadcast, channelID: claim.channelID,
-                                                                 updateID: claim.update.id, priority: priority.priority.rawValue,
-                                                                 attempt: claim.attempts + index + 1, apsTimestamp: apsTimestamp))
+                    try await deliveries.insert(delivery(attempt, number: index + 1))
                 } catch {
                     logger.warning("delivery row of an earlier attempt not recorded", ["error": .string("\(error)")])
                 }
             }
             return result
         }
-        let delivery = last.delivery(appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
-                                     priority: priority.priority.rawValue, attempt: claim.attempts + attempts.count + 1,
-                                     apsTimestamp: apsTimestamp)
+        let final = delivery(last, number: attempts.count + 1)
         let logFields: KeyValuePairs<String, LogValue> = [
             "event": .int(claim.eventID), "channel": .int(claim.channelID), "update": .int(claim.update.id),
-            "priority": .int(priority.priority.rawValue), "aps_timestamp": .int(apsTimestamp),
+            "priority": .int(planned.priority.rawValue), "aps_timestamp": .int(planned.apsTimestamp),
         ]
 
-        switch outcome.result {
-        case .accepted:
+        switch planner.afterAnswer(outcome.result, retryDelay: configuration.retryBackoff.delay(attempt: claim.attempts + 1)) {
+        case .record:
             let recorded: BroadcastOutcome
             do {
                 // A newer update that arrived during the send is due when the pacing allows (at once if urgent).
-                let record = BroadcastRecord(claim: claim, delivery: delivery, apsTimestamp: apsTimestamp,
+                let record = BroadcastRecord(claim: claim, delivery: final, apsTimestamp: planned.apsTimestamp,
                                              nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now)
                 recorded = try await persistently(claim, "broadcast") { try await recorder.record(record) }
             } catch PipelineError.apsTimestampNotIncreasing {
@@ -517,28 +422,29 @@ public final class BroadcastDispatcher: Service {
                 return .abandoned
             }
             await parking.succeeded(app)
-            if priority.downgraded {
+            if planned.downgraded {
                 metrics.priorityDowngrades.increment()
                 logger.info("priority downgraded by the channel budget", logFields)
             }
             metrics.broadcasts.increment([label, "accepted"])
-            metrics.conflated.increment(by: Double(pending.count(where: { $0.id < claim.update.id })))
+            metrics.conflated.increment(by: Double(planned.conflated))
             metrics.ingestToAccepted.observe(max(0, clock.now.timeIntervalSince(claim.update.receivedAt)))
             memory.withLock {
-                $0.store(channelID: claim.channelID, ChannelMemory(lastApsTimestamp: apsTimestamp, lastState: claim.update.contentState,
-                                                                   lastSentAt: now, budget: budget))
+                if claim.update.action == .end {
+                    $0.forget(channelID: claim.channelID)
+                } else {
+                    $0.store(channelID: claim.channelID, ChannelMemory(lastApsTimestamp: planned.apsTimestamp, lastState: claim.update.contentState,
+                                                                       lastSentAt: now, budget: planned.budget))
+                }
             }
-            if claim.update.action == .end {
-                memory.withLock { $0.forget(channelID: claim.channelID) }
-                logger.info("end broadcast accepted; channel ended", logFields)
-            }
+            if claim.update.action == .end { logger.info("end broadcast accepted; channel ended", logFields) }
             if recorded == .newerPending { noteDue(after: pacedDelay(sentAt: now)) }
             if recorded == .claimLost { logger.warning("claim lost while sending; broadcast recorded", logFields) }
-            return await withEarlierAttempts(.sent(updateID: claim.update.id, priority: priority.priority, apsTimestamp: apsTimestamp))
+            return await withEarlierAttempts(.sent(updateID: claim.update.id, priority: planned.priority, apsTimestamp: planned.apsTimestamp))
 
-        case .rejected(let failure) where failure.reason == .channelNotRegistered:
+        case .channelLost:
             try await persistently(claim, "channel lost") {
-                try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: true, now: databaseNow)
+                try await outbox.recordPermanentFailure(claim, delivery: final, channelNotRegistered: true, now: databaseNow)
             }
             memory.withLock { $0.forget(channelID: claim.channelID) }
             metrics.broadcasts.increment([label, "channel_lost"])
@@ -547,61 +453,39 @@ public final class BroadcastDispatcher: Service {
                           "apns_channel_id": .string(claim.apnsChannelID), "update": .int(claim.update.id)])
             return await withEarlierAttempts(.channelLost)
 
-        case .credentialsFault(let failure):
+        case .reject(let reason):
+            try await persistently(claim, "rejection") {
+                try await outbox.recordPermanentFailure(claim, delivery: final, channelNotRegistered: false, now: databaseNow)
+            }
+            metrics.broadcasts.increment([label, "rejected"])
+            logger.error("APNs refused the broadcast", ["event": .int(claim.eventID), "update": .int(claim.update.id),
+                                                        "reason": .string(outcome.failure.map { "\($0)" } ?? reason)])
+            return await withEarlierAttempts(.rejected(reason))
+
+        case .parkApp(let failure):
             // The app's key or certificate, not this broadcast: the row waits with every other of the app's.
             let park = try await parking.refused(app, failure: failure)
             let delay = max(0.01, park.retryAt.timeIntervalSince(clock.now))
             try await persistently(claim, "credentials park") {
-                try await outbox.recordRetryableFailure(claim, delivery: delivery, retryAfter: delay, now: databaseNow)
+                try await outbox.recordRetryableFailure(claim, delivery: final, retryAfter: delay, now: databaseNow)
             }
             noteDue(after: delay)
             metrics.broadcasts.increment([label, "parked"])
             return await withEarlierAttempts(.parked(until: park.retryAt))
 
-        case .rejected(let failure):
-            try await persistently(claim, "rejection") {
-                try await outbox.recordPermanentFailure(claim, delivery: delivery, channelNotRegistered: false, now: databaseNow)
-            }
-            metrics.broadcasts.increment([label, "rejected"])
-            logger.error("APNs refused the broadcast", ["event": .int(claim.eventID), "update": .int(claim.update.id),
-                                                        "reason": .string("\(failure)")])
-            return await withEarlierAttempts(.rejected(failure.reason?.text ?? "\(failure)"))
-
-        default:
-            // 429, 5xx, timeouts, I/O, an expired token that a refresh did not mend: retry after backoff.
-            let failure = outcome.failure
-            var delay = configuration.retryBackoff.delay(attempt: claim.attempts + 1)
-            if let after = failure?.retryAfterSeconds { delay = max(delay, TimeInterval(after)) }
+        case .retry(let delay):
             try await persistently(claim, "retryable failure") {
-                try await outbox.recordRetryableFailure(claim, delivery: delivery, retryAfter: delay, now: databaseNow)
+                try await outbox.recordRetryableFailure(claim, delivery: final, retryAfter: delay, now: databaseNow)
             }
             noteDue(after: delay)
             metrics.broadcasts.increment([label, "retryable"])
             metrics.retries.increment(["broadcast"])
             logger.warning("broadcast failed; retrying after backoff",
-                       ["event": .int(claim.eventID), "update": .int(claim.update.id), "reason": .string(failure.map { "\($0)" } ?? "unknown"),
-                        "retry_in_seconds": .double(delay), "attempt": .int(claim.attempts + 1)])
+                           ["event": .int(claim.eventID), "update": .int(claim.update.id),
+                            "reason": .string(outcome.failure.map { "\($0)" } ?? "unknown"),
+                            "retry_in_seconds": .double(delay), "attempt": .int(claim.attempts + 1)])
             return await withEarlierAttempts(.retryScheduled)
         }
-    }
-
-    /// The body within 5,120 bytes; a carried alert is dropped when it would not fit.
-    private func compose(_ claim: ClaimedBroadcast, alert: LiveActivityAlert?, apsTimestamp: Int64)
-        -> (body: [UInt8]?, hasAlert: Bool, droppedAlert: Bool) {
-        let update = claim.update
-        func payload(_ alert: LiveActivityAlert?) -> LiveActivityPayload {
-            switch update.action {
-            case .update:
-                .update(timestamp: apsTimestamp, contentState: update.contentState, staleDate: update.staleDate,
-                        relevanceScore: update.relevanceScore, alert: alert)
-            case .end:
-                .end(timestamp: apsTimestamp, contentState: update.contentState == [:] ? nil : update.contentState,
-                     dismissalDate: update.dismissalDate, staleDate: update.staleDate, relevanceScore: update.relevanceScore, alert: alert)
-            }
-        }
-        if let body = try? payload(alert).body(within: .broadcast) { return (body, alert != nil, false) }
-        guard alert != nil, let body = try? payload(nil).body(within: .broadcast) else { return (nil, false, false) }
-        return (body, false, true)
     }
 
     /// The channel's memory rebuilt from the database (see `loadMemories`).
@@ -628,26 +512,9 @@ public final class BroadcastDispatcher: Service {
     /// claims: each event's last broadcast state and each channel's accepted priority-10 broadcasts
     /// inside the budget window.
     private func loadMemories(_ claims: [ClaimedBroadcast]) async throws -> [Int: ChannelMemory] {
-        let since = clock.now.addingTimeInterval(-configuration.highPriorityWindow)
-        var states: [Int: JSONValue] = [:]
-        for row in try await pool.query("""
-            SELECT e.id AS event_id,
-                   (SELECT content_state FROM updates u WHERE u.event_id = e.id AND u.disposition = 'broadcast'
-                    ORDER BY u.id DESC LIMIT 1) AS content_state
-            FROM unnest(\(claims.map { String($0.eventID) })::bigint[]) AS e (id)
-            """) {
-            guard let state = try row.decode(PostgresJSON?.self, column: "content_state") else { continue }
-            states[try row.decode(Int.self, column: "event_id")] = try JSONValue(parsing: state.text)
-        }
-        var sends: [Int: [Date]] = [:]
-        for row in try await pool.query("""
-            SELECT channel_id, sent_at FROM deliveries
-            WHERE channel_id = ANY (\(claims.map { String($0.channelID) })::bigint[]) AND kind = 'broadcast' AND status = 200
-              AND priority = 10 AND sent_at > \(since)
-            ORDER BY channel_id, sent_at
-            """) {
-            sends[try row.decode(Int.self, column: "channel_id"), default: []].append(try row.decode(Date.self, column: "sent_at"))
-        }
+        let states = try await EventRepository(pool: pool).lastBroadcastStates(eventIDs: claims.map(\.eventID))
+        let sends = try await deliveries.highPrioritySends(channelIDs: claims.map(\.channelID),
+                                                           since: clock.now.addingTimeInterval(-configuration.highPriorityWindow))
         var memories: [Int: ChannelMemory] = [:]
         for claim in claims {
             memories[claim.channelID] = ChannelMemory(
@@ -657,46 +524,4 @@ public final class BroadcastDispatcher: Service {
         }
         return memories
     }
-}
-
-/// A dispatcher failure that is not APNs' answer.
-public enum DispatcherError: Error, Equatable, CustomStringConvertible {
-    /// The claim names an app the catalog does not know (deleted meanwhile?).
-    case unknownApp(Int)
-
-    public var description: String {
-        switch self {
-        case .unknownApp(let id): "app \(id) not found; was it removed while it had events?"
-        }
-    }
-}
-
-/// What this instance knows about a channel it sent on.
-struct ChannelMemory: Sendable {
-    var lastApsTimestamp: Int64?
-    /// The content-state of the last broadcast (the baseline of `significantChanges`).
-    var lastState: JSONValue?
-    /// When this instance's last broadcast on it was accepted (clock time).
-    var lastSentAt: Date?
-    var budget: HighPriorityBudget
-}
-
-/// Channel memories, valid only while the stored aps.timestamp matches the claim's.
-struct ChannelMemoryTable: Sendable {
-    let capacity: Int
-    private var entries: [Int: ChannelMemory] = [:]
-
-    init(capacity: Int) { self.capacity = max(1, capacity) }
-
-    func entry(channelID: Int, lastApsTimestamp: Int64?) -> ChannelMemory? {
-        guard let entry = entries[channelID], entry.lastApsTimestamp == lastApsTimestamp else { return nil }
-        return entry
-    }
-
-    mutating func store(channelID: Int, _ memory: ChannelMemory) {
-        if entries[channelID] == nil && entries.count >= capacity { entries.removeAll(keepingCapacity: true) }
-        entries[channelID] = memory
-    }
-
-    mutating func forget(channelID: Int) { entries[channelID] = nil }
 }

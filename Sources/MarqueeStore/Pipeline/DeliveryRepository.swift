@@ -79,6 +79,21 @@ public struct DeliveryRepository: Sendable {
 
     public init(pool: PostgresPool) { self.pool = pool }
 
+    /// When each channel's accepted priority-10 broadcasts since `since` were sent, oldest first, by channel id
+    /// (a channel's hourly budget, rebuilt after a restart or another instance's send).
+    public func highPrioritySends(channelIDs: [Int], since: Date) async throws -> [Int: [Date]] {
+        var sends: [Int: [Date]] = [:]
+        for row in try await pool.query("""
+            SELECT channel_id, sent_at FROM deliveries
+            WHERE channel_id = ANY (\(channelIDs.map(String.init))::bigint[]) AND kind = \(DeliveryKind.broadcast.sql) AND status = 200
+              AND priority = 10 AND sent_at > \(since)
+            ORDER BY channel_id, sent_at
+            """) {
+            sends[try row.decode(Int.self, column: "channel_id"), default: []].append(try row.decode(Date.self, column: "sent_at"))
+        }
+        return sends
+    }
+
     /// Records one exchange; returns its id.
     @discardableResult
     public func insert(_ delivery: DeliveryDraft) async throws -> Int {

@@ -226,6 +226,21 @@ public struct EventRepository: Sendable {
                            updateID: try row.decode(Int?.self, column: "latest_update_id"))
     }
 
+    /// The content-state of each event's last broadcast update, by event id (events never broadcast are absent).
+    public func lastBroadcastStates(eventIDs: [Int]) async throws -> [Int: JSONValue] {
+        var states: [Int: JSONValue] = [:]
+        for row in try await pool.query("""
+            SELECT e.id AS event_id,
+                   (SELECT content_state FROM updates u WHERE u.event_id = e.id AND u.disposition = \(UpdateDisposition.broadcast.sql)
+                    ORDER BY u.id DESC LIMIT 1) AS content_state
+            FROM unnest(\(eventIDs.map(String.init))::bigint[]) AS e (id)
+            """) {
+            guard let state = try row.decodeJSON(column: "content_state") else { continue }
+            states[try row.decode(Int.self, column: "event_id")] = state
+        }
+        return states
+    }
+
     /// Updates by disposition (with those purged past their retention, `purgeUpdates`) and deliveries of the
     /// event's channels.
     public func counts(eventID: Int) async throws -> EventCounts {
