@@ -26,6 +26,8 @@ public enum ExitCode: Int32, Sendable, CaseIterable {
     case permissionDenied = 77
     /// Configuration is missing or invalid.
     case configuration = 78
+    /// Interrupted by Ctrl-C (128 + SIGINT), after saying how far it got.
+    case interrupted = 130
 
     /// One line each, for `--help` and the README.
     public var meaning: String {
@@ -44,6 +46,7 @@ public enum ExitCode: Int32, Sendable, CaseIterable {
         case .permissionDenied: "not allowed: the API key is missing or wrong (401) or lacks the scope (403), "
             + "or APNs refused the provider token (403)"
         case .configuration: "configuration is missing or invalid (serve --no-migrate on a schema that is behind)"
+        case .interrupted: "interrupted (Ctrl-C during event list --all, which says where to resume)"
         }
     }
 

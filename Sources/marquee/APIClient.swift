@@ -116,7 +116,7 @@ struct AdminAPIClient: Sendable {
             // Exits holding the lock: no page can be printed between the count read here and the exit.
             progress.withLock { state in
                 Terminal.error("\nmarquee: interrupted after \(state.count) \(noun)" + (state.cursor.map { "; resume with --cursor \($0)" } ?? ""))
-                exit(130)
+                exit(ExitCode.interrupted.rawValue)
             }
         }
         interrupt.resume()
