@@ -31,7 +31,8 @@ let package = Package(
         .target(name: "APNs", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "MarqueeStore", dependencies: ["Postgres", "MarqueeCore"], swiftSettings: strict,
                 plugins: ["EmbedMigrations"]),
-        .target(name: "MarqueeService", dependencies: ["MarqueeStore", "Postgres", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
+        .target(name: "MarqueeService", dependencies: ["MarqueeStore", "Postgres", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict,
+                plugins: ["EmbedOpenAPI"]),
         .target(name: "APNsSimulator", dependencies: ["APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "MarqueeCommandLine", dependencies: ["MarqueeCore"], swiftSettings: strict),
         .executableTarget(name: "marquee", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
@@ -41,9 +42,11 @@ let package = Package(
         // The Network servers with trivial handlers, for Scripts/bench.d/h2-servers.
         .executableTarget(name: "ServerBench", dependencies: ["Network"], swiftSettings: strict),
 
-        // Sql/*.sql becomes a generated Swift source of MarqueeStore, so the binary is self-contained.
-        .executableTarget(name: "SqlEmbedder", path: "Plugins/SqlEmbedder"),
-        .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SqlEmbedder"]),
+        // Sql/*.sql becomes a generated Swift source of MarqueeStore, and docs/openapi.json one of MarqueeService,
+        // so the binary is self-contained and each file stays its one source of truth.
+        .executableTarget(name: "SourceEmbedder", path: "Plugins/SourceEmbedder"),
+        .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
+        .plugin(name: "EmbedOpenAPI", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
 
         // Driver for Scripts/bench apns: APNsClient against the simulator (release build).
         .executableTarget(name: "APNsBench", dependencies: ["APNs", "APNsSimulator", "Network", "Crypto", "MarqueeCore", "BenchSupport"], swiftSettings: strict),

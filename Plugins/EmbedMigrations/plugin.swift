@@ -13,8 +13,8 @@ struct EmbedMigrations: BuildToolPlugin {
         return [
             .buildCommand(
                 displayName: "Embedding \(migrations.count) migrations from Sql/",
-                executable: try context.tool(named: "SqlEmbedder").url,
-                arguments: [output.path] + migrations.map(\.path),
+                executable: try context.tool(named: "SourceEmbedder").url,
+                arguments: ["migrations", output.path] + migrations.map(\.path),
                 inputFiles: migrations,
                 outputFiles: [output]
             ),

@@ -1,5 +1,5 @@
 // Names and fixed values of the APNs HTTP/2 API, shared by the client and the simulator,
-// so both sides spell the protocol the same way (see the APNs protocol reference).
+// so both sides spell the protocol the same way (docs/apns.md: what Apple documents, with its pages).
 
 /// Header names APNs reads and writes (HTTP/2 header names are lowercase).
 public enum APNsHeader {
@@ -20,7 +20,7 @@ public enum APNsHeader {
 
 /// Fixed protocol values Marquee sends.
 public enum APNsProtocol {
-    /// `apns-push-type` for broadcasts and Live Activity device pushes (Apple's samples; casing UNCONFIRMED, reference §10.2).
+    /// `apns-push-type` for broadcasts and Live Activity device pushes (Apple's samples; casing undocumented, docs/apns.md#push-type-casing).
     public static let liveActivityPushType = "liveactivity"
     /// `push-type` in a channel-create body (Apple's documented value).
     public static let channelPushType = "LiveActivity"

@@ -1,4 +1,4 @@
-// Every `reason` APNs documents (protocol reference §7.2 and §7.3), with the status Apple pairs it with.
+// Every `reason` APNs documents (docs/apns.md#reasons-broadcast, #reasons-device), with the status Apple pairs it with.
 // The client reads them; the simulator writes them. Unknown reasons are kept verbatim in `.other`.
 
 /// The `reason` of an APNs error answer.
@@ -12,7 +12,7 @@ public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
     // 403
     case badCertificate, badCertificateEnvironment, expiredProviderToken, forbidden, invalidProviderToken
     case missingProviderToken, unrelatedKeyIdInToken, topicMismatch
-    /// Reported by client libraries for a key used in the wrong environment; not in Apple's tables (reference §6).
+    /// Reported by client libraries for a key used in the wrong environment; not in Apple's tables (docs/apns.md#provider-tokens).
     case badEnvironmentKeyInToken
     // 404, 405
     case badPath, methodNotAllowed

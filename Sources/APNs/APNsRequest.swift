@@ -1,5 +1,5 @@
 // APNs requests as values: each knows its host kind, method, path, headers and body, exactly as the
-// APNs protocol reference §1–§3 gives them. The client adds only `authorization` (the current provider token).
+// docs/apns.md#channel-management, #broadcast and #device-push give them. The client adds only `authorization` (the current provider token).
 import Foundation
 import MarqueeCore
 

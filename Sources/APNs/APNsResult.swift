@@ -157,7 +157,7 @@ public enum APNsResult: Sendable, Hashable {
         }
         switch operation {
         case .createChannel:
-            // Apple documents 201 with the id in a header; a 200 with the id in the body has been reported (§10.5).
+            // Apple documents 201 with the id in a header; a 200 with the id in the body has been reported (docs/apns.md#create-answer).
             let fromBody = (Self.json(response.body) as? [String: Any]).flatMap { $0["channel-id"] ?? $0["channelId"] } as? String
             guard let id = response.headers[APNsHeader.channelID] ?? fromBody, !id.isEmpty else {
                 self = malformed("the create answer carries no apns-channel-id")
@@ -173,7 +173,7 @@ public enum APNsResult: Sendable, Hashable {
             }
             acceptance.channel = APNsChannelConfiguration(storagePolicy: policy, pushType: object["push-type"] as? String ?? "")
         case .listChannels:
-            // Documented as {"channels": [...]}; a bare array has been reported too (§10.5). An empty body means none.
+            // Documented as {"channels": [...]}; a bare array has been reported too (docs/apns.md#create-answer). An empty body means none.
             let value = response.body.isEmpty ? [String: Any]() : Self.json(response.body)
             let list = (value as? [String: Any]).map { $0["channels"] ?? [Any]() } ?? value
             guard let ids = list as? [String] else {
@@ -233,7 +233,7 @@ public enum APNsResult: Sendable, Hashable {
         try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])
     }
 
-    /// An integer sent as a JSON number or a numeric string (node-apn sends strings, reference §1.3).
+    /// An integer sent as a JSON number or a numeric string (node-apn sends strings, docs/apns.md#storage-policy-type).
     static func integer(_ value: Any?) -> Int64? {
         switch value {
         case let number as NSNumber: number.int64Value

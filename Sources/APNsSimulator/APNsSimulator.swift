@@ -42,7 +42,7 @@ public final class APNsSimulator: Sendable {
         serverConfiguration.payloadTooLargeResponse = HTTPResponse(
             status: 413, headers: [APNsHeader.contentType: "application/json"], body: APNsErrorBody(reason: .payloadTooLarge).json)
         serverConfiguration.shutdownGracePeriod = .seconds(2)
-        // APNs keeps idle connections for a long time and asks for a PING after about an hour (reference §8).
+        // APNs keeps idle connections for a long time and asks for a PING after about an hour (docs/apns.md#http2).
         serverConfiguration.idleTimeout = .seconds(2 * 3_600)
         let group = EventLoopGroup(loopCount: configuration.loopCount, name: "apns-simulator")
         var servers: [HTTP2Server] = []

@@ -1,6 +1,6 @@
 // The APNs simulator's rules, without sockets: a request, the listener it came in on and its connection's
 // state go in; the answer, the connection actions (stream limit, GOAWAY) and an added delay come out.
-// Every rejection follows Apple's documentation as summarised in the APNs protocol reference (§6, §7, §9);
+// Every rejection follows Apple's documentation as summarised in docs/apns.md (#provider-tokens, #errors, #open-questions);
 // where Apple does not say (order of checks, casing), the choice is written next to the check.
 // Shared state (channels, invalid tokens, records, the seeded generator) sits behind one Mutex, so one
 // engine serves every connection of both listeners, on any thread.
@@ -44,7 +44,7 @@ public final class SimulatorEngine: Sendable {
     public static let tokenChangeInterval: TimeInterval = 20 * 60
     /// An `iat` further ahead than this is `InvalidProviderToken` (a token from the future was not signed now).
     public static let tokenFutureTolerance: TimeInterval = 5 * 60
-    /// Longest channel id accepted before `BadChannelId` (Apple publishes no length; reference §10.10).
+    /// Longest channel id accepted before `BadChannelId` (Apple publishes no length; docs/apns.md#channel-id-length).
     public static let maximumChannelIDLength = 128
     /// GOAWAY debug data sent by the `goAwayAfterStreams` fault.
     public static let goAwayDebugData = APNsErrorBody(reason: .shutdown).json
@@ -188,7 +188,7 @@ public final class SimulatorEngine: Sendable {
     }
 
     /// Checks in this order: path and method, duplicate headers, provider token, injected faults, then the operation's
-    /// own headers and body (Apple documents no order; reference §9.4).
+    /// own headers and body (Apple documents no order; docs/apns.md#broadcast-check-order).
     private func evaluate(
         _ request: HTTPRequest, headers: SimulatorRequestHeaders, givenIDIsInvalid: Bool, listener: SimulatorListener,
         connection: inout SimulatorConnectionState, now: Date, answerID: String
@@ -222,7 +222,7 @@ public final class SimulatorEngine: Sendable {
         }
     }
 
-    // MARK: - Provider tokens (reference §6)
+    // MARK: - Provider tokens (docs/apns.md#provider-tokens)
 
     private func authenticate(_ authorization: String?, _ connection: inout SimulatorConnectionState, now: Date) throws(Rejection) {
         guard let value = authorization, !value.isEmpty else { throw Rejection(.missingProviderToken) }
@@ -289,7 +289,7 @@ public final class SimulatorEngine: Sendable {
         return nil
     }
 
-    // MARK: - Device pushes (reference §3.1, §7.3)
+    // MARK: - Device pushes (docs/apns.md#device-push, #reasons-device)
 
     private func devicePush(
         token: String, _ request: HTTPRequest, _ headers: SimulatorRequestHeaders, now: Date, apnsID: String
@@ -299,9 +299,9 @@ public final class SimulatorEngine: Sendable {
         guard let topic = headers.topic else { throw Rejection(.missingTopic) }
         guard !topic.isEmpty, Self.allBytes(of: topic, are: Self.isBundleIDByte) else { throw Rejection(.badTopic) }
         guard let pushType = headers.pushType else { throw Rejection(.missingPushType) }
-        // Only Live Activity pushes are simulated; the casing of the value is not confirmed (reference §10.2).
+        // Only Live Activity pushes are simulated; the casing of the value is not confirmed (docs/apns.md#push-type-casing).
         guard pushType.lowercased() == APNsProtocol.liveActivityPushType else { throw Rejection(.invalidPushType) }
-        // The plain bundle id as the topic of a Live Activity push: DeviceTokenNotForTopic (reference §7.3, F3).
+        // The plain bundle id as the topic of a Live Activity push: DeviceTokenNotForTopic (docs/apns.md#reasons-device).
         guard topic.hasSuffix(APNsProtocol.liveActivityTopicSuffix) else { throw Rejection(.deviceTokenNotForTopic) }
         // The suffix is ASCII, so counting bytes counts characters.
         guard topic.utf8.count > APNsProtocol.liveActivityTopicSuffix.utf8.count else { throw Rejection(.badTopic) }
@@ -336,7 +336,7 @@ public final class SimulatorEngine: Sendable {
         return Accepted(status: 200, headers: answer, record: .devicePush(push))
     }
 
-    // MARK: - Broadcasts (reference §2, §9.4)
+    // MARK: - Broadcasts (docs/apns.md#broadcast, #broadcast-check-order)
 
     private func broadcast(
         bundleID: String, _ request: HTTPRequest, _ headers: SimulatorRequestHeaders, now: Date, requestID: String
@@ -347,7 +347,7 @@ public final class SimulatorEngine: Sendable {
         let expiration = try Self.integer(headers.expiration ?? "", allowed: nil, else: .badExpirationDate)
         let priority = try Self.integer(headers.priority ?? "", allowed: [10, 5, 1], else: .badPriority)
         guard let channel = channel(id: channelID), channel.bundleID == bundleID else { throw Rejection(.channelNotRegistered) }
-        // A no-storage channel takes only expiration 0. Beyond 8 hours on a storing channel is accepted (reference §10.11).
+        // A no-storage channel takes only expiration 0. Beyond 8 hours on a storing channel is accepted (docs/apns.md#expiration-beyond-8h).
         if channel.storagePolicy == .noMessageStored, expiration != 0 { throw Rejection(.badExpirationDate) }
         try Self.checkPayload(request.body, limit: APNsPayloadLimit.broadcast)
         let uniqueID = APNsRequestID.random().value
@@ -358,7 +358,7 @@ public final class SimulatorEngine: Sendable {
         return Accepted(status: 200, headers: [APNsHeader.uniqueID: uniqueID], record: .broadcast(broadcast), channelID: channelID)
     }
 
-    // MARK: - Channel management (reference §1, §9.2, §9.3)
+    // MARK: - Channel management (docs/apns.md#channel-management)
 
     private func createChannel(bundleID: String, body: [UInt8], now: Date, requestID: String) throws(Rejection) -> Accepted {
         guard !body.isEmpty else { throw Rejection(.payloadEmpty) }
@@ -366,7 +366,7 @@ public final class SimulatorEngine: Sendable {
         let known: Set = ["message-storage-policy", "push-type"]
         guard object.keys.allSatisfy(known.contains) else { throw Rejection(.badRequestParams) }
         guard let pushType = object["push-type"] else { throw Rejection(.missingPushType) }
-        // Documented: "LiveActivity"; node-apn sends "liveactivity" (reference §1.3, UNCONFIRMED): any casing is read.
+        // Documented: "LiveActivity"; node-apn sends "liveactivity" (docs/apns.md#push-type-casing, undocumented): any casing is read.
         guard let text = pushType.stringValue, text.lowercased() == "liveactivity" else { throw Rejection(.invalidPushType) }
         // Documented: an integer; node-apn sends the string "1" (UNCONFIRMED): both are read.
         let policyValue = object["message-storage-policy"]

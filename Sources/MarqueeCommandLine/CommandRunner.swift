@@ -3,46 +3,6 @@
 import Foundation
 import MarqueeCore
 
-/// The exit codes of every `marquee` command (after BSD's sysexits where one fits).
-public enum ExitCode: Int32, Sendable, CaseIterable {
-    /// Success.
-    case success = 0
-    /// The operation ran and was refused or failed: an APNs rejection, a 4xx from the API, not found.
-    case failure = 1
-    /// The command line is wrong.
-    case usage = 64
-    /// Input data (a payload, a file's contents) is invalid.
-    case dataError = 65
-    /// An input file does not exist or cannot be read.
-    case noInput = 66
-    /// A service (database, API, APNs) could not be reached.
-    case unavailable = 69
-    /// A bug in Marquee.
-    case software = 70
-    /// A temporary failure: try again later (429, 5xx, timeouts).
-    case temporaryFailure = 75
-    /// Not allowed: a missing or wrong API key, or a scope that does not cover the command.
-    case permissionDenied = 77
-    /// Configuration is missing or invalid.
-    case configuration = 78
-
-    /// One line each, for `--help` and the README.
-    public var meaning: String {
-        switch self {
-        case .success: "success"
-        case .failure: "the operation was refused or failed (APNs rejection, API error, not found)"
-        case .usage: "the command line is wrong"
-        case .dataError: "input data is invalid"
-        case .noInput: "an input file cannot be read"
-        case .unavailable: "a service (database, API, APNs) cannot be reached"
-        case .software: "internal error"
-        case .temporaryFailure: "temporary failure; try again later"
-        case .permissionDenied: "missing or wrong API key, or scope"
-        case .configuration: "configuration is missing or invalid"
-        }
-    }
-}
-
 /// A command failed in a way it can explain: a message, an exit code, and JSON details for `--json`.
 public struct CommandFailure: Error, Sendable, CustomStringConvertible {
     public let message: String

@@ -8,15 +8,6 @@ import MarqueeService
 import Network
 import Synchronization
 
-extension ExitCode {
-    /// The API refused the input (400, 413, 422 and other 4xx but 401, 403, 404, 409).
-    static let refused = ExitCode.dataError
-    /// The API has no such thing (404).
-    static let notFound = ExitCode.noInput
-    /// The API answered 409: the thing is in a state that does not allow it.
-    static let conflict = ExitCode.temporaryFailure
-}
-
 /// A client of Marquee's HTTP API for one command run: `--url`, `--api-key`, `--ca-file`, `--timeout`.
 struct AdminAPIClient: Sendable {
     /// The options every API command takes (plus `--json` and `--help`, which every command has).
@@ -27,18 +18,8 @@ struct AdminAPIClient: Sendable {
         .option("timeout", value: "SECONDS", help: "How long one request may take.", default: "30"),
     ]
 
-    /// The exit codes of the API commands, for their `--help` and the README.
-    static let exitCodes = "Exit codes:\n" + exitCodeLines
-
-    static let exitCodeLines = """
-          0   success
-          64  the command line is wrong (an unknown flag, bad JSON, a date that does not parse)
-          65  the server refused the input (400, 413, 422: its message and the field are shown)
-          66  not found (404)
-          69  the server cannot be reached, or answered 5xx
-          75  conflict (409): the thing exists already, or its state does not allow this
-          77  the API key is missing or wrong (401), or lacks the scope (403)
-        """
+    /// The exit codes of the API commands, for their `--help`: 409 is a refusal (1), like the database commands'.
+    static let exitCodes = ExitCode.help([.success, .failure, .usage, .dataError, .noInput, .unavailable, .permissionDenied])
 
     /// The API's request body limit: a larger body is refused here, before sending.
     static let maxBodySize = APIServer.defaultMaxBodySize
@@ -135,7 +116,7 @@ struct AdminAPIClient: Sendable {
             // Exits holding the lock: no page can be printed between the count read here and the exit.
             progress.withLock { state in
                 Terminal.error("\nmarquee: interrupted after \(state.count) \(noun)" + (state.cursor.map { "; resume with --cursor \($0)" } ?? ""))
-                exit(130)
+                exit(ExitCode.interrupted.rawValue)
             }
         }
         interrupt.resume()
@@ -180,9 +161,9 @@ struct AdminAPIClient: Sendable {
         let exitCode: ExitCode
         switch status {
         case 401, 403: exitCode = .permissionDenied
-        case 404: exitCode = .notFound
-        case 409: exitCode = .conflict
-        case 400..<500: exitCode = .refused
+        case 404: exitCode = .noInput
+        case 409: exitCode = .failure
+        case 400..<500: exitCode = .dataError
         default: exitCode = .unavailable
         }
         return CommandFailure(message, exitCode: exitCode, code: code, field: field)

@@ -67,15 +67,9 @@ enum APNsCommandLine {
         code, message, attempts, requestId (apnsId for push) and, when APNs answered, status, reason and
         (410) timestamp.
 
-        Exit codes:
-          0   accepted
-          1   rejected permanently by APNs (the reason is shown)
-          64  the command line is wrong
-          65  the payload is not JSON or is over the size limit (5,120 bytes broadcast, 4,096 push)
-          66  the key file or payload file cannot be read
-          69  APNs cannot be reached (connection, TLS, untrusted certificate)
-          75  temporary failure after retries (429, 5xx, timeouts): try again later
-          77  the provider token was refused (403: InvalidProviderToken, ExpiredProviderToken, ...)
+        Payload limits: 5,120 bytes for a broadcast, 4,096 for a push.
+
+        \(ExitCode.help([.success, .failure, .usage, .dataError, .noInput, .unavailable, .temporaryFailure, .permissionDenied]))
         """
 
     static let credentials: [Argument] = [

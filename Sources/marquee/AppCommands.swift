@@ -13,8 +13,7 @@ enum AppCommands {
                                  subcommands: [add, list, show, remove])
 
     /// The exit codes of the app commands, for their `--help`.
-    static let exitCodes = "Exit codes:\n" + ([.success, .failure, .usage, .dataError, .noInput, .unavailable, .configuration] as [ExitCode])
-        .map { "  \(String($0.rawValue).padding(toLength: 3, withPad: " ", startingAt: 0)) \($0.meaning)" }.joined(separator: "\n")
+    static let exitCodes = ExitCode.help([.success, .failure, .usage, .dataError, .noInput, .unavailable, .configuration])
 
     static let add = Command(
         "add", summary: "Add an app: a bundle id in one APNs environment, with its signing key.", discussion: exitCodes,

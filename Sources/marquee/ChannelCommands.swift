@@ -136,7 +136,7 @@ enum ChannelCommands {
     static let sweep = Command(
         "sweep", summary: "Run the scheduler's pass once: open due channels, end and delete finished ones.",
         discussion: """
-            For cron, when no serve instance runs the scheduler. The server refuses (409, exit 75) while another
+            For cron, when no serve instance runs the scheduler. The server refuses (409, exit 1) while another
             instance holds the scheduler lease.
 
             Example:

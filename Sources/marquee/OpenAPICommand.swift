@@ -1,9 +1,11 @@
-// `marquee openapi`: prints the API's OpenAPI document (docs/openapi.json is its output).
+// `marquee openapi`: prints the API's OpenAPI document, the docs/openapi.json this binary was built with.
 import MarqueeCommandLine
 import MarqueeService
 
 enum OpenAPICommand {
     static let command = Command("openapi", summary: "Print the API's OpenAPI 3.1 document.", arguments: []) { _ in
-        Terminal.print(OpenAPIDocument.text)
+        // Byte for byte the file: print adds the newline the file ends with.
+        let text = OpenAPIDocument.text
+        Terminal.print(text.hasSuffix("\n") ? String(text.dropLast()) : text)
     }
 }

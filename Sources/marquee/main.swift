@@ -7,8 +7,7 @@ let root = Command("marquee", summary: "Marquee: APNs broadcast channels for Liv
     event, channel and status are clients of a running server's HTTP API (--url or MARQUEE_URL,
     --api-key or MARQUEE_API_KEY); the other commands work on the database or APNs directly.
 
-    Exit codes of event, channel and status (apns and app list theirs in their --help):
-    \(AdminAPIClient.exitCodeLines)
+    \(ExitCode.help())
     """, subcommands: [
     ServeCommand.command,
     MigrateCommand.command,

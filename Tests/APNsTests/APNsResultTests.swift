@@ -23,7 +23,7 @@ import Testing
             operation: operation)
     }
 
-    /// Every documented reason with its status, and what the answer means. Anything not listed is permanent.
+    /// Every reason of docs/apns.md#reasons-broadcast and #reasons-device with its status, and what the answer means. Anything not listed is permanent.
     static let notPermanent: [String: Kind] = [
         "ExpiredProviderToken": .refreshTokenAndRetry,
         "TooManyProviderTokenUpdates": .tokenUpdatesTooFrequent,

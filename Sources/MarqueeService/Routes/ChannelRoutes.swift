@@ -169,7 +169,8 @@ public struct ChannelRoutes: APIRoutes {
             "opened": ids(report.opened), "createRetries": ids(report.createRetries), "createsUnknown": ids(report.createsUnknown),
             "createsFailed": ids(report.createsFailed), "quotaRefused": ids(report.quotaRefused),
             "eventsStarted": ids(report.eventsStarted), "eventsEnded": ids(report.eventsEnded),
-            "deleted": ids(report.deleted), "lost": ids(report.lost), "unknown": .array(report.unknown.map(JSONValue.string)),
+            "deleted": ids(report.deleted), "lost": ids(report.lost), "parked": ids(report.parked),
+            "unknown": .array(report.unknown.map(JSONValue.string)),
             "unknownDeleted": .array(report.unknownDeleted.map(JSONValue.string)),
         ]
     }
