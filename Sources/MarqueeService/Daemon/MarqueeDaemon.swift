@@ -222,10 +222,10 @@ public final class MarqueeDaemon: Sendable {
         ]
     }
 
-    /// The long-running parts, given the HTTP service: the API, the broadcast dispatcher and the channel
-    /// scheduler (one leader across instances).
+    /// The long-running parts, given the HTTP service: the API, the broadcast dispatcher, the channel
+    /// scheduler (one leader across instances) and the retention purges (on the leader).
     public func services(http: any Service) -> [any Service] {
-        [http, dispatcher, scheduler]
+        [http, dispatcher, scheduler, scheduler.retention()]
     }
 
     /// Migrates (or, with `migrate` off, requires a current schema); returns the migrations applied.

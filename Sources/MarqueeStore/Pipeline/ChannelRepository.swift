@@ -125,6 +125,19 @@ public struct ReconcileReport: Sendable, Equatable {
     public var resurrected: [ChannelRecord]
 }
 
+/// What a reconcile would find for one app, without changing anything (`marquee channel reconcile --dry-run`).
+public struct ReconcilePreview: Sendable, Equatable {
+    public var appID: Int
+    /// Apple ids in Apple's list that no channel row has (a reconcile records them as unknown).
+    public var unrecorded: [String]
+    /// Apple ids already recorded as unknown and still listed.
+    public var unknown: [String]
+    /// Channels (row ids) the database believes exist that Apple's list lacks (a reconcile flags or settles them).
+    public var missing: [Int]
+    /// Channels (row ids) marked deleted that Apple still lists (a reconcile deletes them again).
+    public var resurrected: [Int]
+}
+
 /// Channels: planned creation, lifecycle transitions, quota counts, scheduler work and reconcile.
 public struct ChannelRepository: Sendable {
     let pool: PostgresPool
@@ -342,6 +355,25 @@ public struct ChannelRepository: Sendable {
                 """)),
         ]
         return (events, channelReads)
+    }
+
+    /// What a reconcile of the app would find in Apple's list `apnsChannelIDs`, changing nothing.
+    public func reconcilePreview(appID: Int, apnsChannelIDs listed: [String]) async throws -> ReconcilePreview {
+        let rows = try await pool.query("""
+            SELECT id, apns_channel_id, state FROM channels WHERE app_id = \(appID) AND apns_channel_id IS NOT NULL ORDER BY id
+            """).map { row in
+            (id: try row.decode(Int.self, column: "id"), apnsID: try row.decode(String.self, column: "apns_channel_id"),
+             state: try row.decodeChannelState())
+        }
+        let listedSet = Set(listed)
+        let recorded = Set(rows.map(\.apnsID))
+        let expected = Set(ChannelLifecycle.listedStates.map(StoredChannelState.lifecycle))
+        return ReconcilePreview(
+            appID: appID,
+            unrecorded: listed.filter { !recorded.contains($0) },
+            unknown: rows.filter { $0.state == .unknown && listedSet.contains($0.apnsID) }.map(\.apnsID),
+            missing: rows.filter { expected.contains($0.state) && !listedSet.contains($0.apnsID) }.map(\.id),
+            resurrected: rows.filter { $0.state == .lifecycle(.deleted) && listedSet.contains($0.apnsID) }.map(\.id))
     }
 
     /// Compares Apple's list of the app's channel ids with the database: records unknown ids as
