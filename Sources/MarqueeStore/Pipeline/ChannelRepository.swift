@@ -37,7 +37,9 @@ public struct ChannelRecord: Sendable, Equatable {
         id, app_id, event_id, apns_channel_id, storage_policy, state, attempts, next_attempt_at, requested_at, \
         opened_at, ended_at, deleted_at, first_seen_at, last_aps_timestamp, last_error, last_error_at, created_at
         """
+}
 
+extension ChannelRecord {
     init(row: PostgresRow) throws {
         id = try row.decode(Int.self, column: "id")
         appID = try row.decode(Int.self, column: "app_id")
