@@ -305,20 +305,6 @@ public final class ChannelScheduler: Service {
         report.eventsEnded.append(event.id)
         metrics.schedulerActions.increment(["end"])
         logger.info("event past its end; end queued", ["event": .int(event.id), "external_id": .string(event.externalID)])
-        let current = try await channels.channels(eventID: event.id).first { record in
-            record.lifecycle.map { ChannelLifecycle.currentStates.contains($0.state) } ?? false
-        }
-        guard let current, let lifecycle = current.lifecycle else {
-            try await events.endWithoutChannel(eventID: event.id)
-            return
-        }
-        // The lifecycle says whether the channel can carry the end: one that never opened (planned, or refused for
-        // good) is done at once, and so is the event. An open one carries it; an unresolved create waits.
-        var ended = lifecycle
-        if (try? ended.endRequested()) == .nothing, ended.state == .deleted {
-            try await requests.perform(ChannelStep(channel: current, before: lifecycle, after: ended, action: .nothing), fence: fence,
-                                       report: &report)
-            try await events.endWithoutChannel(eventID: event.id)
-        }
+        try await EndWithoutChannel(channels: channels, events: events).endIfNoChannelCarries(eventID: event.id, fence: fence, now: databaseNow)
     }
 }

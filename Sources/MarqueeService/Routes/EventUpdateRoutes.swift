@@ -118,32 +118,13 @@ extension EventRoutes {
         }
         if case .accepted(let update, _) = result, update.disposition == .pending {
             notifier?.committed(urgent: draft.urgent, dueIn: update.dueIn)
-            if action == .end { try await endIfNothingToBroadcast(eventID: eventID) }
+            if action == .end { try await EndWithoutChannel(channels: channels, events: events).endIfNoChannelCarries(eventID: eventID) }
         }
         let answer = result.response
         var headers: HTTPHeaders = ["content-type": "application/json"]
         // As Stripe does: a replay is the stored answer byte for byte, and says that it is one.
         if case .replayed = result { headers.add("idempotent-replayed", "true") }
         return HTTPResponse(status: answer.status, headers: headers, body: Array(answer.body))
-    }
-
-    /// An event no channel can carry (none, planned, create failed, or lost) has no activity to reach: the
-    /// channel is dropped, the event ended at once and its pending updates recorded 'unsent', as the
-    /// scheduler does for events past their end. A channel being created or open gets the end broadcast
-    /// from the dispatcher instead.
-    private func endIfNothingToBroadcast(eventID: Int) async throws {
-        let live = try await channels.channels(eventID: eventID).first { channel in
-            guard case .lifecycle(let state) = channel.state else { return false }
-            return [.planned, .creating, .createUnknown, .createFailed, .open, .ending].contains(state)
-        }
-        if let live {
-            guard var lifecycle = live.lifecycle, lifecycle.state == .planned || lifecycle.state == .createFailed else { return }
-            let before = lifecycle
-            _ = try lifecycle.endRequested()
-            // Stale (the scheduler started the create meanwhile): the dispatcher will send the end.
-            guard try await channels.transition(channelID: live.id, from: before, to: lifecycle) else { return }
-        }
-        try await events.endWithoutChannel(eventID: eventID)
     }
 
     /// The event's attribute type (cached per event: it never changes). 404 for an event outside the key's app.

@@ -458,6 +458,9 @@ public struct OutboxRepository: Sendable {
     }
 
     private static let eventStatusAfterEnd = EventLifecycle.sqlStatus(after: .endBroadcast, column: "e.status")
+    /// Bound, not spliced: the event rows come by their ids, and a spliced list would let the plan prove
+    /// `events_ending` and read every ending event instead of the primary key.
+    private static let eventStatesTakingTheEnd = EventLifecycle.states(accepting: .endBroadcast).map(\.rawValue)
 
     /// The statement of `recordBroadcasts`, for `count` records as one jsonb array.
     private static func recordStatement(input: JSONValue, count: Int, now: Date?) -> PostgresQuery {
@@ -495,7 +498,7 @@ public struct OutboxRepository: Sendable {
             ), event_ended AS (
                 UPDATE events e SET status = \(fragment: eventStatusAfterEnd), updated_at = now()
                 FROM stamped s
-                WHERE e.id = s.event_id AND s.ends AND e.status IN \(EventLifecycle.states(accepting: .endBroadcast).sql)
+                WHERE e.id = s.event_id AND s.ends AND e.status = ANY (\(eventStatesTakingTheEnd)::text[])
                 RETURNING e.id
             ), deleted AS (
                 DELETE FROM outbox o USING stamped s
