@@ -57,6 +57,8 @@ public final class SimulatorEngine: Sendable {
     private let allowedBundleIDs: Set<String>
     private let channelsChanged: (@Sendable () -> Void)?
     private let state: Mutex<State>
+    /// Scripted rejections waiting, read before taking the lock: the hot path takes no lock for them when there are none.
+    private let scriptedCount = Atomic<Int>(0)
 
     private struct State {
         var channels: [String: SimulatorChannel] = [:]
@@ -324,10 +326,11 @@ public final class SimulatorEngine: Sendable {
     }
 
     private func nextScripted(on api: SimulatorAPI, now: Date) -> Rejection? {
-        guard let reason = state.withLock({ state -> SimulatorReason? in
+        guard scriptedCount.load(ordering: .acquiring) > 0, let reason = state.withLock({ state -> SimulatorReason? in
             guard var queue = state.scripted[api], !queue.isEmpty else { return nil }
             let reason = queue.removeFirst()
             state.scripted[api] = queue
+            scriptedCount.subtract(1, ordering: .releasing)
             return reason
         }) else { return nil }
         // Every 410 carries the time the token became invalid, in milliseconds (handling-notification-responses-from-apns).
@@ -615,7 +618,10 @@ public final class SimulatorEngine: Sendable {
     @discardableResult
     public func rejectNext(_ reason: SimulatorReason, on api: SimulatorAPI) -> Bool {
         guard api.answer(for: reason) != nil else { return false }
-        state.withLock { $0.scripted[api, default: []].append(reason) }
+        state.withLock { state in
+            state.scripted[api, default: []].append(reason)
+            scriptedCount.add(1, ordering: .releasing)
+        }
         return true
     }
 
