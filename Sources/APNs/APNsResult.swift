@@ -129,13 +129,13 @@ public enum APNsResult: Sendable, Hashable {
     /// 429 `TooManyProviderTokenUpdates`: the token changed too often on a connection, a token-management bug.
     /// Back off and retry with the same token; do NOT refresh.
     case tokenUpdatesTooFrequent(APNsFailure)
-    /// 403 other than `ExpiredProviderToken` (`InvalidProviderToken`, `BadCertificate…`, `TopicMismatch`,
-    /// `UnrelatedKeyIdInToken`, `MissingProviderToken`, `Forbidden`…): the app's credentials are at fault, not
+    /// 403 other than `ExpiredProviderToken` and `UnrelatedKeyIdInToken` (`InvalidProviderToken`, `BadCertificate…`,
+    /// `TopicMismatch`, `MissingProviderToken`, `Forbidden`…): the app's credentials are at fault, not
     /// this request. Do not retry it; park the app's work until an operator fixes its key (or a later try succeeds).
     case credentialsFault(APNsFailure)
     /// 403 `ExpiredProviderToken`: refresh the token (once per request), then retry.
     case refreshTokenAndRetry(APNsFailure)
-    /// GOAWAY, `IdleTimeout`, `Shutdown`: open a new connection, then retry.
+    /// GOAWAY, `IdleTimeout`, `Shutdown`, `UnrelatedKeyIdInToken`: open a new connection, then retry.
     case reconnect(APNsFailure)
 
     /// Classifies APNs' answer to a request of `operation`.
@@ -206,7 +206,9 @@ public enum APNsResult: Sendable, Hashable {
             switch reason {
             case .expiredProviderToken: return .refreshTokenAndRetry(failure)
             case .tooManyProviderTokenUpdates: return .tokenUpdatesTooFrequent(failure)
-            case .idleTimeout, .shutdown: return .reconnect(failure)
+            // UnrelatedKeyIdInToken: "To use this token, open a new connection" (the connection is bound to the
+            // key of its first push; a rotated key needs a connection of its own).
+            case .idleTimeout, .shutdown, .unrelatedKeyIdInToken: return .reconnect(failure)
             default:
                 if status == 403 { return .credentialsFault(failure) }
                 return status == 429 || status >= 500 ? .retryAfterBackoff(failure) : .rejected(failure)

@@ -1,7 +1,7 @@
-// The simulator host: the engine behind two HTTP/2-over-TLS listeners (push and management), with its
+// The simulator host: the engine behind two HTTP/2-over-TLS listeners (push and management) that answer as
+// Apple's hosts do, and a control listener (plain HTTP/1.1) for what only a simulator is asked, with its
 // certificates, trusted key and channels in a state folder. The engine decides everything; the host only
 // keeps one engine state per connection and applies the engine's connection actions and delays.
-import APNs
 import Foundation
 import MarqueeCore
 import Network
@@ -14,7 +14,10 @@ public final class APNsSimulator: Sendable {
     /// The ports actually bound (useful when the configuration asked for 0).
     public let pushPort: Int
     public let managementPort: Int
+    /// The control routes' port (`SimulatorControlRoutes`).
+    public let controlPort: Int
     private let servers: [HTTP2Server]
+    private let control: HTTP1Server
     private let group: EventLoopGroup
     private let writer: ChannelFileWriter
 
@@ -40,12 +43,13 @@ public final class APNsSimulator: Sendable {
         serverConfiguration.maxConcurrentStreams = engine.initialStreamLimit
         serverConfiguration.maxRequestBodySize = 64 * 1024
         serverConfiguration.payloadTooLargeResponse = HTTPResponse(
-            status: 413, headers: [APNsHeader.contentType: "application/json"], body: APNsErrorBody(reason: .payloadTooLarge).json)
+            status: 413, headers: [SimulatorHeader.contentType: "application/json"], body: SimulatorErrorBody.json(reason: "PayloadTooLarge"))
         serverConfiguration.shutdownGracePeriod = .seconds(2)
         // APNs keeps idle connections for a long time and asks for a PING after about an hour (docs/apns.md#http2).
         serverConfiguration.idleTimeout = .seconds(2 * 3_600)
         let group = EventLoopGroup(loopCount: configuration.loopCount, name: "apns-simulator")
         var servers: [HTTP2Server] = []
+        let control: HTTP1Server
         do {
             for (listener, port) in [(SimulatorListener.push, configuration.pushPort), (.management, configuration.managementPort)] {
                 serverConfiguration.port = port
@@ -53,46 +57,54 @@ public final class APNsSimulator: Sendable {
                     configuration: serverConfiguration, tls: tls, group: group,
                     handler: SimulatorRequestHandler(engine: engine, listener: listener)))
             }
+            var controlConfiguration = HTTP1ServerConfiguration(host: configuration.host, port: configuration.controlPort)
+            controlConfiguration.shutdownGracePeriod = .seconds(2)
+            control = try HTTP1Server(
+                configuration: controlConfiguration, group: group,
+                handler: SimulatorControlHandler(routes: SimulatorControlRoutes(engine: engine)))
         } catch {
             for server in servers { await server.shutdown() }
             await offThePool { group.shutdown() }
             throw error
         }
-        return APNsSimulator(configuration: configuration, engine: engine, files: files, servers: servers, group: group, writer: writer)
+        return APNsSimulator(
+            configuration: configuration, engine: engine, files: files, servers: servers, control: control, group: group,
+            writer: writer)
     }
 
     private init(
         configuration: SimulatorConfiguration, engine: SimulatorEngine, files: SimulatorFiles, servers: [HTTP2Server],
-        group: EventLoopGroup, writer: ChannelFileWriter
+        control: HTTP1Server, group: EventLoopGroup, writer: ChannelFileWriter
     ) {
         self.configuration = configuration
         self.engine = engine
         self.files = files
         self.servers = servers
+        self.control = control
         self.group = group
         self.writer = writer
         pushPort = servers[0].port
         managementPort = servers[1].port
+        controlPort = control.port
     }
 
     /// `https://host:port` of the push (device pushes and broadcasts) listener.
-    public var pushURL: String { APNsEndpoint(host: configuration.host, port: pushPort).url }
+    public var pushURL: String { Self.url("https", configuration.host, pushPort) }
     /// `https://host:port` of the channel-management listener.
-    public var managementURL: String { APNsEndpoint(host: configuration.host, port: managementPort).url }
+    public var managementURL: String { Self.url("https", configuration.host, managementPort) }
+    /// `http://host:port` of the control listener.
+    public var controlURL: String { Self.url("http", configuration.host, controlPort) }
 
-    /// Where a Marquee APNs client should send, trusting the simulator's CA.
-    public var endpoints: APNsEndpoints {
-        APNsEndpoints(
-            push: APNsEndpoint(host: configuration.host, port: pushPort),
-            management: APNsEndpoint(host: configuration.host, port: managementPort),
-            extraTrustedCAFile: files.caCertificateFile)
+    private static func url(_ scheme: String, _ host: String, _ port: Int) -> String {
+        "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)"
     }
 
     /// The process environment that points a `marquee` process at this simulator
-    /// (`MARQUEE_APNS_PUSH_URL`, `MARQUEE_APNS_MANAGE_URL`, and `MARQUEE_APNS_CA_FILE` when the CA was generated).
+    /// (`MARQUEE_APNS_PUSH_URL`, `MARQUEE_APNS_MANAGE_URL`, and `MARQUEE_APNS_CA_FILE` when the CA was generated):
+    /// the names `marquee` reads, spelled here so that the simulator needs nothing of Marquee's APNs module.
     public var environmentVariables: [String: String] {
-        var variables = [APNsEndpoints.pushURLVariable: pushURL, APNsEndpoints.managementURLVariable: managementURL]
-        variables[APNsEndpoints.caFileVariable] = files.caCertificateFile
+        var variables = ["MARQUEE_APNS_PUSH_URL": pushURL, "MARQUEE_APNS_MANAGE_URL": managementURL]
+        variables["MARQUEE_APNS_CA_FILE"] = files.caCertificateFile
         return variables
     }
 
@@ -102,6 +114,7 @@ public final class APNsSimulator: Sendable {
             "APNs simulator (\(configuration.environment.rawValue))",
             "  push:        \(pushURL)",
             "  management:  \(managementURL)",
+            "  control:     \(controlURL) (GET /status, POST /rejections, POST /invalid-tokens/<hex>, DELETE /records)",
             "  signing key: \(files.signingKeyFile) (key id \(files.keyID), team id \(files.teamID))",
             "  certificate: \(files.certificateFile)",
         ]
@@ -111,9 +124,10 @@ public final class APNsSimulator: Sendable {
         return lines.joined(separator: "\n")
     }
 
-    /// Stops both listeners (in-flight requests get a short grace period), writes the channels and stops the loops.
+    /// Stops the listeners (in-flight requests get a short grace period), writes the channels and stops the loops.
     public func shutdown() async {
         for server in servers { await server.shutdown() }
+        await control.shutdown()
         await writer.flush()
         let group = self.group
         await offThePool { group.shutdown() }

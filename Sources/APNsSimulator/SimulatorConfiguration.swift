@@ -1,6 +1,5 @@
 // Everything the simulator can be told, in one value: the engine reads its rules from it and the host its
 // sockets and files. `parse(arguments:)` reads the same fields from `marquee simulator` flags.
-import APNs
 import Foundation
 
 /// Injected failures, drawn from the seeded generator.
@@ -29,10 +28,12 @@ public struct SimulatorConfiguration: Sendable {
     public var pushPort: Int = 0
     /// Channel-management listener; 0 picks a free port.
     public var managementPort: Int = 0
+    /// Control listener (plain HTTP/1.1: status, scripted rejections, invalid tokens); 0 picks a free port.
+    public var controlPort: Int = 0
     /// The environment the simulator plays: `apns-unique-id` is on device-push answers only in development.
-    public var environment: APNsEnvironment = .development
+    public var environment: SimulatorEnvironment = .development
     /// Channels per bundle id (Apple: 10,000 per app and environment).
-    public var channelQuota: Int = 10_000
+    public var channelQuota: Int = SimulatorLimits.channelsPerApp
     /// SETTINGS_MAX_CONCURRENT_STREAMS once a connection has authenticated (APNs was seen with 500 and 1,500).
     public var streamLimit: UInt32 = 1_000
     /// Skip the one-stream rule: every connection gets `streamLimit` from the start and keeps it (for h2load).
@@ -75,13 +76,18 @@ extension SimulatorConfiguration {
         usage: marquee simulator [options]
 
         A local APNs for development, tests and benchmarks: HTTP/2 over TLS on a push port (device pushes,
-        broadcasts) and a management port (channels). It generates a CA, a server certificate and the .p8 key
-        it trusts into the state folder unless given them, prints their paths, and keeps channels there.
+        broadcasts) and a management port (channels), which answer as Apple's hosts do (404 BadPath to any other
+        path), and a control port (plain HTTP/1.1) for what only the simulator is asked:
+          GET /status, POST /rejections {"api": "broadcast", "reason": "Service Unavailable"} (the next request
+          of that API gets that answer), POST /invalid-tokens/<hex> (410 from now on), DELETE /records.
+        It generates a CA, a server certificate and the .p8 key it trusts into the state folder unless given
+        them, prints their paths, and keeps channels there.
 
           --state DIR              state folder (default .marquee-simulator)
           --host ADDR              numeric address to listen on (default 127.0.0.1)
           --push-port N            push/broadcast port, 0 = any free port (default 0)
           --management-port N      channel-management port, 0 = any free port (default 0)
+          --control-port N         control port (HTTP/1.1), 0 = any free port (default 0)
           --environment ENV        development | production (default development)
           --bundle-id ID           a bundle id the key may use (repeatable; none = any)
           --quota N                channels per bundle id (default 10000)
@@ -132,9 +138,10 @@ extension SimulatorConfiguration {
             case "--host": configuration.host = try value(flag)
             case "--push-port": configuration.pushPort = try integer(flag, 0...65_535)
             case "--management-port": configuration.managementPort = try integer(flag, 0...65_535)
+            case "--control-port": configuration.controlPort = try integer(flag, 0...65_535)
             case "--environment":
                 let text = try value(flag)
-                guard let environment = APNsEnvironment(parsing: text) else {
+                guard let environment = SimulatorEnvironment(parsing: text) else {
                     throw SimulatorConfigurationError("--environment \(text): expected development or production")
                 }
                 configuration.environment = environment
@@ -191,11 +198,13 @@ extension SimulatorConfiguration {
             throw SimulatorConfigurationError("quota and record limit must be 0 or more; stream limit and loops 1 or more")
         }
         if latency.lowerBound < .zero { throw SimulatorConfigurationError("latency cannot be negative") }
-        for port in [pushPort, managementPort] where !(0...65_535).contains(port) {
+        let ports = [pushPort, managementPort, controlPort]
+        for port in ports where !(0...65_535).contains(port) {
             throw SimulatorConfigurationError("port \(port) is out of range")
         }
-        if pushPort != 0, pushPort == managementPort {
-            throw SimulatorConfigurationError("the push and management listeners need different ports")
+        let fixed = ports.filter { $0 != 0 }
+        if Set(fixed).count != fixed.count {
+            throw SimulatorConfigurationError("the push, management and control listeners need different ports")
         }
     }
 }

@@ -1,10 +1,9 @@
 // The APNs simulator's rules, without sockets: a request, the listener it came in on and its connection's
 // state go in; the answer, the connection actions (stream limit, GOAWAY) and an added delay come out.
-// Every rejection follows Apple's documentation as summarised in docs/apns.md (#provider-tokens, #errors, #open-questions);
-// where Apple does not say (order of checks, casing), the choice is written next to the check.
+// Every rejection is a reason of the request's API as Apple's pages list it (SimulatorProtocol.swift), with that
+// API's status and spelling; where Apple does not say (order of checks, casing), the choice is written next to the check.
 // Shared state (channels, invalid tokens, records, the seeded generator) sits behind one Mutex, so one
 // engine serves every connection of both listeners, on any thread.
-import APNs
 import Crypto
 import Foundation
 import MarqueeCore
@@ -26,11 +25,11 @@ public struct SimulatorTrustedKey: Sendable {
 
 /// A rejection on its way to becoming an error answer.
 struct Rejection: Error {
-    var reason: APNsReason
+    var reason: SimulatorReason
     /// 410 only: when the token became invalid, epoch milliseconds.
     var timestamp: Int64?
 
-    init(_ reason: APNsReason, timestamp: Int64? = nil) {
+    init(_ reason: SimulatorReason, timestamp: Int64? = nil) {
         self.reason = reason
         self.timestamp = timestamp
     }
@@ -39,15 +38,15 @@ struct Rejection: Error {
 /// APNs' behaviour as a pure function of request, connection state and time; the simulator host wraps it in sockets.
 public final class SimulatorEngine: Sendable {
     /// A token whose `iat` is older than this is `ExpiredProviderToken`.
-    public static let tokenLifetime: TimeInterval = 60 * 60
+    public static let tokenLifetime: TimeInterval = SimulatorLimits.providerTokenLifetime
     /// A connection's next token must be issued at least this long after its current one (`TooManyProviderTokenUpdates`).
-    public static let tokenChangeInterval: TimeInterval = 20 * 60
+    public static let tokenChangeInterval: TimeInterval = SimulatorLimits.providerTokenChangeInterval
     /// An `iat` further ahead than this is `InvalidProviderToken` (a token from the future was not signed now).
     public static let tokenFutureTolerance: TimeInterval = 5 * 60
     /// Longest channel id accepted before `BadChannelId` (Apple publishes no length; docs/apns.md#channel-id-length).
     public static let maximumChannelIDLength = 128
     /// GOAWAY debug data sent by the `goAwayAfterStreams` fault.
-    public static let goAwayDebugData = APNsErrorBody(reason: .shutdown).json
+    public static let goAwayDebugData = SimulatorErrorBody.json(reason: "Shutdown")
 
     public let configuration: SimulatorConfiguration
     public let clock: any WallClock
@@ -58,6 +57,8 @@ public final class SimulatorEngine: Sendable {
     private let allowedBundleIDs: Set<String>
     private let channelsChanged: (@Sendable () -> Void)?
     private let state: Mutex<State>
+    /// Scripted rejections waiting, read before taking the lock: the hot path takes no lock for them when there are none.
+    private let scriptedCount = Atomic<Int>(0)
 
     private struct State {
         var channels: [String: SimulatorChannel] = [:]
@@ -69,6 +70,8 @@ public final class SimulatorEngine: Sendable {
         var records: SimulatorRecordRing
         var statusCounts: [Int: Int] = [:]
         var random: SeededRandom
+        /// Reasons to answer the next requests of an API with, oldest first (`rejectNext(_:on:)`).
+        var scripted: [SimulatorAPI: [SimulatorReason]] = [:]
     }
 
     /// `channelsChanged` is called (outside any lock, on the caller's thread) after each create or delete,
@@ -113,24 +116,27 @@ public final class SimulatorEngine: Sendable {
         let idHeader = Self.idHeader(listener: listener, path: request.path)
         let headers = SimulatorRequestHeaders(request.headers)
         let givenID = headers.value(of: idHeader)
-        let validGivenID = givenID.flatMap { try? APNsRequestID($0).value }
-        let answerID = validGivenID ?? APNsRequestID.random().value
+        // Apple: the answer carries "the same value found in the apns-id field of the request's header".
+        let validGivenID = givenID.flatMap { SimulatorIdentifiers.isCanonicalUUID($0) ? $0 : nil }
+        let answerID = validGivenID ?? SimulatorIdentifiers.randomUUID()
 
         var response: HTTPResponse
-        var reason: APNsReason?
+        var reasonText: String?
         var accepted: Accepted?
+        var api = listener == .push ? SimulatorAPI.devicePush : .channelManagement
         do {
             let result = try evaluate(
                 request, headers: headers, givenIDIsInvalid: givenID != nil && validGivenID == nil, listener: listener,
-                connection: &connection, now: now, answerID: answerID)
+                api: &api, connection: &connection, now: now, answerID: answerID)
             accepted = result
             response = HTTPResponse(status: result.status, headers: result.headers, body: result.body)
         } catch {
-            reason = error.reason
+            let answer = Self.answer(error.reason, on: api)
+            reasonText = answer.text
             response = HTTPResponse(
-                status: error.reason.status ?? 400,
-                headers: [APNsHeader.contentType: "application/json"],
-                body: APNsErrorBody(reason: error.reason, timestamp: error.timestamp).json)
+                status: answer.status,
+                headers: [SimulatorHeader.contentType: "application/json"],
+                body: SimulatorErrorBody.json(reason: answer.text, timestamp: error.timestamp))
         }
         // No answer built above carries an id header of its own.
         response.headers.add(idHeader, answerID)
@@ -167,7 +173,7 @@ public final class SimulatorEngine: Sendable {
                 "method": .string(request.method),
                 "path": .string(Self.loggablePath(request.path)),
                 "status": .int(response.status),
-                "reason": .string(reason?.text ?? ""),
+                "reason": .string(reasonText ?? ""),
                 "channel_id": .string(accepted?.channelID ?? headers.channelID ?? ""),
                 "request_id": .string(answerID),
                 "latency_ms": .double(Self.milliseconds(delay)),
@@ -187,15 +193,24 @@ public final class SimulatorEngine: Sendable {
         var channelsChanged = false
     }
 
-    /// Checks in this order: path and method, duplicate headers, provider token, injected faults, then the operation's
-    /// own headers and body (Apple documents no order; docs/apns.md#broadcast-check-order).
+    /// The status and text of `reason` on `api`. The engine only ever gives reasons of the API's table (tests hold it
+    /// to that); should one slip through, it is answered as an internal error rather than with a status Apple never pairs.
+    static func answer(_ reason: SimulatorReason, on api: SimulatorAPI) -> SimulatorAnswer {
+        api.answer(for: reason) ?? SimulatorAnswer(status: 500, text: "InternalServerError")
+    }
+
+    /// Checks in this order: path and method, repeated headers, provider token, scripted rejections and injected faults,
+    /// then the operation's own headers and body (Apple documents no order). Sets `api` once the path names it.
     private func evaluate(
         _ request: HTTPRequest, headers: SimulatorRequestHeaders, givenIDIsInvalid: Bool, listener: SimulatorListener,
-        connection: inout SimulatorConnectionState, now: Date, answerID: String
+        api: inout SimulatorAPI, connection: inout SimulatorConnectionState, now: Date, answerID: String
     ) throws(Rejection) -> Accepted {
-        let route = try Route(listener: listener, method: request.method, path: request.path)
-        if headers.hasRepeatedField { throw Rejection(.duplicateHeaders) }
-        try authenticate(headers.authorization, &connection, now: now)
+        let route = try Route(listener: listener, path: request.path)
+        api = route.api
+        guard route.allows(request.method) else { throw Rejection(.methodNotAllowed) }
+        if let repeated = headers.repeatedField { try Self.rejectRepeated(repeated, on: api) }
+        try authenticate(headers.authorization, &connection, api: api, now: now)
+        if let scripted = nextScripted(on: api, now: now) { throw scripted }
         if let fault = drawFault() { throw fault }
         if givenIDIsInvalid { throw Rejection(.badMessageId) }
 
@@ -217,21 +232,38 @@ public final class SimulatorEngine: Sendable {
             let ids = channels(bundleID: bundleID).map { JSONValue.string($0.id) }
             let operation = ChannelOperation(kind: .list, bundleID: bundleID, channelID: nil, requestID: answerID, at: now)
             return Accepted(
-                status: 200, headers: [APNsHeader.contentType: "application/json"],
+                status: 200, headers: [SimulatorHeader.contentType: "application/json"],
                 body: JSONValue.object(["channels": .array(ids)]).jsonBytes, record: .channel(operation))
         }
     }
 
-    // MARK: - Provider tokens (docs/apns.md#provider-tokens)
+    /// A field sent twice. Device pushes document `DuplicateHeaders`; the broadcast and channel-management table does
+    /// not, so there a repeated field the API reads is an invalid value of that field, and one it does not read is ignored.
+    private static func rejectRepeated(_ name: String, on api: SimulatorAPI) throws(Rejection) {
+        if api == .devicePush { throw Rejection(.duplicateHeaders) }
+        switch name {
+        case SimulatorHeader.authorization: throw Rejection(.invalidProviderToken)
+        case SimulatorHeader.requestID: throw Rejection(.badMessageId)
+        case SimulatorHeader.channelID: throw Rejection(.badChannelId)
+        case SimulatorHeader.pushType where api == .broadcast: throw Rejection(.invalidPushType)
+        case SimulatorHeader.expiration where api == .broadcast: throw Rejection(.badExpirationDate)
+        case SimulatorHeader.priority where api == .broadcast: throw Rejection(.badPriority)
+        default: return
+        }
+    }
 
-    private func authenticate(_ authorization: String?, _ connection: inout SimulatorConnectionState, now: Date) throws(Rejection) {
+    // MARK: - Provider tokens (SimulatorProviderToken.swift)
+
+    private func authenticate(
+        _ authorization: String?, _ connection: inout SimulatorConnectionState, api: SimulatorAPI, now: Date
+    ) throws(Rejection) {
         guard let value = authorization, !value.isEmpty else { throw Rejection(.missingProviderToken) }
         // The header the connection's token came in, again: no need to take it apart.
         if let current = connection.token, current.authorization == value {
             try checkAge(issuedAt: current.issuedAt, now: now)
             return
         }
-        guard value.utf8.count > 7, value.prefix(7).lowercased() == APNsProtocol.bearerPrefix else {
+        guard value.utf8.count > 7, value.prefix(7).lowercased() == "bearer " else {
             throw Rejection(.invalidProviderToken)
         }
         // Trimmed by hand: Foundation's trimmingCharacters goes through NSString and cost a fifth of the time.
@@ -245,13 +277,17 @@ public final class SimulatorEngine: Sendable {
             return
         }
         // A new token string on this connection: the only time the signature is verified.
-        guard let token = try? ProviderToken(parsing: jwt), let trusted = trustedKeys[token.keyID],
+        guard let token = SimulatorProviderToken(jwt: jwt), let trusted = trustedKeys[token.keyID],
               trusted.teamID == token.teamID else {
             throw Rejection(.invalidProviderToken)
         }
         connection.tokenVerifications += 1
-        guard token.hasValidSignature(from: trusted.key) else { throw Rejection(.invalidProviderToken) }
-        if let team = connection.boundTeamID, team != token.teamID { throw Rejection(.unrelatedKeyIdInToken) }
+        guard token.isSigned(by: trusted.key) else { throw Rejection(.invalidProviderToken) }
+        // Apple binds one team to a connection. Device pushes name the error (UnrelatedKeyIdInToken: "open a new
+        // connection"); the broadcast and channel-management table has no such reason, so the token is invalid there.
+        if let team = connection.boundTeamID, team != token.teamID {
+            throw Rejection(api == .devicePush ? .unrelatedKeyIdInToken : .invalidProviderToken)
+        }
         try checkAge(issuedAt: token.issuedAt, now: now)
         // Apple: "APNs reports an error if you recreate your tokens more often than every 20 minutes" (A7). The
         // tokens' issue times are compared, not the moments they arrived, so a new connection may adopt a token that
@@ -272,7 +308,7 @@ public final class SimulatorEngine: Sendable {
     /// Bundle ids in broadcast and management paths: no `.push-type.liveactivity` suffix (`TopicDisallowed`),
     /// and one the key may use (`TopicMismatch`).
     private func checkBundle(_ bundleID: String) throws(Rejection) {
-        if bundleID.hasSuffix(APNsProtocol.liveActivityTopicSuffix) { throw Rejection(.topicDisallowed) }
+        if bundleID.hasSuffix(SimulatorLimits.liveActivityTopicSuffix) { throw Rejection(.topicDisallowed) }
         if !isAllowed(bundleID) { throw Rejection(.topicMismatch) }
     }
 
@@ -289,6 +325,19 @@ public final class SimulatorEngine: Sendable {
         return nil
     }
 
+    private func nextScripted(on api: SimulatorAPI, now: Date) -> Rejection? {
+        guard scriptedCount.load(ordering: .acquiring) > 0, let reason = state.withLock({ state -> SimulatorReason? in
+            guard var queue = state.scripted[api], !queue.isEmpty else { return nil }
+            let reason = queue.removeFirst()
+            state.scripted[api] = queue
+            scriptedCount.subtract(1, ordering: .releasing)
+            return reason
+        }) else { return nil }
+        // Every 410 carries the time the token became invalid, in milliseconds (handling-notification-responses-from-apns).
+        let timestamp = api.answer(for: reason)?.status == 410 ? Int64((now.timeIntervalSince1970 * 1000).rounded(.down)) : nil
+        return Rejection(reason, timestamp: timestamp)
+    }
+
     // MARK: - Device pushes (docs/apns.md#device-push, #reasons-device)
 
     private func devicePush(
@@ -300,23 +349,30 @@ public final class SimulatorEngine: Sendable {
         guard !topic.isEmpty, Self.allBytes(of: topic, are: Self.isBundleIDByte) else { throw Rejection(.badTopic) }
         guard let pushType = headers.pushType else { throw Rejection(.missingPushType) }
         // Only Live Activity pushes are simulated; the casing of the value is not confirmed (docs/apns.md#push-type-casing).
-        guard pushType.lowercased() == APNsProtocol.liveActivityPushType else { throw Rejection(.invalidPushType) }
-        // The plain bundle id as the topic of a Live Activity push: DeviceTokenNotForTopic (docs/apns.md#reasons-device).
-        guard topic.hasSuffix(APNsProtocol.liveActivityTopicSuffix) else { throw Rejection(.deviceTokenNotForTopic) }
+        guard pushType.lowercased() == SimulatorLimits.liveActivityPushType else { throw Rejection(.invalidPushType) }
+        // The plain bundle id as the topic of a Live Activity push: DeviceTokenNotForTopic (Apple documents no reason
+        // for it; developers report this one).
+        guard topic.hasSuffix(SimulatorLimits.liveActivityTopicSuffix) else { throw Rejection(.deviceTokenNotForTopic) }
         // The suffix is ASCII, so counting bytes counts characters.
-        guard topic.utf8.count > APNsProtocol.liveActivityTopicSuffix.utf8.count else { throw Rejection(.badTopic) }
-        if !allowedBundleIDs.isEmpty, !isAllowed(String(topic.dropLast(APNsProtocol.liveActivityTopicSuffix.count))) {
-            throw Rejection(.topicMismatch)
+        guard topic.utf8.count > SimulatorLimits.liveActivityTopicSuffix.utf8.count else { throw Rejection(.badTopic) }
+        // A topic the key may not use: the device-push table has no TopicMismatch (that is the broadcast table's); its
+        // reason for a topic that may not be pushed to is TopicDisallowed ("Pushing to this topic is not allowed").
+        if !allowedBundleIDs.isEmpty, !isAllowed(String(topic.dropLast(SimulatorLimits.liveActivityTopicSuffix.count))) {
+            throw Rejection(.topicDisallowed)
         }
+        // Apple documents 10, 5 and 1 for device pushes too; ActivityKit asks for 5 or 10, which is the sender's rule.
         let priority = try headers.priority.map { text throws(Rejection) in
-            try Self.integer(text, allowed: [10, 5], else: .badPriority)
+            try Self.integer(text, allowed: SimulatorLimits.priorities, else: .badPriority)
         } ?? 10
         let expiration = try headers.expiration.map { text throws(Rejection) in
             try Self.integer(text, allowed: nil, else: .badExpirationDate)
         }
         let collapseID = headers.collapseID
-        if let collapseID, !(1...64).contains(collapseID.utf8.count) { throw Rejection(.badCollapseId) }
-        try Self.checkPayload(request.body, limit: APNsPayloadLimit.devicePush)
+        if let collapseID, !(1...SimulatorLimits.collapseID).contains(collapseID.utf8.count) { throw Rejection(.badCollapseId) }
+        // Apple's device-push table has a reason for an empty payload and one for a large one, none for a payload that
+        // is not JSON (BadRequestPayload is the broadcast table's): such a push is accepted, as far as Apple says.
+        guard !request.body.isEmpty else { throw Rejection(.payloadEmpty) }
+        guard request.body.count <= SimulatorLimits.devicePushPayload else { throw Rejection(.payloadTooLarge) }
 
         let invalidSince = state.withLock { state -> Date? in
             if let since = state.invalidTokens[deviceToken] { return since }
@@ -329,36 +385,36 @@ public final class SimulatorEngine: Sendable {
             throw Rejection(.unregistered, timestamp: Int64((invalidSince.timeIntervalSince1970 * 1000).rounded(.down)))
         }
         var answer: HTTPHeaders = [:]
-        if configuration.environment == .development { answer.add(APNsHeader.uniqueID, APNsRequestID.random().value) }
+        if configuration.environment == .development { answer.add(SimulatorHeader.uniqueID, SimulatorIdentifiers.randomUUID()) }
         let push = ReceivedDevicePush(
             deviceToken: deviceToken, topic: topic, priority: priority, expiration: expiration, collapseID: collapseID,
             requestHeaders: request.headers, payload: request.body, apnsID: apnsID, receivedAt: now)
         return Accepted(status: 200, headers: answer, record: .devicePush(push))
     }
 
-    // MARK: - Broadcasts (docs/apns.md#broadcast, #broadcast-check-order)
+    // MARK: - Broadcasts (sending-broadcast-push-notification-requests-to-apns)
 
     private func broadcast(
         bundleID: String, _ request: HTTPRequest, _ headers: SimulatorRequestHeaders, now: Date, requestID: String
     ) throws(Rejection) -> Accepted {
         let channelID = try Self.channelID(headers)
         guard let pushType = headers.pushType else { throw Rejection(.missingPushType) }
-        guard pushType.lowercased() == APNsProtocol.liveActivityPushType else { throw Rejection(.invalidPushType) }
+        guard pushType.lowercased() == SimulatorLimits.liveActivityPushType else { throw Rejection(.invalidPushType) }
         let expiration = try Self.integer(headers.expiration ?? "", allowed: nil, else: .badExpirationDate)
-        let priority = try Self.integer(headers.priority ?? "", allowed: [10, 5, 1], else: .badPriority)
+        let priority = try Self.integer(headers.priority ?? "", allowed: SimulatorLimits.priorities, else: .badPriority)
         guard let channel = channel(id: channelID), channel.bundleID == bundleID else { throw Rejection(.channelNotRegistered) }
-        // A no-storage channel takes only expiration 0. Beyond 8 hours on a storing channel is accepted (docs/apns.md#expiration-beyond-8h).
+        // A no-storage channel takes only expiration 0. Beyond 8 hours on a storing channel is accepted (Apple does not say).
         if channel.storagePolicy == .noMessageStored, expiration != 0 { throw Rejection(.badExpirationDate) }
-        try Self.checkPayload(request.body, limit: APNsPayloadLimit.broadcast)
-        let uniqueID = APNsRequestID.random().value
+        try Self.checkPayload(request.body, limit: SimulatorLimits.broadcastPayload)
+        let uniqueID = SimulatorIdentifiers.randomUUID()
         let broadcast = ReceivedBroadcast(
             bundleID: bundleID, channelID: channelID, priority: priority, expiration: expiration,
             requestHeaders: request.headers, payload: request.body, requestID: requestID, uniqueID: uniqueID,
             receivedAt: now)
-        return Accepted(status: 200, headers: [APNsHeader.uniqueID: uniqueID], record: .broadcast(broadcast), channelID: channelID)
+        return Accepted(status: 200, headers: [SimulatorHeader.uniqueID: uniqueID], record: .broadcast(broadcast), channelID: channelID)
     }
 
-    // MARK: - Channel management (docs/apns.md#channel-management)
+    // MARK: - Channel management (sending-channel-management-requests-to-apns)
 
     private func createChannel(bundleID: String, body: [UInt8], now: Date, requestID: String) throws(Rejection) -> Accepted {
         guard !body.isEmpty else { throw Rejection(.payloadEmpty) }
@@ -366,12 +422,12 @@ public final class SimulatorEngine: Sendable {
         let known: Set = ["message-storage-policy", "push-type"]
         guard object.keys.allSatisfy(known.contains) else { throw Rejection(.badRequestParams) }
         guard let pushType = object["push-type"] else { throw Rejection(.missingPushType) }
-        // Documented: "LiveActivity"; node-apn sends "liveactivity" (docs/apns.md#push-type-casing, undocumented): any casing is read.
+        // Documented: "LiveActivity"; other clients send "liveactivity" (unconfirmed at Apple): any casing is read.
         guard let text = pushType.stringValue, text.lowercased() == "liveactivity" else { throw Rejection(.invalidPushType) }
-        // Documented: an integer; node-apn sends the string "1" (UNCONFIRMED): both are read.
+        // Documented: an integer; other clients send the string "1" (unconfirmed at Apple): both are read.
         let policyValue = object["message-storage-policy"]
         guard let number = policyValue?.intValue ?? policyValue?.stringValue.flatMap({ Int64($0) }),
-              let policy = APNsMessageStoragePolicy(rawValue: Int(number)) else {
+              let policy = SimulatorStoragePolicy(rawValue: Int(number)) else {
             throw Rejection(.badRequestParams)
         }
         let channel = try state.withLock { state throws(Rejection) -> SimulatorChannel in
@@ -388,7 +444,7 @@ public final class SimulatorEngine: Sendable {
         }
         let operation = ChannelOperation(kind: .create, bundleID: bundleID, channelID: channel.id, requestID: requestID, at: now)
         return Accepted(
-            status: 201, headers: [APNsHeader.channelID: channel.id], record: .channel(operation), channelID: channel.id,
+            status: 201, headers: [SimulatorHeader.channelID: channel.id], record: .channel(operation), channelID: channel.id,
             channelsChanged: true)
     }
 
@@ -400,7 +456,7 @@ public final class SimulatorEngine: Sendable {
         ])
         let operation = ChannelOperation(kind: .read, bundleID: bundleID, channelID: id, requestID: requestID, at: now)
         return Accepted(
-            status: 200, headers: [APNsHeader.contentType: "application/json"], body: body.jsonBytes,
+            status: 200, headers: [SimulatorHeader.contentType: "application/json"], body: body.jsonBytes,
             record: .channel(operation), channelID: id)
     }
 
@@ -419,8 +475,9 @@ public final class SimulatorEngine: Sendable {
 
     // MARK: - Shared checks
 
-    /// The path's device token as lowercase hex; nil (`BadDeviceToken`) unless it is hex for 1 to 200 bytes, the rule
-    /// `APNsDeviceToken(hex:)` applies, checked here without its allocations.
+    /// The path's device token as lowercase hex; nil (`BadDeviceToken`) unless it is hexadecimal bytes (Apple: "the
+    /// hexadecimal bytes that identify the user's device"; "Don't make assumptions about device token size": up to
+    /// 200 bytes are taken, today's tokens have 32 or 100).
     private static func deviceTokenHex(_ token: String) -> String? {
         let count = token.utf8.count
         guard count % 2 == 0, (2...400).contains(count) else { return nil }
@@ -446,12 +503,12 @@ public final class SimulatorEngine: Sendable {
 
     private static func channelID(_ headers: SimulatorRequestHeaders) throws(Rejection) -> String {
         guard let text = headers.channelID, !text.isEmpty else { throw Rejection(.missingChannelId) }
-        guard text.utf8.count <= maximumChannelIDLength, (try? APNsChannelID(text)) != nil else { throw Rejection(.badChannelId) }
+        guard text.utf8.count <= maximumChannelIDLength, SimulatorIdentifiers.isBase64(text) else { throw Rejection(.badChannelId) }
         return text
     }
 
     /// A decimal integer header; `allowed` nil means any value ≥ 0.
-    private static func integer(_ text: String, allowed: [Int]?, else reason: APNsReason) throws(Rejection) -> Int {
+    private static func integer(_ text: String, allowed: Set<Int>?, else reason: SimulatorReason) throws(Rejection) -> Int {
         guard !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int(text),
               allowed?.contains(value) ?? true else {
             throw Rejection(reason)
@@ -474,7 +531,7 @@ public final class SimulatorEngine: Sendable {
 
     /// Device-push answers carry `apns-id`; channel-management and broadcast answers `apns-request-id`.
     private static func idHeader(listener: SimulatorListener, path: String) -> String {
-        listener == .push && path.hasPrefix("/3/device/") ? APNsHeader.id : APNsHeader.requestID
+        listener == .push && path.hasPrefix("/3/device/") ? SimulatorHeader.id : SimulatorHeader.requestID
     }
 
     /// The path for logs: a device token is cut to its first 8 characters.
@@ -500,8 +557,8 @@ public final class SimulatorEngine: Sendable {
     }
 
     /// Accepted broadcasts on one channel, oldest first.
-    public func broadcasts(for channel: APNsChannelID) -> [ReceivedBroadcast] {
-        broadcasts.filter { $0.channelID == channel.value }
+    public func broadcasts(for channelID: String) -> [ReceivedBroadcast] {
+        broadcasts.filter { $0.channelID == channelID }
     }
 
     /// Accepted device pushes, oldest first.
@@ -556,6 +613,18 @@ public final class SimulatorEngine: Sendable {
         set { state.withLock { $0.quota = newValue } }
     }
 
+    /// Answers the next request of `api` (once it has passed the path, method and token checks) with `reason`, as that
+    /// API spells it; several are answered in order. False, and nothing scripted, when `api`'s table has no `reason`.
+    @discardableResult
+    public func rejectNext(_ reason: SimulatorReason, on api: SimulatorAPI) -> Bool {
+        guard api.answer(for: reason) != nil else { return false }
+        state.withLock { state in
+            state.scripted[api, default: []].append(reason)
+            scriptedCount.add(1, ordering: .releasing)
+        }
+        return true
+    }
+
     /// From now on, pushes to `deviceToken` (hex) are answered 410 `Unregistered` with `at` (default: now) as timestamp.
     public func markDeviceTokenInvalid(_ deviceToken: String, at date: Date? = nil) {
         let date = date ?? clock.now
@@ -570,8 +639,8 @@ private enum Route {
     case channels(bundleID: String)
     case allChannels(bundleID: String)
 
-    /// 404 `BadPath` for a path the listener does not serve; 405 `MethodNotAllowed` for a wrong method on one it does.
-    init(listener: SimulatorListener, method: String, path: String) throws(Rejection) {
+    /// 404 `BadPath` for a path the listener does not serve, as Apple's hosts answer any path they do not know.
+    init(listener: SimulatorListener, path: String) throws(Rejection) {
         // Prefix matching on the path: this runs for every request, and splitting the path into an array
         // cost the simulator a tenth of its time under load.
         func rest(after prefix: String) -> Substring? {
@@ -588,7 +657,6 @@ private enum Route {
         func hasSlash(_ text: Substring) -> Bool {
             text.utf8.withContiguousStorageIfAvailable { $0.contains(UInt8(ascii: "/")) } ?? text.utf8.contains(UInt8(ascii: "/"))
         }
-        let allowed: Bool
         switch listener {
         case .push:
             if let token = rest(after: "/3/device/") {
@@ -598,18 +666,32 @@ private enum Route {
             } else {
                 throw Rejection(.badPath)
             }
-            allowed = method == "POST"
         case .management:
             if let bundleID = bundle(between: "/1/apps/", and: "/channels") {
                 self = .channels(bundleID: bundleID)
-                allowed = method == "POST" || method == "GET" || method == "DELETE"
             } else if let bundleID = bundle(between: "/1/apps/", and: "/all-channels") {
                 self = .allChannels(bundleID: bundleID)
-                allowed = method == "GET"
             } else {
                 throw Rejection(.badPath)
             }
         }
-        guard allowed else { throw Rejection(.methodNotAllowed) }
+    }
+
+    /// The API whose table the answers come from.
+    var api: SimulatorAPI {
+        switch self {
+        case .devicePush: .devicePush
+        case .broadcast: .broadcast
+        case .channels, .allChannels: .channelManagement
+        }
+    }
+
+    /// The methods Apple documents for the path; any other is 405 `MethodNotAllowed`.
+    func allows(_ method: String) -> Bool {
+        switch self {
+        case .devicePush, .broadcast: method == "POST"
+        case .channels: method == "POST" || method == "GET" || method == "DELETE"
+        case .allChannels: method == "GET"
+        }
     }
 }

@@ -4,7 +4,6 @@
 // buffer of a fixed ring of slots; a slot's buffer is reused when the ring comes round, so keeping a record
 // allocates and frees nothing once the ring is full, and the request's own memory is freed as soon as it is answered.
 // Records are rebuilt as values when read, which only tests do.
-import APNs
 import Foundation
 import Network
 
@@ -90,7 +89,7 @@ private struct Slot {
 
     /// The headers without `authorization`, then the payload; returns where the payload starts.
     private static func encode(_ headers: HTTPHeaders, _ payload: [UInt8], into bytes: inout [UInt8]) -> Int {
-        for field in headers.fields where field.name != APNsHeader.authorization {
+        for field in headers.fields where field.name != SimulatorHeader.authorization {
             append(field.name, to: &bytes)
             append(field.value, to: &bytes)
         }

@@ -1,6 +1,5 @@
 // What the simulator accepted, kept in memory so tests can check exactly what Marquee sent,
 // and the channels it knows, which the host also writes to its state folder.
-import APNs
 import Foundation
 import MarqueeCore
 import Network
@@ -10,12 +9,12 @@ public struct SimulatorChannel: Sendable, Hashable, Codable {
     public var bundleID: String
     /// The base64 id issued on create.
     public var id: String
-    public var storagePolicy: APNsMessageStoragePolicy
+    public var storagePolicy: SimulatorStoragePolicy
     /// `LiveActivity`, as Apple documents it (whatever casing the create used).
     public var pushType: String
     public var createdAt: Date
 
-    public init(bundleID: String, id: String, storagePolicy: APNsMessageStoragePolicy, pushType: String = "LiveActivity", createdAt: Date) {
+    public init(bundleID: String, id: String, storagePolicy: SimulatorStoragePolicy, pushType: String = "LiveActivity", createdAt: Date) {
         self.bundleID = bundleID
         self.id = id
         self.storagePolicy = storagePolicy
@@ -59,13 +58,13 @@ public struct ReceivedDevicePush: Sendable {
     public var apnsID: String
     public var receivedAt: Date
 
-    /// The payload as JSON (it was checked to parse before it was accepted).
+    /// The payload as JSON; `.null` when it does not parse (Apple documents no rejection of it on device pushes).
     public var json: JSONValue { (try? JSONValue(parsing: payload)) ?? .null }
 }
 
 private func withoutAuthorization(_ headers: HTTPHeaders) -> HTTPHeaders {
     var copy = headers
-    copy.remove(APNsHeader.authorization)
+    copy.remove(SimulatorHeader.authorization)
     return copy
 }
 

@@ -1,6 +1,5 @@
-// The simulator reads a handful of APNs headers from every request and refuses a repeated one. Looking each up
+// The simulator reads a handful of APNs headers from every request and notes a repeated one. Looking each up
 // in HTTPHeaders scans the fields again every time; this reads them all, and notes a repetition, in one pass.
-import APNs
 import Network
 
 /// The APNs headers of one request, each the first field of its name (as `HTTPHeaders`' subscript gives it).
@@ -14,8 +13,8 @@ struct SimulatorRequestHeaders {
     var expiration: String?
     var collapseID: String?
     var channelID: String?
-    /// An `apns-*` or `authorization` field appears more than once (`DuplicateHeaders`).
-    var hasRepeatedField = false
+    /// The first `apns-*` or `authorization` field name that appears more than once.
+    var repeatedField: String?
 
     init(_ headers: HTTPHeaders) {
         let fields = headers.fields
@@ -25,27 +24,27 @@ struct SimulatorRequestHeaders {
             guard name.utf8.first == UInt8(ascii: "a") else { continue }
             let value = fields[index].value
             switch name {
-            case APNsHeader.authorization: Self.keep(value, in: &authorization, &hasRepeatedField)
-            case APNsHeader.id: Self.keep(value, in: &id, &hasRepeatedField)
-            case APNsHeader.requestID: Self.keep(value, in: &requestID, &hasRepeatedField)
-            case APNsHeader.topic: Self.keep(value, in: &topic, &hasRepeatedField)
-            case APNsHeader.pushType: Self.keep(value, in: &pushType, &hasRepeatedField)
-            case APNsHeader.priority: Self.keep(value, in: &priority, &hasRepeatedField)
-            case APNsHeader.expiration: Self.keep(value, in: &expiration, &hasRepeatedField)
-            case APNsHeader.collapseID: Self.keep(value, in: &collapseID, &hasRepeatedField)
-            case APNsHeader.channelID: Self.keep(value, in: &channelID, &hasRepeatedField)
+            case SimulatorHeader.authorization: Self.keep(value, name, in: &authorization, &repeatedField)
+            case SimulatorHeader.id: Self.keep(value, name, in: &id, &repeatedField)
+            case SimulatorHeader.requestID: Self.keep(value, name, in: &requestID, &repeatedField)
+            case SimulatorHeader.topic: Self.keep(value, name, in: &topic, &repeatedField)
+            case SimulatorHeader.pushType: Self.keep(value, name, in: &pushType, &repeatedField)
+            case SimulatorHeader.priority: Self.keep(value, name, in: &priority, &repeatedField)
+            case SimulatorHeader.expiration: Self.keep(value, name, in: &expiration, &repeatedField)
+            case SimulatorHeader.collapseID: Self.keep(value, name, in: &collapseID, &repeatedField)
+            case SimulatorHeader.channelID: Self.keep(value, name, in: &channelID, &repeatedField)
             default:
-                if !hasRepeatedField, name.hasPrefix("apns-"), fields[(index + 1)...].contains(where: { $0.name == name }) {
-                    hasRepeatedField = true
+                if repeatedField == nil, name.hasPrefix("apns-"), fields[(index + 1)...].contains(where: { $0.name == name }) {
+                    repeatedField = name
                 }
             }
         }
     }
 
-    private static func keep(_ value: String, in slot: inout String?, _ repeated: inout Bool) {
-        if slot == nil { slot = value } else { repeated = true }
+    private static func keep(_ value: String, _ name: String, in slot: inout String?, _ repeated: inout String?) {
+        if slot == nil { slot = value } else if repeated == nil { repeated = name }
     }
 
     /// `apns-id` or `apns-request-id`, whichever `name` is.
-    func value(of name: String) -> String? { name == APNsHeader.id ? id : requestID }
+    func value(of name: String) -> String? { name == SimulatorHeader.id ? id : requestID }
 }

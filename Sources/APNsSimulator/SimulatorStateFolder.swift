@@ -2,7 +2,6 @@
 // team ids) and the channels. Files found there are reused, missing ones are generated, so a restarted
 // simulator keeps its identity (clients keep trusting its CA and signing with its key) and its channels.
 // Everything here blocks on the file system: call it from a thread of its own, never the cooperative pool.
-import APNs
 import Crypto
 import Foundation
 import MarqueeCore
@@ -75,11 +74,12 @@ public struct SimulatorFiles: Sendable, Hashable {
         }
     }
 
-    /// The signing key, for clients and tests that should sign as the trusted key. Blocking.
-    public func signingKey() throws(SimulatorStateError) -> APNsSigningKey {
+    /// The private key whose tokens the simulator trusts (sign with it as `keyID` of `teamID`), for clients and tests
+    /// that should sign as the trusted key. Blocking.
+    public func signingKey() throws(SimulatorStateError) -> P256.SigningKey {
         let pem = try Self.read(signingKeyFile)
         do {
-            return try APNsSigningKey(keyID: keyID, teamID: teamID, key: P256.SigningKey(pemRepresentation: pem))
+            return try P256.SigningKey(pemRepresentation: pem)
         } catch {
             throw SimulatorStateError("\(signingKeyFile) with key id \(keyID) and team id \(teamID) cannot sign: \(error)")
         }

@@ -42,7 +42,7 @@ import Testing
         configuration.bundleIDs = [bundle]
         configure(&configuration)
         let simulator = try await APNsSimulator.start(configuration: configuration, clock: clock ?? SystemWallClock())
-        let key = try simulator.files.signingKey()
+        let key = try simulator.files.apnsSigningKey()
         var endpoints = simulator.endpoints
         if !trustSimulatorCA { endpoints.extraTrustedCAFile = nil }
         let tls = try TLSClientContext(configuration: TLSClientConfiguration(extraCAFile: endpoints.extraTrustedCAFile))
@@ -72,7 +72,7 @@ import Testing
 
         let sent = try await client.broadcast(bundleID: Self.bundle, channelID: stored, payload: Self.payload(1), expiration: 1_900_000_000,
                                               priority: .powerConsidered)
-        let received = try #require(h.simulator.engine.broadcasts(for: stored).first)
+        let received = try #require(h.simulator.engine.broadcasts(for: stored.value).first)
         #expect(received.payload == Self.payload(1) && received.priority == 5 && received.expiration == 1_900_000_000)
         #expect(sent.uniqueID == received.uniqueID && sent.requestID == received.requestID)
 
@@ -232,7 +232,7 @@ import Testing
         let clientGroup = EventLoopGroup(loopCount: 1, name: "apnsclient-test")
         let pool = HTTP2ConnectionPool(group: clientGroup, tls: try TLSClientContext(configuration: .init(extraCAFile: files.caCertificateFile)),
                                        configuration: .init(connectionsPerKey: 2))
-        let client = APNsClient(signingKey: try files.signingKey(), endpoints: endpoints, transport: pool,
+        let client = APNsClient(signingKey: try files.apnsSigningKey(), endpoints: endpoints, transport: pool,
                                 configuration: .init(retryPolicy: Self.retries))
         let channel = try APNsChannelID("Y2hhbm5lbC1mb3ItdGVzdHM=")
         engine.restoreChannels([SimulatorChannel(bundleID: Self.bundle, id: channel.value, storagePolicy: .mostRecentMessageStored, createdAt: Date())])

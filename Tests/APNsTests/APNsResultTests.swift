@@ -35,7 +35,9 @@ import Testing
         // A 403 other than an expired token: the app's key or certificate is wrong, whatever the request.
         "BadCertificate": .credentialsFault, "BadCertificateEnvironment": .credentialsFault, "TopicMismatch": .credentialsFault,
         "MissingProviderToken": .credentialsFault, "InvalidProviderToken": .credentialsFault, "Forbidden": .credentialsFault,
-        "UnrelatedKeyIdInToken": .credentialsFault, "BadEnvironmentKeyInToken": .credentialsFault,
+        "BadEnvironmentKeyInToken": .credentialsFault,
+        // "To use this token, open a new connection."
+        "UnrelatedKeyIdInToken": .reconnect,
     ]
 
     static let referenceReasons: [(String, Int)] = [

@@ -18,17 +18,17 @@ import Testing
     }
 
     @Test func networkClientCreatesBroadcastsAndSeesTheStreamLimit() async throws {
-        let folder = SimulatorHostTests.stateFolder()
+        let folder = SimulatorTestHost.stateFolder()
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let simulator = try await APNsSimulator.start(configuration: SimulatorHostTests.configuration(folder) { $0.streamLimit = 300 })
-        let token = try ProviderToken(signingKey: simulator.files.signingKey(), issuedAt: Date())
+        let simulator = try await APNsSimulator.start(configuration: SimulatorTestHost.configuration(folder) { $0.streamLimit = 300 })
+        let token = try ProviderToken(signingKey: simulator.files.apnsSigningKey(), issuedAt: Date())
         let loop = EventLoop(name: "simulator-client-test")
         let tls = try TLSClientContext(configuration: TLSClientConfiguration(
             trustsSystemCAs: false, extraCAFile: simulator.files.caCertificateFile))
         let management = HTTP2ClientConnection(origin: HTTP2Origin(host: "127.0.0.1", port: simulator.managementPort), tls: tls, loop: loop)
         let push = HTTP2ClientConnection(origin: HTTP2Origin(host: "127.0.0.1", port: simulator.pushPort), tls: tls, loop: loop)
 
-        let created = try await Self.send(management, try .createChannel(bundleID: SimulatorHostTests.bundleID, storagePolicy: .noMessageStored),
+        let created = try await Self.send(management, try .createChannel(bundleID: SimulatorTestHost.bundleID, storagePolicy: .noMessageStored),
                                           token: token, port: simulator.managementPort)
         guard case .accepted(let acceptance) = created, let channel = acceptance.channelID else {
             Issue.record("create: \(created)")
@@ -41,21 +41,21 @@ import Testing
                 group.addTask {
                     let payload = Array(#"{"aps":{"timestamp":\#(1_800_000_000 + index),"event":"update","content-state":{}}}"#.utf8)
                     return try await Self.send(push, try .broadcast(
-                        bundleID: SimulatorHostTests.bundleID, channelID: channel, payload: payload, expiration: 0, priority: .powerConsidered),
+                        bundleID: SimulatorTestHost.bundleID, channelID: channel, payload: payload, expiration: 0, priority: .powerConsidered),
                         token: token, port: simulator.pushPort)
                 }
             }
             return try await group.reduce(into: []) { $0.append($1) }
         }
         #expect(results.allSatisfy { if case .accepted = $0 { true } else { false } })
-        #expect(simulator.engine.broadcasts(for: channel).count == 200)
+        #expect(simulator.engine.broadcasts(for: channel.value).count == 200)
         #expect(await push.maxConcurrentStreams == 300)
 
         // A rejection drops the client's view of the limit to 1.
         let rejected = try await Self.send(push, try .broadcast(
-            bundleID: SimulatorHostTests.bundleID, channelID: channel, payload: Array(#"{"aps":{}}"#.utf8), expiration: 60, priority: .immediate),
+            bundleID: SimulatorTestHost.bundleID, channelID: channel, payload: Array(#"{"aps":{}}"#.utf8), expiration: 60, priority: .immediate),
             token: token, port: simulator.pushPort)
-        #expect(rejected.failedAnswer?.reason == .badExpirationDate)
+        #expect(rejected.failure?.reason == .badExpirationDate)
         // The SETTINGS frame follows the answer on the wire; give the client a moment to read it.
         var limit = await push.maxConcurrentStreams
         for _ in 0..<200 where limit != 1 {
@@ -65,9 +65,9 @@ import Testing
         #expect(limit == 1)
         // The next accepted broadcast restores it.
         let accepted = try await Self.send(push, try .broadcast(
-            bundleID: SimulatorHostTests.bundleID, channelID: channel, payload: Array(#"{"aps":{}}"#.utf8), expiration: 0, priority: .immediate),
+            bundleID: SimulatorTestHost.bundleID, channelID: channel, payload: Array(#"{"aps":{}}"#.utf8), expiration: 0, priority: .immediate),
             token: token, port: simulator.pushPort)
-        #expect(accepted.acceptedAnswer != nil)
+        #expect(accepted.acceptance != nil)
         for _ in 0..<200 where limit != 300 {
             try await Task.sleep(for: .milliseconds(10))
             limit = await push.maxConcurrentStreams
@@ -83,15 +83,15 @@ import Testing
     }
 
     @Test func goAwayAfterNStreamsMakesThePoolReconnect() async throws {
-        let folder = SimulatorHostTests.stateFolder()
+        let folder = SimulatorTestHost.stateFolder()
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let simulator = try await APNsSimulator.start(configuration: SimulatorHostTests.configuration(folder) { $0.faults.goAwayAfterStreams = 3 })
-        let token = try ProviderToken(signingKey: simulator.files.signingKey(), issuedAt: Date())
+        let simulator = try await APNsSimulator.start(configuration: SimulatorTestHost.configuration(folder) { $0.faults.goAwayAfterStreams = 3 })
+        let token = try ProviderToken(signingKey: simulator.files.apnsSigningKey(), issuedAt: Date())
         let group = EventLoopGroup(loopCount: 1, name: "simulator-pool-test")
         let tls = try TLSClientContext(configuration: TLSClientConfiguration(trustsSystemCAs: false, extraCAFile: simulator.files.caCertificateFile))
         let pool = HTTP2ConnectionPool(group: group, tls: tls, configuration: .init(connectionsPerKey: 1))
         let origin = HTTP2Origin(host: "127.0.0.1", port: simulator.managementPort)
-        let list = try APNsRequest.listChannels(bundleID: SimulatorHostTests.bundleID)
+        let list = try APNsRequest.listChannels(bundleID: SimulatorTestHost.bundleID)
         let headers = HTTPHeaders(list.headers(authorizedBy: token).map { HTTPField(name: $0.key, value: $0.value) })
         for _ in 0..<9 {
             var answered = false

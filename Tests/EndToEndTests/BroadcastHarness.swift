@@ -316,7 +316,7 @@ final class BroadcastHarness: Sendable {
 
     /// Runs `body` with an APNs client of its own on the simulator's key, to act behind Marquee's back.
     func behindMarquee<T>(_ body: (APNsClient) async throws -> T) async throws -> T {
-        let client = try APNsClient(signingKey: simulator.files.signingKey(), endpoints: simulator.endpoints)
+        let client = try APNsClient(signingKey: simulator.files.apnsSigningKey(), endpoints: simulator.endpoints)
         do {
             let result = try await body(client)
             await client.shutdown()

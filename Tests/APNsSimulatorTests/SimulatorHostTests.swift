@@ -1,4 +1,3 @@
-@testable import APNs
 @testable import APNsSimulator
 import Foundation
 import MarqueeCore
@@ -13,6 +12,11 @@ import Testing
     static func stateFolder() -> String {
         let path = NSTemporaryDirectory() + "marquee-simulator-test-\(UUID().uuidString.prefix(8))"
         return path
+    }
+
+    /// A provider token of the simulator's trusted key.
+    static func token(_ files: SimulatorFiles) throws -> SimulatorTestToken {
+        try SimulatorTestToken(key: files.signingKey(), keyID: files.keyID, teamID: files.teamID, issuedAt: Date())
     }
 
     static func configuration(_ folder: String, _ configure: (inout SimulatorConfiguration) -> Void = { _ in }) -> SimulatorConfiguration {
@@ -65,7 +69,7 @@ import Testing
     /// One HTTP/2 request with curl, trusting the simulator's CA.
     static func curl(
         _ simulator: APNsSimulator, _ method: String, _ url: String, headers: [String: String] = [:], body: String? = nil,
-        token: ProviderToken?
+        token: SimulatorTestToken?
     ) async throws -> CurlAnswer {
         var arguments = ["--http2", "--silent", "--show-error", "--include", "--cacert", simulator.files.caCertificateFile!, "-X", method]
         var allHeaders = headers
@@ -94,10 +98,12 @@ import Testing
             #expect(FileManager.default.fileExists(atPath: file), "\(file)")
         }
         #expect(simulator.summary.contains(files.keyID) && simulator.summary.contains(simulator.pushURL))
-        let resolved = try APNsEndpoints.resolve(environment: .development, processEnvironment: simulator.environmentVariables)
-        #expect(resolved == simulator.endpoints)
-        #expect(resolved.push.port == simulator.pushPort && resolved.extraTrustedCAFile == files.caCertificateFile)
-        let token = try ProviderToken(signingKey: files.signingKey(), issuedAt: Date())
+        #expect(simulator.summary.contains(simulator.controlURL))
+        #expect(simulator.environmentVariables == [
+            "MARQUEE_APNS_PUSH_URL": "https://127.0.0.1:\(simulator.pushPort)",
+            "MARQUEE_APNS_MANAGE_URL": "https://127.0.0.1:\(simulator.managementPort)", "MARQUEE_APNS_CA_FILE": files.caCertificateFile!,
+        ])
+        let token = try Self.token(files)
         let manage = simulator.managementURL + "/1/apps/\(Self.bundleID)"
 
         let created = try await Self.curl(simulator, "POST", manage + "/channels",
@@ -121,7 +127,7 @@ import Testing
                       "apns-request-id": requestID],
             body: #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{"score":"2-1"}}}"#, token: token)
         #expect(broadcast.status == 200 && broadcast.headers["apns-request-id"] == requestID && broadcast.headers["apns-unique-id"] != nil)
-        let received = simulator.engine.broadcasts(for: try APNsChannelID(channelID))
+        let received = simulator.engine.broadcasts(for: channelID)
         #expect(received.first?.json["aps"]?["content-state"]?["score"] == "2-1")
 
         let unauthorized = try await Self.curl(simulator, "GET", manage + "/all-channels", token: nil)
@@ -146,6 +152,62 @@ import Testing
         #expect(try files.loadChannels().isEmpty)
     }
 
+    /// Control routes answer on the control port only; the push and management ports answer them as Apple would.
+    @Test func controlRoutesLiveOnTheirOwnPort() async throws {
+        let folder = Self.stateFolder()
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let simulator = try await APNsSimulator.start(configuration: Self.configuration(folder))
+        #expect(Set([simulator.pushPort, simulator.managementPort, simulator.controlPort]).count == 3)
+        let token = try Self.token(simulator.files)
+        func control(_ method: String, _ path: String, body: String? = nil) async throws -> (status: Int, body: String) {
+            var arguments = ["--silent", "--show-error", "-X", method, "-o", "-", "-w", "\n%{http_code}"]
+            if body != nil { arguments += ["-H", "content-type: application/json", "--data-binary", "@-"] }
+            let output = try await Self.run("curl", arguments + [simulator.controlURL + path], input: Array((body ?? "").utf8))
+            let lines = output.components(separatedBy: "\n")
+            return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
+        }
+
+        // Apple's ports know nothing of them: 404 BadPath.
+        for url in [simulator.pushURL + "/status", simulator.managementURL + "/status", simulator.pushURL + "/rejections"] {
+            let answer = try await Self.curl(simulator, "POST", url, body: "{}", token: token)
+            #expect(answer.status == 404 && answer.json?["reason"] == "BadPath", "\(url)")
+        }
+
+        // A scripted rejection answers the next request of its API once, spelled as that API's page spells it.
+        #expect(try await control("POST", "/rejections", body: #"{"api":"channelManagement","reason":"Service Unavailable"}"#).status == 204)
+        #expect(try await control("POST", "/rejections", body: #"{"api":"channelManagement","reason":"ServiceUnavailable"}"#).status == 400)
+        #expect(try await control("POST", "/rejections", body: #"{"api":"devicePush","reason":"Shutdown"}"#).status == 204)
+        let list = simulator.managementURL + "/1/apps/\(Self.bundleID)/all-channels"
+        let refused = try await Self.curl(simulator, "GET", list, token: token)
+        #expect(refused.status == 503 && refused.json?["reason"] == "Service Unavailable")
+        #expect(try await Self.curl(simulator, "GET", list, token: token).status == 200)
+
+        // Invalid tokens, status and records.
+        let device = String(repeating: "ab", count: 32)
+        #expect(try await control("POST", "/invalid-tokens/\(device)").status == 204)
+        #expect(try await control("POST", "/invalid-tokens/xyz").status == 400)
+        let push = try await Self.curl(
+            simulator, "POST", simulator.pushURL + "/3/device/\(device)",
+            headers: ["apns-topic": Self.bundleID + ".push-type.liveactivity", "apns-push-type": "liveactivity"],
+            body: #"{"aps":{"event":"update"}}"#, token: token)
+        #expect(push.status == 503 && push.json?["reason"] == "Shutdown", "the scripted device-push rejection comes first")
+        let gone = try await Self.curl(
+            simulator, "POST", simulator.pushURL + "/3/device/\(device)",
+            headers: ["apns-topic": Self.bundleID + ".push-type.liveactivity", "apns-push-type": "liveactivity"],
+            body: #"{"aps":{"event":"update"}}"#, token: token)
+        #expect(gone.status == 410 && gone.json?["reason"] == "Unregistered" && gone.json?["timestamp"]?.intValue != nil)
+        let status = try await control("GET", "/status")
+        #expect(status.status == 200)
+        let counts = try JSONValue(parsing: status.body)
+        #expect(counts["statuses"] == ["200": 1, "404": 3, "410": 1, "503": 2], "\(status.body)")
+        #expect(counts["accepted"]?["channelOperations"] == 1 && counts["channels"] == 0)
+        #expect(try await control("DELETE", "/records").status == 204)
+        #expect(simulator.engine.received.isEmpty)
+        #expect(try await control("GET", "/nothing").status == 404)
+        #expect(try await control("PUT", "/status").status == 405)
+        await simulator.shutdown()
+    }
+
     @Test func nghttpSeesOneStreamUntilAuthenticatedThenTheLimitAndGoAway() async throws {
         let folder = Self.stateFolder()
         defer { try? FileManager.default.removeItem(atPath: folder) }
@@ -153,7 +215,7 @@ import Testing
             $0.streamLimit = 700
             $0.faults.goAwayAfterStreams = 1
         })
-        let token = try ProviderToken(signingKey: simulator.files.signingKey(), issuedAt: Date())
+        let token = try SimulatorHostTests.token(simulator.files)
         let output = try await Self.run("nghttp", [
             "-v", "-H", "authorization: \(token.authorization)",
             simulator.managementURL + "/1/apps/\(Self.bundleID)/all-channels",
@@ -181,10 +243,11 @@ import Testing
             $0.latency = .milliseconds(20) ... .milliseconds(40)
             $0.faults.serviceUnavailable = 1
         })
-        let token = try ProviderToken(signingKey: simulator.files.signingKey(), issuedAt: Date())
+        let token = try SimulatorHostTests.token(simulator.files)
         let answer = try await Self.curl(simulator, "GET", simulator.managementURL + "/1/apps/\(Self.bundleID)/all-channels", token: token)
         await simulator.shutdown()
-        #expect(answer.status == 503 && answer.json?["reason"] == "ServiceUnavailable")
+        // The channel-management API spells it with a space (handling-error-responses-from-apns).
+        #expect(answer.status == 503 && answer.json?["reason"] == "Service Unavailable")
         #expect(answer.headers["apns-request-id"] != nil)
     }
 
@@ -212,11 +275,12 @@ import Testing
 
     @Test func flagsParseIntoAConfiguration() throws {
         let configuration = try #require(try SimulatorConfiguration.parse(arguments: [
-            "--state", "sim", "--push-port", "2197", "--management-port", "2195", "--environment", "production",
+            "--state", "sim", "--push-port", "2197", "--management-port", "2195", "--control-port", "2198", "--environment", "production",
             "--bundle-id", "a.b", "--bundle-id", "c.d", "--quota", "5", "--relaxed", "--fail-429", "0.1", "--fail-503", "0.05",
             "--goaway-after", "100", "--latency-ms", "5-20", "--seed", "42", "--invalid-token", "ABCD", "--stream-limit", "500",
         ]))
         #expect(configuration.stateDirectory == "sim" && configuration.pushPort == 2197 && configuration.managementPort == 2195)
+        #expect(configuration.controlPort == 2198)
         #expect(configuration.environment == .production && configuration.bundleIDs == ["a.b", "c.d"] && configuration.channelQuota == 5)
         #expect(configuration.relaxed && configuration.faults.tooManyRequests == 0.1 && configuration.faults.serviceUnavailable == 0.05)
         #expect(configuration.faults.goAwayAfterStreams == 100 && configuration.latency == .milliseconds(5) ... .milliseconds(20))
@@ -225,6 +289,7 @@ import Testing
         #expect(SimulatorConfiguration.helpText.contains("--fail-429"))
         for bad in [["--quota"], ["--fail-500", "2"], ["--bogus"], ["--cert", "x.pem"], ["--p8", "k.p8"], ["--latency-ms", "9-3"],
                     ["--fail-429", "0.6", "--fail-503", "0.6"], ["--environment", "staging"], ["--push-port", "2197", "--management-port", "2197"],
+                    ["--management-port", "2195", "--control-port", "2195"], ["--control-port", "70000"],
                     ["--goaway-after", "0"], ["--seed", "-1"], ["--host"]] {
             #expect(throws: SimulatorConfigurationError.self, "\(bad)") { try SimulatorConfiguration.parse(arguments: bad) }
         }
@@ -242,7 +307,7 @@ import Testing
             $0.recordLimit = 10_000
             $0.loopCount = 2
         })
-        let token = try ProviderToken(signingKey: simulator.files.signingKey(), issuedAt: Date())
+        let token = try SimulatorHostTests.token(simulator.files)
         let channel = try await SimulatorHostTests.curl(
             simulator, "POST", simulator.managementURL + "/1/apps/\(SimulatorHostTests.bundleID)/channels",
             body: #"{"message-storage-policy":0,"push-type":"LiveActivity"}"#, token: token).headers["apns-channel-id"]

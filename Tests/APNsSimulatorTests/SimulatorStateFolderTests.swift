@@ -1,4 +1,3 @@
-@testable import APNs
 @testable import APNsSimulator
 import Crypto
 import Foundation
@@ -25,8 +24,8 @@ import Testing
         #expect(second == first)
         #expect(try String(contentsOfFile: second.certificateFile, encoding: .utf8) == certificate)
         // The reused key still signs tokens the simulator trusts.
-        let token = try ProviderToken(signingKey: key, issuedAt: Date())
-        #expect(token.hasValidSignature(from: try second.trustedKey().key))
+        let token = try SimulatorTestToken(key: key, keyID: second.keyID, teamID: second.teamID, issuedAt: Date())
+        #expect(SimulatorProviderToken(jwt: token.jwt)?.isSigned(by: try second.trustedKey().key) == true)
 
         // A lost server certificate is issued again by the same CA.
         try FileManager.default.removeItem(atPath: first.certificateFile)
@@ -74,13 +73,12 @@ import Testing
             configuration: SimulatorConfiguration(), trustedKeys: [try files.trustedKey()], channelsChanged: { writer.channelsChanged() })
         writer.attach(engine)
         var connection = engine.makeConnectionState()
-        let token = try ProviderToken(signingKey: key, issuedAt: Date())
+        let token = try SimulatorTestToken(key: key, keyID: files.keyID, teamID: files.teamID, issuedAt: Date())
         for _ in 0..<20 {
-            let request = try APNsRequest.createChannel(bundleID: "com.example.a", storagePolicy: .mostRecentMessageStored)
-            var headers = SimulatorHeaders.headers(request.headers(authorizedBy: token))
-            headers.add("x-test", "1")
-            #expect(engine.handle(.init(method: "POST", path: request.path, headers: headers, body: request.body), on: .management,
-                                  connection: &connection).response.status == 201)
+            var request = SimulatorTestRequest.create(.mostRecentMessageStored, bundleID: "com.example.a").request
+            request.headers.add("authorization", token.authorization)
+            request.headers.add("x-test", "1")
+            #expect(engine.handle(request, on: .management, connection: &connection).response.status == 201)
         }
         await writer.flush()
         // createdAt goes through JSON seconds, so compare what identifies a channel.
@@ -90,11 +88,3 @@ import Testing
     }
 }
 
-import Network
-
-/// Builds HTTPHeaders from a dictionary, in a stable order.
-enum SimulatorHeaders {
-    static func headers(_ dictionary: [String: String]) -> HTTPHeaders {
-        HTTPHeaders(dictionary.sorted { $0.key < $1.key }.map { HTTPField(name: $0.key, value: $0.value) })
-    }
-}

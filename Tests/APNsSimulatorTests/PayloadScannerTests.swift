@@ -82,7 +82,7 @@ import Testing
 
     /// Every case above, and thousands of seeded mutations of them: a verdict, when given, is the parser's.
     @Test func verdictsAgreeWithTheParser() {
-        var random = SeededRandom(state: 0x5EED)
+        var random = SeededRandom(seed: 0x5EED)
         let alphabet = Array(#"{}[]":,\ u0aps1-.eE"#.utf8) + [0x00, 0x0A, 0x80, 0xC3, 0xA9, 0xED, 0xF0, 0x9F, 0xFF]
         var decided = 0
         var checked = 0

@@ -1,4 +1,3 @@
-@testable import APNs
 @testable import APNsSimulator
 import Crypto
 import Foundation
@@ -11,55 +10,54 @@ private typealias F = SimulatorFixture
 @Suite struct SimulatorBehaviourTests {
     @Test func channelLifecycleAsAppleDocumentsIt() throws {
         let f = try SimulatorFixture()
-        let requestID = APNsRequestID.random()
+        let requestID = F.uuid()
 
         // Create: 201, empty body, the id in apns-channel-id, our request id echoed.
-        let (created, createReply) = f.send(try .createChannel(bundleID: F.bundleID, storagePolicy: .mostRecentMessageStored, requestID: requestID))
-        #expect(createReply.response.status == 201)
-        #expect(createReply.response.body.isEmpty)
-        let acceptance = try #require(created.acceptedAnswer)
-        #expect(acceptance.requestID == requestID.value)
-        let channel = try #require(acceptance.channelID)
-        #expect(Data(base64Encoded: channel.value)?.count == 16)
+        let (created, _) = f.send(.create(.mostRecentMessageStored, requestID: requestID))
+        #expect(created.status == 201)
+        #expect(created.body.isEmpty)
+        #expect(created.requestID == requestID)
+        let channel = try #require(created.channelID)
+        #expect(Data(base64Encoded: channel)?.count == 16)
 
         // Read: 200 with policy and push type.
-        let (read, _) = f.send(try .readChannel(bundleID: F.bundleID, channelID: channel))
-        #expect(read.acceptedAnswer?.channel == APNsChannelConfiguration(storagePolicy: .mostRecentMessageStored, pushType: "LiveActivity"))
-        #expect(try APNsRequestID(#require(read.acceptedAnswer?.requestID)).value == read.acceptedAnswer?.requestID)
+        let (read, _) = f.send(.read(channel))
+        #expect(read.status == 200 && read.json == ["message-storage-policy": 1, "push-type": "LiveActivity"])
+        #expect(F.isCanonicalUUID(read.requestID))
 
         // List: {"channels": [...]}.
         let second = try f.createChannel(.noMessageStored)
-        let (list, listReply) = f.send(try .listChannels(bundleID: F.bundleID))
-        #expect(list.acceptedAnswer?.channels == [channel, second])
-        #expect(try JSONValue(parsing: listReply.response.body) == ["channels": [.string(channel.value), .string(second.value)]])
-        #expect(f.send(try .listChannels(bundleID: "com.example.other")).0.acceptedAnswer?.channels == [])
+        let (list, _) = f.send(.list())
+        #expect(list.channels == [channel, second])
+        #expect(list.json == ["channels": [.string(channel), .string(second)]])
+        #expect(f.send(.list(bundleID: "com.example.other")).0.channels == [])
 
         // Broadcast: 200, request id echoed, a unique id; recorded with its headers and payload.
-        let broadcastID = APNsRequestID.random()
+        let broadcastID = F.uuid()
         let payload = F.payload(timestamp: 1_800_000_123)
         let expiration = Int(f.clock.now.timeIntervalSince1970) + 3_600
-        let (sent, sentReply) = f.send(try .broadcast(
-            bundleID: F.bundleID, channelID: channel, payload: payload, expiration: expiration, priority: .immediate, requestID: broadcastID))
-        #expect(sentReply.response.status == 200 && sentReply.response.body.isEmpty)
-        #expect(sent.acceptedAnswer?.requestID == broadcastID.value)
-        let uniqueID = try #require(sent.acceptedAnswer?.uniqueID)
+        let (sent, _) = f.send(.broadcast(channel, payload: payload, expiration: expiration, priority: 10, requestID: broadcastID))
+        #expect(sent.status == 200 && sent.body.isEmpty)
+        #expect(sent.requestID == broadcastID)
+        let uniqueID = try #require(sent.uniqueID)
+        #expect(F.isCanonicalUUID(uniqueID))
         let received = try #require(f.engine.broadcasts(for: channel).first)
         #expect(f.engine.broadcasts(for: channel).count == 1 && f.engine.broadcasts(for: second).isEmpty)
         #expect(received.payload == payload && received.priority == 10 && received.expiration == expiration)
-        #expect(received.uniqueID == uniqueID && received.requestID == broadcastID.value && received.bundleID == F.bundleID)
+        #expect(received.uniqueID == uniqueID && received.requestID == broadcastID && received.bundleID == F.bundleID)
         #expect(received.headers["authorization"] == nil && received.headers["apns-priority"] == "10")
         #expect(received.json["aps"]?["timestamp"] == .int(1_800_000_123))
 
         // Priorities 10, 5 and 1 are all accepted on broadcasts.
-        for priority in APNsPriority.allCases {
-            #expect(f.send(try f.broadcast(second, priority: priority)).0.acceptedAnswer != nil)
+        for priority in [10, 5, 1] {
+            #expect(f.send(.broadcast(second, priority: priority)).0.accepted)
         }
 
         // Delete: 204; afterwards the channel is unknown everywhere.
-        let (deleted, deleteReply) = f.send(try .deleteChannel(bundleID: F.bundleID, channelID: channel))
-        #expect(deleteReply.response.status == 204 && deleted.acceptedAnswer != nil)
-        #expect(f.send(try .listChannels(bundleID: F.bundleID)).0.acceptedAnswer?.channels == [second])
-        #expect(f.send(try f.broadcast(channel)).0.failedAnswer?.reason == .channelNotRegistered)
+        let (deleted, _) = f.send(.delete(channel))
+        #expect(deleted.status == 204)
+        #expect(f.send(.list()).0.channels == [second])
+        #expect(f.send(.broadcast(channel)).0.reason == "ChannelNotRegistered")
         #expect(f.engine.channelOperations.map(\.kind) == [.create, .read, .create, .list, .list, .delete, .list])
     }
 
@@ -74,19 +72,19 @@ private typealias F = SimulatorFixture
     }
 
     @Test func devicePushAnswersWithApnsIDAndUniqueIDInDevelopmentOnly() throws {
-        for environment in APNsEnvironment.allCases {
+        for environment in SimulatorEnvironment.allCases {
             let f = try SimulatorFixture { $0.environment = environment }
-            let apnsID = APNsRequestID.random()
-            let request = try APNsRequest.devicePush(
-                bundleID: F.bundleID, deviceToken: APNsDeviceToken(hex: F.deviceToken.uppercased()), payload: F.payload("start"),
-                priority: .powerConsidered, expiration: 0, apnsID: apnsID, collapseID: "score")
-            let (result, reply) = f.send(request)
-            #expect(reply.response.status == 200)
-            #expect(result.acceptedAnswer?.apnsID == apnsID.value)
-            #expect(reply.response.headers["apns-request-id"] == nil)
-            #expect((result.acceptedAnswer?.uniqueID != nil) == (environment == .development))
+            // Apple echoes "the same value found in the apns-id field of the request's header".
+            let apnsID = UUID().uuidString
+            let (answer, _) = f.send(.devicePush(
+                token: F.deviceToken.uppercased(), payload: F.payload("start"), priority: 5,
+                extra: [("apns-expiration", "0"), ("apns-id", apnsID), ("apns-collapse-id", "score")]))
+            #expect(answer.status == 200)
+            #expect(answer.apnsID == apnsID)
+            #expect(answer.requestID == nil)
+            #expect((answer.uniqueID != nil) == (environment == .development))
             let push = try #require(f.engine.devicePushes(to: F.deviceToken).first)
-            #expect(push.priority == 5 && push.expiration == 0 && push.collapseID == "score" && push.apnsID == apnsID.value)
+            #expect(push.priority == 5 && push.expiration == 0 && push.collapseID == "score" && push.apnsID == apnsID)
             #expect(push.topic == F.bundleID + ".push-type.liveactivity" && push.json["aps"]?["event"] == "start")
 
             // Without apns-id, one is generated; without apns-priority, 10 is assumed.
@@ -94,7 +92,7 @@ private typealias F = SimulatorFixture
                 "apns-topic": F.bundleID + ".push-type.liveactivity", "apns-push-type": "liveactivity",
             ], body: F.payload()), on: .push)
             #expect(bare.response.status == 200)
-            #expect(try APNsRequestID(#require(bare.response.headers["apns-id"])).value == bare.response.headers["apns-id"])
+            #expect(F.isCanonicalUUID(bare.response.headers["apns-id"]))
             #expect(f.engine.devicePushes.last?.priority == 10)
         }
     }
@@ -102,23 +100,22 @@ private typealias F = SimulatorFixture
     @Test func payloadsExactlyAtTheLimitsAreAccepted() throws {
         let f = try SimulatorFixture()
         let channel = try f.createChannel()
-        #expect(f.send(try f.broadcast(channel, payload: F.payload(padTo: 5_120))).0.acceptedAnswer != nil)
-        #expect(f.send(try f.devicePush(payload: F.payload(padTo: 4_096))).0.acceptedAnswer != nil)
+        #expect(f.send(.broadcast(channel, payload: F.payload(padTo: 5_120))).0.accepted)
+        #expect(f.send(.devicePush(payload: F.payload(padTo: 4_096))).0.accepted)
     }
 
     @Test func unregisteredTokensCarryTheTimeTheyBecameInvalid() throws {
         let f = try SimulatorFixture()
-        #expect(f.send(try f.devicePush()).0.acceptedAnswer != nil)
+        #expect(f.send(.devicePush()).0.accepted)
         let invalidSince = f.clock.now - 86_400
         f.engine.markDeviceTokenInvalid(F.deviceToken.uppercased(), at: invalidSince)
         f.clock.advance(by: 60)
-        let (result, reply) = f.send(try f.devicePush())
-        #expect(reply.response.status == 410)
-        guard case .rejected(let failure) = result else { Issue.record("410 must be permanent: \(result)"); return }
-        #expect(failure.reason == .unregistered)
-        #expect(failure.timestampDate == invalidSince)
+        let (answer, _) = f.send(.devicePush())
+        #expect(answer.status == 410 && answer.reason == "Unregistered")
+        // Milliseconds since 1970 (handling-notification-responses-from-apns).
+        #expect(answer.timestamp == Int64(invalidSince.timeIntervalSince1970 * 1000))
         // Another token is unaffected.
-        #expect(f.send(try f.devicePush(token: String(repeating: "cd", count: 32))).0.acceptedAnswer != nil)
+        #expect(f.send(.devicePush(token: String(repeating: "cd", count: 32))).0.accepted)
     }
 
     // MARK: - Stream limits
@@ -128,22 +125,22 @@ private typealias F = SimulatorFixture
         #expect(f.engine.initialStreamLimit == 1 && f.connection.streamLimit == 1)
 
         // A rejected first request (no token) keeps the limit at 1: no action.
-        #expect(f.send(try .listChannels(bundleID: F.bundleID), authorization: .absent).1.actions == [])
+        #expect(f.send(.list(), authorization: .absent).1.actions == [])
         // The first accepted request raises it.
-        #expect(f.send(try .listChannels(bundleID: F.bundleID)).1.actions == [.setMaxConcurrentStreams(500)])
-        #expect(f.send(try .listChannels(bundleID: F.bundleID)).1.actions == [])
+        #expect(f.send(.list()).1.actions == [.setMaxConcurrentStreams(500)])
+        #expect(f.send(.list()).1.actions == [])
         // A rejection drops it to 1; the next accepted request restores it.
-        #expect(f.send(try f.devicePush(), authorization: .absent).1.actions == [.setMaxConcurrentStreams(1)])
+        #expect(f.send(.devicePush(), authorization: .absent).1.actions == [.setMaxConcurrentStreams(1)])
         let rejected = f.sendRaw(HTTPRequest(method: "POST", path: "/3/device/zz"), on: .push)
         #expect(rejected.response.status == 400 && rejected.actions == [])
-        #expect(f.send(try .listChannels(bundleID: F.bundleID)).1.actions == [.setMaxConcurrentStreams(500)])
+        #expect(f.send(.list()).1.actions == [.setMaxConcurrentStreams(500)])
         #expect(f.connection.streamLimit == 500)
     }
 
     @Test func serverErrorsLeaveTheStreamLimitAlone() throws {
         let f = try SimulatorFixture { $0.faults.internalServerError = 1 }
         f.connection.streamLimit = 1_000
-        let reply = f.send(try .listChannels(bundleID: F.bundleID)).1
+        let reply = f.send(.list()).1
         #expect(reply.response.status == 500 && reply.actions == [])
     }
 
@@ -151,81 +148,85 @@ private typealias F = SimulatorFixture
         let f = try SimulatorFixture { $0.relaxed = true; $0.streamLimit = 64 }
         #expect(f.engine.initialStreamLimit == 64 && f.connection.streamLimit == 64)
         #expect(f.sendRaw(HTTPRequest(method: "GET", path: "/nowhere"), on: .push).actions == [])
-        #expect(f.send(try .listChannels(bundleID: F.bundleID)).1.actions == [])
+        #expect(f.send(.list()).1.actions == [])
     }
 
     // MARK: - Provider tokens over time
 
     @Test func tokenRulesOverSimulatedHours() throws {
         let f = try SimulatorFixture()
-        let list = try APNsRequest.listChannels(bundleID: F.bundleID)
-        #expect(f.send(list).0.acceptedAnswer != nil)
+        let list = SimulatorTestRequest.list()
+        #expect(f.send(list).0.accepted)
         // The same token serves for an hour, verified once.
         for _ in 0..<50 {
             f.clock.advance(by: 70)
-            #expect(f.send(list).0.acceptedAnswer != nil)
+            #expect(f.send(list).0.accepted)
         }
         #expect(f.connection.tokenVerifications == 1)
         f.clock.advance(by: 3_600 - 50 * 70 + 1)
-        guard case .refreshTokenAndRetry(let expired) = f.send(list).0 else { Issue.record("expected ExpiredProviderToken"); return }
-        #expect(expired.reason == .expiredProviderToken)
+        let expired = f.send(list).0
+        #expect(expired.status == 403 && expired.reason == "ExpiredProviderToken")
 
         // A fresh token issued more than 20 minutes after the last one is accepted and verified once more.
-        f.token = try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)
-        #expect(f.send(list).0.acceptedAnswer != nil)
+        f.token = try f.sign()
+        #expect(f.send(list).0.accepted)
         #expect(f.connection.tokenVerifications == 2)
 
         // A token issued 19 minutes after the current one is too soon; the current token keeps working.
         f.clock.advance(by: 19 * 60)
         let current = f.token
-        f.token = try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)
-        guard case .tokenUpdatesTooFrequent(let failure) = f.send(list).0 else { Issue.record("expected TooManyProviderTokenUpdates"); return }
-        #expect(failure.status == 429)
-        #expect(f.send(list, authorization: .value(current.authorization)).0.acceptedAnswer != nil)
+        f.token = try f.sign()
+        let tooSoon = f.send(list).0
+        #expect(tooSoon.status == 429 && tooSoon.reason == "TooManyProviderTokenUpdates")
+        #expect(f.send(list, authorization: .value(current.authorization)).0.accepted)
         // One issued 20 minutes after the current one is taken.
         f.clock.advance(by: 60)
-        f.token = try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)
-        #expect(f.send(list).0.acceptedAnswer != nil)
+        f.token = try f.sign()
+        #expect(f.send(list).0.accepted)
 
         // A new connection may adopt a shared token near the end of its life, then take the next one the
         // process signs, minutes later: what counts is the tokens' issue times.
         var fresh = f.engine.makeConnectionState()
-        func sendFresh(_ token: ProviderToken) -> Int {
-            var request = HTTPRequest(method: "GET", path: list.path)
+        func sendFresh(_ token: SimulatorTestToken) -> Int {
+            var request = list.request
             request.headers.add("authorization", token.authorization)
             return f.engine.handle(request, on: .management, connection: &fresh).response.status
         }
-        #expect(sendFresh(try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now - 50 * 60)) == 200)
+        #expect(sendFresh(try f.sign(issuedAt: f.clock.now - 50 * 60)) == 200)
         f.clock.advance(by: 60)
-        #expect(sendFresh(try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now)) == 200)
+        #expect(sendFresh(try f.sign()) == 200)
         // An older token than the current one is a change too soon.
-        #expect(sendFresh(try ProviderToken(signingKey: f.signingKey, issuedAt: f.clock.now - 30 * 60)) == 429)
+        #expect(sendFresh(try f.sign(issuedAt: f.clock.now - 30 * 60)) == 429)
     }
 
+    /// Apple binds one team to a connection. Device pushes name the error UnrelatedKeyIdInToken; the broadcast and
+    /// channel-management table has no such reason, so there the other team's token is an InvalidProviderToken.
     @Test func aConnectionStaysBoundToTheTeamOfItsFirstToken() throws {
-        let other = try APNsSigningKey(keyID: "KEYB234567", teamID: "TEAMB23456", key: P256.SigningKey.generate())
+        let first = (key: try P256.SigningKey.generate(), keyID: F.keyID, teamID: F.teamID)
+        let other = (key: try P256.SigningKey.generate(), keyID: "KEYB234567", teamID: "TEAMB23456")
         let clock = ManualWallClock()
         var configuration = SimulatorConfiguration()
         configuration.bundleIDs = [F.bundleID]
-        let first = try APNsSigningKey(keyID: F.keyID, teamID: F.teamID, key: P256.SigningKey.generate())
         let engine = SimulatorEngine(configuration: configuration, trustedKeys: [
-            SimulatorTrustedKey(keyID: first.identity.keyID, teamID: first.identity.teamID, key: first.key.publicKey),
-            SimulatorTrustedKey(keyID: other.identity.keyID, teamID: other.identity.teamID, key: other.key.publicKey),
+            SimulatorTrustedKey(keyID: first.keyID, teamID: first.teamID, key: first.key.publicKey),
+            SimulatorTrustedKey(keyID: other.keyID, teamID: other.teamID, key: other.key.publicKey),
         ], clock: clock)
-        func list(_ key: APNsSigningKey, _ connection: inout SimulatorConnectionState) throws -> APNsResult {
-            let request = try APNsRequest.listChannels(bundleID: F.bundleID)
-            var headers = HTTPHeaders()
-            headers.add("authorization", try ProviderToken(signingKey: key, issuedAt: clock.now).authorization)
-            let reply = engine.handle(HTTPRequest(method: "GET", path: request.path, headers: headers), on: .management, connection: &connection)
-            return SimulatorFixture.result(reply, operation: .listChannels)
+        func send(_ request: SimulatorTestRequest, _ key: (key: P256.SigningKey, keyID: String, teamID: String),
+                  _ connection: inout SimulatorConnectionState) throws -> SimulatorTestAnswer {
+            var http = request.request
+            http.headers.add("authorization", try SimulatorTestToken(key: key.key, keyID: key.keyID, teamID: key.teamID, issuedAt: clock.now).authorization)
+            return SimulatorTestAnswer(engine.handle(http, on: request.listener, connection: &connection))
         }
-        var connection = engine.makeConnectionState()
-        #expect(try list(first, &connection).acceptedAnswer != nil)
-        clock.advance(by: 30 * 60)
-        #expect(try list(other, &connection).failedAnswer?.reason == .unrelatedKeyIdInToken)
-        var second = engine.makeConnectionState()
-        #expect(try list(other, &second).acceptedAnswer != nil)
-        #expect(second.boundTeamID == "TEAMB23456")
+        for (request, reason) in [(SimulatorTestRequest.list(), "InvalidProviderToken"), (.devicePush(), "UnrelatedKeyIdInToken")] {
+            var connection = engine.makeConnectionState()
+            #expect(try send(request, first, &connection).accepted)
+            clock.advance(by: 30 * 60)
+            let refused = try send(request, other, &connection)
+            #expect(refused.status == 403 && refused.reason == reason)
+            var second = engine.makeConnectionState()
+            #expect(try send(request, other, &second).accepted)
+            #expect(second.boundTeamID == "TEAMB23456")
+        }
     }
 
     // MARK: - Quota
@@ -234,13 +235,13 @@ private typealias F = SimulatorFixture
         let f = try SimulatorFixture { $0.channelQuota = 2 }
         let first = try f.createChannel()
         _ = try f.createChannel()
-        #expect(f.send(try .createChannel(bundleID: F.bundleID, storagePolicy: .noMessageStored)).0.failedAnswer?.reason == .cannotCreateChannelConfig)
+        #expect(f.send(.create(.noMessageStored)).0.reason == "CannotCreateChannelConfig")
         // Another bundle id has its own quota.
         _ = try f.createChannel(bundleID: "com.example.other")
         // Deleting frees a place; raising the quota frees more.
-        f.send(try .deleteChannel(bundleID: F.bundleID, channelID: first))
+        f.send(.delete(first))
         _ = try f.createChannel()
-        #expect(f.send(try .createChannel(bundleID: F.bundleID, storagePolicy: .noMessageStored)).0.failedAnswer?.reason == .cannotCreateChannelConfig)
+        #expect(f.send(.create(.noMessageStored)).0.reason == "CannotCreateChannelConfig")
         f.engine.channelQuota = 3
         _ = try f.createChannel()
         #expect(f.engine.channels(bundleID: F.bundleID).count == 3)
@@ -257,7 +258,7 @@ private typealias F = SimulatorFixture
                 $0.faults.internalServerError = 0.1
                 $0.faults.serviceUnavailable = 0.1
             }
-            return try (0..<1_000).map { _ in f.send(try .listChannels(bundleID: F.bundleID)).1.response.status }
+            return (0..<1_000).map { _ in f.send(.list()).1.response.status }
         }
         let run = try statuses(seed: 7)
         #expect(try statuses(seed: 7) == run)
@@ -270,24 +271,24 @@ private typealias F = SimulatorFixture
 
     @Test func goAwayAfterNStreamsOnAConnection() throws {
         let f = try SimulatorFixture { $0.faults.goAwayAfterStreams = 3 }
-        let list = try APNsRequest.listChannels(bundleID: F.bundleID)
+        let list = SimulatorTestRequest.list()
         #expect(!f.send(list).1.actions.contains { if case .goAway = $0 { true } else { false } })
         #expect(!f.send(list).1.actions.contains { if case .goAway = $0 { true } else { false } })
         let third = f.send(list).1
         #expect(third.response.status == 200, "the request that reaches N is still answered")
         #expect(third.actions.last == .goAway(errorCode: 0, debugData: Array(#"{"reason":"Shutdown"}"#.utf8)))
-        #expect(APNsErrorBody(json: SimulatorEngine.goAwayDebugData)?.reason == .shutdown)
+        #expect(try JSONValue(parsing: SimulatorEngine.goAwayDebugData) == ["reason": "Shutdown"])
         #expect(f.send(list).1.actions == [], "GOAWAY is sent once")
     }
 
     @Test func latencyIsDrawnFromTheConfiguredRange() throws {
         let fixed = try SimulatorFixture { $0.latency = .milliseconds(25) ... .milliseconds(25) }
-        #expect(fixed.send(try .listChannels(bundleID: F.bundleID)).1.delay == .milliseconds(25))
+        #expect(fixed.send(.list()).1.delay == .milliseconds(25))
         let ranged = try SimulatorFixture { $0.latency = .milliseconds(5) ... .milliseconds(50) }
-        let delays = try (0..<200).map { _ in ranged.send(try .listChannels(bundleID: F.bundleID)).1.delay }
+        let delays = (0..<200).map { _ in ranged.send(.list()).1.delay }
         #expect(delays.allSatisfy { (.milliseconds(5) ... .milliseconds(50)).contains($0) })
         #expect(Set(delays).count > 100)
-        #expect(try SimulatorFixture().send(try .listChannels(bundleID: F.bundleID)).1.delay == .zero)
+        #expect(try SimulatorFixture().send(.list()).1.delay == .zero)
     }
 
     // MARK: - Logs and records
@@ -295,9 +296,9 @@ private typealias F = SimulatorFixture
     @Test func everyRequestIsOneJSONLineWithoutSecrets() throws {
         let f = try SimulatorFixture()
         let channel = try f.createChannel()
-        f.send(try f.broadcast(channel))
-        f.send(try f.devicePush())
-        f.send(try .readChannel(bundleID: F.bundleID, channelID: APNsChannelID("dHN0LXNyY2gtY2hubA==")))
+        f.send(.broadcast(channel))
+        f.send(.devicePush())
+        f.send(.read("dHN0LXNyY2gtY2hubA=="))
         let lines = f.log.all
         #expect(lines.count == 4)
         for line in lines {
@@ -308,7 +309,7 @@ private typealias F = SimulatorFixture
             }
         }
         let broadcast = try JSONValue(parsing: lines[1])
-        #expect(broadcast["status"] == .int(200) && broadcast["channel_id"] == .string(channel.value))
+        #expect(broadcast["status"] == .int(200) && broadcast["channel_id"] == .string(channel))
         #expect(broadcast["path"] == .string("/4/broadcasts/apps/\(F.bundleID)"))
         #expect(try JSONValue(parsing: lines[2])["path"] == .string("/3/device/abababab…"))
         let rejected = try JSONValue(parsing: lines[3])
@@ -320,9 +321,9 @@ private typealias F = SimulatorFixture
         // Pushes of growing sizes and list calls, so reused slots take records larger and smaller than their last.
         for n in 0..<21 {
             if n % 5 == 4 {
-                f.send(try .listChannels(bundleID: F.bundleID))
+                f.send(.list())
             } else {
-                f.send(try f.devicePush(payload: F.payload(timestamp: 1_800_000_000 + n, padTo: 100 + (n % 3) * 200)))
+                f.send(.devicePush(payload: F.payload(timestamp: 1_800_000_000 + n, padTo: 100 + (n % 3) * 200)))
             }
         }
         let kept = f.engine.received
@@ -339,7 +340,7 @@ private typealias F = SimulatorFixture
         f.engine.clearRecords()
         #expect(f.engine.received.isEmpty)
         let none = try SimulatorFixture { $0.recordLimit = 0 }
-        none.send(try .listChannels(bundleID: F.bundleID))
+        none.send(.list())
         #expect(none.engine.received.isEmpty && none.engine.statusCounts == [200: 1])
     }
 }
