@@ -79,7 +79,8 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
         public mutating func appendInterpolation(fragment: PostgresQuery) {
             let offset = binds.count
             binds += fragment.binds
-            sql += offset == 0 ? fragment.sql : renumberPlaceholders(fragment.sql, by: offset)
+            // A fragment without binds has no placeholders to shift (a state list, a CASE of literals).
+            sql += offset == 0 || fragment.binds.isEmpty ? fragment.sql : renumberPlaceholders(fragment.sql, by: offset)
         }
     }
 }

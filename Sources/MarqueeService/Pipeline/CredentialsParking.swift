@@ -17,7 +17,8 @@ public final class CredentialsParking: Sendable {
     private let logger: Logger
     private let clock: any WallClock
     private let refreshInterval: Duration
-    private let view = Mutex<(parks: [Int: CredentialsPark], readAt: ContinuousClock.Instant?)>(([:], nil))
+    /// The parks as known here; `changes` counts the ones made here, so a read started before one is not stored over it.
+    private let view = Mutex<(parks: [Int: CredentialsPark], readAt: ContinuousClock.Instant?, changes: Int)>(([:], nil, 0))
 
     public init(pool: PostgresPool, policy: CredentialsParkPolicy = CredentialsParkPolicy(), metrics: PipelineMetrics, logger: Logger,
                 clock: any WallClock = SystemWallClock(), refreshInterval: Duration = .seconds(2)) {
@@ -37,12 +38,19 @@ public final class CredentialsParking: Sendable {
         if let until = park.waits(at: now) { return until }
         do {
             if let probing = try await repository.takeProbe(appID: appID, now: now, timeout: probeTimeout) {
-                view.withLock { $0.parks[appID] = probing }
+                view.withLock { view in
+                    view.parks[appID] = probing
+                    view.changes += 1
+                }
                 return nil
             }
             // Another request holds the probe: wait for its answer.
             let current = try await repository.parks()
-            view.withLock { $0.parks = current; $0.readAt = .now }
+            view.withLock { view in
+                view.parks = current
+                view.readAt = .now
+                view.changes += 1
+            }
             return current[appID].map { $0.waits(at: now) ?? now.addingTimeInterval(1) }
         } catch {
             return now.addingTimeInterval(1)
@@ -57,7 +65,10 @@ public final class CredentialsParking: Sendable {
         let park = try await repository.recordRefusal(appID: app.id, reason: failure.reason?.text ?? "HTTP \(failure.status ?? 403)",
                                                       now: clock.now, policy: policy)
         let earlier = view.withLock { view in
-            defer { view.parks[app.id] = park }
+            defer {
+                view.parks[app.id] = park
+                view.changes += 1
+            }
             return view.parks[app.id]
         }
         metrics.credentialsParked.set(1, [Self.label(app)])
@@ -75,7 +86,10 @@ public final class CredentialsParking: Sendable {
         guard await parks()[app.id] != nil else { return }
         do {
             try await repository.clear(appID: app.id)
-            view.withLock { _ = $0.parks.removeValue(forKey: app.id) }
+            view.withLock { view in
+                view.parks[app.id] = nil
+                view.changes += 1
+            }
             metrics.credentialsParked.set(0, [Self.label(app)])
             logger.notice("APNs accepted the app's credentials again; its work goes on", ["app": .string(Self.label(app))])
         } catch {
@@ -84,19 +98,25 @@ public final class CredentialsParking: Sendable {
         }
     }
 
-    /// The parks, read again when the last read is older than the refresh interval (the last known ones when
-    /// the database does not answer).
+    /// The parks as last read. A read older than the refresh interval starts one more in the background (one at
+    /// a time), so no request waits for the database here: the dispatcher asks before every claim.
     private func parks() async -> [Int: CredentialsPark] {
-        let (parks, readAt) = view.withLock { ($0.parks, $0.readAt) }
-        if let readAt, ContinuousClock.now - readAt < refreshInterval { return parks }
-        view.withLock { $0.readAt = .now }
-        do {
-            let read = try await repository.parks()
-            view.withLock { $0.parks = read }
-            return read
-        } catch {
-            return parks
+        let (parks, stale, changes) = view.withLock { view -> ([Int: CredentialsPark], Bool, Int) in
+            let stale = view.readAt.map { ContinuousClock.now - $0 >= refreshInterval } ?? true
+            if stale { view.readAt = .now }
+            return (view.parks, stale, view.changes)
         }
+        if stale {
+            Task { [repository, self] in
+                guard let read = try? await repository.parks() else { return }
+                store(read, ifUnchangedSince: changes)
+            }
+        }
+        return parks
+    }
+
+    private func store(_ parks: [Int: CredentialsPark], ifUnchangedSince changes: Int) {
+        view.withLock { view in if view.changes == changes { view.parks = parks } }
     }
 
     static func label(_ app: PipelineApp) -> String { "\(app.bundleID)/\(app.environment)" }
