@@ -187,10 +187,13 @@ public final class MarqueeDaemon: Sendable {
         let pipelineMetrics = PipelineMetrics(registry: metrics)
         let apns = APNsClientChannelAPNs { app in try await apnsClients.client(for: app) }
         let catalog = PostgresPipelineCatalog(pool: pipelinePool)
+        // One view of the apps parked for a credentials fault: a refusal the dispatcher sees holds the scheduler's
+        // creates at once, and the parks are read once per refresh for the whole process.
+        let parking = CredentialsParking(pool: pipelinePool, metrics: pipelineMetrics, logger: logger)
         let dispatcher = BroadcastDispatcher(pool: pipelinePool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
                                              catalog: catalog,
                                              configuration: configuration.pipeline.dispatcher(instance: instance),
-                                             metrics: pipelineMetrics, logger: logger)
+                                             metrics: pipelineMetrics, logger: logger, parking: parking)
         let notifier = OutboxNotifier(pool: pool, sender: instance, logger: logger)
         notifier.onCommitted { [dispatcher] dueIn in dispatcher.wake(dueIn: dueIn) }
         self.dispatcher = dispatcher
@@ -198,7 +201,7 @@ public final class MarqueeDaemon: Sendable {
                                       configuration: configuration.heartbeat, logger: logger)
         scheduler = ChannelScheduler(pool: pipelinePool, apns: apns, catalog: catalog,
                                      configuration: configuration.pipeline.scheduler(instance: instance),
-                                     metrics: pipelineMetrics, logger: logger, notifier: notifier)
+                                     metrics: pipelineMetrics, logger: logger, notifier: notifier, parking: parking)
         self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
                                                  notifier: notifier, pacing: dispatcher.configuration.conflation.pacing,
                                                  adminTimeout: .seconds(configuration.pipeline.adminTimeout),

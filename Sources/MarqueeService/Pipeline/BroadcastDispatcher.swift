@@ -50,10 +50,11 @@ public final class BroadcastDispatcher: Service {
     /// Sends what the planner decided and records the answers.
     private let sender: BroadcastSender
 
-    /// `listenTo` is the database to LISTEN on for `marquee_outbox` (nil: poll only).
+    /// `listenTo` is the database to LISTEN on for `marquee_outbox` (nil: poll only). `parking` is the process's view
+    /// of apps parked for a credentials fault, shared with the scheduler (nil: one of its own).
     public init(pool: PostgresPool, listenTo: PostgresConfiguration?, apns: any BroadcastChannelAPNs,
                 catalog: any PipelineCatalog, configuration: BroadcastDispatcherConfiguration, metrics: PipelineMetrics,
-                logger: Logger, clock: any WallClock = SystemWallClock()) {
+                logger: Logger, clock: any WallClock = SystemWallClock(), parking: CredentialsParking? = nil) {
         self.pool = pool
         self.listenConfiguration = listenTo
         self.apns = apns
@@ -65,11 +66,11 @@ public final class BroadcastDispatcher: Service {
         outbox = OutboxRepository(pool: pool)
         let clockDrivesDatabase = configuration.clockDrivesDatabase
         databaseClock = { [clock] in clockDrivesDatabase ? clock.now : nil }
-        parking = CredentialsParking(pool: pool, metrics: metrics, logger: self.logger, clock: clock)
+        self.parking = parking ?? CredentialsParking(pool: pool, metrics: metrics, logger: self.logger, clock: clock)
         planner = BroadcastClaimPlanner(conflation: configuration.conflation, highPriorityBudget: configuration.highPriorityBudget,
                                         highPriorityWindow: configuration.highPriorityWindow)
         sender = BroadcastSender(pool: pool, apns: apns, catalog: catalog, configuration: configuration, planner: planner,
-                                 parking: parking, metrics: metrics, logger: self.logger, clock: clock, databaseClock: databaseClock,
+                                 parking: self.parking, metrics: metrics, logger: self.logger, clock: clock, databaseClock: databaseClock,
                                  wakeup: wakeup)
     }
 

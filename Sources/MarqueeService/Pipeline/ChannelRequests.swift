@@ -23,7 +23,7 @@ final class ChannelRequests: Sendable {
     let parking: CredentialsParking
 
     init(configuration: ChannelSchedulerConfiguration, pool: PostgresPool, apns: any BroadcastChannelAPNs, catalog: any PipelineCatalog,
-         metrics: PipelineMetrics, logger: Logger, clock: any WallClock) {
+         metrics: PipelineMetrics, logger: Logger, clock: any WallClock, parking: CredentialsParking) {
         self.configuration = configuration
         self.pool = pool
         self.apns = apns
@@ -33,7 +33,7 @@ final class ChannelRequests: Sendable {
         self.clock = clock
         channels = ChannelRepository(pool: pool)
         deliveries = DeliveryRepository(pool: pool)
-        parking = CredentialsParking(pool: pool, metrics: metrics, logger: logger, clock: clock)
+        self.parking = parking
     }
 
     var databaseNow: Date? { configuration.clockDrivesDatabase ? clock.now : nil }

@@ -38,7 +38,7 @@ public final class ChannelScheduler: Service {
 
     public init(pool: PostgresPool, apns: any BroadcastChannelAPNs, catalog: any PipelineCatalog,
                 configuration: ChannelSchedulerConfiguration, metrics: PipelineMetrics, logger: Logger,
-                clock: any WallClock = SystemWallClock(), notifier: OutboxNotifier? = nil) {
+                clock: any WallClock = SystemWallClock(), notifier: OutboxNotifier? = nil, parking: CredentialsParking? = nil) {
         self.notifier = notifier
         self.pool = pool
         self.apns = apns
@@ -52,7 +52,8 @@ public final class ChannelScheduler: Service {
         ingest = IngestRepository(pool: pool)
         events = EventRepository(pool: pool)
         requests = ChannelRequests(configuration: configuration, pool: pool, apns: apns, catalog: catalog, metrics: metrics,
-                                   logger: self.logger, clock: clock)
+                                   logger: self.logger, clock: clock,
+                                   parking: parking ?? CredentialsParking(pool: pool, metrics: metrics, logger: self.logger, clock: clock))
     }
 
     /// True while this instance holds the lease.
