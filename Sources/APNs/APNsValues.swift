@@ -2,6 +2,7 @@
 // so a request built from them is well-formed and APNs' 400s mean something about the data, not our encoding.
 import Crypto
 import Foundation
+import MarqueeCore
 import Synchronization
 
 /// A value given to build an APNs request was malformed; fix the value, retrying will not help.
@@ -120,11 +121,13 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
     /// The full token, lowercase hex, as it goes into `/3/device/<token>`.
     public let hex: String
 
-    /// Accepts hexadecimal text of 1 to 200 bytes (APNs tokens are usually 32 bytes, but length is not fixed).
+    /// Accepts what `DeviceTokenText` accepts: 64 to 200 hexadecimal characters (APNs tokens are usually 32
+    /// bytes, but their length is not fixed), the same rule the API applies to registered tokens.
     public init(hex text: String) throws(APNsRequestError) {
-        guard let bytes = Hex.decode(text) else { throw .invalidDeviceToken("not hexadecimal with an even length") }
-        guard (1...200).contains(bytes.count) else { throw .invalidDeviceToken("\(bytes.count) bytes; expected 1 to 200") }
-        hex = text.lowercased()
+        switch DeviceTokenText.validate(text) {
+        case .success(let lowercased): hex = lowercased
+        case .failure(let error): throw .invalidDeviceToken(error.description)
+        }
     }
 
     public var description: String { String(hex.prefix(8)) + "…" }

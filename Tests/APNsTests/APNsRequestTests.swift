@@ -109,7 +109,7 @@ import Testing
     }
 
     @Test func payloadLimitsAreCheckedBeforeSending() throws {
-        let token = try APNsDeviceToken(hex: "00ff")
+        let token = try APNsDeviceToken(hex: String(repeating: "00ff", count: 16))
         func broadcast(_ size: Int) throws(APNsRequestError) -> APNsRequest {
             try .broadcast(bundleID: bundle, channelID: channel, payload: [UInt8](repeating: 0x20, count: size), expiration: 0, priority: .low)
         }
@@ -139,7 +139,8 @@ import Testing
         for bad in ["", "not base64!", "abc", "dHN0LXNyY2gtY2hubA", "a-b_"] {
             #expect(throws: APNsRequestError.invalidChannelID(bad)) { try APNsChannelID(bad) }
         }
-        for bad in ["", "abc", "zz", "00 11", String(repeating: "00", count: 201)] {
+        for bad in ["", "abc", "zz", "00 11", "00ff", String(repeating: "0", count: 63), String(repeating: "0", count: 65),
+                    String(repeating: "g", count: 64), String(repeating: "00", count: 101)] {
             #expect(throws: APNsRequestError.self) { try APNsDeviceToken(hex: bad) }
         }
         #expect(try APNsDeviceToken(hex: String(repeating: "ab", count: 32)).description == "abababab…")
@@ -149,7 +150,7 @@ import Testing
         for bad in ["", "com.example app", "com.example.scores.push-type.liveactivity", ".com.example", "com/example"] {
             #expect(throws: APNsRequestError.invalidBundleID(bad)) { try APNsRequest.listChannels(bundleID: bad) }
         }
-        let token = try APNsDeviceToken(hex: "00ff")
+        let token = try APNsDeviceToken(hex: String(repeating: "00ff", count: 16))
         let payload: [UInt8] = [0x7b, 0x7d]
         #expect(throws: APNsRequestError.invalidPriority(1)) {
             try APNsRequest.devicePush(bundleID: bundle, deviceToken: token, payload: payload, priority: .low)

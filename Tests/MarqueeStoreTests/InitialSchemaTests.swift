@@ -56,8 +56,9 @@ struct InitialSchemaTests {
         let tables = try await pool.query("""
             SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1
             """).map { try $0.decode(String.self, column: "name") }
-        #expect(tables == ["api_keys", "app_credential_faults", "apps", "attribute_types", "channels", "deliveries", "events",
-                           "idempotency_keys", "instance_heartbeats", "leader_leases", "outbox", "purged_update_counts", "schema_migrations", "updates"])
+        #expect(tables == ["activities", "api_keys", "app_credential_faults", "apps", "attribute_types", "channels", "deliveries", "events",
+                           "follows", "idempotency_keys", "installations", "instance_heartbeats", "leader_leases", "outbox", "purged_update_counts",
+                           "push_to_start_tokens", "schema_migrations", "token_invalidations", "updates"])
         let file = try String(contentsOf: TestDatabase.repositoryRoot.appendingPathComponent("Sql/0001_init.sql"), encoding: .utf8)
         let matches = try await pool.query("""
             SELECT checksum = encode(sha256(convert_to(\(file), 'UTF8')), 'hex') AS same

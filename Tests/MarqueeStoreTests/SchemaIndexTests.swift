@@ -18,6 +18,8 @@ struct SchemaIndexTests {
         ("channels_one_live_per_event", "channels", "event_id", "state IN \(ChannelLifecycle.currentStates.sql)"),
         ("channels_to_delete", "channels", "ended_at", "state IN \(ChannelLifecycle.deleteDueStates.sql)"),
         ("updates_pending", "updates", "event_id", "disposition = \(UpdateDisposition.pending.sql)"),
+        ("activities_mirrored", "activities", "event_id, id",
+         "state IN \(ActivityLifecycle.mirroredStates.sql) AND push_type = \(ActivityPushType.token.sql)"),
     ]
 
     @Test func eachPartialIndexIsWrittenFromItsStateSet() async throws {
@@ -84,6 +86,7 @@ struct SchemaIndexTests {
             ("ends without a channel", try read(eventReads, "endsWithoutChannel"), ["events_ending"]),
             ("deletions due", try read(channelReads, "deletionsDue"), ["channels_to_delete"]),
             ("purge updates", EventRepository.purgeUpdatesStatement(endedBefore: Date(), batch: 20), ["events_to_purge"]),
+            ("audience page", AudienceRepository.pageStatement(eventID: 1, after: 0, limit: 1000), ["follows_event_unique", "follows_topic_unique"]),
         ]
         for (what, statement, indexes) in expectations {
             let plan = try await Self.genericPlan(of: statement, on: f.pool)

@@ -1,0 +1,103 @@
+// What APNs' refusals of device tokens do to the registry (docs/apns.md#token-refusals), and the hourly
+// prune of tokens no app sent for a long time. The start fan-out and mirroring call `refuse` with each
+// refusal; `TokenRefusal` decides, this performs and records. A 410 carries APNs' time: a token that the
+// app registered again after it stays (the device came back); a BadDeviceToken is flagged, not deleted.
+import Foundation
+import MarqueeCore
+import Postgres
+
+/// Token refusals and the stale-token prune.
+public struct TokenHygieneRepository: Sendable {
+    let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// Applies APNs' refusal of `token` (a push-to-start or an activity's update token of the app), records it
+    /// in `token_invalidations`, and returns what was done.
+    @discardableResult
+    public func refuse(appID: Int, token: String, kind: TokenKind, refusal: TokenRefusal) async throws -> InvalidationOutcome {
+        try await pool.withTransaction { tx in
+            let (installation, outcome) = switch kind {
+            case .pushToStart: try await Self.refusePushToStart(appID: appID, token: token, refusal: refusal, on: tx)
+            case .activity: try await Self.refuseActivityToken(appID: appID, token: token, refusal: refusal, on: tx)
+            }
+            if outcome == .refused, case .notForTopic = refusal, let installation {
+                try await tx.execute("UPDATE installations SET topic_refused_at = now() WHERE id = \(installation)")
+            }
+            var milliseconds: Int64?
+            if case .gone(_, let stamp) = refusal { milliseconds = stamp }
+            try await tx.execute("""
+                INSERT INTO token_invalidations (app_id, installation, token, token_sha256, token_kind, reason, apns_timestamp_ms, outcome)
+                VALUES (\(appID), \(installation), \(token), sha256(convert_to(\(token), 'UTF8')), \(kind), \(refusal.reason),
+                        \(milliseconds), \(outcome))
+                """)
+            return outcome
+        }
+    }
+
+    private static func refusePushToStart(appID: Int, token: String, refusal: TokenRefusal,
+                                          on tx: PostgresConnection) async throws -> (Int?, InvalidationOutcome) {
+        if let row = try await tx.query("""
+            SELECT installation, token_seen_at FROM push_to_start_tokens WHERE app_id = \(appID) AND token = \(token) FOR UPDATE
+            """).first {
+            let installation: Int = try row.decode(column: "installation")
+            let outcome = refusal.outcome(tokenSeenAt: try row.decode(Date.self, column: "token_seen_at"))
+            switch outcome {
+            case .invalidated:
+                try await tx.execute("DELETE FROM push_to_start_tokens WHERE installation = \(installation)")
+            case .refused:
+                try await tx.execute("""
+                    UPDATE push_to_start_tokens SET refused_reason = \(refusal.reason), refused_at = coalesce(refused_at, now())
+                    WHERE installation = \(installation)
+                    """)
+            case .kept, .unmatched:
+                break
+            }
+            return (installation, outcome)
+        }
+        // A token already rotated away: nothing current changes, but the record names its installation.
+        let previous = try await tx.query("""
+            SELECT installation FROM push_to_start_tokens WHERE app_id = \(appID) AND previous_token = \(token) LIMIT 1
+            """).first
+        return (try previous?.decode(Int.self, column: "installation"), .unmatched)
+    }
+
+    private static func refuseActivityToken(appID: Int, token: String, refusal: TokenRefusal,
+                                            on tx: PostgresConnection) async throws -> (Int?, InvalidationOutcome) {
+        let rows = try await tx.query("""
+            SELECT id, installation, token_seen_at, state FROM activities
+            WHERE app_id = \(appID) AND push_token = \(token) ORDER BY id DESC LIMIT 1 FOR UPDATE
+            """)
+        guard let row = rows.first else { return (nil, .unmatched) }
+        let id: Int = try row.decode(column: "id")
+        let state: ActivityLifecycle.State = try row.decode(column: "state")
+        let outcome = refusal.outcome(tokenSeenAt: try row.decode(Date?.self, column: "token_seen_at"))
+        // A token APNs no longer knows belongs to an activity that is gone: it ends (a tombstone).
+        if outcome == .invalidated, case .store(let next) = ActivityLifecycle.transition(from: state, on: .ended) {
+            try await tx.execute("""
+                UPDATE activities SET state = \(next), ended_at = coalesce(ended_at, now()), updated_at = now() WHERE id = \(id)
+                """)
+        }
+        return (try row.decode(Int.self, column: "installation"), outcome)
+    }
+
+    /// The hourly prune: push-to-start tokens no registration sent within `maxAge`, and previous tokens past
+    /// their retention, in statements of at most `batch` rows. Returns the tokens removed.
+    public func prune(notSeenFor maxAge: TimeInterval, batch: Int = 10_000, statements: Int = 20) async throws -> Int {
+        var removed = 0
+        for _ in 0..<statements {
+            let count = try await pool.execute("""
+                DELETE FROM push_to_start_tokens WHERE installation IN (
+                    SELECT installation FROM push_to_start_tokens
+                    WHERE token_seen_at < now() - make_interval(secs => \(maxAge)::double precision) LIMIT \(batch))
+                """)
+            removed += count
+            if count < batch { break }
+        }
+        try await pool.execute("""
+            UPDATE push_to_start_tokens SET previous_token = NULL, previous_until = NULL
+            WHERE previous_until IS NOT NULL AND previous_until < now()
+            """)
+        return removed
+    }
+}
