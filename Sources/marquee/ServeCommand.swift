@@ -32,6 +32,14 @@ enum ServeCommand {
          "MARQUEE_MAX_CLOCK_SKEW", seconds(defaults.maxClockSkew)),
         ("admin-timeout", "SECONDS", "How long a channel reconcile, sweep, delete or recreate request waits on APNs before answering 504.",
          "MARQUEE_ADMIN_TIMEOUT", seconds(defaults.adminTimeout)),
+        ("previous-token-retention", "SECONDS", "Keep a replaced push-to-start token this long, to match a late 410 to its installation.",
+         "MARQUEE_PREVIOUS_TOKEN_RETENTION", seconds(defaults.audience.previousTokenRetention)),
+        ("token-max-age", "SECONDS", "Prune push-to-start tokens no registration sent again within this (hourly pass).",
+         "MARQUEE_TOKEN_MAX_AGE", seconds(defaults.audience.tokenMaxAge)),
+        ("channel-request-window", "SECONDS", "How far ahead of its start an app may ask for an event's channel (PUT /v1/events/{id}/channel); 0: the channel lead time; at most 86400.",
+         "MARQUEE_CHANNEL_REQUEST_WINDOW", "0"),
+        ("channel-request-share", "FRACTION", "The share of the quota that channels opened on request before the lead time may hold (0 to 1; 0: none).",
+         "MARQUEE_CHANNEL_REQUEST_SHARE", "\(defaults.audience.channelRequestShare)"),
     ]
 
     private static let defaults = PipelineSettings()
@@ -70,6 +78,17 @@ enum ServeCommand {
         settings.updateRetention = try retention("update-retention", arguments) ?? settings.updateRetention
         settings.adminTimeout = try arguments.seconds("admin-timeout", in: 1...3600) ?? settings.adminTimeout
         settings.maxClockSkew = try arguments.seconds("max-clock-skew", in: 0...86400) ?? settings.maxClockSkew
+        settings.audience.previousTokenRetention = try arguments.seconds("previous-token-retention", in: 0...(365 * 86400))
+            ?? settings.audience.previousTokenRetention
+        settings.audience.tokenMaxAge = try arguments.seconds("token-max-age", in: 86400...(10 * 365 * 86400)) ?? settings.audience.tokenMaxAge
+        let window = try arguments.seconds("channel-request-window", in: 0...86400) ?? 0
+        settings.audience.channelRequestWindow = window == 0 ? nil : window
+        if let share = arguments.string("channel-request-share") {
+            guard let value = Double(share), (0...1).contains(value) else {
+                throw UsageError("--channel-request-share takes a fraction from 0 to 1, not '\(share)'", commandPath: arguments.commandPath)
+            }
+            settings.audience.channelRequestShare = value
+        }
         let environment = ProcessInfo.processInfo.environment["MARQUEE_DELETE_UNKNOWN_CHANNELS"]?.lowercased()
         settings.deleteUnknownChannels = arguments.flag("delete-unknown-channels") || ["1", "true", "yes", "on"].contains(environment ?? "")
         return settings

@@ -33,6 +33,17 @@ struct APIServerTests {
         "GET /v1/events/{id}/state": .scope(.tokens),
         "POST /v1/events/{id}/updates": .scope(.ingest),
         "POST /v1/events/{id}/end": .scope(.ingest),
+        "GET /v1/apps/{app}/events/by-external-id/{externalId}/state": .scope(.tokens),
+        "PUT /v1/events/{id}/channel": .scope(.tokens),
+        "PUT /v1/installations/{id}": .scope(.tokens),
+        "GET /v1/installations/{id}": .scope(.tokens),
+        "DELETE /v1/installations/{id}": .scope(.tokens),
+        "DELETE /v1/installations/{id}/push-to-start-token": .scope(.tokens),
+        "PUT /v1/installations/{id}/follows": .scope(.tokens),
+        "POST /v1/installations/{id}/follows": .scope(.tokens),
+        "POST /v1/installations/{id}/follows/remove": .scope(.tokens),
+        "PUT /v1/installations/{id}/activities/{activityId}": .scope(.tokens),
+        "DELETE /v1/installations/{id}/activities/{activityId}": .scope(.tokens),
     ]
 
     /// Checks the one error format and returns the answer.
@@ -69,7 +80,8 @@ struct APIServerTests {
         var typeNumber = 0
         for route in harness.api.routes.all {
             let path = route.template.replacingOccurrences(of: "{id}", with: "\(app)")
-                .replacingOccurrences(of: "{name}", with: "MatchAttributes")
+                .replacingOccurrences(of: "{name}", with: "MatchAttributes").replacingOccurrences(of: "{app}", with: "\(app)")
+                .replacingOccurrences(of: "{externalId}", with: "match-1").replacingOccurrences(of: "{activityId}", with: "activity-1")
             let label = "\(route.method) \(route.template)"
             func call(_ key: String?) async -> APIHarness.Answer {
                 typeNumber += 1

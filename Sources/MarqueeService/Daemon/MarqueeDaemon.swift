@@ -112,6 +112,8 @@ public struct PipelineSettings: Sendable, Equatable {
     public var adminTimeout: TimeInterval = 10
     /// How far ahead of the server's clock an update's `occurredAt` may be before it is refused (422).
     public var maxClockSkew: TimeInterval = 60
+    /// The audience registry's settings (tokens, channel requests).
+    public var audience = AudienceSettings()
 
     public init() {}
 
@@ -205,7 +207,8 @@ public final class MarqueeDaemon: Sendable {
         self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
                                                  notifier: notifier, pacing: dispatcher.configuration.conflation.pacing,
                                                  adminTimeout: .seconds(configuration.pipeline.adminTimeout),
-                                                 maxClockSkew: configuration.pipeline.maxClockSkew),
+                                                 maxClockSkew: configuration.pipeline.maxClockSkew,
+                                                 settings: configuration.pipeline),
                              keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
     }
 
@@ -213,7 +216,8 @@ public final class MarqueeDaemon: Sendable {
     public static func routes(pool: PostgresPool, metrics: MetricsRegistry, attributeTypes: AttributeTypeCatalog? = nil,
                               scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
                               adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout),
-                              maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew) -> [any APIRoutes] {
+                              maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew,
+                              settings: PipelineSettings = PipelineSettings()) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
         let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
         return [
@@ -222,6 +226,8 @@ public final class MarqueeDaemon: Sendable {
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
             ChannelRoutes(pool: pool, scheduler: scheduler, adminTimeout: adminTimeout),
             EventRoutes(pool: pool, types: attributeTypes, notifier: notifier, pacing: pacing, maxClockSkew: maxClockSkew),
+            EventStateRoutes(pool: pool, scheduler: scheduler, settings: settings),
+            InstallationRoutes(pool: pool, types: attributeTypes, settings: settings.audience, metrics: metrics),
         ]
     }
 

@@ -12,8 +12,8 @@ import Network
 import Postgres
 import Synchronization
 
-/// `POST /v1/events`, `GET /v1/events`, `GET /v1/events/{id}` (admin), `GET /v1/events/{id}/state`
-/// (tokens), and the update and end routes of EventUpdateRoutes.swift (ingest).
+/// `POST /v1/events`, `GET /v1/events`, `GET /v1/events/{id}` (admin), and the update and end routes of
+/// EventUpdateRoutes.swift (ingest). The state an app reads is in EventStateRoutes.swift.
 public struct EventRoutes: APIRoutes {
     let events: EventRepository
     let channels: ChannelRepository
@@ -45,7 +45,6 @@ public struct EventRoutes: APIRoutes {
         table.add("POST", "/v1/events", access: .scope(.admin), takesBody: true) { [self] request in try await create(request) }
         table.add("GET", "/v1/events", access: .scope(.admin)) { [self] request in try await list(request) }
         table.add("GET", "/v1/events/{id}", access: .scope(.admin)) { [self] request in try await detail(request) }
-        table.add("GET", "/v1/events/{id}/state", access: .scope(.tokens)) { [self] request in try await state(request) }
         registerUpdates(in: &table)
     }
 
@@ -132,17 +131,6 @@ public struct EventRoutes: APIRoutes {
         json["channel"] = channel.map(Self.json) ?? .null
         json["counts"] = Self.json(try await counts)
         return .json(.object(json))
-    }
-
-    private func state(_ request: APIRequest) async throws -> HTTPResponse {
-        let event = try await find(request)
-        return .json([
-            "event": .int(Int64(event.id)),
-            "contentState": event.latestState ?? .null,
-            "timestamp": event.latestStateAt.map { .int(Self.unixSeconds($0)) } ?? .null,
-            "updatedAt": Self.json(event.latestStateAt),
-            "status": .string(event.status.rawValue),
-        ])
     }
 
     // MARK: Shared with the update routes

@@ -300,6 +300,15 @@ public struct ChannelRepository: Sendable {
             """)[0].decode(Int.self, column: "n")
     }
 
+    /// Channels of the app in the quota's states whose event starts after `date`: those an app asked for
+    /// before the lead time (`PUT /v1/events/{id}/channel`), which `--channel-request-share` bounds.
+    public func quotaCount(appID: Int, eventsStartingAfter date: Date) async throws -> Int {
+        try await pool.query("""
+            SELECT count(*) AS n FROM channels c JOIN events e ON e.id = c.event_id
+            WHERE c.app_id = \(appID) AND c.state IN \(StoredChannelState.quotaStates.sql) AND e.starts_at > \(date)
+            """)[0].decode(Int.self, column: "n")
+    }
+
     /// What the scheduler should act on at `now` (the database clock when nil), at most `limit` of each kind.
     /// Each read goes through a partial index, so a sweep costs what is due, not what is live: events
     /// become live only once they have a channel (`EventRepository.markStarted`), so only scheduled ones
