@@ -202,9 +202,9 @@ public struct InstallationRoutes: APIRoutes {
         }
     }
 
-    /// `{"event": 42}` or `{"externalId": "..."}`, exactly one.
-    static func eventReference(_ fields: JSONFields, field: String) throws(APIError) -> EventReference {
-        try fields.allowOnly(["event", "externalId"])
+    /// `{"event": 42}` or `{"externalId": "..."}`, exactly one (members of a larger object when `alone` is false).
+    static func eventReference(_ fields: JSONFields, field: String, alone: Bool = true) throws(APIError) -> EventReference {
+        if alone { try fields.allowOnly(["event", "externalId"]) }
         switch (fields.optional("event"), fields.optional("externalId")) {
         case (.some, nil): return .id(Int(try fields.int("event", in: 1...Int64.max)))
         case (nil, .some):
@@ -227,7 +227,7 @@ public struct InstallationRoutes: APIRoutes {
         let activityID = try Self.activityID(request)
         let body = try request.bodyObject()
         try body.allowOnly(["event", "externalId", "attributesType", "pushType", "pushToken"])
-        let reference = try Self.eventReference(body, field: "event")
+        let reference = try Self.eventReference(body, field: "event", alone: false)
         let attributesType = try body.string("attributesType")
         let pushType: ActivityPushType = try body.choice("pushType")
         let token = try Self.token(body, "pushToken")
