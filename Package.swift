@@ -24,7 +24,7 @@ let package = Package(
         // Wrappers: the only modules that touch C, always behind `internal import`.
         .target(name: "Postgres", dependencies: ["CLibPQ", "CShims"], swiftSettings: strict),
         .target(name: "Crypto", dependencies: ["COpenSSL", "CShims"], swiftSettings: strict),
-        .target(name: "Network", dependencies: ["CLibEvent", "CNGHTTP2", "COpenSSL", "CShims", "Crypto", "MarqueeCore"], swiftSettings: strict),
+        .target(name: "Network", dependencies: ["CLibEvent", "CNGHTTP2", "COpenSSL", "CShims"], swiftSettings: strict),
 
         // Marquee itself.
         .target(name: "MarqueeCore", swiftSettings: strict),
