@@ -36,7 +36,9 @@ let package = Package(
         // An independent reading of Apple's documents: it never depends on APNs (Scripts/check-graph fails if it does).
         .target(name: "APNsSimulator", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "MarqueeCommandLine", dependencies: ["MarqueeCore"], swiftSettings: strict),
-        .executableTarget(name: "marquee", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
+        // Every command of `marquee`, a library so tests can import it; the executable is a thin main over it.
+        .target(name: "MarqueeCommands", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
+        .executableTarget(name: "marquee", dependencies: ["MarqueeCommands", "MarqueeCommandLine"], swiftSettings: strict),
         // Benchmark driver for Scripts/bench.d/h2 (release build): HTTP/2 client and server load.
         .target(name: "BenchSupport", swiftSettings: strict),
         .executableTarget(name: "NetworkBench", dependencies: ["Network", "BenchSupport"], swiftSettings: strict),
@@ -65,7 +67,7 @@ let package = Package(
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
         // The simulator alone, held against Apple's pages; the client against the simulator is tested in APNsTests.
         .testTarget(name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "marquee", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "MarqueeCommands", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "ServiceBenchTests", dependencies: ["ServiceBench"], swiftSettings: strict),
