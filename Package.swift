@@ -51,6 +51,9 @@ let package = Package(
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
         .plugin(name: "EmbedOpenAPI", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
 
+        // Helpers shared by test targets (a regular target: SwiftPM has no test-support kind).
+        .target(name: "MarqueeTestSupport", dependencies: ["APNs", "APNsSimulator", "Crypto"], path: "Tests/Support", swiftSettings: strict),
+
         // Driver for Scripts/bench apns: APNsClient against the simulator (release build).
         .executableTarget(name: "APNsBench", dependencies: ["APNs", "APNsSimulator", "Network", "Crypto", "MarqueeCore", "BenchSupport"], swiftSettings: strict),
 
@@ -67,10 +70,10 @@ let package = Package(
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
         // The simulator alone, held against Apple's pages; the client against the simulator is tested in APNsTests.
         .testTarget(name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "MarqueeCommands", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "MarqueeCommands", "MarqueeTestSupport", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "ServiceBenchTests", dependencies: ["ServiceBench"], swiftSettings: strict),
-        .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "MarqueeTestSupport", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
     ]
 )
