@@ -10,6 +10,13 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "marquee", targets: ["marquee"]),
+        // For the benchmarks package (Benchmarks/Package.swift), which depends on this one by path and can use only its products.
+        .library(name: "Postgres", targets: ["Postgres"]),
+        .library(name: "Crypto", targets: ["Crypto"]),
+        .library(name: "Network", targets: ["Network"]),
+        .library(name: "MarqueeCore", targets: ["MarqueeCore"]),
+        .library(name: "APNs", targets: ["APNs"]),
+        .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
     ],
     dependencies: [],
     targets: [
@@ -39,11 +46,6 @@ let package = Package(
         // Every command of `marquee`, a library so tests can import it; the executable is a thin main over it.
         .target(name: "MarqueeCommands", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
         .executableTarget(name: "marquee", dependencies: ["MarqueeCommands", "MarqueeCommandLine"], swiftSettings: strict),
-        // Benchmark driver for Scripts/bench.d/h2 (release build): HTTP/2 client and server load.
-        .target(name: "BenchSupport", swiftSettings: strict),
-        .executableTarget(name: "NetworkBench", dependencies: ["Network", "BenchSupport"], swiftSettings: strict),
-        // The Network servers with trivial handlers, for Scripts/bench.d/h2-servers.
-        .executableTarget(name: "ServerBench", dependencies: ["Network"], swiftSettings: strict),
 
         // Sql/*.sql becomes a generated Swift source of MarqueeStore, and docs/openapi.json one of MarqueeService,
         // so the binary is self-contained and each file stays its one source of truth.
@@ -53,15 +55,6 @@ let package = Package(
 
         // Helpers shared by test targets (a regular target: SwiftPM has no test-support kind).
         .target(name: "MarqueeTestSupport", dependencies: ["APNs", "APNsSimulator", "Crypto"], path: "Tests/Support", swiftSettings: strict),
-
-        // Driver for Scripts/bench apns: APNsClient against the simulator (release build).
-        .executableTarget(name: "APNsBench", dependencies: ["APNs", "APNsSimulator", "Network", "Crypto", "MarqueeCore", "BenchSupport"], swiftSettings: strict),
-
-        // Driver for Scripts/bench service: an open-loop load generator against `marquee serve` (release build).
-        .executableTarget(name: "ServiceBench", dependencies: ["Postgres", "BenchSupport"], swiftSettings: strict),
-
-        // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.
-        .executableTarget(name: "PostgresBench", dependencies: ["Postgres"], swiftSettings: strict),
 
         .testTarget(name: "PostgresTests", dependencies: ["Postgres"], swiftSettings: strict),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
@@ -73,7 +66,6 @@ let package = Package(
         .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "MarqueeCommands", "MarqueeTestSupport", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "ServiceBenchTests", dependencies: ["ServiceBench"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "MarqueeTestSupport", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
     ]
 )
