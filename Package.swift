@@ -10,6 +10,13 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "marquee", targets: ["marquee"]),
+        // For the benchmarks package (Benchmarks/Package.swift), which depends on this one by path and can use only its products.
+        .library(name: "Postgres", targets: ["Postgres"]),
+        .library(name: "Crypto", targets: ["Crypto"]),
+        .library(name: "Network", targets: ["Network"]),
+        .library(name: "MarqueeCore", targets: ["MarqueeCore"]),
+        .library(name: "APNs", targets: ["APNs"]),
+        .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
     ],
     dependencies: [],
     targets: [
@@ -24,7 +31,7 @@ let package = Package(
         // Wrappers: the only modules that touch C, always behind `internal import`.
         .target(name: "Postgres", dependencies: ["CLibPQ", "CShims"], swiftSettings: strict),
         .target(name: "Crypto", dependencies: ["COpenSSL", "CShims"], swiftSettings: strict),
-        .target(name: "Network", dependencies: ["CLibEvent", "CNGHTTP2", "COpenSSL", "CShims", "Crypto", "MarqueeCore"], swiftSettings: strict),
+        .target(name: "Network", dependencies: ["CLibEvent", "CNGHTTP2", "COpenSSL", "CShims"], swiftSettings: strict),
 
         // Marquee itself.
         .target(name: "MarqueeCore", swiftSettings: strict),
@@ -36,12 +43,9 @@ let package = Package(
         // An independent reading of Apple's documents: it never depends on APNs (Scripts/check-graph fails if it does).
         .target(name: "APNsSimulator", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "MarqueeCommandLine", dependencies: ["MarqueeCore"], swiftSettings: strict),
-        .executableTarget(name: "marquee", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
-        // Benchmark driver for Scripts/bench.d/h2 (release build): HTTP/2 client and server load.
-        .target(name: "BenchSupport", swiftSettings: strict),
-        .executableTarget(name: "NetworkBench", dependencies: ["Network", "BenchSupport"], swiftSettings: strict),
-        // The Network servers with trivial handlers, for Scripts/bench.d/h2-servers.
-        .executableTarget(name: "ServerBench", dependencies: ["Network"], swiftSettings: strict),
+        // Every command of `marquee`, a library so tests can import it; the executable is a thin main over it.
+        .target(name: "MarqueeCommands", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
+        .executableTarget(name: "marquee", dependencies: ["MarqueeCommands", "MarqueeCommandLine"], swiftSettings: strict),
 
         // Sql/*.sql becomes a generated Swift source of MarqueeStore, and docs/openapi.json one of MarqueeService,
         // so the binary is self-contained and each file stays its one source of truth.
@@ -49,26 +53,20 @@ let package = Package(
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
         .plugin(name: "EmbedOpenAPI", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
 
-        // Driver for Scripts/bench apns: APNsClient against the simulator (release build).
-        .executableTarget(name: "APNsBench", dependencies: ["APNs", "APNsSimulator", "Network", "Crypto", "MarqueeCore", "BenchSupport"], swiftSettings: strict),
-
-        // Driver for Scripts/bench service: an open-loop load generator against `marquee serve` (release build).
-        .executableTarget(name: "ServiceBench", dependencies: ["Postgres", "BenchSupport"], swiftSettings: strict),
-
-        // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.
-        .executableTarget(name: "PostgresBench", dependencies: ["Postgres"], swiftSettings: strict),
+        // Helpers shared by test targets (a regular target: SwiftPM has no test-support kind).
+        .target(name: "MarqueeTestSupport", dependencies: ["APNs", "APNsSimulator", "Crypto"], path: "Tests/Support", swiftSettings: strict),
 
         .testTarget(name: "PostgresTests", dependencies: ["Postgres"], swiftSettings: strict),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
         .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto"], swiftSettings: strict),
         .testTarget(name: "MarqueeCommandLineTests", dependencies: ["MarqueeCommandLine"], swiftSettings: strict),
+        .testTarget(name: "MarqueeCommandsTests", dependencies: ["MarqueeCommands", "MarqueeCommandLine", "MarqueeService"], swiftSettings: strict),
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
         // The simulator alone, held against Apple's pages; the client against the simulator is tested in APNsTests.
         .testTarget(name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "marquee", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "MarqueeCommands", "MarqueeTestSupport", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "ServiceBenchTests", dependencies: ["ServiceBench"], swiftSettings: strict),
-        .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "MarqueeTestSupport", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
     ]
 )

@@ -6,7 +6,7 @@
 // GOAWAY'd connections are replaced, after a failed connect only after an exponential backoff with jitter.
 // Requests that provably never reached the peer (`.goAway`, `.requestNotSent`) are retried here within
 // their deadline. All state sits in one Mutex; the per-request cost is two short locks.
-import MarqueeCore
+import Foundation
 import Synchronization
 
 /// HTTP/2 connections per (origin, key), with stream-limit-aware load spreading, back-pressure and reconnects.
@@ -39,12 +39,13 @@ public final class HTTP2ConnectionPool: Sendable {
             self.maximum = maximum
         }
 
-        /// The wait after `failures` consecutive failures: half fixed, half random ("equal jitter"), as
-        /// MarqueeCore's `RetryBackoff` computes it for every retry in Marquee.
+        /// The wait after `failures` consecutive failures: initial * 2^(failures-1), capped at `maximum`, half
+        /// fixed, half random ("equal jitter"), the rule of MarqueeCore's `RetryBackoff` (Network uses no Marquee module).
         public func delay(afterFailures failures: Int) -> Duration {
             guard failures > 0 else { return .zero }
-            let policy = RetryBackoff(base: Self.seconds(initial), maximum: Self.seconds(maximum))
-            return .nanoseconds(Int64((policy.delay(attempt: failures) * 1e9).rounded()))
+            let full = min(Self.seconds(maximum), Self.seconds(initial) * pow(2, Double(min(failures - 1, 62))))
+            let seconds = full / 2 + Double.random(in: 0...(full / 2))
+            return .nanoseconds(Int64((seconds * 1e9).rounded()))
         }
 
         private static func seconds(_ duration: Duration) -> Double {

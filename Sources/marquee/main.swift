@@ -1,24 +1,7 @@
-// The one executable: every operator command, the daemon and the APNs simulator.
-// Each command group lives in its own file; add a new group to the list below.
+// The one executable: a thin main over MarqueeCommands, where every command lives.
 import Foundation
 import MarqueeCommandLine
+import MarqueeCommands
 
-let root = Command("marquee", summary: "Marquee: APNs broadcast channels for Live Activities.", discussion: """
-    event, channel and status are clients of a running server's HTTP API (--url or MARQUEE_URL,
-    --api-key or MARQUEE_API_KEY); the other commands work on the database or APNs directly.
-
-    \(ExitCode.help())
-    """, subcommands: [
-    ServeCommand.command,
-    MigrateCommand.command,
-    KeyCommands.command,
-    AppCommands.command,
-    EventCommands.command,
-    ChannelCommands.command,
-    StatusCommand.command,
-    apnsCommand,
-    simulatorCommand,
-    OpenAPICommand.command,
-])
-let code = await CommandRunner.run(root, arguments: Array(CommandLine.arguments.dropFirst()))
+let code = await CommandRunner.run(marqueeCommand, arguments: Array(CommandLine.arguments.dropFirst()))
 exit(code.rawValue)

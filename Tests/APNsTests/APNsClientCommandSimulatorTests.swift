@@ -2,8 +2,8 @@
 @testable import APNsSimulator
 import Crypto
 import Foundation
-@testable import marquee
 import MarqueeCommandLine
+@testable import MarqueeCommands
 import MarqueeCore
 import Testing
 

@@ -1,8 +1,8 @@
 @testable import APNs
 import Crypto
 import Foundation
-@testable import marquee
 import MarqueeCommandLine
+@testable import MarqueeCommands
 import MarqueeCore
 import Network
 import Testing

@@ -3,6 +3,7 @@
 import Crypto
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Network
 import Synchronization
 import Testing

@@ -10,7 +10,7 @@ import Testing
         let anchors = Set(document.matches(of: /<a id="([a-z0-9-]+)"><\/a>/).map { String($0.1) })
         #expect(anchors.count > 20)
         var cited: [(file: String, anchor: String)] = []
-        for folder in ["Sources", "Tests", "Scripts", "docs"] {
+        for folder in ["Sources", "Tests", "Scripts", "docs", "Benchmarks/Sources", "Benchmarks/Tests"] {
             let enumerator = FileManager.default.enumerator(at: Self.root.appending(path: folder), includingPropertiesForKeys: nil)
             while let url = enumerator?.nextObject() as? URL {
                 guard ["swift", "md", "sh", ""].contains(url.pathExtension), url.lastPathComponent != "APNsDocumentationTests.swift",

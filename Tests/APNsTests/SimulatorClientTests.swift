@@ -2,6 +2,7 @@
 @testable import APNsSimulator
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Network
 import Testing
 

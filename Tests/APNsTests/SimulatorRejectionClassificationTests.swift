@@ -2,6 +2,7 @@ import APNs
 @testable import APNsSimulator
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Network
 import Testing
 

@@ -6,6 +6,7 @@ import APNs
 import APNsSimulator
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Postgres
 import Synchronization
 import Testing

@@ -11,12 +11,20 @@ import MarqueeStore
 import Network
 import Postgres
 
-/// The settings of `marquee serve`.
+/// The settings of `marquee serve`, and the one place of their defaults (its `--help` reads them here; the
+/// pipeline's are `PipelineSettings`' own).
 public struct ServeConfiguration: Sendable {
     public var databaseURL: String
-    /// A numeric address and a port; port 0 picks a free one (logged as `listening`).
+    /// A numeric address and a port; port 0 picks a free one (logged as `listening`); default `defaultListen`.
     public var host: String
     public var port: Int
+    public static let defaultHost = "127.0.0.1"
+    public static let defaultPort = 8080
+    /// `--listen`'s default, `host:port`.
+    public static var defaultListen: String { "\(defaultHost):\(defaultPort)" }
+    /// The log line format and the lowest level logged (`--log-format`, `--log-level`).
+    public static let defaultLogFormat = Logger.Format.logfmt
+    public static let defaultLogLevel = Logger.Level.info
     /// Apply pending migrations at start (else refuse to start when the schema is behind).
     public var migrate: Bool
     /// How long in-flight work gets after SIGTERM; default `defaultGracePeriodSeconds`.
@@ -40,7 +48,7 @@ public struct ServeConfiguration: Sendable {
     /// How often this instance proves it is alive, and for how long (its claims are free that long after a crash).
     public var heartbeat = InstanceHeartbeatConfiguration()
 
-    public init(databaseURL: String, host: String = "127.0.0.1", port: Int = 8080, migrate: Bool = true,
+    public init(databaseURL: String, host: String = defaultHost, port: Int = defaultPort, migrate: Bool = true,
                 gracePeriod: Duration = .seconds(defaultGracePeriodSeconds), maxConnections: Int = defaultMaxConnections,
                 pipelineConnections: Int = defaultPipelineConnections,
                 apnsPushURL: String? = nil, apnsManageURL: String? = nil, apnsCAFile: String? = nil,

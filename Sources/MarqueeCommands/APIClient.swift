@@ -12,7 +12,7 @@ import Synchronization
 struct AdminAPIClient: Sendable {
     /// The options every API command takes (plus `--json` and `--help`, which every command has).
     static let options: [Argument] = [
-        .option("url", value: "URL", help: "The Marquee API (http:// or https://).", environment: "MARQUEE_URL", default: "http://127.0.0.1:8080"),
+        .option("url", value: "URL", help: "The Marquee API (http:// or https://).", environment: "MARQUEE_URL", default: "http://\(ServeConfiguration.defaultListen)"),
         .option("api-key", value: "KEY", help: "An API key, usually of scope admin; never printed.", environment: "MARQUEE_API_KEY"),
         .option("ca-file", value: "PATH", help: "A PEM file of CAs to trust for an https URL, besides the system's.", environment: "MARQUEE_CA_FILE"),
         .option("timeout", value: "SECONDS", help: "How long one request may take.", default: "30"),

@@ -133,7 +133,7 @@ do {
     case "client":
         try await runClient(Flags(arguments.dropFirst(2)))
     default:
-        throw BenchError("usage: APNsBench simulator|token|payload|client ... (see the comment at the top of Sources/APNsBench/main.swift)")
+        throw BenchError("usage: APNsBench simulator|token|payload|client ... (see the comment at the top of Benchmarks/Sources/APNsBench/main.swift)")
     }
 } catch {
     FileHandle.standardError.write(Data("APNsBench: \(error)\n".utf8))

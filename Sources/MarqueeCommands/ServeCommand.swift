@@ -104,11 +104,11 @@ enum ServeCommand {
         arguments: [
             Database.option,
             .option("listen", value: "HOST:PORT", help: "Where the API listens (port 0 picks one; see the 'listening' log line).",
-                    environment: "MARQUEE_LISTEN", default: "127.0.0.1:8080"),
+                    environment: "MARQUEE_LISTEN", default: ServeConfiguration.defaultListen),
             .flag("no-migrate", help: "Do not migrate; refuse to start when migrations are pending."),
-            .option("log-format", value: "FORMAT", help: "Log line format.", environment: "MARQUEE_LOG_FORMAT", default: "logfmt",
+            .option("log-format", value: "FORMAT", help: "Log line format.", environment: "MARQUEE_LOG_FORMAT", default: ServeConfiguration.defaultLogFormat.rawValue,
                     choices: Logger.Format.allCases.map(\.rawValue)),
-            .option("log-level", value: "LEVEL", help: "The lowest level logged.", environment: "MARQUEE_LOG_LEVEL", default: "info",
+            .option("log-level", value: "LEVEL", help: "The lowest level logged.", environment: "MARQUEE_LOG_LEVEL", default: ServeConfiguration.defaultLogLevel.rawValue,
                     choices: Logger.Level.allCases.map(\.rawValue)),
             .option("grace-period", value: "SECONDS", help: "How long in-flight work gets after SIGTERM.",
                     environment: "MARQUEE_GRACE_PERIOD", default: "\(ServeConfiguration.defaultGracePeriodSeconds)"),
@@ -132,7 +132,7 @@ enum ServeCommand {
         ]
     ) { arguments in
         guard let listen = ServeConfiguration.parseListen(try arguments.required("listen")) else {
-            throw UsageError("--listen takes HOST:PORT, e.g. 127.0.0.1:8080", commandPath: arguments.commandPath)
+            throw UsageError("--listen takes HOST:PORT, e.g. \(ServeConfiguration.defaultListen)", commandPath: arguments.commandPath)
         }
         let configuration = ServeConfiguration(
             databaseURL: try arguments.required("database-url"), host: listen.host, port: listen.port,
@@ -141,8 +141,8 @@ enum ServeCommand {
             pipelineConnections: try arguments.int("pipeline-connections", in: 1...50) ?? ServeConfiguration.defaultPipelineConnections,
             apnsPushURL: arguments.string("apns-push-url"), apnsManageURL: arguments.string("apns-manage-url"),
             apnsCAFile: arguments.string("apns-ca-file"), pipeline: try pipelineSettings(arguments))
-        let logger = Logger(level: Logger.Level(rawValue: try arguments.required("log-level")) ?? .info,
-                            format: Logger.Format(rawValue: try arguments.required("log-format")) ?? .logfmt,
+        let logger = Logger(level: Logger.Level(rawValue: try arguments.required("log-level")) ?? ServeConfiguration.defaultLogLevel,
+                            format: Logger.Format(rawValue: try arguments.required("log-format")) ?? ServeConfiguration.defaultLogFormat,
                             sink: Terminal.error)
         let daemon = MarqueeDaemon(configuration: configuration, logger: logger)
         do {
