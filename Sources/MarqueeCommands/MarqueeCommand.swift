@@ -14,6 +14,7 @@ public let marqueeCommand = Command("marquee", summary: "Marquee: APNs broadcast
     MigrateCommand.command,
     KeyCommands.command,
     AppCommands.command,
+    InstallationCommands.command,
     EventCommands.command,
     ChannelCommands.command,
     StatusCommand.command,

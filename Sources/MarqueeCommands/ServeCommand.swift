@@ -39,7 +39,7 @@ enum ServeCommand {
         ("channel-request-window", "SECONDS", "How far ahead of its start an app may ask for an event's channel (PUT /v1/events/{id}/channel); 0: the channel lead time; at most 86400.",
          "MARQUEE_CHANNEL_REQUEST_WINDOW", "0"),
         ("channel-request-share", "FRACTION", "The share of the quota that channels opened on request before the lead time may hold (0 to 1; 0: none).",
-         "MARQUEE_CHANNEL_REQUEST_SHARE", "\(defaults.audience.channelRequestShare)"),
+         "MARQUEE_CHANNEL_REQUEST_SHARE", seconds(defaults.audience.channelRequestShare)),
     ]
 
     private static let defaults = PipelineSettings()

@@ -1,5 +1,6 @@
 import Foundation
 import MarqueeCore
+import MarqueeStore
 import Postgres
 import Testing
 
@@ -51,7 +52,7 @@ struct CLIOutputTests {
         try await BroadcastHarness.run { h in
             let cli = CLI(h: h)
             let leaves = try await cli.leafCommands()
-            #expect(leaves.count == 27 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
+            #expect(leaves.count == 29 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
             var covered: Set<[String]> = []
             func good(_ words: [String], succeeds: Bool = true) async throws -> JSONValue {
                 if let leaf = leaves.first(where: { words.starts(with: $0) }) { covered.insert(leaf) }
@@ -70,6 +71,11 @@ struct CLIOutputTests {
             _ = try await good(["app", "list"])
             _ = try await good(["app", "show", String(otherID)])
             _ = try await good(["app", "remove", String(otherID), "--yes"])
+            _ = try await InstallationRepository(pool: h.pool).register(InstallationRegistration(appID: h.appID, installationID: "cli-phone"),
+                                                                        previousTokenRetention: 60)
+            _ = try await good(["installation", "show", "cli-phone"])
+            _ = try await good(["installation", "show", "nobody"], succeeds: false)
+            _ = try await good(["installation", "stats", "--app", String(h.appID)])
 
             let start = BroadcastHarness.iso(Date().addingTimeInterval(-60))
             let created = try await good(["event", "create", "--app", String(h.appID), "--external-id", "cli-json", "--kind", "match",

@@ -42,6 +42,18 @@ struct InstallationRegistryTests {
             #expect(try await harness.api("DELETE", "/v1/installations/phone-1-reinstalled/push-to-start-token", key: key).status == 204)
             #expect(try await harness.api("GET", "/v1/installations/phone-1-reinstalled", key: key).json["pushToStartToken"] == .null)
             #expect(try await harness.metric("marquee_installation_registrations_total", ["outcome": "created"]) == 2)
+            // The operator's view, straight from the database.
+            let shown = try await MarqueeProcess.run(["installation", "show", "phone-1", "--app", "\(harness.appID)", "--json"],
+                                                     databaseURL: harness.databaseURL)
+            let shownJSON = try JSONValue(parsing: shown.stdout)
+            #expect(shown.status == 0 && shownJSON["osVersion"] == "17.4", "\(shown.stderr)")
+            #expect(!shown.stdout.contains(Self.token("cd")))
+            let stats = try await MarqueeProcess.run(["installation", "stats", "--json"], databaseURL: harness.databaseURL)
+            let counts = try JSONValue(parsing: stats.stdout)
+            #expect(counts["installations"] == 2 && counts["byOS"]?["iOS 17"] == 1 && counts["byToken"]?["none"] == 2, "\(stats.stdout)")
+            let missing = try await MarqueeProcess.run(["installation", "show", "nobody"], databaseURL: harness.databaseURL)
+            #expect(missing.status == 1 && missing.stderr.contains("not found"), "\(missing.stderr)")
+            #expect(try await MarqueeProcess.run(["installation", "stats", "--app", "x"], databaseURL: harness.databaseURL).status == 64)
         }
     }
 

@@ -138,6 +138,7 @@ public struct PipelineSettings: Sendable, Equatable {
         configuration.quota = ChannelQuota(limit: channelQuota)
         configuration.deliveryRetention = deliveryRetention > 0 ? deliveryRetention : nil
         configuration.updateRetention = updateRetention > 0 ? updateRetention : nil
+        configuration.tokenMaxAge = audience.tokenMaxAge
         return configuration
     }
 

@@ -43,6 +43,10 @@ public struct ChannelSchedulerConfiguration: Sendable {
     /// The updates of events that ended longer ago than this are deleted in the hourly pass (their counts by
     /// disposition are kept); nil keeps them. Default 30 days.
     public var updateRetention: TimeInterval? = 30 * 86400
+    /// Prune push-to-start tokens not sent again within this, in the hourly pass (`--token-max-age`).
+    public var tokenMaxAge: TimeInterval = AudienceSettings().tokenMaxAge
+    /// How often the leader samples the registry's gauges (installations, invalidations).
+    public var audienceSampleInterval: TimeInterval = 60
     /// Channel creates sent to APNs at once (each admitted against the quota first, one at a time); default 8.
     public var createConcurrency = 8
     /// Items of each kind handled per sweep; default 100.

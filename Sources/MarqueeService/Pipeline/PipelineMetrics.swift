@@ -35,6 +35,10 @@ public struct PipelineMetrics: Sendable {
     public let schedulerActions: Counter
     /// 1 while APNs refuses the app's credentials and its work is parked.
     public let credentialsParked: Gauge
+    /// Installations by app and state.
+    public let installationsByState: Gauge
+    /// Recorded token invalidations by app, reason and outcome.
+    public let tokenInvalidations: Gauge
     /// Windows of an app's park that ended in a refusal of its credentials.
     public let credentialsRefusals: Counter
 
@@ -60,8 +64,29 @@ public struct PipelineMetrics: Sendable {
         schedulerActions = registry.counter("marquee_scheduler_actions_total", help: "Channel scheduler actions", labels: ["action"])
         credentialsParked = registry.gauge("marquee_app_credentials_parked",
                                            help: "1 while APNs refuses the app's credentials and its work waits", labels: ["app"])
+        installationsByState = registry.gauge("marquee_installations", help: "Registered installations by app id and state (sampled by the leader)",
+                                              labels: ["app", "state"])
+        tokenInvalidations = registry.gauge("marquee_token_invalidations",
+                                            help: "Recorded APNs refusals of device tokens by app id, reason and outcome (sampled by the leader)",
+                                            labels: ["app", "reason", "outcome"])
         credentialsRefusals = registry.counter("marquee_app_credentials_refusals_total",
                                                help: "Refusals of an app's credentials that parked (or parked again) its work", labels: ["app"])
+    }
+
+    /// Sets the registry's gauges: installations by app and state (`disabled`, `no_token`, `refused`,
+    /// `startable`), and recorded token invalidations by app, reason and outcome.
+    func record(_ stats: AudienceStats) {
+        var installations: [LabelValues: Double] = [:]
+        for group in stats.installations {
+            let state = !group.enabled ? "disabled" : group.token == "none" ? "no_token" : group.token == "refused" ? "refused" : "startable"
+            installations[["\(group.appID)", state], default: 0] += Double(group.count)
+        }
+        installationsByState.replaceAll(installations)
+        var invalidations: [LabelValues: Double] = [:]
+        for group in stats.invalidations {
+            invalidations[["\(group.appID)", group.reason, group.outcome.rawValue], default: 0] += Double(group.count)
+        }
+        tokenInvalidations.replaceAll(invalidations)
     }
 
     /// Sets the sampled gauges from a status snapshot.

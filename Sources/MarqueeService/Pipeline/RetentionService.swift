@@ -1,7 +1,9 @@
 // Retention: what Marquee keeps only for a while is deleted here, in bounded statements. Every tick, the
 // delivery rows (one per APNs exchange) that fell out of `deliveryRetention` since the last, so the deletes
 // are spread evenly; every hour, idempotency keys past their 24 hours, the updates of events ended past
-// `updateRetention` (their counts by disposition kept), and the heartbeats of instances gone for a day.
+// `updateRetention` (their counts by disposition kept), the heartbeats of instances gone for a day, and
+// push-to-start tokens no app sent again within `tokenMaxAge`. Every minute, it samples the audience
+// registry's gauges (installations by app and state, recorded token invalidations).
 // It runs on the instance that leads the channel scheduler, so instances do not delete the same rows.
 import Foundation
 import MarqueeCore
@@ -34,11 +36,16 @@ public final class RetentionService: Service {
         let bridge = Task { await shutdown.wait(); wakeup.signal() }
         defer { bridge.cancel() }
         var lastHourly: Date?
+        var lastSample: Date?
         while !shutdown.isTriggered && !Task.isCancelled {
             if leads() {
                 let hourly = lastHourly.map { clock.now.timeIntervalSince($0) >= configuration.reconcileInterval } ?? true
                 await purge(hourly: hourly)
                 if hourly { lastHourly = clock.now }
+                if lastSample.map({ clock.now.timeIntervalSince($0) >= configuration.audienceSampleInterval }) ?? true {
+                    await sampleAudience()
+                    lastSample = clock.now
+                }
             }
             await wakeup.wait(upTo: configuration.tickInterval)
         }
@@ -59,10 +66,22 @@ public final class RetentionService: Service {
         await purge("heartbeats of instances gone for a day", action: nil, level: .debug) {
             try await InstanceHeartbeatRepository().purge(lapsedFor: 86400, pool: pool)
         }
+        await purge("push-to-start tokens not seen within --token-max-age", action: "prune_tokens", level: .info) {
+            try await TokenHygieneRepository(pool: pool).prune(notSeenFor: configuration.tokenMaxAge)
+        }
         if let retention = configuration.updateRetention {
             await purge("updates of events ended past their retention", action: "purge_updates", level: .info) {
                 try await EventRepository(pool: pool).purgeUpdates(endedBefore: clock.now.addingTimeInterval(-retention), statements: 50)
             }
+        }
+    }
+
+    /// Sets the registry's gauges from its counts.
+    public func sampleAudience() async {
+        do {
+            metrics.record(try await AudienceRepository(pool: pool).stats(appID: nil))
+        } catch {
+            logger.warning("audience sample failed", ["error": .string("\(error)")])
         }
     }
 
