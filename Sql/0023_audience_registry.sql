@@ -129,6 +129,3 @@ CREATE TABLE token_invalidations (
 CREATE INDEX token_invalidations_by_installation ON token_invalidations (installation) WHERE installation IS NOT NULL;
 CREATE INDEX token_invalidations_recorded ON token_invalidations (app_id, recorded_at);
 
--- An attribute type may mark one string attribute as its event key: Marquee fills it with the event's
--- externalId, so an activity started by a push can tell its app which event it shows.
-ALTER TABLE attribute_types ADD COLUMN event_key text;

@@ -292,9 +292,16 @@ import Testing
         #expect(outcomes.allSatisfy { $0.acceptance != nil })
         let received = h.simulator.engine.broadcasts
         #expect(Set(received.map(\.requestID)) == Set(outcomes.compactMap { $0.attempts.last?.requestID }), "nothing lost")
-        // GOAWAY names the highest stream the server received, so nothing it answered is resent.
-        #expect(received.count == 120, "every request accepted exactly once")
-        #expect(Set(received.map(\.requestID)).count == received.count)
+        // GOAWAY names the highest stream the server received, so nothing it answered is resent. Only an attempt
+        // that timed out (on a loaded machine, past the 10 s attempt timeout) may have reached the server and be
+        // sent again, as a broadcast may be: the repeat carries the same aps.timestamp.
+        let timedOut = outcomes.flatMap(\.attempts).filter { $0.transportError != nil }
+        let resendable = Set(outcomes.filter { $0.attempts.count > 1 && $0.attempts.dropLast().allSatisfy { $0.transportError != nil } }
+            .compactMap { $0.attempts.last?.requestID })
+        let repeated = Dictionary(grouping: received, by: \.requestID).filter { $0.value.count > 1 }.map(\.key)
+        #expect(received.count <= 120 + timedOut.count, "every request accepted once, a timed-out one at most twice")
+        #expect(repeated.allSatisfy(resendable.contains), "a repeat only after a timed-out attempt: \(repeated)")
+        #expect(Set(received.map(\.requestID)).count == 120)
         // The pool resends streams above the GOAWAY's last stream id itself; the connections did go away.
         let events = await watcher.stopEvents()
         let goaways = events.filter { if case .goAway = $0 { true } else { false } }

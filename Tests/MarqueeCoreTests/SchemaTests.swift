@@ -71,6 +71,13 @@ import Testing
         (#"{"name": "A", "attributes": {}, "contentState": {"x": {"type": "array"}}}"#, "contentState.x.items"),
         (#"{"name": "A", "attributes": {}, "contentState": {"x": {"type": "array", "items": {"type": "int", "significant": true}}}}"#, "contentState.x.items"),
         (#"{"name": "A", "attributes": {"k": "date??"}, "contentState": {}}"#, "attributes.k"),
+        (#"{"name": "A", "attributes": {"k": {"type": "int", "eventKey": true}}, "contentState": {}}"#, "attributes.k.eventKey"),
+        (#"{"name": "A", "attributes": {"k": {"type": "string", "eventKey": true}, "j": {"type": "string", "eventKey": true}}, "contentState": {}}"#,
+         "attributes.j.eventKey"),
+        (#"{"name": "A", "attributes": {}, "contentState": {"k": {"type": "string", "eventKey": true}}}"#, "contentState.k.eventKey"),
+        (#"{"name": "A", "attributes": {"o": {"type": "object", "fields": {"k": {"type": "string", "eventKey": true}}}}, "contentState": {}}"#,
+         "attributes.o.fields.k.eventKey"),
+        (#"{"name": "A", "attributes": {"k": {"type": "string", "eventKey": 1}}, "contentState": {}}"#, "attributes.k.eventKey"),
     ])
     func refusesMalformedSchemasWithPath(text: String, path: String) {
         do {
@@ -79,6 +86,14 @@ import Testing
         } catch {
             #expect(error.path.description == path, "\(error)")
         }
+    }
+
+    @Test func oneStringAttributeMayBeTheEventKey() throws {
+        let type = try ActivityType(jsonText: #"{"name": "A", "attributes": {"match": {"type": "string", "eventKey": true}, "home": "string"}, "contentState": {}}"#)
+        #expect(type.eventKey == "match")
+        #expect(type.json["attributes"]?["match"] == ["type": "string", "eventKey": true], "the flag survives storage")
+        #expect(try ActivityType(json: type.json).eventKey == "match")
+        #expect(try ActivityType(jsonText: #"{"name": "A", "attributes": {"home": "string"}, "contentState": {}}"#).eventKey == nil)
     }
 
     @Test func refusesNonJSONSchemaText() {

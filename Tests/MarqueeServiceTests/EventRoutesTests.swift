@@ -133,6 +133,30 @@ struct EventRoutesTests {
         expectError(await s.harness.send("GET", "/v1/events/\(id)/state", key: s.ingest), 403, code: "forbidden")
     }
 
+    @Test func theEventKeyAttributeIsFilledWithTheExternalIDOrChecked() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let keyed = """
+            {"app": \(s.app), "name": "KeyedAttributes", "attributes": {"matchId": {"type": "string", "eventKey": true}, "homeTeam": "string"},
+             "contentState": {"homeScore": "int"}}
+            """
+        #expect(await s.harness.send("POST", "/v1/attribute-types", key: s.admin, body: keyed).status == 201)
+        let twoKeys = keyed.replacingOccurrences(of: #""homeTeam": "string""#, with: #""homeTeam": {"type": "string", "eventKey": true}"#)
+            .replacingOccurrences(of: "KeyedAttributes", with: "TwoKeys")
+        let refused = await s.harness.send("POST", "/v1/attribute-types", key: s.admin, body: twoKeys)
+        #expect(refused.status == 422 && refused.errorField == "attributes.homeTeam.eventKey", "\(refused.text)")
+        let fields: [String: JSONValue] = ["attributeType": "KeyedAttributes", "attributes": ["homeTeam": "Arsenal"], "contentState": ["homeScore": 0]]
+        let filled = await s.create("epl-ars-che", fields)
+        #expect(filled.status == 201 && filled.json?["attributes"]?["matchId"] == "epl-ars-che", "\(filled.text)")
+        var given = fields
+        given["attributes"] = ["homeTeam": "Arsenal", "matchId": "epl-liv-eve"]
+        #expect(await s.create("epl-liv-eve", given).status == 201)
+        given["attributes"] = ["homeTeam": "Arsenal", "matchId": "another"]
+        let wrong = await s.create("epl-mci-mun", given)
+        #expect(wrong.status == 422 && wrong.errorField == "attributes.matchId", "\(wrong.text)")
+        #expect(try await s.harness.count("events") == 2)
+    }
+
     @Test func listFiltersAndPages() async throws {
         let s = try await Setup.make()
         defer { s.harness.pool.close() }

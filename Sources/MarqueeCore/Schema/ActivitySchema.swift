@@ -47,11 +47,15 @@ public struct FieldSpec: Sendable, Equatable {
     public var isOptional: Bool
     /// A change of this field makes an `auto` update priority 10.
     public var isSignificant: Bool
+    /// The attribute that names the event (`"eventKey": true`): Marquee fills it with the event's external id,
+    /// so an activity started by a push can tell its app which event it shows (docs/schemas.md#the-event-key).
+    public var isEventKey: Bool
 
-    public init(_ type: FieldType, optional: Bool = false, significant: Bool = false) {
+    public init(_ type: FieldType, optional: Bool = false, significant: Bool = false, eventKey: Bool = false) {
         self.type = type
         self.isOptional = optional
         self.isSignificant = significant
+        self.isEventKey = eventKey
     }
 }
 
@@ -116,6 +120,54 @@ extension ActivityType {
             name: name,
             attributes: try ObjectSchema(json: attributes, at: ["attributes"]),
             contentState: try ObjectSchema(json: contentState, at: ["contentState"]))
+        try checkEventKey()
+    }
+
+    /// The attribute Marquee fills with the event's external id, if the type has one.
+    public var eventKey: String? { attributes.fields.first { $0.spec.isEventKey }?.name }
+
+    /// At most one event key, on a top-level string attribute.
+    private func checkEventKey() throws(SchemaError) {
+        var keys: [String] = []
+        for field in attributes.fields {
+            if field.spec.isEventKey {
+                guard field.spec.type == .string else {
+                    throw SchemaError(path: ["attributes", .key(field.name), "eventKey"], message: "the event key must be a string attribute")
+                }
+                keys.append(field.name)
+            }
+            if case .some(let path) = Self.nestedEventKey(field.spec, at: ["attributes", .key(field.name)]) {
+                throw SchemaError(path: path, message: "eventKey marks a top-level string attribute only")
+            }
+        }
+        if keys.count > 1 {
+            throw SchemaError(path: ["attributes", .key(keys[1]), "eventKey"], message: "only one attribute may be the event key (\(keys[0]) is)")
+        }
+        for field in contentState.fields {
+            let path: JSONPath = ["contentState", .key(field.name)]
+            if field.spec.isEventKey { throw SchemaError(path: path.appending(key: "eventKey"), message: "the event key is an attribute, not content state") }
+            if let nested = Self.nestedEventKey(field.spec, at: path) {
+                throw SchemaError(path: nested, message: "eventKey marks a top-level string attribute only")
+            }
+        }
+    }
+
+    /// The path of an event key inside an object or array spec, if any.
+    private static func nestedEventKey(_ spec: FieldSpec, at path: JSONPath) -> JSONPath? {
+        switch spec.type {
+        case .object(let schema):
+            for field in schema.fields {
+                let fieldPath = path.appending(key: "fields").appending(key: field.name)
+                if field.spec.isEventKey { return fieldPath.appending(key: "eventKey") }
+                if let nested = nestedEventKey(field.spec, at: fieldPath) { return nested }
+            }
+            return nil
+        case .array(let items):
+            if items.isEventKey { return path.appending(key: "items").appending(key: "eventKey") }
+            return nestedEventKey(items, at: path.appending(key: "items"))
+        default:
+            return nil
+        }
     }
 
     /// Parses a schema document from JSON text.
@@ -174,12 +226,12 @@ extension FieldSpec {
             return
         }
         let object = try SchemaReader.object(
-            json, at: path, allowedKeys: ["type", "optional", "significant", "values", "fields", "items"])
+            json, at: path, allowedKeys: ["type", "optional", "significant", "eventKey", "values", "fields", "items"])
         guard let typeName = object["type"]?.stringValue else {
             throw SchemaError(path: path.appending(key: "type"), message: "missing or not a string")
         }
         let type: FieldType
-        var allowed: Set<String> = ["type", "optional", "significant"]
+        var allowed: Set<String> = ["type", "optional", "significant", "eventKey"]
         switch typeName {
         case "enum":
             allowed.insert("values")
@@ -212,12 +264,13 @@ extension FieldSpec {
         self.init(
             type,
             optional: try SchemaReader.flag(object["optional"], at: path.appending(key: "optional")),
-            significant: try SchemaReader.flag(object["significant"], at: path.appending(key: "significant")))
+            significant: try SchemaReader.flag(object["significant"], at: path.appending(key: "significant")),
+            eventKey: try SchemaReader.flag(object["eventKey"], at: path.appending(key: "eventKey")))
     }
 
     /// Shorthand (`"date?"`) when the spec has no more than a scalar type and optionality.
     public var json: JSONValue {
-        if !isSignificant, FieldType.scalarNames[type.name] != nil {
+        if !isSignificant, !isEventKey, FieldType.scalarNames[type.name] != nil {
             return .string(type.name + (isOptional ? "?" : ""))
         }
         var object: JSONObject = ["type": .string(type.name)]
@@ -229,6 +282,7 @@ extension FieldSpec {
         }
         if isOptional { object["optional"] = true }
         if isSignificant { object["significant"] = true }
+        if isEventKey { object["eventKey"] = true }
         return .object(object)
     }
 

@@ -68,9 +68,18 @@ public struct EventRoutes: APIRoutes {
             throw APIError.validation("app \(appID) has no attribute type '\(typeName)'; register it with POST /v1/attribute-types",
                                       field: "attributeType")
         }
-        let attributes = try Self.validated { () throws(ValidationError) in
-            try stored.type.encodeAttributes(body.optional("attributes") ?? [:])
+        var rawAttributes = body.optional("attributes") ?? [:]
+        if let key = stored.type.eventKey, case .object(var object) = rawAttributes {
+            // The event key names the event to an activity started by a push: its external id, filled or checked.
+            switch object[key] {
+            case nil, .some(.null): object[key] = .string(externalID)
+            case .some(.string(externalID)): break
+            case .some: throw APIError.validation("the event key attribute holds the event's externalId '\(externalID)'; omit it or send that",
+                                                  field: "attributes.\(key)")
+            }
+            rawAttributes = .object(object)
         }
+        let attributes = try Self.validated { () throws(ValidationError) in try stored.type.encodeAttributes(rawAttributes) }
         let rawState = try body.required("contentState")
         let state = try Self.validated { () throws(ValidationError) in try stored.type.encodeContentState(rawState) }
         try Self.checkSize(LiveActivityPayload.update(timestamp: Self.unixSeconds(Date()), contentState: state))
