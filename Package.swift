@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "MarqueeCore", targets: ["MarqueeCore"]),
         .library(name: "APNs", targets: ["APNs"]),
         .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
+        .library(name: "MarqueeStore", targets: ["MarqueeStore"]),
     ],
     dependencies: [],
     targets: [

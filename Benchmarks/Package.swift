@@ -30,8 +30,9 @@ let package = Package(
         ], swiftSettings: strict),
 
         // Driver for Scripts/bench service: an open-loop load generator against `marquee serve`.
+        // Also Scripts/bench tokens: registrations at a fixed rate, and an event's audience read in keyset pages.
         .executableTarget(name: "ServiceBench", dependencies: [
-            .product(name: "Postgres", package: "Marquee"), "BenchSupport",
+            .product(name: "Postgres", package: "Marquee"), .product(name: "MarqueeStore", package: "Marquee"), "BenchSupport",
         ], swiftSettings: strict),
 
         // Driver for Scripts/bench pg: the Postgres module against pgbench and psql.

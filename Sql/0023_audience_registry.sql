@@ -1,6 +1,6 @@
 -- 0023_audience_registry: what app backends tell Marquee about their users' devices. An installation is one
--- install of the app (the app's own id for it); it has at most one current push-to-start token, the Live
--- Activities it runs, and what it follows. The start fan-out and per-activity mirroring read these tables.
+-- install of the app (the app's own id for it); it has at most one current push-to-start token (on its row,
+-- so an event's audience is read with one join), the Live Activities it runs, and what it follows. The start fan-out and per-activity mirroring read these tables.
 -- Every row belongs to one app row (bundle id and environment), and refers to the app's events through the
 -- composite keys of 0001, so it can never point at another app's event.
 
@@ -21,41 +21,37 @@ CREATE TABLE installations (
     live_activities_enabled  boolean NOT NULL DEFAULT true,
     -- APNs answered DeviceTokenNotForTopic for a token of this installation: the app's registration is wrong.
     topic_refused_at         timestamptz,
+    -- The one current push-to-start token (app-wide: the same for every attributes type), when it was first
+    -- registered and last sent again (even unchanged). The token it replaced is kept until
+    -- `previous_token_until`, so a late 410 for it is matched to the installation. A token APNs refused
+    -- (BadDeviceToken: not a token of this app's environment) is left out of starts until another is registered.
+    push_to_start_token      text CONSTRAINT installations_push_to_start_token_valid CHECK (push_to_start_token ~ '^[0-9a-f]{64,200}$'),
+    token_registered_at      timestamptz,
+    token_seen_at            timestamptz,
+    previous_token           text CONSTRAINT installations_previous_token_valid CHECK (previous_token ~ '^[0-9a-f]{64,200}$'),
+    previous_token_until     timestamptz,
+    token_refused_reason     text,
+    token_refused_at         timestamptz,
     created_at               timestamptz NOT NULL DEFAULT now(),
     updated_at               timestamptz NOT NULL DEFAULT now(),
     -- The last registration (PUT), whatever it changed.
     registered_at            timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT installations_installation_id_unique UNIQUE (app_id, installation_id),
     CONSTRAINT installations_app_id_unique UNIQUE (app_id, id),
+    CONSTRAINT installations_push_to_start_token_unique UNIQUE (app_id, push_to_start_token),
     CONSTRAINT installations_os_version_parsed
-        CHECK ((os_version IS NULL) = (os_major IS NULL) AND (os_major IS NULL OR (os_minor IS NOT NULL AND os_patch IS NOT NULL)))
+        CHECK ((os_version IS NULL) = (os_major IS NULL) AND (os_major IS NULL OR (os_minor IS NOT NULL AND os_patch IS NOT NULL))),
+    CONSTRAINT installations_token_complete
+        CHECK ((push_to_start_token IS NULL) = (token_registered_at IS NULL) AND (push_to_start_token IS NULL) = (token_seen_at IS NULL)),
+    CONSTRAINT installations_previous_token_complete CHECK ((previous_token IS NULL) = (previous_token_until IS NULL)),
+    CONSTRAINT installations_token_refused_complete
+        CHECK ((token_refused_reason IS NULL) = (token_refused_at IS NULL) AND (token_refused_reason IS NULL OR push_to_start_token IS NOT NULL))
 );
 -- Installation ids are looked up without an app by keys that serve every app (409 when two apps have one).
 CREATE INDEX installations_by_installation_id ON installations (installation_id);
-
--- One current push-to-start token per installation (app-wide: the same for every attributes type). The
--- token it replaced is kept until `previous_until`, so a late 410 for it is matched to the installation.
-CREATE TABLE push_to_start_tokens (
-    installation     bigint PRIMARY KEY,
-    app_id           bigint NOT NULL,
-    token            text NOT NULL CONSTRAINT push_to_start_tokens_token_valid CHECK (token ~ '^[0-9a-f]{64,200}$'),
-    -- When this token was first registered, and last sent again (even unchanged).
-    registered_at    timestamptz NOT NULL,
-    token_seen_at    timestamptz NOT NULL,
-    previous_token   text CONSTRAINT push_to_start_tokens_previous_token_valid CHECK (previous_token ~ '^[0-9a-f]{64,200}$'),
-    previous_until   timestamptz,
-    -- APNs refused the token (BadDeviceToken: not a token of this app's environment); left out of starts
-    -- until another token is registered.
-    refused_reason   text,
-    refused_at       timestamptz,
-    CONSTRAINT push_to_start_tokens_installation_same_app FOREIGN KEY (app_id, installation)
-        REFERENCES installations (app_id, id) ON DELETE CASCADE,
-    CONSTRAINT push_to_start_tokens_token_unique UNIQUE (app_id, token),
-    CONSTRAINT push_to_start_tokens_previous_complete CHECK ((previous_token IS NULL) = (previous_until IS NULL)),
-    CONSTRAINT push_to_start_tokens_refused_complete CHECK ((refused_reason IS NULL) = (refused_at IS NULL))
-);
-CREATE INDEX push_to_start_tokens_previous ON push_to_start_tokens (app_id, previous_token) WHERE previous_token IS NOT NULL;
-CREATE INDEX push_to_start_tokens_seen ON push_to_start_tokens (token_seen_at);
+-- A late 410 names a token that was rotated away; the hourly prune finds tokens not seen for long.
+CREATE INDEX installations_previous_token ON installations (app_id, previous_token) WHERE previous_token IS NOT NULL;
+CREATE INDEX installations_token_seen ON installations (token_seen_at) WHERE push_to_start_token IS NOT NULL;
 
 -- The Live Activities an installation runs, per the app's activity id. `token` activities carry their
 -- update token (devices below iOS 18, or activities started without a channel); `channel` ones listen on

@@ -98,7 +98,7 @@ struct InstallationRegistryTests {
             _ = try await Self.register(harness, "phone", ["pushToStartToken": .string(Self.token("ee"))], key: key)
             // The fan-out's senders call the hygiene operations with APNs' answers.
             let hygiene = TokenHygieneRepository(pool: harness.pool)
-            let seenAt = try await harness.pool.query("SELECT token_seen_at FROM push_to_start_tokens")[0].decode(Date.self, column: "token_seen_at")
+            let seenAt = try await harness.pool.query("SELECT token_seen_at FROM installations")[0].decode(Date.self, column: "token_seen_at")
             let before = Int64(seenAt.timeIntervalSince1970 * 1000) - 5000
             #expect(try await hygiene.refuse(appID: harness.appID, token: Self.token("ee"), kind: .pushToStart,
                                              refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: before)) == .kept)

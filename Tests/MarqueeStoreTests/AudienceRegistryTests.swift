@@ -215,7 +215,7 @@ struct AudienceRegistryTests {
         try await TokenHygieneRepository(pool: fixture.pool).refuse(appID: fixture.appID, token: Self.token("cd"), kind: .pushToStart,
                                                                     refusal: .badDeviceToken)
         #expect(try await installations.erase(installation: phone.id))
-        for table in ["installations", "push_to_start_tokens", "follows", "activities"] {
+        for table in ["installations", "follows", "activities"] {
             #expect(try await fixture.pool.query("SELECT count(*)::bigint AS n FROM \(identifier: table)")[0].decode(Int.self, column: "n") == 0, "\(table)")
         }
         let row = try await fixture.pool.query("SELECT token, installation, encode(token_sha256, 'hex') AS hash FROM token_invalidations")[0]
@@ -230,7 +230,7 @@ struct AudienceRegistryTests {
         let stale = try await register(fixture, "stale", token: Self.token("11")).0
         let fresh = try await register(fixture, "fresh", token: Self.token("12")).0
         try await fixture.pool.execute("""
-            UPDATE push_to_start_tokens SET token_seen_at = now() - interval '61 days' WHERE installation = \(stale.id)
+            UPDATE installations SET token_seen_at = now() - interval '61 days' WHERE id = \(stale.id)
             """)
         #expect(try await TokenHygieneRepository(pool: fixture.pool).prune(notSeenFor: 60 * 86400, batch: 1) == 1)
         #expect(try await installations.record(id: stale.id).pushToStartToken == nil)

@@ -58,7 +58,7 @@ struct InitialSchemaTests {
             """).map { try $0.decode(String.self, column: "name") }
         #expect(tables == ["activities", "api_keys", "app_credential_faults", "apps", "attribute_types", "channels", "deliveries", "events",
                            "follows", "idempotency_keys", "installations", "instance_heartbeats", "leader_leases", "outbox", "purged_update_counts",
-                           "push_to_start_tokens", "schema_migrations", "token_invalidations", "updates"])
+                           "schema_migrations", "token_invalidations", "updates"])
         let file = try String(contentsOf: TestDatabase.repositoryRoot.appendingPathComponent("Sql/0001_init.sql"), encoding: .utf8)
         let matches = try await pool.query("""
             SELECT checksum = encode(sha256(convert_to(\(file), 'UTF8')), 'hex') AS same

@@ -15,10 +15,20 @@
 //   ServiceBench --port P --admin-key K --ingest-key K --app ID --database-url URL --serve-pid PID
 //                [--events 1000] [--updates 60] [--rate 1000] [--connections 32] [--simulator-log FILE]
 //                [--samples FILE]   (one CSV line per update: when due, sent, answered and delivered)
+//   ServiceBench tokens ...              Scripts/bench tokens (TokensBench.swift)
 import BenchSupport
 import Foundation
 import Postgres
 import Synchronization
+
+if CommandLine.arguments.dropFirst().first == "tokens" {
+    do {
+        exit(try await TokensBench(Flags(CommandLine.arguments.dropFirst(2))).run() ? 0 : 1)
+    } catch {
+        FileHandle.standardError.write(Data("ServiceBench tokens: \(error)\n".utf8))
+        exit(2)
+    }
+}
 
 do {
     let settings = try ServiceBenchSettings(Flags(CommandLine.arguments.dropFirst()))

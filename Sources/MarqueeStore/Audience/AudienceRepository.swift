@@ -27,10 +27,9 @@ public struct AudienceRepository: Sendable {
         ),
         page AS (SELECT installation FROM followers ORDER BY installation LIMIT \(limit))
         SELECT p.installation, i.installation_id, i.live_activities_enabled, i.os_major, i.os_minor, i.os_patch,
-               t.token, t.refused_reason
+               i.push_to_start_token, i.token_refused_reason
         FROM page p
         JOIN installations i ON i.id = p.installation
-        LEFT JOIN push_to_start_tokens t ON t.installation = p.installation
         ORDER BY p.installation
         """
     }
@@ -44,8 +43,8 @@ public struct AudienceRepository: Sendable {
         for row in rows {
             let installation: Int = try row.decode(column: "installation")
             last = installation
-            guard try row.decode(Bool.self, column: "live_activities_enabled"), let token = try row.decode(String?.self, column: "token"),
-                  try row.decode(String?.self, column: "refused_reason") == nil else { continue }
+            guard try row.decode(Bool.self, column: "live_activities_enabled"), let token = try row.decode(String?.self, column: "push_to_start_token"),
+                  try row.decode(String?.self, column: "token_refused_reason") == nil else { continue }
             let version: OSVersion? = if let major = try row.decode(Int?.self, column: "os_major") {
                 OSVersion(major: major, minor: try row.decode(column: "os_minor"), patch: try row.decode(column: "os_patch"))
             } else { nil }
@@ -60,9 +59,10 @@ public struct AudienceRepository: Sendable {
         var stats = AudienceStats()
         for row in try await pool.query("""
             SELECT i.app_id, i.os_major, i.live_activities_enabled AS enabled,
-                   CASE WHEN t.installation IS NULL THEN 'none' WHEN t.refused_reason IS NOT NULL THEN 'refused' ELSE 'current' END AS token,
+                   CASE WHEN i.push_to_start_token IS NULL THEN 'none' WHEN i.token_refused_reason IS NOT NULL THEN 'refused'
+                        ELSE 'current' END AS token,
                    EXISTS (SELECT 1 FROM follows f WHERE f.installation = i.id) AS follows, count(*)::bigint AS n
-            FROM installations i LEFT JOIN push_to_start_tokens t ON t.installation = i.id
+            FROM installations i
             WHERE \(appID)::bigint IS NULL OR i.app_id = \(appID)
             GROUP BY 1, 2, 3, 4, 5
             """) {

@@ -74,7 +74,7 @@ public struct InstallationRepository: Sendable {
                 }
                 return (try await Self.record(id: id, on: tx), created)
             }
-        } catch let error as PostgresError where error.sqlState == .uniqueViolation && error.constraint == "push_to_start_tokens_token_unique" {
+        } catch let error as PostgresError where error.sqlState == .uniqueViolation && error.constraint == "installations_push_to_start_token_unique" {
             throw AudienceError.tokenContended
         }
     }
@@ -83,26 +83,32 @@ public struct InstallationRepository: Sendable {
     /// it, and kept (seen again) when unchanged.
     private static func storeToken(_ token: String, installation: Int, appID: Int, retention: TimeInterval, on tx: PostgresConnection) async throws {
         try await tx.execute("""
-            DELETE FROM push_to_start_tokens WHERE app_id = \(appID) AND token = \(token) AND installation <> \(installation)
+            UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
+                                     token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
+            WHERE app_id = \(appID) AND push_to_start_token = \(token) AND id <> \(installation)
             """)
         try await tx.execute("""
-            INSERT INTO push_to_start_tokens AS p (installation, app_id, token, registered_at, token_seen_at)
-            VALUES (\(installation), \(appID), \(token), now(), now())
-            ON CONFLICT (installation) DO UPDATE SET
-                previous_token = CASE WHEN p.token = EXCLUDED.token THEN p.previous_token ELSE p.token END,
-                previous_until = CASE WHEN p.token = EXCLUDED.token THEN p.previous_until
-                                      ELSE now() + make_interval(secs => \(retention)::double precision) END,
-                registered_at = CASE WHEN p.token = EXCLUDED.token THEN p.registered_at ELSE EXCLUDED.registered_at END,
-                refused_reason = CASE WHEN p.token = EXCLUDED.token THEN p.refused_reason END,
-                refused_at = CASE WHEN p.token = EXCLUDED.token THEN p.refused_at END,
-                token = EXCLUDED.token, token_seen_at = EXCLUDED.token_seen_at
+            UPDATE installations SET
+                previous_token = CASE WHEN push_to_start_token IS NULL OR push_to_start_token = \(token) THEN previous_token
+                                      ELSE push_to_start_token END,
+                previous_token_until = CASE WHEN push_to_start_token IS NULL OR push_to_start_token = \(token) THEN previous_token_until
+                                            ELSE now() + make_interval(secs => \(retention)::double precision) END,
+                token_registered_at = CASE WHEN push_to_start_token = \(token) THEN token_registered_at ELSE now() END,
+                token_refused_reason = CASE WHEN push_to_start_token = \(token) THEN token_refused_reason END,
+                token_refused_at = CASE WHEN push_to_start_token = \(token) THEN token_refused_at END,
+                push_to_start_token = \(token), token_seen_at = now()
+            WHERE id = \(installation)
             """)
     }
 
     /// Clears the installation's push-to-start token (the app turned push-to-start off); returns whether it had one.
     @discardableResult
     public func clearPushToStartToken(installation: Int) async throws -> Bool {
-        try await pool.execute("DELETE FROM push_to_start_tokens WHERE installation = \(installation)") > 0
+        try await pool.execute("""
+            UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
+                                     token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
+            WHERE id = \(installation) AND push_to_start_token IS NOT NULL
+            """) > 0
     }
 
     /// Erases the installation: its tokens, follows and activities. Its invalidations keep only the token's hash.
@@ -123,16 +129,16 @@ public struct InstallationRepository: Sendable {
         guard let row = try await connection.query("""
             SELECT i.id, i.app_id, i.installation_id, i.os_version, i.os_major, i.os_minor, i.os_patch, i.app_build, i.locale,
                    i.frequent_pushes_enabled, i.live_activities_enabled, i.topic_refused_at, i.created_at, i.updated_at, i.registered_at,
-                   t.token, t.registered_at AS token_registered_at, t.token_seen_at, t.previous_token, t.previous_until,
-                   t.refused_reason, t.refused_at
-            FROM installations i LEFT JOIN push_to_start_tokens t ON t.installation = i.id
+                   i.push_to_start_token, i.token_registered_at, i.token_seen_at, i.previous_token, i.previous_token_until,
+                   i.token_refused_reason, i.token_refused_at
+            FROM installations i
             WHERE i.id = \(id)
             """).first else { throw AudienceError.installationNotFound("\(id)") }
-        let token: StoredPushToStartToken? = if let text = try row.decode(String?.self, column: "token") {
+        let token: StoredPushToStartToken? = if let text = try row.decode(String?.self, column: "push_to_start_token") {
             StoredPushToStartToken(token: text, registeredAt: try row.decode(column: "token_registered_at"),
                                    seenAt: try row.decode(column: "token_seen_at"), previousToken: try row.decode(column: "previous_token"),
-                                   previousUntil: try row.decode(column: "previous_until"), refusedReason: try row.decode(column: "refused_reason"),
-                                   refusedAt: try row.decode(column: "refused_at"))
+                                   previousUntil: try row.decode(column: "previous_token_until"),
+                                   refusedReason: try row.decode(column: "token_refused_reason"), refusedAt: try row.decode(column: "token_refused_at"))
         } else { nil }
         let version: OSVersion? = if let major = try row.decode(Int?.self, column: "os_major") {
             OSVersion(major: major, minor: try row.decode(column: "os_minor"), patch: try row.decode(column: "os_patch"))

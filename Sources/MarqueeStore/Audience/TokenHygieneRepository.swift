@@ -38,17 +38,21 @@ public struct TokenHygieneRepository: Sendable {
     private static func refusePushToStart(appID: Int, token: String, refusal: TokenRefusal,
                                           on tx: PostgresConnection) async throws -> (Int?, InvalidationOutcome) {
         if let row = try await tx.query("""
-            SELECT installation, token_seen_at FROM push_to_start_tokens WHERE app_id = \(appID) AND token = \(token) FOR UPDATE
+            SELECT id, token_seen_at FROM installations WHERE app_id = \(appID) AND push_to_start_token = \(token) FOR UPDATE
             """).first {
-            let installation: Int = try row.decode(column: "installation")
+            let installation: Int = try row.decode(column: "id")
             let outcome = refusal.outcome(tokenSeenAt: try row.decode(Date.self, column: "token_seen_at"))
             switch outcome {
             case .invalidated:
-                try await tx.execute("DELETE FROM push_to_start_tokens WHERE installation = \(installation)")
+                try await tx.execute("""
+                    UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
+                                             token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
+                    WHERE id = \(installation)
+                    """)
             case .refused:
                 try await tx.execute("""
-                    UPDATE push_to_start_tokens SET refused_reason = \(refusal.reason), refused_at = coalesce(refused_at, now())
-                    WHERE installation = \(installation)
+                    UPDATE installations SET token_refused_reason = \(refusal.reason), token_refused_at = coalesce(token_refused_at, now())
+                    WHERE id = \(installation)
                     """)
             case .kept, .unmatched:
                 break
@@ -57,9 +61,9 @@ public struct TokenHygieneRepository: Sendable {
         }
         // A token already rotated away: nothing current changes, but the record names its installation.
         let previous = try await tx.query("""
-            SELECT installation FROM push_to_start_tokens WHERE app_id = \(appID) AND previous_token = \(token) LIMIT 1
+            SELECT id FROM installations WHERE app_id = \(appID) AND previous_token = \(token) LIMIT 1
             """).first
-        return (try previous?.decode(Int.self, column: "installation"), .unmatched)
+        return (try previous?.decode(Int.self, column: "id"), .unmatched)
     }
 
     private static func refuseActivityToken(appID: Int, token: String, refusal: TokenRefusal,
@@ -87,16 +91,19 @@ public struct TokenHygieneRepository: Sendable {
         var removed = 0
         for _ in 0..<statements {
             let count = try await pool.execute("""
-                DELETE FROM push_to_start_tokens WHERE installation IN (
-                    SELECT installation FROM push_to_start_tokens
-                    WHERE token_seen_at < now() - make_interval(secs => \(maxAge)::double precision) LIMIT \(batch))
+                UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
+                                         token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
+                WHERE id IN (
+                    SELECT id FROM installations
+                    WHERE push_to_start_token IS NOT NULL AND token_seen_at < now() - make_interval(secs => \(maxAge)::double precision)
+                    LIMIT \(batch))
                 """)
             removed += count
             if count < batch { break }
         }
         try await pool.execute("""
-            UPDATE push_to_start_tokens SET previous_token = NULL, previous_until = NULL
-            WHERE previous_until IS NOT NULL AND previous_until < now()
+            UPDATE installations SET previous_token = NULL, previous_token_until = NULL
+            WHERE previous_token IS NOT NULL AND previous_token_until < now()
             """)
         return removed
     }
