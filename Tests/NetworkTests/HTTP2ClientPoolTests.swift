@@ -85,9 +85,11 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
         let peer = try await ClientNginx.start(requestsPerConnection: 10)
         let harness = try PoolHarness(.init(connectionsPerKey: 1))
         let results = await clientBurst(100) { _ throws(NetworkError) in
-            try await harness.pool.send(HTTPRequest(method: "GET", path: "/"), to: peer.origin, key: "k", timeout: .seconds(30))
+            // Generous: the test is about which requests are retried, and on a loaded 2-core machine 100 of them
+            // through ten connections in turn once took longer than 30 s.
+            try await harness.pool.send(HTTPRequest(method: "GET", path: "/"), to: peer.origin, key: "k", timeout: .seconds(120))
         }
-        #expect(results.allSatisfy { (try? $0.get().status) == 200 })
+        #expect(results.allSatisfy { (try? $0.get().status) == 200 }, "\(results.filter { (try? $0.get().status) != 200 })")
         await harness.stop()
         let goAways = harness.events.filter { if case .goAway = $0.event { true } else { false } }
         #expect(goAways.count >= 9)
