@@ -11,22 +11,39 @@ enum KeyCommands {
 
     static let create = Command(
         "create", summary: "Create an API key and print it (once).",
-        discussion: "Scopes: ingest (feed ingesters), tokens (app backends), admin (everything). The key is shown only now; store it in a secret store.",
+        discussion: """
+            Scopes: ingest (feed ingesters), tokens (app backends), admin (everything). With --app the key sees only that
+            app's events and installations: give each app's backend a tokens key of its own. The key is shown only now;
+            store it in a secret store.
+            """,
         arguments: [
             Database.option,
             .option("scope", value: "SCOPE", help: "What the key may do (repeatable).", required: true,
                     choices: APIScope.allCases.map(\.rawValue), repeatable: true),
             .option("name", value: "NAME", help: "A label for the key, e.g. who uses it.", default: "unnamed"),
+            .option("app", value: "ID", help: "Limit the key to one app (marquee app list); default: every app."),
         ]
     ) { arguments in
         let scopes = Array(Set(arguments.strings("scope"))).sorted()
+        var app: Int?
+        if let text = arguments.string("app") {
+            guard let id = Int(text), id > 0 else {
+                throw UsageError("--app takes an app id, a positive whole number (see 'marquee app list')", field: "app",
+                                 commandPath: arguments.commandPath)
+            }
+            app = id
+        }
         let name = try arguments.required("name")
         guard !name.isEmpty, name.count <= 200 else {
             throw UsageError("--name takes 1 to 200 characters", commandPath: arguments.commandPath)
         }
         let key = NewAPIKey.generate()
-        let stored = try await Database.withPool(arguments) { pool in
-            try await APIKeyRepository(pool: pool).create(keyID: key.id, name: name, scopes: scopes, salt: key.salt, hash: key.hash)
+        let stored = try await Database.withPool(arguments) { [app] pool in
+            if let app, try await AppRepository(pool: pool).find(id: app) == nil {
+                throw CommandFailure("no app with id \(app)", exitCode: .failure, code: "not_found", field: "app")
+            }
+            return try await APIKeyRepository(pool: pool).create(keyID: key.id, name: name, scopes: scopes, salt: key.salt, hash: key.hash,
+                                                                 appID: app)
         }
         var json = keyJSON(stored).objectValue ?? [:]
         json["key"] = .string(key.text)
@@ -42,9 +59,9 @@ enum KeyCommands {
             try await APIKeyRepository(pool: pool).list(includeRevoked: !arguments.flag("active"))
         }
         Terminal.emit(arguments, text: Terminal.table(
-            ["ID", "NAME", "SCOPES", "CREATED", "LAST USED", "REVOKED"],
+            ["ID", "NAME", "SCOPES", "APP", "CREATED", "LAST USED", "REVOKED"],
             keys.map { key in
-                [key.keyID, key.name, key.scopes.joined(separator: ","), key.createdAt.ISO8601Format(),
+                [key.keyID, key.name, key.scopes.joined(separator: ","), key.appID.map(String.init) ?? "all", key.createdAt.ISO8601Format(),
                  key.lastUsedAt?.ISO8601Format() ?? "-", key.revokedAt?.ISO8601Format() ?? "-"]
             }), json: ["keys": .array(keys.map(keyJSON))])
     }
@@ -69,6 +86,7 @@ enum KeyCommands {
             "id": .string(key.keyID),
             "name": .string(key.name),
             "scopes": .array(key.scopes.map(JSONValue.string)),
+            "app": key.appID.map { .int(Int64($0)) } ?? .null,
             "createdAt": .string(key.createdAt.ISO8601Format()),
             "lastUsedAt": key.lastUsedAt.map { .string($0.ISO8601Format()) } ?? .null,
             "revokedAt": key.revokedAt.map { .string($0.ISO8601Format()) } ?? .null,

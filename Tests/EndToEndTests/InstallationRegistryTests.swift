@@ -42,6 +42,14 @@ struct InstallationRegistryTests {
             #expect(try await harness.api("DELETE", "/v1/installations/phone-1-reinstalled/push-to-start-token", key: key).status == 204)
             #expect(try await harness.api("GET", "/v1/installations/phone-1-reinstalled", key: key).json["pushToStartToken"] == .null)
             #expect(try await harness.metric("marquee_installation_registrations_total", ["outcome": "created"]) == 2)
+            // A key bound to the app: it needs no ?app= and may name no other app.
+            let bound = try await MarqueeProcess.run(["key", "create", "--scope", "tokens", "--app", "\(harness.appID)", "--json"],
+                                                     databaseURL: harness.databaseURL)
+            let boundKey = try #require(try JSONValue(parsing: bound.stdout)["key"]?.stringValue, "\(bound.stderr)")
+            #expect(try JSONValue(parsing: bound.stdout)["app"] == .int(Int64(harness.appID)))
+            #expect(try await harness.api("GET", "/v1/installations/phone-1", key: boundKey).status == 200)
+            #expect(try await harness.api("GET", "/v1/installations/phone-1?app=\(harness.appID + 1)", key: boundKey).status == 422)
+            #expect(try await MarqueeProcess.run(["key", "create", "--scope", "tokens", "--app", "999"], databaseURL: harness.databaseURL).status == 1)
             // The operator's view, straight from the database.
             let shown = try await MarqueeProcess.run(["installation", "show", "phone-1", "--app", "\(harness.appID)", "--json"],
                                                      databaseURL: harness.databaseURL)
