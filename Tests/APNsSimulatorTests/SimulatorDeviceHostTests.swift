@@ -88,6 +88,27 @@ import Testing
         try #require(simulator.engine.devices.device(id, at: simulator.engine.clock.now))
     }
 
+    @Test func deviceFlagsParseIntoAConfiguration() throws {
+        let configuration = try #require(try SimulatorConfiguration.parse(arguments: [
+            "--devices", "devices.json", "--device-starts-per-hour", "3", "--activity-max-duration", "90s", "--event-key", "MatchAttributes=matchId",
+            "--app-backend", "http://127.0.0.1:8080", "--api-key", "mq_1_x", "--app-id", "7", "--drop-answers", "0.25", "--device-report", "r.json",
+        ]))
+        #expect(configuration.devicesFile == "devices.json" && configuration.deviceRules.startsPerHour == 3)
+        #expect(configuration.deviceRules.activityMaxDuration == 90 && configuration.eventKeys == ["MatchAttributes": "matchId"])
+        #expect(configuration.appBackend == SimulatorAppBackend(url: "http://127.0.0.1:8080", apiKey: "mq_1_x", appID: "7"))
+        #expect(configuration.faults.dropAnswers == 0.25 && configuration.deviceReportFile == "r.json")
+        let defaults = try #require(try SimulatorConfiguration.parse(arguments: []))
+        #expect(defaults.deviceRules.startsPerHour == 8 && defaults.deviceRules.activityMaxDuration == 8 * 3_600 && defaults.appBackend == nil)
+        #expect(try SimulatorConfiguration.parse(arguments: ["--activity-max-duration", "8h"])?.deviceRules.activityMaxDuration == 8 * 3_600)
+        #expect(try SimulatorConfiguration.parse(arguments: ["--activity-max-duration", "30m"])?.deviceRules.activityMaxDuration == 1_800)
+        #expect(SimulatorConfiguration.helpText.contains("--device-starts-per-hour") && SimulatorConfiguration.helpText.contains("--drop-answers"))
+        for bad in [["--app-backend", "http://x"], ["--api-key", "k"], ["--app-id", "7"], ["--app-backend", "ftp://x", "--api-key", "k"],
+                    ["--activity-max-duration", "soon"], ["--activity-max-duration", "0s"], ["--event-key", "Type"], ["--drop-answers", "2"],
+                    ["--device-starts-per-hour", "-1"], ["--app-id", "seven", "--app-backend", "http://x", "--api-key", "k"]] {
+            #expect(throws: SimulatorConfigurationError.self, "\(bad)") { try SimulatorConfiguration.parse(arguments: bad) }
+        }
+    }
+
     @Test func startsFollowEachDevicesOSVersion() async throws {
         let folder = SimulatorHostTests.stateFolder()
         defer { try? FileManager.default.removeItem(atPath: folder) }
