@@ -8,6 +8,7 @@
 import Foundation
 import MarqueeCore
 import Network
+import Synchronization
 
 /// Where the simulated devices' app backend registers activities, and as whom.
 public struct SimulatorAppBackend: Sendable, Hashable {
@@ -56,7 +57,9 @@ final class ActivityRegistrar: Sendable {
     private let devices: SimulatedDevices
     private let logger: Logger?
     private let clients: [HTTP1Client]
-    private let queue: AsyncStream<ActivityRegistration>.Continuation
+    /// One queue per worker (an AsyncStream has one consumer), filled in turn.
+    private let queues: [AsyncStream<ActivityRegistration>.Continuation]
+    private let nextQueue = Atomic<Int>(0)
     private let workers: [Task<Void, Never>]
 
     init(backend: SimulatorAppBackend, devices: SimulatedDevices, group: EventLoopGroup, logger: Logger?) throws(SimulatorConfigurationError) {
@@ -72,10 +75,11 @@ final class ActivityRegistrar: Sendable {
             throw SimulatorConfigurationError("--app-backend \(backend.url): \(error)")
         }
         self.clients = clients
-        let (stream, continuation) = AsyncStream<ActivityRegistration>.makeStream()
-        queue = continuation
+        var queues: [AsyncStream<ActivityRegistration>.Continuation] = []
         var workers: [Task<Void, Never>] = []
         for client in clients {
+            let (stream, continuation) = AsyncStream<ActivityRegistration>.makeStream()
+            queues.append(continuation)
             workers.append(Task { [backend, devices, logger] in
                 for await registration in stream {
                     let result = await Self.register(registration, client: client, backend: backend, devices: devices, logger: logger)
@@ -83,17 +87,21 @@ final class ActivityRegistrar: Sendable {
                 }
             })
         }
+        self.queues = queues
         self.workers = workers
     }
 
     /// Queues registrations; returns at once.
     func submit(_ actions: [DeviceAction]) {
-        for case .registerActivity(let registration) in actions { queue.yield(registration) }
+        for case .registerActivity(let registration) in actions {
+            let turn = nextQueue.wrappingAdd(1, ordering: .relaxed).oldValue
+            queues[(turn & Int.max) % queues.count].yield(registration)
+        }
     }
 
     /// Sends what is queued, for up to `grace`, then stops the workers and closes the connections.
     func shutdown(grace: Duration = .seconds(3)) async {
-        queue.finish()
+        for queue in queues { queue.finish() }
         let workers = self.workers
         let timer = Task {
             try? await Task.sleep(for: grace)
