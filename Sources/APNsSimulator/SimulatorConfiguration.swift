@@ -120,6 +120,7 @@ extension SimulatorConfiguration {
           --p8 FILE --key-id ID --team-id ID   the trusted signing key instead of a generated one
           --loops N                event-loop threads (default 1)
           --drop-answers R         share of accepted requests acted on and then reset (RST_STREAM) unanswered
+          --help                   this text
 
         Devices (none by default; with none, nothing of this costs anything):
           --devices FILE           simulated devices: {"devices": [{"pushToStartToken": "<hex>", "osVersion": "18.1",
@@ -129,7 +130,8 @@ extension SimulatorConfiguration {
                                    input-push-channel, or mints a token for input-push-token: 1. Only a newer
                                    aps.timestamp is shown; broadcasts and pushes to minted tokens update and end.
           --device-starts-per-hour N   starts a device accepts per hour; past it a start answers 200 and is
-                                   ignored and counted (default 8: a guess from developers' reports, not Apple's)
+                                   ignored and counted (default 8: a guess from developers' reports, the same
+                                   as Marquee's own limit, so testing one against the other proves consistency only)
           --activity-max-duration D    the system ends an activity after D: 90s, 30m, 8h (default 8h)
           --event-key TYPE=ATTR    the attribute naming the event of an attributes type (repeatable)
           --app-backend URL --api-key KEY [--app-id N]
@@ -138,7 +140,7 @@ extension SimulatorConfiguration {
           --device-report FILE     write the device report there at exit
         Control routes for devices: POST /devices, GET /devices (every device, per event: activities,
         duplicates, newest state, pushes after an end), GET /devices/<token or installation id>, DELETE /devices.
-          --help                   this text
+        More in docs/simulator.md.
         """
 
     /// Reads `marquee simulator` flags (without the command name). Returns nil for `--help`.
