@@ -283,10 +283,10 @@ public struct SimulatedDevice: Sendable, Equatable {
     }
 
     /// A push to the push-to-start token. `channelExists` says whether `input-push-channel` names a live channel
-    /// of the push's app; `identity` is used if an activity starts.
+    /// of the push's app; `identity` is called once if an activity starts (ignored starts draw no ids).
     public mutating func receiveStart(
-        _ push: LiveActivityPushContent, channelExists: Bool, identity: NewActivityIdentity, rules: SimulatedDeviceRules,
-        now: Date
+        _ push: LiveActivityPushContent, channelExists: Bool, identity makeIdentity: () -> NewActivityIdentity,
+        rules: SimulatedDeviceRules, now: Date
     ) -> DeviceReaction {
         advance(to: now)
         if let reason = reasonToIgnore(push, channelExists: channelExists, rules: rules, now: now) {
@@ -297,6 +297,7 @@ public struct SimulatedDevice: Sendable, Equatable {
             return DeviceReaction(outcomes: [.startIgnored(.incomplete)])  // checked above; kept for the compiler
         }
         recentStarts.append(now)
+        let identity = makeIdentity()
         // Below iOS 18 a started activity always gets an update token (pushTokenUpdates). From 18 the start says:
         // `input-push-channel` joins the channel, `input-push-token: 1` asks for a token. A start carrying both is
         // not described by Apple; ActivityKit's PushType is one or the other, and here the channel wins.
@@ -385,6 +386,13 @@ public struct SimulatedDevice: Sendable, Equatable {
             if activity.state == .ended, let dismissal = activity.dismissesAt, dismissal <= now { activity.state = .dismissed }
             if activity != activities[index] { activities[index] = activity }
         }
+    }
+
+    /// `receiveStart` with ids drawn beforehand.
+    public mutating func receiveStart(
+        _ push: LiveActivityPushContent, channelExists: Bool, identity: NewActivityIdentity, rules: SimulatedDeviceRules, now: Date
+    ) -> DeviceReaction {
+        receiveStart(push, channelExists: channelExists, identity: { identity }, rules: rules, now: now)
     }
 
     /// The answer of the app's backend to the registration of `activityID`.

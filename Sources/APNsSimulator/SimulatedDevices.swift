@@ -144,10 +144,12 @@ public final class SimulatedDevices: Sendable {
     ) -> DeviceReaction {
         state.withLock { state in
             if let index = state.byPushToStartToken[token] {
-                let identity = NewActivityIdentity(
-                    activityID: Self.activityID(&state.random), updateToken: Self.updateToken(&state.random))
+                var random = state.random
                 let reaction = state.devices[index].receiveStart(
-                    push, channelExists: channelExists, identity: identity, rules: rules, now: now)
+                    push, channelExists: channelExists,
+                    identity: { NewActivityIdentity(activityID: Self.activityID(&random), updateToken: Self.updateToken(&random)) },
+                    rules: rules, now: now)
+                state.random = random
                 guard case .started(let id)? = reaction.outcomes.first,
                       let activity = state.devices[index].activities.last, activity.id == id else { return reaction }
                 switch activity.updatePath {
@@ -218,25 +220,34 @@ public final class SimulatedDevices: Sendable {
 
     /// An upper-case UUID, as ActivityKit's `Activity.id` reads.
     private static func activityID(_ random: inout SeededRandom) -> String {
-        let digits = Array("0123456789ABCDEF")
-        var text = ""
-        text.reserveCapacity(36)
-        for index in 0..<32 {
-            if index == 8 || index == 12 || index == 16 || index == 20 { text.append("-") }
-            var nibble = Int(random.next() & 0xF)
-            if index == 12 { nibble = 4 }  // version 4
-            if index == 16 { nibble = 8 | (nibble & 3) }  // RFC 4122 variant
-            text.append(digits[nibble])
+        var nibbles: [UInt8] = []
+        nibbles.reserveCapacity(32)
+        for word in [random.next(), random.next()] {
+            for shift in stride(from: 60, through: 0, by: -4) { nibbles.append(UInt8((word >> UInt64(shift)) & 0xF)) }
         }
-        return text
+        nibbles[12] = 4  // version 4
+        nibbles[16] = 8 | (nibbles[16] & 3)  // RFC 4122 variant
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(36)
+        for (index, nibble) in nibbles.enumerated() {
+            if index == 8 || index == 12 || index == 16 || index == 20 { bytes.append(UInt8(ascii: "-")) }
+            bytes.append(nibble < 10 ? 0x30 + nibble : 0x41 + nibble - 10)
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// 32 random bytes in lowercase hex, like a device's token.
     private static func updateToken(_ random: inout SeededRandom) -> String {
-        var text = ""
-        text.reserveCapacity(64)
-        for _ in 0..<4 { text += String(format: "%016llx", random.next()) }
-        return text
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(64)
+        for _ in 0..<4 {
+            let word = random.next()
+            for shift in stride(from: 60, through: 0, by: -4) {
+                let nibble = UInt8((word >> UInt64(shift)) & 0xF)
+                bytes.append(nibble < 10 ? 0x30 + nibble : 0x61 + nibble - 10)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 
