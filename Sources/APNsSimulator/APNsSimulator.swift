@@ -1,7 +1,8 @@
 // The simulator host: the engine behind two HTTP/2-over-TLS listeners (push and management) that answer as
 // Apple's hosts do, and a control listener (plain HTTP/1.1) for what only a simulator is asked, with its
 // certificates, trusted key and channels in a state folder. The engine decides everything; the host only
-// keeps one engine state per connection and applies the engine's connection actions and delays.
+// keeps one engine state per connection and applies the engine's connection actions, delays and dropped answers,
+// and hands the simulated devices' registrations to their app backend (ActivityRegistrar).
 import Foundation
 import MarqueeCore
 import Network
@@ -20,22 +21,47 @@ public final class APNsSimulator: Sendable {
     private let control: HTTP1Server
     private let group: EventLoopGroup
     private let writer: ChannelFileWriter
+    private let registrar: ActivityRegistrar?
+    private let clock: any WallClock
+    private let logger: Logger?
 
-    /// Prepares the state folder, loads the channels and starts both listeners. File work runs on a thread of its own.
+    /// Prepares the state folder, loads the channels and the devices and starts the listeners. File work runs on a
+    /// thread of its own.
     public static func start(
         configuration: SimulatorConfiguration, clock: any WallClock = SystemWallClock(), logger: Logger? = nil
     ) async throws -> APNsSimulator {
         try configuration.validate()
-        let (files, trustedKey, channels, tls) = try await offThePool {
-            () throws -> (SimulatorFiles, SimulatorTrustedKey, [SimulatorChannel], TLSServerContext) in
+        let (files, trustedKey, channels, tls, deviceSpecs) = try await offThePool {
+            () throws -> (SimulatorFiles, SimulatorTrustedKey, [SimulatorChannel], TLSServerContext, [SimulatedDeviceSpec]) in
             let files = try SimulatorFiles.prepare(configuration)
             let tls = try TLSServerContext(certificateChainFile: files.certificateFile, privateKeyFile: files.certificateKeyFile)
-            return (files, try files.trustedKey(), try files.loadChannels(), tls)
+            var specs: [SimulatedDeviceSpec] = []
+            if let file = configuration.devicesFile {
+                guard let data = FileManager.default.contents(atPath: file) else { throw SimulatorStateError("cannot read --devices \(file)") }
+                do { specs = try SimulatedDeviceSpec.parse(Array(data)) } catch {
+                    throw SimulatorStateError("--devices \(file): \(error)")
+                }
+            }
+            return (files, try files.trustedKey(), try files.loadChannels(), tls, specs)
+        }
+        let group = EventLoopGroup(loopCount: configuration.loopCount, name: "apns-simulator")
+        let devices = SimulatedDevices(configuration: configuration)
+        devices.add(deviceSpecs)
+        let registrar: ActivityRegistrar?
+        do {
+            registrar = try configuration.appBackend.map { backend throws(SimulatorConfigurationError) in
+                try ActivityRegistrar(backend: backend, devices: devices, group: group, logger: logger)
+            }
+        } catch {
+            await offThePool { group.shutdown() }
+            throw error
         }
         let writer = ChannelFileWriter(files: files, logger: logger)
+        var deviceActions: (@Sendable ([DeviceAction]) -> Void)?
+        if let registrar { deviceActions = { actions in registrar.submit(actions) } }
         let engine = SimulatorEngine(
-            configuration: configuration, trustedKeys: [trustedKey], clock: clock, logger: logger,
-            channelsChanged: { writer.channelsChanged() })
+            configuration: configuration, trustedKeys: [trustedKey], clock: clock, logger: logger, devices: devices,
+            channelsChanged: { writer.channelsChanged() }, deviceActions: deviceActions)
         engine.restoreChannels(channels)
         writer.attach(engine)
 
@@ -47,7 +73,6 @@ public final class APNsSimulator: Sendable {
         serverConfiguration.shutdownGracePeriod = .seconds(2)
         // APNs keeps idle connections for a long time and asks for a PING after about an hour (docs/apns.md#http2).
         serverConfiguration.idleTimeout = .seconds(2 * 3_600)
-        let group = EventLoopGroup(loopCount: configuration.loopCount, name: "apns-simulator")
         var servers: [HTTP2Server] = []
         let control: HTTP1Server
         do {
@@ -64,17 +89,19 @@ public final class APNsSimulator: Sendable {
                 handler: SimulatorControlHandler(routes: SimulatorControlRoutes(engine: engine)))
         } catch {
             for server in servers { await server.shutdown() }
+            await registrar?.shutdown(grace: .zero)
             await offThePool { group.shutdown() }
             throw error
         }
         return APNsSimulator(
             configuration: configuration, engine: engine, files: files, servers: servers, control: control, group: group,
-            writer: writer)
+            writer: writer, registrar: registrar, clock: clock, logger: logger)
     }
 
     private init(
         configuration: SimulatorConfiguration, engine: SimulatorEngine, files: SimulatorFiles, servers: [HTTP2Server],
-        control: HTTP1Server, group: EventLoopGroup, writer: ChannelFileWriter
+        control: HTTP1Server, group: EventLoopGroup, writer: ChannelFileWriter, registrar: ActivityRegistrar?,
+        clock: any WallClock, logger: Logger?
     ) {
         self.configuration = configuration
         self.engine = engine
@@ -83,6 +110,9 @@ public final class APNsSimulator: Sendable {
         self.control = control
         self.group = group
         self.writer = writer
+        self.registrar = registrar
+        self.clock = clock
+        self.logger = logger
         pushPort = servers[0].port
         managementPort = servers[1].port
         controlPort = control.port
@@ -114,21 +144,37 @@ public final class APNsSimulator: Sendable {
             "APNs simulator (\(configuration.environment.rawValue))",
             "  push:        \(pushURL)",
             "  management:  \(managementURL)",
-            "  control:     \(controlURL) (GET /status, POST /rejections, POST /invalid-tokens/<hex>, DELETE /records)",
+            "  control:     \(controlURL) (GET /status, POST /rejections, POST /invalid-tokens/<hex>, DELETE /records,",
+            "               POST /devices, GET /devices, GET /devices/<token or installation id>, DELETE /devices)",
             "  signing key: \(files.signingKeyFile) (key id \(files.keyID), team id \(files.teamID))",
             "  certificate: \(files.certificateFile)",
         ]
         if let ca = files.caCertificateFile { lines.append("  CA:          \(ca)") }
         lines.append("  channels:    \(files.channelsFile)")
+        if !engine.devices.isEmpty { lines.append("  devices:     \(engine.devices.snapshot(at: clock.now).count)") }
         lines.append("  for marquee: " + environmentVariables.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))
         return lines.joined(separator: "\n")
     }
 
-    /// Stops the listeners (in-flight requests get a short grace period), writes the channels and stops the loops.
+    /// What every simulated device shows now (`SimulatedDevices.report(at:)`).
+    public var deviceReport: JSONValue { engine.devices.report(at: clock.now) }
+
+    /// Stops the listeners (in-flight requests get a short grace period), sends the registrations still queued (for a
+    /// few seconds at most), writes the channels and the device report, and stops the loops.
     public func shutdown() async {
         for server in servers { await server.shutdown() }
         await control.shutdown()
+        await registrar?.shutdown()
         await writer.flush()
+        if let file = configuration.deviceReportFile, !engine.devices.isEmpty {
+            let report = deviceReport.jsonString
+            let logger = self.logger
+            await offThePool {
+                do { try SimulatorFiles.write(report, to: file, secret: false) } catch {
+                    logger?.error("cannot write the device report", ["error": .string("\(error)")])
+                }
+            }
+        }
         let group = self.group
         await offThePool { group.shutdown() }
     }
@@ -183,6 +229,8 @@ private struct SimulatorRequestHandler: HTTP2RequestHandler {
             case .goAway(let code, let debugData): connection.goAway(errorCode: code, debugData: debugData)
             }
         }
+        // INTERNAL_ERROR, not REFUSED_STREAM: a refused stream would tell the client that nothing was done.
+        if reply.dropsAnswer { return .reset(errorCode: 2) }
         guard reply.delay > .zero else { return .response(reply.response) }
         let response = reply.response
         let delay = reply.delay

@@ -1,6 +1,7 @@
 // Everything the simulator can be told, in one value: the engine reads its rules from it and the host its
 // sockets and files. `parse(arguments:)` reads the same fields from `marquee simulator` flags.
 import Foundation
+import Network
 
 /// Injected failures, drawn from the seeded generator.
 public struct SimulatorFaults: Sendable, Hashable {
@@ -14,6 +15,9 @@ public struct SimulatorFaults: Sendable, Hashable {
     public var unregistered: Double = 0
     /// Send GOAWAY (`{"reason":"Shutdown"}`) on a connection once it has carried this many requests.
     public var goAwayAfterStreams: Int?
+    /// Share of accepted requests that are acted on (a channel made, a device shown the push) and then answered by
+    /// resetting the stream (RST_STREAM INTERNAL_ERROR) instead: the client cannot tell whether it was delivered.
+    public var dropAnswers: Double = 0
 
     public init() {}
 }
@@ -58,6 +62,17 @@ public struct SimulatorConfiguration: Sendable {
     public var teamID: String?
     /// Event-loop threads serving both listeners.
     public var loopCount = 1
+    /// A JSON file of simulated devices (`SimulatedDeviceSpec.parse`); more can be added on the control port.
+    public var devicesFile: String?
+    /// What simulated devices do with starts and how long their activities last.
+    public var deviceRules = SimulatedDeviceRules()
+    /// Attributes type → the attribute naming its event, for reports and registrations; types not listed are read
+    /// from the app backend when one is given.
+    public var eventKeys: [String: String] = [:]
+    /// Where the devices' app backend registers the update tokens they mint; nil: tokens are not registered.
+    public var appBackend: SimulatorAppBackend?
+    /// Where the device report is written at shutdown (when there are devices).
+    public var deviceReportFile: String?
 
     public init(stateDirectory: String = ".marquee-simulator") {
         self.stateDirectory = stateDirectory
@@ -104,13 +119,37 @@ extension SimulatorConfiguration {
           --cert FILE --cert-key FILE      server certificate chain and key (PEM) instead of generated ones
           --p8 FILE --key-id ID --team-id ID   the trusted signing key instead of a generated one
           --loops N                event-loop threads (default 1)
+          --drop-answers R         share of accepted requests acted on and then reset (RST_STREAM) unanswered
           --help                   this text
+
+        Devices (none by default; with none, nothing of this costs anything):
+          --devices FILE           simulated devices: {"devices": [{"pushToStartToken": "<hex>", "osVersion": "18.1",
+                                   "installationId": "..."}]}; more with POST /devices on the control port.
+                                   A push-to-start to a device's token starts a Live Activity as iOS would: below
+                                   17.2 never; 17.2-17.x a plain start with a minted update token; 18+ joins the
+                                   input-push-channel, or mints a token for input-push-token: 1. Only a newer
+                                   aps.timestamp is shown; broadcasts and pushes to minted tokens update and end.
+          --device-starts-per-hour N   starts a device accepts per hour; past it a start answers 200 and is
+                                   ignored and counted (default 8: a guess from developers' reports, the same
+                                   as Marquee's own limit, so testing one against the other proves consistency only)
+          --activity-max-duration D    the system ends an activity after D: 90s, 30m, 8h (default 8h)
+          --event-key TYPE=ATTR    the attribute naming the event of an attributes type (repeatable)
+          --app-backend URL --api-key KEY [--app-id N]
+                                   register minted update tokens with Marquee (PUT /v1/installations/{id}/
+                                   activities/{activityId}, ?app=N), as the app's backend would
+          --device-report FILE     write the device report there at exit
+        Control routes for devices: POST /devices, GET /devices (every device, per event: activities,
+        duplicates, newest state, pushes after an end), GET /devices/<token or installation id>, DELETE /devices.
+        More in docs/simulator.md.
         """
 
     /// Reads `marquee simulator` flags (without the command name). Returns nil for `--help`.
     public static func parse(arguments: [String]) throws(SimulatorConfigurationError) -> SimulatorConfiguration? {
         var configuration = SimulatorConfiguration()
         var index = 0
+        var backendURL: String?
+        var apiKey: String?
+        var appID: String?
         func value(_ flag: String) throws(SimulatorConfigurationError) -> String {
             index += 1
             guard index < arguments.count else { throw SimulatorConfigurationError("\(flag) needs a value") }
@@ -172,12 +211,47 @@ extension SimulatorConfiguration {
             case "--key-id": configuration.keyID = try value(flag)
             case "--team-id": configuration.teamID = try value(flag)
             case "--loops": configuration.loopCount = try integer(flag, 1...64)
+            case "--drop-answers": configuration.faults.dropAnswers = try share(flag)
+            case "--devices": configuration.devicesFile = try value(flag)
+            case "--device-starts-per-hour": configuration.deviceRules.startsPerHour = try integer(flag, 0...1_000_000)
+            case "--activity-max-duration":
+                let text = try value(flag)
+                guard let seconds = Self.duration(text), seconds > 0 else {
+                    throw SimulatorConfigurationError("--activity-max-duration \(text): expected a duration such as 90s, 30m or 8h")
+                }
+                configuration.deviceRules.activityMaxDuration = seconds
+            case "--event-key":
+                let text = try value(flag)
+                let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
+                guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
+                    throw SimulatorConfigurationError("--event-key \(text): expected TYPE=ATTRIBUTE")
+                }
+                configuration.eventKeys[parts[0]] = parts[1]
+            case "--app-backend": backendURL = try value(flag)
+            case "--api-key": apiKey = try value(flag)
+            case "--app-id":
+                let text = try value(flag)
+                guard let number = Int(text), number > 0 else { throw SimulatorConfigurationError("--app-id \(text): expected an app id") }
+                appID = String(number)
+            case "--device-report": configuration.deviceReportFile = try value(flag)
             default: throw SimulatorConfigurationError("unknown option \(flag) (see --help)")
             }
             index += 1
         }
+        switch (backendURL, apiKey) {
+        case (let url?, let key?): configuration.appBackend = SimulatorAppBackend(url: url, apiKey: key, appID: appID)
+        case (nil, nil): if appID != nil { throw SimulatorConfigurationError("--app-id needs --app-backend and --api-key") }
+        default: throw SimulatorConfigurationError("give both --app-backend and --api-key, or neither")
+        }
         try configuration.validate()
         return configuration
+    }
+
+    /// `90s`, `30m`, `8h` or a number of seconds.
+    static func duration(_ text: String) -> TimeInterval? {
+        let units: [Character: TimeInterval] = ["s": 1, "m": 60, "h": 3_600]
+        if let last = text.last, let unit = units[last] { return Double(text.dropLast()).map { $0 * unit } }
+        return Double(text)
     }
 
     /// Checks the combinations a flag parser cannot see one flag at a time.
@@ -194,6 +268,17 @@ extension SimulatorConfiguration {
         }
         if !(0...1).contains(faults.unregistered) { throw SimulatorConfigurationError("the 410 share must be between 0 and 1") }
         if let count = faults.goAwayAfterStreams, count < 1 { throw SimulatorConfigurationError("GOAWAY needs at least 1 request") }
+        if !(0...1).contains(faults.dropAnswers) { throw SimulatorConfigurationError("the dropped-answer share must be between 0 and 1") }
+        if deviceRules.startsPerHour < 0 || !(deviceRules.activityMaxDuration > 0) {
+            throw SimulatorConfigurationError("starts per hour must be 0 or more and the activity duration positive")
+        }
+        if let backend = appBackend {
+            do { _ = try HTTP1ClientURL(backend.url) } catch {
+                throw SimulatorConfigurationError("--app-backend \(backend.url): \(error)")
+            }
+            if backend.apiKey.isEmpty { throw SimulatorConfigurationError("--api-key is empty") }
+            if backend.attempts < 1 { throw SimulatorConfigurationError("an app backend needs at least 1 attempt") }
+        }
         if channelQuota < 0 || recordLimit < 0 || streamLimit < 1 || loopCount < 1 {
             throw SimulatorConfigurationError("quota and record limit must be 0 or more; stream limit and loops 1 or more")
         }

@@ -55,4 +55,6 @@ public struct SimulatorReply: Sendable {
     public var actions: [SimulatorConnectionAction]
     /// Added latency: the host sends the response this much later.
     public var delay: Duration
+    /// The request was acted on and must not be answered: the host resets the stream (`--drop-answers`).
+    public var dropsAnswer = false
 }

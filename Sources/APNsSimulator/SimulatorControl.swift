@@ -7,6 +7,13 @@
 //                                     Apple spells it for that API
 //   POST   /invalid-tokens/<hex>      pushes to the device token are answered 410 Unregistered from now on
 //   DELETE /records                   forgets the accepted requests (channels stay)
+//   POST   /devices                   {"devices": [{"pushToStartToken", "osVersion", "installationId"}]} (or one device):
+//                                     adds simulated devices; a known token takes the new version (an OS upgrade)
+//   GET    /devices                   every device: totals, and per device and event the activities, duplicates,
+//                                     newest state and pushes received after an end
+//   GET    /devices/<id>              one device (by push-to-start token or installation id) with its activities
+//   DELETE /devices                   forgets every device
+import Foundation
 import MarqueeCore
 import Network
 
@@ -24,6 +31,24 @@ public struct SimulatorControlRoutes: Sendable {
             return Self.json(200, status)
         case ("POST", "/rejections"):
             return scriptRejection(request.body)
+        case ("POST", "/devices"):
+            do {
+                let (added, updated) = engine.devices.add(try SimulatedDeviceSpec.parse(request.body))
+                return Self.json(200, ["added": .int(Int64(added)), "updated": .int(Int64(updated))])
+            } catch {
+                return Self.error(400, error.description)
+            }
+        case ("GET", "/devices"):
+            return Self.json(200, engine.devices.report(at: engine.clock.now))
+        case ("DELETE", "/devices"):
+            engine.devices.removeAll()
+            return HTTPResponse(status: 204)
+        case ("GET", _) where path.hasPrefix("/devices/"):
+            let id = String(path.dropFirst("/devices/".count)).removingPercentEncoding ?? ""
+            guard let device = engine.devices.device(id, at: engine.clock.now) else {
+                return Self.error(404, "no device with push-to-start token or installation id \(id)")
+            }
+            return Self.json(200, device.reportJSON(eventKeys: engine.devices.eventKeys))
         case ("DELETE", "/records"):
             engine.clearRecords()
             return HTTPResponse(status: 204)
@@ -34,10 +59,11 @@ public struct SimulatorControlRoutes: Sendable {
             }
             engine.markDeviceTokenInvalid(token)
             return HTTPResponse(status: 204)
-        case (_, "/status"), (_, "/rejections"), (_, "/records"):
+        case (_, "/status"), (_, "/rejections"), (_, "/records"), (_, "/devices"):
             return Self.error(405, "\(request.method) is not allowed on \(path)")
         default:
-            return Self.error(404, "no control route \(path): GET /status, POST /rejections, POST /invalid-tokens/<hex>, DELETE /records")
+            return Self.error(404, "no control route \(path): GET /status, POST /rejections, POST /invalid-tokens/<hex>, DELETE /records, "
+                + "POST|GET|DELETE /devices, GET /devices/<id>")
         }
     }
 
@@ -59,6 +85,7 @@ public struct SimulatorControlRoutes: Sendable {
                 "channelOperations": .int(Int64(channelOperations)),
             ]),
             "channels": .int(Int64(engine.channels().count)),
+            "droppedAnswers": .int(Int64(engine.droppedAnswers)),
         ])
     }
 

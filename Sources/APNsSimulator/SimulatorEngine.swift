@@ -3,7 +3,9 @@
 // Every rejection is a reason of the request's API as Apple's pages list it (SimulatorProtocol.swift), with that
 // API's status and spelling; where Apple does not say (order of checks, casing), the choice is written next to the check.
 // Shared state (channels, invalid tokens, records, the seeded generator) sits behind one Mutex, so one
-// engine serves every connection of both listeners, on any thread.
+// engine serves every connection of both listeners, on any thread. Accepted device pushes and broadcasts then
+// reach the simulated devices (SimulatedDevices), when there are any; what their app backend must do is handed
+// to the host (`deviceActions`).
 import Crypto
 import Foundation
 import MarqueeCore
@@ -56,6 +58,9 @@ public final class SimulatorEngine: Sendable {
     private let trustedKeys: [String: SimulatorTrustedKey]
     private let allowedBundleIDs: Set<String>
     private let channelsChanged: (@Sendable () -> Void)?
+    private let deviceActions: (@Sendable ([DeviceAction]) -> Void)?
+    /// The simulated devices (none unless given): what each shows of the pushes accepted here.
+    public let devices: SimulatedDevices
     private let state: Mutex<State>
     /// Scripted rejections waiting, read before taking the lock: the hot path takes no lock for them when there are none.
     private let scriptedCount = Atomic<Int>(0)
@@ -69,16 +74,20 @@ public final class SimulatorEngine: Sendable {
         var invalidTokens: [String: Date] = [:]
         var records: SimulatorRecordRing
         var statusCounts: [Int: Int] = [:]
+        /// Accepted requests whose answer was dropped (`--drop-answers`).
+        var droppedAnswers = 0
         var random: SeededRandom
         /// Reasons to answer the next requests of an API with, oldest first (`rejectNext(_:on:)`).
         var scripted: [SimulatorAPI: [SimulatorReason]] = [:]
     }
 
     /// `channelsChanged` is called (outside any lock, on the caller's thread) after each create or delete,
-    /// so the host can persist the channels. `logger` gets one line per request.
+    /// so the host can persist the channels. `logger` gets one line per request. `devices` defaults to an empty set
+    /// with the configuration's rules; `deviceActions` gets what their app backend must do (outside any lock).
     public init(
         configuration: SimulatorConfiguration, trustedKeys: [SimulatorTrustedKey], clock: any WallClock = SystemWallClock(),
-        logger: Logger? = nil, channelsChanged: (@Sendable () -> Void)? = nil
+        logger: Logger? = nil, devices: SimulatedDevices? = nil, channelsChanged: (@Sendable () -> Void)? = nil,
+        deviceActions: (@Sendable ([DeviceAction]) -> Void)? = nil
     ) {
         self.configuration = configuration
         self.clock = clock
@@ -87,6 +96,8 @@ public final class SimulatorEngine: Sendable {
         self.trustedKeys = Dictionary(trustedKeys.map { ($0.keyID, $0) }) { first, _ in first }
         allowedBundleIDs = Set(configuration.bundleIDs)
         self.channelsChanged = channelsChanged
+        self.deviceActions = deviceActions
+        self.devices = devices ?? SimulatedDevices(configuration: configuration)
         let now = clock.now
         var initial = State(
             quota: configuration.channelQuota, records: SimulatorRecordRing(limit: configuration.recordLimit),
@@ -157,14 +168,21 @@ public final class SimulatorEngine: Sendable {
             actions.append(.goAway(errorCode: 0, debugData: Self.goAwayDebugData))
         }
 
-        let delay = state.withLock { state -> Duration in
-            state.statusCounts[response.status, default: 0] += 1
+        // The devices see what was accepted before the answer is decided, dropped or not: a dropped answer still delivered.
+        var reaction: DeviceReaction?
+        if let record = accepted?.record, !devices.isEmpty { reaction = deliverToDevices(record, now: now) }
+
+        let dropShare = accepted == nil ? 0 : configuration.faults.dropAnswers
+        let (delay, dropped) = state.withLock { state -> (Duration, Bool) in
             if let record = accepted?.record { state.records.append(record) }
+            let dropped = dropShare > 0 && state.random.unit() < dropShare
+            if dropped { state.droppedAnswers += 1 } else { state.statusCounts[response.status, default: 0] += 1 }
             let range = configuration.latency
-            guard range.upperBound > range.lowerBound else { return range.lowerBound }
-            return range.lowerBound + (range.upperBound - range.lowerBound) * state.random.unit()
+            guard range.upperBound > range.lowerBound else { return (range.lowerBound, dropped) }
+            return (range.lowerBound + (range.upperBound - range.lowerBound) * state.random.unit(), dropped)
         }
         if accepted?.channelsChanged == true { channelsChanged?() }
+        if let actions = reaction?.actions, !actions.isEmpty { deviceActions?(actions) }
 
         if logs, let logger, let started {
             let handled = ContinuousClock.now - started
@@ -178,9 +196,11 @@ public final class SimulatorEngine: Sendable {
                 "request_id": .string(answerID),
                 "latency_ms": .double(Self.milliseconds(delay)),
                 "handled_us": .int(Int(Self.milliseconds(handled) * 1000)),
+                "dropped": .bool(dropped),
             ])
+            if let reaction, !reaction.outcomes.isEmpty { logDevices(reaction, listener: listener) }
         }
-        return SimulatorReply(response: response, actions: actions, delay: delay)
+        return SimulatorReply(response: response, actions: actions, delay: delay, dropsAnswer: dropped)
     }
 
     /// What an accepted request produced.
@@ -473,6 +493,50 @@ public final class SimulatorEngine: Sendable {
         return Accepted(status: 204, record: .channel(operation), channelID: id, channelsChanged: true)
     }
 
+    // MARK: - Simulated devices (SimulatedDevice.swift)
+
+    /// Hands an accepted device push or broadcast to the devices it reaches. The payload is parsed only when a
+    /// device listens: a token or channel no device knows costs one lookup.
+    private func deliverToDevices(_ record: SimulatorRecord, now: Date) -> DeviceReaction? {
+        switch record {
+        case .devicePush(let push):
+            let kind = devices.kind(of: push.deviceToken)
+            guard kind != .unknown else { return nil }
+            let content = LiveActivityPushContent(payload: push.payload)
+            var channelExists = false
+            if kind == .pushToStart, let channelID = content.inputPushChannel {
+                let bundleID = String(push.topic.dropLast(SimulatorLimits.liveActivityTopicSuffix.count))
+                channelExists = channel(id: channelID)?.bundleID == bundleID
+            }
+            return devices.deliverDevicePush(token: push.deviceToken, content, channelExists: channelExists, now: now)
+        case .broadcast(let broadcast):
+            guard devices.hasListeners(channelID: broadcast.channelID) else { return nil }
+            return devices.deliverBroadcast(channelID: broadcast.channelID, LiveActivityPushContent(payload: broadcast.payload), now: now)
+        case .channel:
+            return nil
+        }
+    }
+
+    /// One line per request that reached devices: how many did what.
+    private func logDevices(_ reaction: DeviceReaction, listener: SimulatorListener) {
+        guard let logger else { return }
+        var counts: [String: Int] = [:]
+        var activityID = ""
+        for outcome in reaction.outcomes {
+            switch outcome {
+            case .started(let id): counts["started", default: 0] += 1; activityID = id
+            case .startIgnored(let reason): counts["ignored_" + reason.rawValue, default: 0] += 1
+            case .updated: counts["updated", default: 0] += 1
+            case .ended: counts["ended", default: 0] += 1
+            case .notNewer: counts["not_newer", default: 0] += 1
+            case .afterEnd: counts["after_end", default: 0] += 1
+            case .unreadable: counts["unreadable", default: 0] += 1
+            }
+        }
+        let summary = counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+        logger.info("devices", ["listener": .string(listener.rawValue), "outcomes": .string(summary), "activity_id": .string(activityID)])
+    }
+
     // MARK: - Shared checks
 
     /// The path's device token as lowercase hex; nil (`BadDeviceToken`) unless it is hexadecimal bytes (Apple: "the
@@ -579,8 +643,11 @@ public final class SimulatorEngine: Sendable {
     /// Forgets the accepted requests (channels stay).
     public func clearRecords() { state.withLock { $0.records.removeAll() } }
 
-    /// Answers so far by HTTP status (including rejections and faults).
+    /// Answers so far by HTTP status (including rejections and faults; not the dropped ones).
     public var statusCounts: [Int: Int] { state.withLock { $0.statusCounts } }
+
+    /// Accepted requests answered with a stream reset (`--drop-answers`).
+    public var droppedAnswers: Int { state.withLock { $0.droppedAnswers } }
 
     /// The live channels, optionally of one bundle id, oldest first.
     public func channels(bundleID: String? = nil) -> [SimulatorChannel] {

@@ -31,5 +31,11 @@ struct SimulatorService: Service {
     func run(until shutdown: ShutdownSignal) async throws {
         await shutdown.wait()
         await simulator.shutdown()
+        // The exit report's totals; the whole report is GET /devices, or --device-report FILE.
+        guard !simulator.engine.devices.isEmpty else { return }
+        let report = simulator.deviceReport
+        let totals = ["devices", "activities", "duplicates", "receivedAfterEnd", "startsOverBudget"]
+            .map { "\($0)=\(report[$0]?.intValue ?? 0)" }.joined(separator: " ")
+        Terminal.print("device report: \(totals) activitiesByState=\(report["activitiesByState"]?.jsonString ?? "{}")")
     }
 }

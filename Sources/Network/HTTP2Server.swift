@@ -41,6 +41,8 @@ public enum HTTP2Reply: Sendable {
     case response(HTTPResponse)
     /// Runs as a task; its response is sent on the connection's loop thread when it returns.
     case deferred(@Sendable () async -> HTTPResponse)
+    /// No answer: the stream is reset with RST_STREAM and this HTTP/2 error code, after the request was read whole.
+    case reset(errorCode: UInt32)
 }
 
 /// Answers the requests of an `HTTP2Server`.

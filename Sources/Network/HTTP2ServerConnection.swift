@@ -347,6 +347,10 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
         switch core.handler.handle(request, connection: self) {
         case .response(let response):
             respond(stream, response)
+        case .reset(let errorCode):
+            guard let session else { return }
+            stream.responded = true
+            nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream.id, errorCode)
         case .deferred(let work):
             let streamID = stream.id
             Task {

@@ -1,6 +1,7 @@
 // APNsBench: drivers for Scripts/bench.d/apns. Each subcommand prints key=value lines for the script.
-//   APNsBench simulator --state DIR [--relaxed] [--stream-limit N] [--loops N]
-//       runs the APNs simulator until stdin closes; prints push_port, key_file, key_id, team_id, ca_file first
+//   APNsBench simulator --state DIR [--relaxed] [--stream-limit N] [--loops N] [--devices FILE]
+//       runs the APNs simulator until stdin closes; prints push_port, key_file, key_id, team_id, ca_file first;
+//       with --devices, it tracks those simulated devices (and prints devices= and activities= at the end)
 //   APNsBench token --key-file FILE --key-id ID --team-id ID
 //       prints a provider token (JWT) for h2load's authorization header
 //   APNsBench client --push-url URL --ca-file FILE --key-file FILE --key-id ID --team-id ID --bundle ID
@@ -35,6 +36,7 @@ func runSimulator(_ flags: Flags) async throws {
     configuration.streamLimit = UInt32(try flags.int("stream-limit", default: 1_000))
     configuration.loopCount = try flags.int("loops", default: 1)
     configuration.recordLimit = 1_000
+    configuration.devicesFile = flags.value("devices")
     let simulator = try await APNsSimulator.start(configuration: configuration)
     let files = simulator.files
     // Written unbuffered: the script waits for this line.
@@ -46,6 +48,13 @@ func runSimulator(_ flags: Flags) async throws {
             _ = FileHandle.standardInput.readDataToEndOfFile()
             done.resume()
         }
+    }
+    // The device line first: the script waits for the statuses line, which comes last.
+    if configuration.devicesFile != nil {
+        let report = simulator.deviceReport
+        let ignored = report["startsOverBudget"]?.intValue ?? 0
+        FileHandle.standardOutput.write(Data(
+            "devices=\(report["devices"]?.intValue ?? 0) activities=\(report["activities"]?.intValue ?? 0) over_budget=\(ignored)\n".utf8))
     }
     let statuses = simulator.engine.statusCounts.sorted { $0.key < $1.key }.map { "\($0.key):\($0.value)" }.joined(separator: ",")
     FileHandle.standardOutput.write(Data("statuses=\(statuses)\n".utf8))
