@@ -57,7 +57,13 @@ public struct APNsAttempt: Sendable {
     /// True when APNs may have acted on the request without this side knowing: it was written and no answer
     /// came (a timeout, a connection lost or a stream reset while in flight). A create or push-to-start
     /// with this outcome is not sent again; its effect is `unknown` until a reconcile tells.
-    public var outcomeUnknown: Bool { transportError.map { !APNsClient.provesNotActedOn($0) } ?? false }
+    /// An answer proves that APNs did nothing only as 429, 500 or 503 (docs/apns.md#errors); another 5xx (a
+    /// proxy's 502 or 504, or one Apple does not document) leaves the same doubt as no answer.
+    public var outcomeUnknown: Bool {
+        if let transportError { return !APNsClient.provesNotActedOn(transportError) }
+        guard let status = result.failure?.status, status >= 500 else { return false }
+        return status != 500 && status != 503
+    }
 
     /// The HTTP status, when APNs answered.
     public var status: Int? { result.acceptance?.status ?? result.failure?.status }
@@ -215,7 +221,7 @@ public final class APNsClient: Sendable {
             // A connection that cannot be made securely (wrong CA, no h2) or a pool shut down will not heal by retrying.
             if let transportError, !transportError.isRetryable { return outcome }
             // A request that is not safe to repeat goes again only when the failure proves APNs did not act on it.
-            if let transportError, !request.isSafeToRepeat, !Self.provesNotActedOn(transportError) { return outcome }
+            if !request.isSafeToRepeat, attempts[attempts.count - 1].outcomeUnknown { return outcome }
             let action = retry.next(after: result)
             if let deadline, result.acceptance == nil {
                 // A retry that would start past the caller's deadline is not made; an attempt that ran into it

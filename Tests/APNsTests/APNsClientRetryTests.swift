@@ -288,6 +288,20 @@ extension APNsClientRetryTests {
         }
     }
 
+    @Test(arguments: [502, 504, 599])
+    func anUnsafeRequestAnsweredWithAnotherServerErrorIsNotSentAgain(status: Int) async throws {
+        // Only 429, 500 and 503 prove that APNs did nothing; a proxy's 502 or 504 leaves the doubt of a timeout.
+        for request in [try create(), try push(event: "start")] {
+            let transport = ScriptedTransport([ScriptedTransport.error(status, "BadGateway"), Self.created])
+            let outcome = try await client(transport).send(request)
+            #expect(transport.sent.count == 1, "\(request) after \(status)")
+            #expect(outcome.acceptance == nil && outcome.attempts.last?.outcomeUnknown == true)
+        }
+        let transport = ScriptedTransport([ScriptedTransport.error(status, "BadGateway"), ScriptedTransport.ok()])
+        let outcome = try await client(transport).send(try broadcast())
+        #expect(transport.sent.count == 2 && outcome.acceptance != nil, "a broadcast is safe to repeat")
+    }
+
     @Test(arguments: [Result<HTTPResponse, NetworkError>.failure(.requestNotSent("queued when the connection closed")),
                       .failure(.goAway(errorCode: 0, debugData: "")), .failure(.connectFailed("refused")),
                       ScriptedTransport.error(503, "ServiceUnavailable"), ScriptedTransport.error(429, "TooManyRequests"),

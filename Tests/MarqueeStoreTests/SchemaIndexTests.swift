@@ -94,6 +94,15 @@ struct SchemaIndexTests {
         }
     }
 
+    @Test func setBasedChannelTransitionsAreWrittenFromTheLifecycle() {
+        // The record's end and the ChannelNotRegistered of a broadcast move channels in SQL; the target states come
+        // from ChannelLifecycle, and a state the events do not apply to keeps its value.
+        #expect(OutboxRepository.lostState.sql == "CASE state WHEN 'open' THEN 'lost' WHEN 'ending' THEN 'lost' ELSE state END")
+        #expect(OutboxRepository.endedState.sql == "CASE c.state WHEN 'open' THEN 'ended' WHEN 'ending' THEN 'ended' ELSE c.state END")
+        #expect(ChannelLifecycle.after([.endRequested, .endSent], from: .open)?.state == .ended)
+        #expect(ChannelLifecycle.after([.endSent], from: .open) == nil)
+    }
+
     @Test func theIngestFindsItsEventByTheKey() async throws {
         // The ingest's event row comes by its id, whatever its status guard: the generic plan reads the primary key,
         // not a partial index on status. (Under Scripts/bench service a spliced guard made one variant of this

@@ -335,6 +335,19 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         }
     }
 
+    // MARK: for statements that move many channels at once
+
+    /// The lifecycle after `events` in turn from `state` (attempts counted from 0), or nil when one of them
+    /// does not apply there. The store writes a set-based transition (every channel of an event, or the
+    /// channels a batch of records names) from this, so SQL spells no target state of its own.
+    public static func after(_ events: [Event], from state: State) -> ChannelLifecycle? {
+        var lifecycle = ChannelLifecycle(state: state)
+        for event in events {
+            guard (try? lifecycle.handle(event)) != nil else { return nil }
+        }
+        return lifecycle
+    }
+
     // MARK: helpers
 
     private mutating func startCreate() -> Action {

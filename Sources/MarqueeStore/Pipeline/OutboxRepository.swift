@@ -299,6 +299,12 @@ public struct OutboxRepository: Sendable {
     ///   dropped (broadcasting stops until an operator acts);
     /// * otherwise (the payload was refused): the outbox row dropped unless a newer update arrived;
     ///   the refused update stays 'pending' and is conflated by the next successful broadcast.
+    /// What ChannelNotRegistered does to a channel that broadcasts, as the lifecycle says (`lost`).
+    static let lostState = ChannelLifecycle.sqlState(after: [.channelNotRegistered], from: ChannelLifecycle.broadcastingStates, column: "state")
+    /// What an accepted end broadcast does to a channel that broadcasts: an open one is asked to end, then the
+    /// end goes (`ended`), as the lifecycle says.
+    static let endedState = ChannelLifecycle.sqlState(after: [.endRequested, .endSent], from: ChannelLifecycle.broadcastingStates, column: "c.state")
+
     public func recordPermanentFailure(_ claim: ClaimedBroadcast, delivery: DeliveryDraft,
                                        channelNotRegistered: Bool, now: Date? = nil) async throws {
         try await pool.withTransaction { tx in
@@ -306,7 +312,7 @@ public struct OutboxRepository: Sendable {
             try await DeliveryRepository.insert(Self.filled(delivery, claim), on: tx)
             if channelNotRegistered {
                 try await tx.query("""
-                    UPDATE channels SET state = \(ChannelLifecycle.State.lost.sql), attempts = 0, next_attempt_at = NULL, last_error = \(reason),
+                    UPDATE channels SET state = \(fragment: Self.lostState), attempts = 0, next_attempt_at = NULL, last_error = \(reason),
                         last_error_at = coalesce(\(now), now()), updated_at = now()
                     WHERE id = \(claim.channelID) AND state IN \(ChannelLifecycle.broadcastingStates.sql)
                     """)
@@ -474,7 +480,7 @@ public struct OutboxRepository: Sendable {
             ), stamped AS (
                 UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
                     last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
-                    state = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN \(ChannelLifecycle.State.ended.sql) ELSE c.state END,
+                    state = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN \(fragment: Self.endedState) ELSE c.state END,
                     attempts = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN 0 ELSE c.attempts END,
                     next_attempt_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN NULL ELSE c.next_attempt_at END,
                     ended_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN coalesce(\(now), now()) ELSE c.ended_at END,

@@ -27,3 +27,17 @@ extension EventLifecycle {
         return "\(fragment: cases) END"
     }
 }
+
+extension ChannelLifecycle {
+    /// `CASE <column> WHEN 'from' THEN 'to' ... ELSE <column> END`: the state `events` leave a channel in, for each
+    /// of `states` (a state they do not apply to keeps its value). The statement filters on those states.
+    static func sqlState(after events: [Event], from states: [State], column: PostgresStaticSQL) -> PostgresQuery {
+        var cases: PostgresQuery = "CASE \(column)"
+        for from in states {
+            guard let to = after(events, from: from)?.state else { continue }
+            cases = "\(fragment: cases) WHEN \(from.sql) THEN \(to.sql)"
+        }
+        return "\(fragment: cases) ELSE \(column) END"
+    }
+}
+
