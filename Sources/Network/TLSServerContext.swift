@@ -19,7 +19,7 @@ public final class TLSServerContext: @unchecked Sendable {
             throw .tls("cannot require TLS 1.2: \(openSSLErrors())")
         }
         let certificates = try Self.readCertificates(certificateChainPEM)
-        defer { certificates.forEach { X509_free($0) } }
+        defer { for certificate in certificates { X509_free(certificate) } }
         guard SSL_CTX_use_certificate(context, certificates[0]) == 1 else {
             throw .tls("the certificate is not usable: \(openSSLErrors())")
         }

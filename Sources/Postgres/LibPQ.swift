@@ -18,7 +18,7 @@ final class LibPQConnection {
         let all = defaults + settings + [("client_encoding", "UTF8")]
         let keywords = all.map { strdup($0.0) }
         let values = all.map { strdup($0.1) }
-        defer { (keywords + values).forEach { free($0) } }
+        defer { for pointer in keywords + values { free(pointer) } }
         let keywordPointers = keywords.map { UnsafePointer($0) } + [nil]
         let valuePointers = values.map { UnsafePointer($0) } + [nil]
         guard let connection = PQconnectdbParams(keywordPointers, valuePointers, expandDatabase ? 1 : 0) else {

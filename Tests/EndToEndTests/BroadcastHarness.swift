@@ -412,7 +412,8 @@ struct ActivityPush: Decodable, Sendable {
             var key: String
             var arguments: [String]?
             enum CodingKeys: String, CodingKey {
-                case key = "loc-key", arguments = "loc-args"
+                case key = "loc-key"
+                case arguments = "loc-args"
             }
         }
 

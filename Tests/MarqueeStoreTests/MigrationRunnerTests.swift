@@ -102,7 +102,7 @@ struct MigrationRunnerTests {
                 """),
         ]
         let pools = (0..<3).map { _ in PostgresPool(configuration: configuration, maxConnections: 1) }
-        defer { pools.forEach { $0.close() } }
+        defer { for pool in pools { pool.close() } }
         let results = try await withThrowingTaskGroup(of: [String].self) { group in
             for pool in pools {
                 group.addTask { try await MigrationRunner(pool: pool, migrations: migrations, pollInterval: .milliseconds(20)).migrate() }

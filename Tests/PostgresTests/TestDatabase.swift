@@ -66,7 +66,7 @@ struct PrivateCluster: Sendable {
                 var pid: pid_t = 0
                 let cArguments = argv.map { strdup($0) } + [nil]
                 let cEnvironment = environment.map { strdup($0) } + [nil]
-                defer { (cArguments + cEnvironment).forEach { free($0) } }
+                defer { for pointer in cArguments + cEnvironment { free(pointer) } }
                 let spawned = posix_spawn(&pid, "/bin/bash", nil, nil, cArguments, cEnvironment)
                 guard spawned == 0 else {
                     continuation.resume(throwing: TestSetupError(message: "posix_spawn failed: \(spawned)"))
