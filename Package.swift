@@ -37,15 +37,19 @@ let package = Package(
         // Marquee itself.
         .target(name: "MarqueeCore", swiftSettings: strict),
         .target(name: "APNs", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
-        .target(name: "MarqueeStore", dependencies: ["Postgres", "MarqueeCore"], swiftSettings: strict,
-                plugins: ["EmbedMigrations"]),
-        .target(name: "MarqueeService", dependencies: ["MarqueeStore", "Postgres", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict,
-                plugins: ["EmbedOpenAPI"]),
+        .target(
+            name: "MarqueeStore", dependencies: ["Postgres", "MarqueeCore"], swiftSettings: strict,
+            plugins: ["EmbedMigrations"]),
+        .target(
+            name: "MarqueeService", dependencies: ["MarqueeStore", "Postgres", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict,
+            plugins: ["EmbedOpenAPI"]),
         // An independent reading of Apple's documents: it never depends on APNs (Scripts/check-graph fails if it does).
         .target(name: "APNsSimulator", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "MarqueeCommandLine", dependencies: ["MarqueeCore"], swiftSettings: strict),
         // Every command of `marquee`, a library so tests can import it; the executable is a thin main over it.
-        .target(name: "MarqueeCommands", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"], swiftSettings: strict),
+        .target(
+            name: "MarqueeCommands", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"],
+            swiftSettings: strict),
         .executableTarget(name: "marquee", dependencies: ["MarqueeCommands", "MarqueeCommandLine"], swiftSettings: strict),
 
         // Sql/*.sql becomes a generated Swift source of MarqueeStore, and docs/openapi.json one of MarqueeService,
@@ -65,9 +69,19 @@ let package = Package(
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
         // The simulator alone, held against Apple's pages; the client against the simulator is tested in APNsTests.
         .testTarget(name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "MarqueeCommands", "MarqueeTestSupport", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "MarqueeServiceTests", dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(
+            name: "APNsTests",
+            dependencies: [
+                "APNs", "APNsSimulator", "MarqueeCommands", "MarqueeTestSupport", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore",
+            ], swiftSettings: strict),
+        .testTarget(
+            name: "MarqueeServiceTests", dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore"],
+            swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
-        .testTarget(name: "EndToEndTests", dependencies: ["MarqueeService", "MarqueeTestSupport", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: [
+                "MarqueeService", "MarqueeTestSupport", "APNsSimulator", "MarqueeStore", "APNs", "Postgres", "Crypto", "Network", "MarqueeCore",
+            ], swiftSettings: strict),
     ]
 )

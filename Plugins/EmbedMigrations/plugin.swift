@@ -17,7 +17,7 @@ struct EmbedMigrations: BuildToolPlugin {
                 arguments: ["migrations", output.path] + migrations.map(\.path),
                 inputFiles: migrations,
                 outputFiles: [output]
-            ),
+            )
         ]
     }
 }

@@ -15,7 +15,7 @@ struct EmbedOpenAPI: BuildToolPlugin {
                 arguments: ["text", "embeddedOpenAPIDocument", output.path, document.path],
                 inputFiles: [document],
                 outputFiles: [output]
-            ),
+            )
         ]
     }
 }

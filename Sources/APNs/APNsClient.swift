@@ -118,8 +118,10 @@ public final class APNsClient: Sendable {
     private let owned: (group: EventLoopGroup, pool: HTTP2ConnectionPool)?
 
     /// A client over a transport the caller owns (a shared pool, or a fake in tests).
-    public init(signingKey: APNsSigningKey, endpoints: APNsEndpoints, transport: any APNsTransport,
-                signer: ProviderTokenSigner = ProviderTokenSigner(), configuration: Configuration = Configuration()) {
+    public init(
+        signingKey: APNsSigningKey, endpoints: APNsEndpoints, transport: any APNsTransport,
+        signer: ProviderTokenSigner = ProviderTokenSigner(), configuration: Configuration = Configuration()
+    ) {
         self.signingKey = signingKey
         self.endpoints = endpoints
         self.transport = transport
@@ -131,18 +133,23 @@ public final class APNsClient: Sendable {
 
     /// A client with its own event loops and connection pool, trusting `endpoints.extraTrustedCAFile`
     /// besides the system CAs. Call `shutdown()` when done.
-    public convenience init(signingKey: APNsSigningKey, endpoints: APNsEndpoints, signer: ProviderTokenSigner = ProviderTokenSigner(),
-                            configuration: Configuration = Configuration(),
-                            pool poolConfiguration: HTTP2ConnectionPool.Configuration = .init(), loopCount: Int = 1) throws(NetworkError) {
+    public convenience init(
+        signingKey: APNsSigningKey, endpoints: APNsEndpoints, signer: ProviderTokenSigner = ProviderTokenSigner(),
+        configuration: Configuration = Configuration(),
+        pool poolConfiguration: HTTP2ConnectionPool.Configuration = .init(), loopCount: Int = 1
+    ) throws(NetworkError) {
         let tls = try TLSClientContext(configuration: TLSClientConfiguration(extraCAFile: endpoints.extraTrustedCAFile))
         let group = EventLoopGroup(loopCount: loopCount, name: "apns-client")
         let pool = HTTP2ConnectionPool(group: group, tls: tls, configuration: poolConfiguration)
-        self.init(signingKey: signingKey, endpoints: endpoints, transport: pool, signer: signer, configuration: configuration,
-                  owned: (group, pool))
+        self.init(
+            signingKey: signingKey, endpoints: endpoints, transport: pool, signer: signer, configuration: configuration,
+            owned: (group, pool))
     }
 
-    private init(signingKey: APNsSigningKey, endpoints: APNsEndpoints, transport: any APNsTransport, signer: ProviderTokenSigner,
-                 configuration: Configuration, owned: (group: EventLoopGroup, pool: HTTP2ConnectionPool)) {
+    private init(
+        signingKey: APNsSigningKey, endpoints: APNsEndpoints, transport: any APNsTransport, signer: ProviderTokenSigner,
+        configuration: Configuration, owned: (group: EventLoopGroup, pool: HTTP2ConnectionPool)
+    ) {
         self.signingKey = signingKey
         self.endpoints = endpoints
         self.transport = transport
@@ -205,17 +212,19 @@ public final class APNsClient: Sendable {
                 let response = try await transport.send(http, to: endpoint, key: poolKey, timeout: timeout)
                 var fields: [String: String] = [:]
                 for field in response.headers where fields[field.name] == nil { fields[field.name] = field.value }
-                result = APNsResult(response: APNsResponse(status: response.status, headers: fields, body: response.body),
-                                    operation: request.operation)
+                result = APNsResult(
+                    response: APNsResponse(status: response.status, headers: fields, body: response.body),
+                    operation: request.operation)
             } catch {
                 transportError = error
                 result = Self.result(of: error)
             }
             let latency = ContinuousClock.now - started
-            attempts.append(APNsAttempt(
-                number: attempts.count + 1, result: result, transportError: transportError, latency: latency, startedAt: startedAt,
-                requestID: result.acceptance?.requestID ?? result.acceptance?.apnsID ?? result.failure?.requestID ?? requestID,
-                uniqueID: result.acceptance?.uniqueID))
+            attempts.append(
+                APNsAttempt(
+                    number: attempts.count + 1, result: result, transportError: transportError, latency: latency, startedAt: startedAt,
+                    requestID: result.acceptance?.requestID ?? result.acceptance?.apnsID ?? result.failure?.requestID ?? requestID,
+                    uniqueID: result.acceptance?.uniqueID))
             let outcome = APNsOutcome(request: request, result: result, attempts: attempts)
 
             // A connection that cannot be made securely (wrong CA, no h2) or a pool shut down will not heal by retrying.
@@ -226,11 +235,12 @@ public final class APNsClient: Sendable {
             if let deadline, result.acceptance == nil {
                 // A retry that would start past the caller's deadline is not made; an attempt that ran into it
                 // had no answer in time either way.
-                let wait: Duration? = switch action {
-                case .retry(let delay), .reconnectAndRetry(let delay): delay
-                case .refreshTokenAndRetry: .zero
-                case .done, .giveUp: nil
-                }
+                let wait: Duration? =
+                    switch action {
+                    case .retry(let delay), .reconnectAndRetry(let delay): delay
+                    case .refreshTokenAndRetry: .zero
+                    case .done, .giveUp: nil
+                    }
                 if deadline.remaining <= (wait ?? .zero) && (wait != nil || result.failure?.status == nil) {
                     deadline.markCutShort()
                     return outcome
@@ -293,16 +303,20 @@ public final class APNsClient: Sendable {
     }
 
     /// Broadcasts a payload on a channel; returns the acceptance (`requestID`, `uniqueID`).
-    public func broadcast(bundleID: String, channelID: APNsChannelID, payload: [UInt8], expiration: Int = 0,
-                          priority: APNsPriority = .immediate) async throws -> APNsAcceptance {
+    public func broadcast(
+        bundleID: String, channelID: APNsChannelID, payload: [UInt8], expiration: Int = 0,
+        priority: APNsPriority = .immediate
+    ) async throws -> APNsAcceptance {
         let outcome = try await accepted(
             .broadcast(bundleID: bundleID, channelID: channelID, payload: payload, expiration: expiration, priority: priority))
         return outcome.acceptance!
     }
 
     /// Pushes to one device token (update, end or push-to-start); returns the acceptance (`apnsID`).
-    public func push(bundleID: String, deviceToken: APNsDeviceToken, payload: [UInt8], priority: APNsPriority = .immediate,
-                     expiration: Int? = nil) async throws -> APNsAcceptance {
+    public func push(
+        bundleID: String, deviceToken: APNsDeviceToken, payload: [UInt8], priority: APNsPriority = .immediate,
+        expiration: Int? = nil
+    ) async throws -> APNsAcceptance {
         let outcome = try await accepted(
             .devicePush(bundleID: bundleID, deviceToken: deviceToken, payload: payload, priority: priority, expiration: expiration))
         return outcome.acceptance!
@@ -334,7 +348,11 @@ final class InFlightGate: Sendable {
     var waiting: Int { state.withLock { $0.waiters.count } }
 
     func enter() async throws(APNsClientError) {
-        enum Entry { case entered, wait(Int), failed(APNsClientError) }
+        enum Entry {
+            case entered
+            case wait(Int)
+            case failed(APNsClientError)
+        }
         let entry = state.withLock { state -> Entry in
             if state.isShutDown { return .failed(.shutdown) }
             if state.inFlight < limit {

@@ -37,11 +37,13 @@ public struct APNsEndpoint: Sendable, Hashable, CustomStringConvertible {
     /// Parses `https://host[:port]` (port 443 when absent; IPv6 hosts in brackets). Only https: APNs is TLS-only.
     public init(url text: String) throws(APNsConfigurationError) {
         guard let components = URLComponents(string: text), components.scheme?.lowercased() == "https",
-              let host = components.host, !host.isEmpty else {
+            let host = components.host, !host.isEmpty
+        else {
             throw .invalidURL(text, "expected https://host[:port]")
         }
         guard components.path.isEmpty || components.path == "/", components.query == nil, components.fragment == nil,
-              components.user == nil else {
+            components.user == nil
+        else {
             throw .invalidURL(text, "an APNs URL names a host and port only, no path, query or credentials")
         }
         let port = components.port ?? 443

@@ -163,8 +163,10 @@ public struct APNsRequest: Sendable, Hashable, CustomStringConvertible {
 
     /// A reverse-DNS bundle id; the `.push-type.liveactivity` suffix belongs only in a device push's topic.
     static func validBundleID(_ bundleID: String) throws(APNsRequestError) -> String {
-        guard bundleID.utf8.allSatisfy(bundleIDBytes.contains), !bundleID.isEmpty, bundleID.utf8.count <= 255, !bundleID.hasPrefix("."), !bundleID.hasSuffix("."),
-              !bundleID.hasSuffix(APNsProtocol.liveActivityTopicSuffix) else {
+        guard bundleID.utf8.allSatisfy(bundleIDBytes.contains), !bundleID.isEmpty, bundleID.utf8.count <= 255, !bundleID.hasPrefix("."),
+            !bundleID.hasSuffix("."),
+            !bundleID.hasSuffix(APNsProtocol.liveActivityTopicSuffix)
+        else {
             throw .invalidBundleID(bundleID)
         }
         return bundleID

@@ -33,8 +33,10 @@ public struct APNsAcceptance: Sendable, Hashable {
     /// All channels of the app (list).
     public var channels: [APNsChannelID]?
 
-    public init(status: Int, requestID: String? = nil, uniqueID: String? = nil, apnsID: String? = nil,
-                channelID: APNsChannelID? = nil, channel: APNsChannelConfiguration? = nil, channels: [APNsChannelID]? = nil) {
+    public init(
+        status: Int, requestID: String? = nil, uniqueID: String? = nil, apnsID: String? = nil,
+        channelID: APNsChannelID? = nil, channel: APNsChannelConfiguration? = nil, channels: [APNsChannelID]? = nil
+    ) {
         self.status = status
         self.requestID = requestID
         self.uniqueID = uniqueID
@@ -166,7 +168,7 @@ public enum APNsResult: Sendable, Hashable {
             acceptance.channelID = APNsChannelID(received: id)
         case .readChannel:
             guard let object = Self.json(response.body) as? [String: Any],
-                  let policy = Self.integer(object["message-storage-policy"]).flatMap({ APNsMessageStoragePolicy(rawValue: Int($0)) })
+                let policy = Self.integer(object["message-storage-policy"]).flatMap({ APNsMessageStoragePolicy(rawValue: Int($0)) })
             else {
                 self = malformed("the read answer has no message-storage-policy 0 or 1")
                 return
@@ -227,7 +229,8 @@ public enum APNsResult: Sendable, Hashable {
         switch self {
         case .accepted: nil
         case .rejected(let failure), .retryAfterBackoff(let failure), .tokenUpdatesTooFrequent(let failure),
-             .credentialsFault(let failure), .refreshTokenAndRetry(let failure), .reconnect(let failure): failure
+            .credentialsFault(let failure), .refreshTokenAndRetry(let failure), .reconnect(let failure):
+            failure
         }
     }
 

@@ -43,9 +43,11 @@ public struct APNsRequestID: Sendable, Hashable, CustomStringConvertible {
     public init(_ text: String) throws(APNsRequestError) {
         let utf8 = Array(text.utf8)
         let dashes = [8, 13, 18, 23]
-        guard utf8.count == 36, utf8.indices.allSatisfy({ index in
-            dashes.contains(index) ? utf8[index] == UInt8(ascii: "-") : Self.hexDigits.contains(utf8[index])
-        }) else { throw .invalidRequestID(text) }
+        guard utf8.count == 36,
+            utf8.indices.allSatisfy({ index in
+                dashes.contains(index) ? utf8[index] == UInt8(ascii: "-") : Self.hexDigits.contains(utf8[index])
+            })
+        else { throw .invalidRequestID(text) }
         value = text.lowercased()
     }
 

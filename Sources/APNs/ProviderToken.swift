@@ -79,7 +79,8 @@ public struct ProviderToken: Sendable, Hashable, CustomStringConvertible {
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3 else { throw .malformed("expected three dot-separated parts") }
         guard let header = Base64URL.decode(parts[0]).flatMap({ APNsResult.json($0) as? [String: Any] }),
-              let claims = Base64URL.decode(parts[1]).flatMap({ APNsResult.json($0) as? [String: Any] }) else {
+            let claims = Base64URL.decode(parts[1]).flatMap({ APNsResult.json($0) as? [String: Any] })
+        else {
             throw .malformed("header or claims are not base64url JSON objects")
         }
         guard header["alg"] as? String == "ES256" else { throw .malformed("alg is not ES256") }
@@ -113,7 +114,7 @@ public struct ProviderToken: Sendable, Hashable, CustomStringConvertible {
 public final class ProviderTokenSigner: Sendable {
     /// Shortest and longest token lifetimes APNs tolerates: a token changed sooner than 20 minutes on a connection
     /// gets 429 TooManyProviderTokenUpdates, one older than 60 minutes gets 403 ExpiredProviderToken.
-    public static let lifetimeBounds: ClosedRange<TimeInterval> = 20 * 60 ... 60 * 60
+    public static let lifetimeBounds: ClosedRange<TimeInterval> = 20 * 60...60 * 60
 
     public let clock: any WallClock
     /// Age after which a token is replaced, within `lifetimeBounds` (below 60 minutes, so a token is never sent stale).
@@ -142,7 +143,8 @@ public final class ProviderTokenSigner: Sendable {
         try tokens.withLock { tokens throws(ProviderTokenError) -> ProviderToken in
             let now = clock.now
             if let current = tokens[key.identity], current.jwt != expired?.jwt,
-               now.timeIntervalSince(current.issuedAt) < refreshAge {
+                now.timeIntervalSince(current.issuedAt) < refreshAge
+            {
                 return current
             }
             let token = try ProviderToken(signingKey: key, issuedAt: now)

@@ -78,9 +78,10 @@ public final class APNsSimulator: Sendable {
         do {
             for (listener, port) in [(SimulatorListener.push, configuration.pushPort), (.management, configuration.managementPort)] {
                 serverConfiguration.port = port
-                servers.append(try HTTP2Server(
-                    configuration: serverConfiguration, tls: tls, group: group,
-                    handler: SimulatorRequestHandler(engine: engine, listener: listener)))
+                servers.append(
+                    try HTTP2Server(
+                        configuration: serverConfiguration, tls: tls, group: group,
+                        handler: SimulatorRequestHandler(engine: engine, listener: listener)))
             }
             var controlConfiguration = HTTP1ServerConfiguration(host: configuration.host, port: configuration.controlPort)
             controlConfiguration.shutdownGracePeriod = .seconds(2)

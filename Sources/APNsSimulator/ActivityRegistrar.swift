@@ -80,12 +80,13 @@ final class ActivityRegistrar: Sendable {
         for client in clients {
             let (stream, continuation) = AsyncStream<ActivityRegistration>.makeStream()
             queues.append(continuation)
-            workers.append(Task { [backend, devices, logger] in
-                for await registration in stream {
-                    let result = await Self.register(registration, client: client, backend: backend, devices: devices, logger: logger)
-                    devices.registrationFinished(registration, result)
-                }
-            })
+            workers.append(
+                Task { [backend, devices, logger] in
+                    for await registration in stream {
+                        let result = await Self.register(registration, client: client, backend: backend, devices: devices, logger: logger)
+                        devices.registrationFinished(registration, result)
+                    }
+                })
         }
         self.queues = queues
         self.workers = workers
@@ -161,7 +162,8 @@ final class ActivityRegistrar: Sendable {
             "externalId": .string(externalID), "attributesType": .string(type), "pushType": "token",
             "pushToken": .string(registration.pushToken),
         ])
-        let path = "/v1/installations/" + escape(registration.installationID) + "/activities/" + escape(registration.activityID)
+        let path =
+            "/v1/installations/" + escape(registration.installationID) + "/activities/" + escape(registration.activityID)
             + appQuery(backend)
         let request = HTTPRequest(
             method: "PUT", path: path,
@@ -200,11 +202,13 @@ final class ActivityRegistrar: Sendable {
             case .failed(let why): "failed: " + why
             default: "\(result)"
             }
-        logger.info("device activity registration", [
-            "installation_id": .string(registration.installationID), "activity_id": .string(registration.activityID),
-            "attributes_type": .string(registration.attributesType), "token": .string(String(registration.pushToken.prefix(8)) + "…"),
-            "outcome": .string(outcome),
-        ])
+        logger.info(
+            "device activity registration",
+            [
+                "installation_id": .string(registration.installationID), "activity_id": .string(registration.activityID),
+                "attributes_type": .string(registration.attributesType), "token": .string(String(registration.pushToken.prefix(8)) + "…"),
+                "outcome": .string(outcome),
+            ])
         return result
     }
 }

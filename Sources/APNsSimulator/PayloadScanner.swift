@@ -174,7 +174,8 @@ struct PayloadScanner {
             // Runs of plain characters, the bulk of any payload, in a tight loop over locals.
             var index = position
             while index < bytes.count, case let byte = bytes[index], byte >= 0x20, byte < 0x80, byte != UInt8(ascii: "\""),
-                  byte != UInt8(ascii: "\\") {
+                byte != UInt8(ascii: "\\")
+            {
                 index += 1
             }
             position = index
@@ -202,7 +203,7 @@ struct PayloadScanner {
         position += 1
         switch letter {
         case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
-             UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+            UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
             return
         case UInt8(ascii: "u"):
             let unit = try scanHex4()
@@ -244,12 +245,20 @@ struct PayloadScanner {
         var second: ClosedRange<UInt8> = 0x80...0xBF
         switch lead {
         case 0xC2...0xDF: continuations = 1
-        case 0xE0: continuations = 2; second = 0xA0...0xBF
+        case 0xE0:
+            continuations = 2
+            second = 0xA0...0xBF
         case 0xE1...0xEC, 0xEE...0xEF: continuations = 2
-        case 0xED: continuations = 2; second = 0x80...0x9F
-        case 0xF0: continuations = 3; second = 0x90...0xBF
+        case 0xED:
+            continuations = 2
+            second = 0x80...0x9F
+        case 0xF0:
+            continuations = 3
+            second = 0x90...0xBF
         case 0xF1...0xF3: continuations = 3
-        case 0xF4: continuations = 3; second = 0x80...0x8F
+        case 0xF4:
+            continuations = 3
+            second = 0x80...0x8F
         default: throw .invalid
         }
         guard position + continuations < bytes.count, second.contains(bytes[position + 1]) else { throw .invalid }

@@ -318,9 +318,11 @@ public struct SimulatedDevice: Sendable, Equatable {
                 registration = .skipped("no app backend")
             } else if let installationID {
                 registration = .pending
-                reaction.actions.append(.registerActivity(ActivityRegistration(
-                    installationID: installationID, activityID: identity.activityID, attributesType: type, attributes: attributes,
-                    pushToken: token, deviceToken: pushToStartToken)))
+                reaction.actions.append(
+                    .registerActivity(
+                        ActivityRegistration(
+                            installationID: installationID, activityID: identity.activityID, attributesType: type, attributes: attributes,
+                            pushToken: token, deviceToken: pushToStartToken)))
             } else {
                 registration = .skipped("no installation id")
             }

@@ -40,7 +40,8 @@ public struct SimulatedDeviceSpec: Sendable, Equatable {
                 throw SimulatorConfigurationError("devices[\(index)]: unknown key \(key)")
             }
             guard let token = object["pushToStartToken"]?.stringValue, token.utf8.count % 2 == 0, (2...400).contains(token.utf8.count),
-                  token.utf8.allSatisfy(SimulatorIdentifiers.isHexDigit) else {
+                token.utf8.allSatisfy(SimulatorIdentifiers.isHexDigit)
+            else {
                 throw SimulatorConfigurationError("devices[\(index)].pushToStartToken: expected hexadecimal bytes")
             }
             guard let text = object["osVersion"]?.stringValue, let version = SimulatorOSVersion(parsing: text) else {
@@ -92,7 +93,8 @@ public final class SimulatedDevices: Sendable {
     @discardableResult
     public func add(_ specs: [SimulatedDeviceSpec]) -> (added: Int, updated: Int) {
         state.withLock { state in
-            var added = 0, updated = 0
+            var added = 0
+            var updated = 0
             for spec in specs {
                 if let index = state.byPushToStartToken[spec.pushToStartToken] {
                     state.devices[index].osVersion = spec.osVersion
@@ -100,8 +102,9 @@ public final class SimulatedDevices: Sendable {
                     updated += 1
                 } else {
                     state.byPushToStartToken[spec.pushToStartToken] = state.devices.count
-                    state.devices.append(SimulatedDevice(
-                        pushToStartToken: spec.pushToStartToken, osVersion: spec.osVersion, installationID: spec.installationID))
+                    state.devices.append(
+                        SimulatedDevice(
+                            pushToStartToken: spec.pushToStartToken, osVersion: spec.osVersion, installationID: spec.installationID))
                     added += 1
                 }
             }
@@ -151,7 +154,8 @@ public final class SimulatedDevices: Sendable {
                     rules: rules, now: now)
                 state.random = random
                 guard case .started(let id)? = reaction.outcomes.first,
-                      let activity = state.devices[index].activities.last, activity.id == id else { return reaction }
+                    let activity = state.devices[index].activities.last, activity.id == id
+                else { return reaction }
                 switch activity.updatePath {
                 case .token(let token): state.byUpdateToken[token] = index
                 case .channel(let channel):
@@ -365,7 +369,10 @@ extension SimulatedDevices {
     public func report(at now: Date) -> JSONValue {
         let devices = snapshot(at: now)
         let keys = eventKeys
-        var activities = 0, duplicates = 0, afterEnd = 0, overBudget = 0
+        var activities = 0
+        var duplicates = 0
+        var afterEnd = 0
+        var overBudget = 0
         var byState: [String: Int] = [:]
         var summaries: [JSONValue] = []
         summaries.reserveCapacity(devices.count)

@@ -62,15 +62,19 @@ public struct SimulatorControlRoutes: Sendable {
         case (_, "/status"), (_, "/rejections"), (_, "/records"), (_, "/devices"):
             return Self.error(405, "\(request.method) is not allowed on \(path)")
         default:
-            return Self.error(404, "no control route \(path): GET /status, POST /rejections, POST /invalid-tokens/<hex>, DELETE /records, "
-                + "POST|GET|DELETE /devices, GET /devices/<id>")
+            return Self.error(
+                404,
+                "no control route \(path): GET /status, POST /rejections, POST /invalid-tokens/<hex>, DELETE /records, "
+                    + "POST|GET|DELETE /devices, GET /devices/<id>")
         }
     }
 
     private var status: JSONValue {
         var statuses = JSONObject()
         for (status, count) in engine.statusCounts.sorted(by: { $0.key < $1.key }) { statuses[String(status)] = .int(Int64(count)) }
-        var broadcasts = 0, devicePushes = 0, channelOperations = 0
+        var broadcasts = 0
+        var devicePushes = 0
+        var channelOperations = 0
         for record in engine.received {
             switch record {
             case .broadcast: broadcasts += 1
@@ -91,7 +95,8 @@ public struct SimulatorControlRoutes: Sendable {
 
     private func scriptRejection(_ body: [UInt8]) -> HTTPResponse {
         guard let object = (try? JSONValue(parsing: body))?.objectValue,
-              let apiName = object["api"]?.stringValue, let text = object["reason"]?.stringValue else {
+            let apiName = object["api"]?.stringValue, let text = object["reason"]?.stringValue
+        else {
             return Self.error(400, #"expected {"api": "channelManagement" | "broadcast" | "devicePush", "reason": "<Apple's reason>"}"#)
         }
         guard let api = SimulatorAPI(rawValue: apiName) else {

@@ -186,18 +186,20 @@ public final class SimulatorEngine: Sendable {
 
         if logs, let logger, let started {
             let handled = ContinuousClock.now - started
-            logger.info("apns request", [
-                "listener": .string(listener.rawValue),
-                "method": .string(request.method),
-                "path": .string(Self.loggablePath(request.path)),
-                "status": .int(response.status),
-                "reason": .string(reasonText ?? ""),
-                "channel_id": .string(accepted?.channelID ?? headers.channelID ?? ""),
-                "request_id": .string(answerID),
-                "latency_ms": .double(Self.milliseconds(delay)),
-                "handled_us": .int(Int(Self.milliseconds(handled) * 1000)),
-                "dropped": .bool(dropped),
-            ])
+            logger.info(
+                "apns request",
+                [
+                    "listener": .string(listener.rawValue),
+                    "method": .string(request.method),
+                    "path": .string(Self.loggablePath(request.path)),
+                    "status": .int(response.status),
+                    "reason": .string(reasonText ?? ""),
+                    "channel_id": .string(accepted?.channelID ?? headers.channelID ?? ""),
+                    "request_id": .string(answerID),
+                    "latency_ms": .double(Self.milliseconds(delay)),
+                    "handled_us": .int(Int(Self.milliseconds(handled) * 1000)),
+                    "dropped": .bool(dropped),
+                ])
             if let reaction, !reaction.outcomes.isEmpty { logDevices(reaction, listener: listener) }
         }
         return SimulatorReply(response: response, actions: actions, delay: delay, dropsAnswer: dropped)
@@ -298,7 +300,8 @@ public final class SimulatorEngine: Sendable {
         }
         // A new token string on this connection: the only time the signature is verified.
         guard let token = SimulatorProviderToken(jwt: jwt), let trusted = trustedKeys[token.keyID],
-              trusted.teamID == token.teamID else {
+            trusted.teamID == token.teamID
+        else {
             throw Rejection(.invalidProviderToken)
         }
         connection.tokenVerifications += 1
@@ -346,13 +349,15 @@ public final class SimulatorEngine: Sendable {
     }
 
     private func nextScripted(on api: SimulatorAPI, now: Date) -> Rejection? {
-        guard scriptedCount.load(ordering: .acquiring) > 0, let reason = state.withLock({ state -> SimulatorReason? in
-            guard var queue = state.scripted[api], !queue.isEmpty else { return nil }
-            let reason = queue.removeFirst()
-            state.scripted[api] = queue
-            scriptedCount.subtract(1, ordering: .releasing)
-            return reason
-        }) else { return nil }
+        guard scriptedCount.load(ordering: .acquiring) > 0,
+            let reason = state.withLock({ state -> SimulatorReason? in
+                guard var queue = state.scripted[api], !queue.isEmpty else { return nil }
+                let reason = queue.removeFirst()
+                state.scripted[api] = queue
+                scriptedCount.subtract(1, ordering: .releasing)
+                return reason
+            })
+        else { return nil }
         // Every 410 carries the time the token became invalid, in milliseconds (handling-notification-responses-from-apns).
         let timestamp = api.answer(for: reason)?.status == 410 ? Int64((now.timeIntervalSince1970 * 1000).rounded(.down)) : nil
         return Rejection(reason, timestamp: timestamp)
@@ -381,9 +386,10 @@ public final class SimulatorEngine: Sendable {
             throw Rejection(.topicDisallowed)
         }
         // Apple documents 10, 5 and 1 for device pushes too; ActivityKit asks for 5 or 10, which is the sender's rule.
-        let priority = try headers.priority.map { text throws(Rejection) in
-            try Self.integer(text, allowed: SimulatorLimits.priorities, else: .badPriority)
-        } ?? 10
+        let priority =
+            try headers.priority.map { text throws(Rejection) in
+                try Self.integer(text, allowed: SimulatorLimits.priorities, else: .badPriority)
+            } ?? 10
         let expiration = try headers.expiration.map { text throws(Rejection) in
             try Self.integer(text, allowed: nil, else: .badExpirationDate)
         }
@@ -447,7 +453,8 @@ public final class SimulatorEngine: Sendable {
         // Documented: an integer; other clients send the string "1" (unconfirmed at Apple): both are read.
         let policyValue = object["message-storage-policy"]
         guard let number = policyValue?.intValue ?? policyValue?.stringValue.flatMap({ Int64($0) }),
-              let policy = SimulatorStoragePolicy(rawValue: Int(number)) else {
+            let policy = SimulatorStoragePolicy(rawValue: Int(number))
+        else {
             throw Rejection(.badRequestParams)
         }
         let channel = try state.withLock { state throws(Rejection) -> SimulatorChannel in
@@ -524,7 +531,9 @@ public final class SimulatorEngine: Sendable {
         var activityID = ""
         for outcome in reaction.outcomes {
             switch outcome {
-            case .started(let id): counts["started", default: 0] += 1; activityID = id
+            case .started(let id):
+                counts["started", default: 0] += 1
+                activityID = id
             case .startIgnored(let reason): counts["ignored_" + reason.rawValue, default: 0] += 1
             case .updated: counts["updated", default: 0] += 1
             case .ended: counts["ended", default: 0] += 1
@@ -559,7 +568,7 @@ public final class SimulatorEngine: Sendable {
     private static func isBundleIDByte(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-             UInt8(ascii: "-"), UInt8(ascii: "."):
+            UInt8(ascii: "-"), UInt8(ascii: "."):
             true
         default: false
         }
@@ -574,7 +583,8 @@ public final class SimulatorEngine: Sendable {
     /// A decimal integer header; `allowed` nil means any value ≥ 0.
     private static func integer(_ text: String, allowed: Set<Int>?, else reason: SimulatorReason) throws(Rejection) -> Int {
         guard !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int(text),
-              allowed?.contains(value) ?? true else {
+            allowed?.contains(value) ?? true
+        else {
             throw Rejection(reason)
         }
         return value

@@ -45,7 +45,7 @@ enum SimulatorIdentifiers {
     private static func isBase64Letter(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-             UInt8(ascii: "+"), UInt8(ascii: "/"):
+            UInt8(ascii: "+"), UInt8(ascii: "/"):
             true
         default: false
         }

@@ -23,12 +23,12 @@ struct SimulatorProviderToken {
     init?(jwt: String) {
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3,
-              let headerBytes = Base64URL.decode(parts[0]), let header = try? JSONValue(parsing: headerBytes),
-              let claimsBytes = Base64URL.decode(parts[1]), let claims = try? JSONValue(parsing: claimsBytes),
-              header["alg"]?.stringValue == "ES256",
-              let keyID = header["kid"]?.stringValue, let teamID = claims["iss"]?.stringValue,
-              let iat = claims["iat"].flatMap(Self.seconds),
-              let signature = Base64URL.decode(parts[2]), signature.count == P256.rawSignatureByteCount
+            let headerBytes = Base64URL.decode(parts[0]), let header = try? JSONValue(parsing: headerBytes),
+            let claimsBytes = Base64URL.decode(parts[1]), let claims = try? JSONValue(parsing: claimsBytes),
+            header["alg"]?.stringValue == "ES256",
+            let keyID = header["kid"]?.stringValue, let teamID = claims["iss"]?.stringValue,
+            let iat = claims["iat"].flatMap(Self.seconds),
+            let signature = Base64URL.decode(parts[2]), signature.count == P256.rawSignatureByteCount
         else { return nil }
         self.jwt = jwt
         self.keyID = keyID

@@ -73,8 +73,9 @@ private struct Slot {
             if let collapseID = push.collapseID { append(collapseID, to: &bytes) }
             append(push.apnsID, to: &bytes)
             payloadStart = encode(push.requestHeaders, push.payload, into: &bytes)
-            return .devicePush(priority: push.priority, expiration: push.expiration, hasCollapseID: push.collapseID != nil,
-                               receivedAt: push.receivedAt)
+            return .devicePush(
+                priority: push.priority, expiration: push.expiration, hasCollapseID: push.collapseID != nil,
+                receivedAt: push.receivedAt)
         case .broadcast(let broadcast):
             append(broadcast.bundleID, to: &bytes)
             append(broadcast.channelID, to: &bytes)
@@ -127,17 +128,19 @@ private struct Slot {
             let topic = string()
             let collapseID = hasCollapseID ? string() : nil
             let apnsID = string()
-            return .devicePush(ReceivedDevicePush(
-                deviceToken: deviceToken, topic: topic, priority: priority, expiration: expiration, collapseID: collapseID,
-                requestHeaders: headers(), payload: payload, apnsID: apnsID, receivedAt: receivedAt))
+            return .devicePush(
+                ReceivedDevicePush(
+                    deviceToken: deviceToken, topic: topic, priority: priority, expiration: expiration, collapseID: collapseID,
+                    requestHeaders: headers(), payload: payload, apnsID: apnsID, receivedAt: receivedAt))
         case .broadcast(let priority, let expiration, let receivedAt):
             let bundleID = string()
             let channelID = string()
             let requestID = string()
             let uniqueID = string()
-            return .broadcast(ReceivedBroadcast(
-                bundleID: bundleID, channelID: channelID, priority: priority, expiration: expiration, requestHeaders: headers(),
-                payload: payload, requestID: requestID, uniqueID: uniqueID, receivedAt: receivedAt))
+            return .broadcast(
+                ReceivedBroadcast(
+                    bundleID: bundleID, channelID: channelID, priority: priority, expiration: expiration, requestHeaders: headers(),
+                    payload: payload, requestID: requestID, uniqueID: uniqueID, receivedAt: receivedAt))
         case .channel(let operation):
             return .channel(operation)
         }

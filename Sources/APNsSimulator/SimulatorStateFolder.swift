@@ -87,7 +87,8 @@ public struct SimulatorFiles: Sendable, Hashable {
 
     // MARK: - Generation
 
-    private static func generateCertificates(caFile: String, caKeyFile: String, certificateFile: String, keyFile: String) throws(SimulatorStateError) {
+    private static func generateCertificates(caFile: String, caKeyFile: String, certificateFile: String, keyFile: String) throws(SimulatorStateError)
+    {
         let manager = FileManager.default
         do {
             let authority: CertificateAuthority
@@ -108,13 +109,17 @@ public struct SimulatorFiles: Sendable, Hashable {
         } catch let error as SimulatorStateError {
             throw error
         } catch {
-            throw SimulatorStateError("cannot make the simulator's certificates in \(URL(fileURLWithPath: caFile).deletingLastPathComponent().path): \(error)")
+            throw SimulatorStateError(
+                "cannot make the simulator's certificates in \(URL(fileURLWithPath: caFile).deletingLastPathComponent().path): \(error)")
         }
     }
 
     /// `key.json` names the generated key's ids; the key itself is `AuthKey_<KEYID>.p8`, as Apple names downloads.
     private static func generateSigningKey(in folder: URL) throws(SimulatorStateError) -> (file: String, keyID: String, teamID: String) {
-        struct Identity: Codable { var keyID: String; var teamID: String }
+        struct Identity: Codable {
+            var keyID: String
+            var teamID: String
+        }
         let identityFile = folder.appendingPathComponent("key.json").path
         if FileManager.default.fileExists(atPath: identityFile) {
             guard let identity = try? JSONDecoder().decode(Identity.self, from: Data(try read(identityFile).utf8)) else {
@@ -222,10 +227,12 @@ final class ChannelFileWriter: Sendable {
     }
 
     private func writeNow() {
-        guard let engine = state.withLock({ state -> SimulatorEngine? in
-            state.queued = false
-            return state.engine
-        }) else { return }
+        guard
+            let engine = state.withLock({ state -> SimulatorEngine? in
+                state.queued = false
+                return state.engine
+            })
+        else { return }
         do { try files.saveChannels(engine.channels()) } catch {
             logger?.error("cannot save the simulator's channels", ["error": .string(error.description)])
         }

@@ -35,9 +35,10 @@ public enum HMAC {
             withBytes(message) { message in
                 // A zero-length key is valid HMAC; OpenSSL wants a non-NULL pointer for it.
                 let keyPointer = key.baseAddress ?? UnsafeRawPointer(bitPattern: 1)
-                return EVP_Q_mac(nil, "HMAC", nil, "SHA256", nil, keyPointer, key.count,
-                                 message.baseAddress?.assumingMemoryBound(to: UInt8.self), message.count,
-                                 &mac, mac.count, &length)
+                return EVP_Q_mac(
+                    nil, "HMAC", nil, "SHA256", nil, keyPointer, key.count,
+                    message.baseAddress?.assumingMemoryBound(to: UInt8.self), message.count,
+                    &mac, mac.count, &length)
             }
         }
         precondition(result != nil && length == 32, "EVP_Q_mac(HMAC-SHA256) failed: \(openSSLErrorText())")

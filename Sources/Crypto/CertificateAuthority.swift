@@ -92,10 +92,11 @@ public struct CertificateAuthority: Sendable {
     static func isDNSName(_ name: String) -> Bool {
         let body = name.hasPrefix("*.") ? name.dropFirst(2) : Substring(name)
         let labels = body.split(separator: ".", omittingEmptySubsequences: false)
-        return !body.isEmpty && body.utf8.count <= 253 && labels.allSatisfy { label in
-            !label.isEmpty && label.utf8.count <= 63 && !label.hasPrefix("-") && !label.hasSuffix("-")
-                && label.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-") }
-        }
+        return !body.isEmpty && body.utf8.count <= 253
+            && labels.allSatisfy { label in
+                !label.isEmpty && label.utf8.count <= 63 && !label.hasPrefix("-") && !label.hasSuffix("-")
+                    && label.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-") }
+            }
     }
 
     static func isIPAddress(_ address: String) -> Bool {
@@ -111,7 +112,7 @@ public struct CertificateAuthority: Sendable {
         guard validityDays > 0 else { throw .invalidInput("validityDays must be positive, got \(validityDays)") }
         let certificate = X509Certificate(try check(X509_new(), "X509_new"))
         let x509 = certificate.pointer
-        try check(X509_set_version(x509, 2), "X509_set_version") // 2 means v3
+        try check(X509_set_version(x509, 2), "X509_set_version")  // 2 means v3
 
         // A positive 127-bit random serial, as RFC 5280 asks for (at most 20 bytes, unpredictable).
         var serialBytes = SecureRandom.bytes(16)

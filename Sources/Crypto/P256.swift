@@ -118,7 +118,8 @@ public enum P256 {
         /// True when `signature` (64 raw bytes r‖s) is a valid ES256 signature of `message` under this key.
         public func isValidSignature(_ signature: some Sequence<UInt8>, for message: some Sequence<UInt8>) -> Bool {
             guard let der = try? P256.derSignature(fromRaw: signature),
-                  let context = EVP_MD_CTX_new() else {
+                let context = EVP_MD_CTX_new()
+            else {
                 ERR_clear_error()
                 return false
             }

@@ -28,8 +28,9 @@ public struct Argument: Sendable {
         _ name: String, value: String = "VALUE", help: String, environment: String? = nil,
         default defaultValue: String? = nil, required: Bool = false, choices: [String]? = nil, repeatable: Bool = false
     ) -> Argument {
-        Argument(name: name, kind: .option(valueName: value, repeatable: repeatable), help: help, environment: environment,
-                 defaultValue: defaultValue, isRequired: required, choices: choices)
+        Argument(
+            name: name, kind: .option(valueName: value, repeatable: repeatable), help: help, environment: environment,
+            defaultValue: defaultValue, isRequired: required, choices: choices)
     }
 
     /// `--name`.
@@ -142,7 +143,8 @@ public struct ParsedArguments: Sendable {
     public func seconds(_ name: String, in range: ClosedRange<Double> = 0...Double.greatestFiniteMagnitude) throws(UsageError) -> Double? {
         guard let text = string(name) else { return nil }
         guard let value = Double(text), value.isFinite, range.contains(value) else {
-            let bounds = range.upperBound == .greatestFiniteMagnitude ? " of at least \(range.lowerBound)" : " from \(range.lowerBound) to \(range.upperBound)"
+            let bounds =
+                range.upperBound == .greatestFiniteMagnitude ? " of at least \(range.lowerBound)" : " from \(range.lowerBound) to \(range.upperBound)"
             throw UsageError("--\(name) takes a number of seconds\(bounds), not '\(text)'", commandPath: commandPath)
         }
         return value

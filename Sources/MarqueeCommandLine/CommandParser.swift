@@ -115,8 +115,9 @@ public struct CommandParser: Sendable {
             }
             if let choices = argument.choices {
                 for value in values[argument.name] ?? [] where !choices.contains(value) {
-                    throw UsageError("\(display) must be one of \(choices.joined(separator: ", ")), not '\(value)'", field: argument.name,
-                                     commandPath: path)
+                    throw UsageError(
+                        "\(display) must be one of \(choices.joined(separator: ", ")), not '\(value)'", field: argument.name,
+                        commandPath: path)
                 }
             }
         }
@@ -151,21 +152,22 @@ enum HelpFormatter {
                 lines.append("  \(sub.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(sub.summary)")
             }
         } else {
-            let rows: [(String, String)] = command.arguments.map { argument in
-                let left: String
-                switch argument.kind {
-                case .option(let valueName, _): left = "--\(argument.name) \(valueName)"
-                case .flag: left = "--\(argument.name)"
-                case .positional: left = argument.name.uppercased()
-                }
-                var right = argument.help
-                if let choices = argument.choices { right += " (\(choices.joined(separator: "|")))" }
-                if argument.isRequired { right += " [required]" }
-                if let value = argument.defaultValue { right += " [default: \(value)]" }
-                if let variable = argument.environment { right += " [env: \(variable)]" }
-                if case .option(_, true) = argument.kind { right += " [repeatable]" }
-                return (left, right)
-            } + [("--help", "Show this help.")]
+            let rows: [(String, String)] =
+                command.arguments.map { argument in
+                    let left: String
+                    switch argument.kind {
+                    case .option(let valueName, _): left = "--\(argument.name) \(valueName)"
+                    case .flag: left = "--\(argument.name)"
+                    case .positional: left = argument.name.uppercased()
+                    }
+                    var right = argument.help
+                    if let choices = argument.choices { right += " (\(choices.joined(separator: "|")))" }
+                    if argument.isRequired { right += " [required]" }
+                    if let value = argument.defaultValue { right += " [default: \(value)]" }
+                    if let variable = argument.environment { right += " [env: \(variable)]" }
+                    if case .option(_, true) = argument.kind { right += " [repeatable]" }
+                    return (left, right)
+                } + [("--help", "Show this help.")]
             let width = rows.map(\.0.count).max() ?? 0
             lines.append("")
             lines.append("Options:")

@@ -33,18 +33,22 @@ public enum ExitCode: Int32, Sendable, CaseIterable {
     public var meaning: String {
         switch self {
         case .success: "success"
-        case .failure: "refused: APNs rejected the request (its reason is shown), a conflict (409: the thing exists already, "
-            + "or its state does not allow this), not found in the database, pending migrations"
+        case .failure:
+            "refused: APNs rejected the request (its reason is shown), a conflict (409: the thing exists already, "
+                + "or its state does not allow this), not found in the database, pending migrations"
         case .usage: "the command line is wrong (an unknown flag, bad JSON, a date that does not parse, an unreadable @FILE)"
-        case .dataError: "input data is invalid: a payload (not JSON, over its size limit), a key file that is not a key (app add), "
-            + "or a request the API refused (400, 413, 422)"
-        case .noInput: "an input file cannot be read (a key or payload file; for apns also a .p8 that is not a P-256 key), "
-            + "or the API has no such thing (404)"
+        case .dataError:
+            "input data is invalid: a payload (not JSON, over its size limit), a key file that is not a key (app add), "
+                + "or a request the API refused (400, 413, 422)"
+        case .noInput:
+            "an input file cannot be read (a key or payload file; for apns also a .p8 that is not a P-256 key), "
+                + "or the API has no such thing (404)"
         case .unavailable: "a service cannot be reached (database, API, APNs: connection, TLS, certificate), or the API answered 5xx"
         case .software: "internal error"
         case .temporaryFailure: "temporary failure after retries (APNs answered 429 or 5xx, or timed out): try again later"
-        case .permissionDenied: "not allowed: the API key is missing or wrong (401) or lacks the scope (403), "
-            + "or APNs refused the provider token (403)"
+        case .permissionDenied:
+            "not allowed: the API key is missing or wrong (401) or lacks the scope (403), "
+                + "or APNs refused the provider token (403)"
         case .configuration: "configuration is missing or invalid (serve --no-migrate on a schema that is behind)"
         case .interrupted: "interrupted (Ctrl-C during event list --all, which says where to resume)"
         }
@@ -52,13 +56,14 @@ public enum ExitCode: Int32, Sendable, CaseIterable {
 
     /// The `Exit codes:` block of a `--help`: `codes` (the ones a command uses), each meaning wrapped at 100 columns.
     public static func help(_ codes: [ExitCode] = allCases) -> String {
-        "Exit codes:\n" + codes.map { code in
-            var lines = ["  " + String(code.rawValue).padding(toLength: 4, withPad: " ", startingAt: 0)]
-            for word in code.meaning.split(separator: " ") {
-                if lines[lines.count - 1].count + 1 + word.count > 100 { lines.append("      ") }
-                lines[lines.count - 1] += (lines[lines.count - 1].hasSuffix(" ") ? "" : " ") + word
-            }
-            return lines.joined(separator: "\n")
-        }.joined(separator: "\n")
+        "Exit codes:\n"
+            + codes.map { code in
+                var lines = ["  " + String(code.rawValue).padding(toLength: 4, withPad: " ", startingAt: 0)]
+                for word in code.meaning.split(separator: " ") {
+                    if lines[lines.count - 1].count + 1 + word.count > 100 { lines.append("      ") }
+                    lines[lines.count - 1] += (lines[lines.count - 1].hasSuffix(" ") ? "" : " ") + word
+                }
+                return lines.joined(separator: "\n")
+            }.joined(separator: "\n")
     }
 }

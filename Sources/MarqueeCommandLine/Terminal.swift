@@ -29,8 +29,10 @@ public enum Terminal {
     /// Prints a result: `json` with --json, else the human text. Standard output carries only the data, so
     /// `KEY=$(marquee key create ...)` captures the key alone; a `note` for a person (a hint, a summary, where
     /// to go on) goes to standard error, and only without --json.
-    public static func emit(_ arguments: ParsedArguments, text: @autoclosure () -> String, json: @autoclosure () -> JSONValue,
-                            note: @autoclosure () -> String? = nil) {
+    public static func emit(
+        _ arguments: ParsedArguments, text: @autoclosure () -> String, json: @autoclosure () -> JSONValue,
+        note: @autoclosure () -> String? = nil
+    ) {
         guard !arguments.json else { return print(json().jsonString) }
         print(text())
         if let note = note() { error(note) }
@@ -98,8 +100,9 @@ public enum Confirmation {
     public static func require(_ arguments: ParsedArguments, _ question: String) async throws {
         if arguments.flag("yes") { return }
         guard isatty(STDIN_FILENO) == 1, isatty(STDERR_FILENO) == 1, !arguments.json else {
-            throw UsageError("\(question): pass --yes to confirm (stdin is not a terminal to ask on)", field: "yes",
-                             commandPath: arguments.commandPath)
+            throw UsageError(
+                "\(question): pass --yes to confirm (stdin is not a terminal to ask on)", field: "yes",
+                commandPath: arguments.commandPath)
         }
         FileHandle.standardError.write(Data("\(question) [y/N] ".utf8))
         // Read on a thread of its own: a person may take a while, and the cooperative pool must not wait.

@@ -12,7 +12,9 @@ import Synchronization
 struct AdminAPIClient: Sendable {
     /// The options every API command takes (plus `--json` and `--help`, which every command has).
     static let options: [Argument] = [
-        .option("url", value: "URL", help: "The Marquee API (http:// or https://).", environment: "MARQUEE_URL", default: "http://\(ServeConfiguration.defaultListen)"),
+        .option(
+            "url", value: "URL", help: "The Marquee API (http:// or https://).", environment: "MARQUEE_URL",
+            default: "http://\(ServeConfiguration.defaultListen)"),
         .option("api-key", value: "KEY", help: "An API key, usually of scope admin; never printed.", environment: "MARQUEE_API_KEY"),
         .option("ca-file", value: "PATH", help: "A PEM file of CAs to trust for an https URL, besides the system's.", environment: "MARQUEE_CA_FILE"),
         .option("timeout", value: "SECONDS", help: "How long one request may take.", default: "30"),
@@ -42,7 +44,8 @@ struct AdminAPIClient: Sendable {
         let made = await withCheckedContinuation { continuation in
             Thread.detachNewThread {
                 if let caFile, !FileManager.default.isReadableFile(atPath: caFile) {
-                    return continuation.resume(returning: Result<HTTP1Client, UsageError>.failure(UsageError("--ca-file: cannot read \(caFile)", commandPath: path)))
+                    return continuation.resume(
+                        returning: Result<HTTP1Client, UsageError>.failure(UsageError("--ca-file: cannot read \(caFile)", commandPath: path)))
                 }
                 do throws(HTTP1ClientError) {
                     continuation.resume(returning: .success(try HTTP1Client(url: url, loop: loop, configuration: configuration)))
@@ -56,8 +59,9 @@ struct AdminAPIClient: Sendable {
         // Checked here, after the command line: a request without a key would only come back 401.
         guard arguments.string("api-key")?.isEmpty == false else {
             await client.close()
-            throw CommandFailure("no API key: pass --api-key or set MARQUEE_API_KEY (make one with 'marquee key create --scope admin')",
-                                 exitCode: .permissionDenied, code: "missing_api_key", field: "api-key")
+            throw CommandFailure(
+                "no API key: pass --api-key or set MARQUEE_API_KEY (make one with 'marquee key create --scope admin')",
+                exitCode: .permissionDenied, code: "missing_api_key", field: "api-key")
         }
         let api = AdminAPIClient(client: client, loop: loop, apiKey: arguments.string("api-key"), arguments: arguments)
         do {
@@ -71,8 +75,10 @@ struct AdminAPIClient: Sendable {
     }
 
     /// One request; a 2xx answer's body (parsed, and as sent for `--json`), anything else a `CommandFailure`.
-    func send(_ method: String, _ path: String, query: [(String, String?)] = [], body: JSONValue? = nil,
-              headers extra: [(String, String)] = []) async throws -> APIAnswer {
+    func send(
+        _ method: String, _ path: String, query: [(String, String?)] = [], body: JSONValue? = nil,
+        headers extra: [(String, String)] = []
+    ) async throws -> APIAnswer {
         var headers: HTTPHeaders = ["accept": "application/json", "user-agent": "marquee-cli"]
         if let apiKey { headers.add("authorization", "Bearer \(apiKey)") }
         if body != nil { headers.add("content-type", "application/json") }
@@ -81,8 +87,9 @@ struct AdminAPIClient: Sendable {
         let target = items.isEmpty ? path : path + "?" + items.joined(separator: "&")
         let bytes = body?.jsonBytes ?? []
         guard bytes.count <= Self.maxBodySize else {
-            throw CommandFailure("the request body is \(bytes.count) bytes, over the API's \(Self.maxBodySize)-byte limit; nothing was sent",
-                                 exitCode: .dataError, code: "payload_too_large")
+            throw CommandFailure(
+                "the request body is \(bytes.count) bytes, over the API's \(Self.maxBodySize)-byte limit; nothing was sent",
+                exitCode: .dataError, code: "payload_too_large")
         }
         let response: HTTPResponse
         do {
@@ -97,8 +104,9 @@ struct AdminAPIClient: Sendable {
             if response.status == 413 {
                 throw CommandFailure("the server refused the request body as too large (413)", exitCode: .dataError, code: "payload_too_large")
             }
-            throw CommandFailure("\(client.url) answered \(method) \(path) with \(response.status) and a body that is not JSON: is --url a Marquee server?",
-                                 exitCode: .unavailable, code: "unexpected_response")
+            throw CommandFailure(
+                "\(client.url) answered \(method) \(path) with \(response.status) and a body that is not JSON: is --url a Marquee server?",
+                exitCode: .unavailable, code: "unexpected_response")
         }
         guard (200..<300).contains(response.status) else { throw Self.failure(status: response.status, json: json, plain: arguments.json) }
         return APIAnswer(json: json, text: String(decoding: response.body, as: UTF8.self))
@@ -107,8 +115,10 @@ struct AdminAPIClient: Sendable {
     /// Follows `nextCursor` from the first page (or `start`) to the last, handing each page's `collection` to `body` as it
     /// arrives (so nothing printed is lost to a Ctrl-C); returns how many items came. On SIGINT it says on
     /// stderr how far it got and the cursor to resume from, then exits 130.
-    func eachPage(_ path: String, query: [(String, String?)], from start: String? = nil, collection: String, noun: String,
-                  _ body: ([JSONValue]) -> Void) async throws -> Int {
+    func eachPage(
+        _ path: String, query: [(String, String?)], from start: String? = nil, collection: String, noun: String,
+        _ body: ([JSONValue]) -> Void
+    ) async throws -> Int {
         let progress = Mutex((count: 0, cursor: String?.none))
         signal(SIGINT, SIG_IGN)
         let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
@@ -193,8 +203,9 @@ struct APIInput {
     func id(_ name: String, positional: Bool = false) throws -> Int64? {
         guard let text = arguments.string(name) else { return nil }
         guard let value = Int64(text), value > 0 else {
-            throw UsageError("\(positional ? name.uppercased() : "--\(name)") takes a positive whole number, not '\(text)'", field: name,
-                             commandPath: path)
+            throw UsageError(
+                "\(positional ? name.uppercased() : "--\(name)") takes a positive whole number, not '\(text)'", field: name,
+                commandPath: path)
         }
         return value
     }
@@ -225,8 +236,9 @@ struct APIInput {
     func date(_ name: String, now: Date = Date()) throws -> String? {
         guard let text = arguments.string(name) else { return nil }
         guard let date = Self.parseDate(text, now: now) else {
-            throw UsageError("--\(name) takes an ISO 8601 date such as 2026-05-01T19:45:00Z, or now, now+2h, now-15m; not '\(text)'",
-                             commandPath: path)
+            throw UsageError(
+                "--\(name) takes an ISO 8601 date such as 2026-05-01T19:45:00Z, or now, now+2h, now-15m; not '\(text)'",
+                commandPath: path)
         }
         return Self.format(date)
     }
@@ -246,14 +258,16 @@ struct APIInput {
         if trimmed.hasPrefix("now"), trimmed.count > 4 {
             let sign: Double = trimmed.dropFirst(3).first == "-" ? -1 : 1
             guard ["+", "-"].contains(trimmed.dropFirst(3).first), let unit = trimmed.last,
-                  let amount = Double(trimmed.dropFirst(4).dropLast()), amount.isFinite else { return nil }
-            let seconds: Double? = switch unit {
-            case "s": 1
-            case "m": 60
-            case "h": 3600
-            case "d": 86400
-            default: nil
-            }
+                let amount = Double(trimmed.dropFirst(4).dropLast()), amount.isFinite
+            else { return nil }
+            let seconds: Double? =
+                switch unit {
+                case "s": 1
+                case "m": 60
+                case "h": 3600
+                case "d": 86400
+                default: nil
+                }
             return seconds.map { now.addingTimeInterval(sign * amount * $0) }
         }
         let formatter = ISO8601DateFormatter()
@@ -301,8 +315,10 @@ enum APIText {
     }
 
     /// Prints `--json` as the server sent it, else the human text.
-    static func emit(_ arguments: ParsedArguments, _ answer: APIAnswer, text: (JSONValue) -> String,
-                     note: (JSONValue) -> String? = { _ in nil }) {
+    static func emit(
+        _ arguments: ParsedArguments, _ answer: APIAnswer, text: (JSONValue) -> String,
+        note: (JSONValue) -> String? = { _ in nil }
+    ) {
         guard !arguments.json else { return Terminal.print(answer.text) }
         Terminal.print(text(answer.json))
         if let note = note(answer.json) { Terminal.error(note) }

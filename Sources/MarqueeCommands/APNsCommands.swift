@@ -13,34 +13,47 @@ let apnsCommand = Command(
     "apns", summary: "Send one request to APNs (channels, broadcast, push), signed with your .p8 key.",
     discussion: APNsCommandLine.discussion,
     subcommands: [
-        Command("channels", summary: "Create, read, delete or list broadcast channels.", discussion: APNsCommandLine.discussion, subcommands: [
-            APNsCommandLine.leaf("create", summary: "Create a channel and print its id.", extra: [
-                .option("storage-policy", value: "POLICY", help: "none: only connected devices get broadcasts (expiration 0); mostRecent: the latest is kept up to 8 h.",
-                        required: true, choices: ["none", "mostRecent"]),
-            ]) { arguments, bundle in
-                let policy: APNsMessageStoragePolicy = arguments.string("storage-policy") == "none" ? .noMessageStored : .mostRecentMessageStored
-                return try .createChannel(bundleID: bundle, storagePolicy: policy)
-            },
-            APNsCommandLine.leaf("read", summary: "Show a channel's storage policy and push type.", extra: [APNsCommandLine.channel]) { arguments, bundle in
-                try .readChannel(bundleID: bundle, channelID: try APNsCommandLine.channelID(arguments))
-            },
-            APNsCommandLine.leaf("delete", summary: "Delete a channel (irreversible).", extra: [APNsCommandLine.channel]) { arguments, bundle in
-                try .deleteChannel(bundleID: bundle, channelID: try APNsCommandLine.channelID(arguments))
-            },
-            APNsCommandLine.leaf("list", summary: "List every channel of the app in this environment.", extra: []) { _, bundle in
-                try .listChannels(bundleID: bundle)
-            },
-        ]),
-        APNsCommandLine.leaf("broadcast", summary: "Broadcast a Live Activity update or end on a channel.",
-                             extra: [APNsCommandLine.channel] + APNsCommandLine.delivery(priorities: ["10", "5", "1"], expirationDefault: "0")) { arguments, bundle in
+        Command(
+            "channels", summary: "Create, read, delete or list broadcast channels.", discussion: APNsCommandLine.discussion,
+            subcommands: [
+                APNsCommandLine.leaf(
+                    "create", summary: "Create a channel and print its id.",
+                    extra: [
+                        .option(
+                            "storage-policy", value: "POLICY",
+                            help: "none: only connected devices get broadcasts (expiration 0); mostRecent: the latest is kept up to 8 h.",
+                            required: true, choices: ["none", "mostRecent"])
+                    ]
+                ) { arguments, bundle in
+                    let policy: APNsMessageStoragePolicy = arguments.string("storage-policy") == "none" ? .noMessageStored : .mostRecentMessageStored
+                    return try .createChannel(bundleID: bundle, storagePolicy: policy)
+                },
+                APNsCommandLine.leaf("read", summary: "Show a channel's storage policy and push type.", extra: [APNsCommandLine.channel]) {
+                    arguments, bundle in
+                    try .readChannel(bundleID: bundle, channelID: try APNsCommandLine.channelID(arguments))
+                },
+                APNsCommandLine.leaf("delete", summary: "Delete a channel (irreversible).", extra: [APNsCommandLine.channel]) { arguments, bundle in
+                    try .deleteChannel(bundleID: bundle, channelID: try APNsCommandLine.channelID(arguments))
+                },
+                APNsCommandLine.leaf("list", summary: "List every channel of the app in this environment.", extra: []) { _, bundle in
+                    try .listChannels(bundleID: bundle)
+                },
+            ]),
+        APNsCommandLine.leaf(
+            "broadcast", summary: "Broadcast a Live Activity update or end on a channel.",
+            extra: [APNsCommandLine.channel] + APNsCommandLine.delivery(priorities: ["10", "5", "1"], expirationDefault: "0")
+        ) { arguments, bundle in
             try .broadcast(
-                bundleID: bundle, channelID: try APNsCommandLine.channelID(arguments), payload: try await APNsCommandLine.payload(arguments, limit: APNsPayloadLimit.broadcast),
+                bundleID: bundle, channelID: try APNsCommandLine.channelID(arguments),
+                payload: try await APNsCommandLine.payload(arguments, limit: APNsPayloadLimit.broadcast),
                 expiration: try arguments.int("expiration", in: 0...Int(Int32.max)) ?? 0,
                 priority: APNsPriority(rawValue: try arguments.int("priority") ?? 10) ?? .immediate)
         },
-        APNsCommandLine.leaf("push", summary: "Push to one device token (Live Activity update, end or push-to-start).",
-                             extra: [.option("token", value: "HEX", help: "The device or push-to-start token, hexadecimal.", required: true)]
-                                + APNsCommandLine.delivery(priorities: ["10", "5"], expirationDefault: nil)) { arguments, bundle in
+        APNsCommandLine.leaf(
+            "push", summary: "Push to one device token (Live Activity update, end or push-to-start).",
+            extra: [.option("token", value: "HEX", help: "The device or push-to-start token, hexadecimal.", required: true)]
+                + APNsCommandLine.delivery(priorities: ["10", "5"], expirationDefault: nil)
+        ) { arguments, bundle in
             let token: APNsDeviceToken
             do { token = try APNsDeviceToken(hex: try arguments.required("token")) } catch {
                 throw CommandFailure("--token: \(error)", exitCode: .usage, code: "usage", field: "token")
@@ -77,23 +90,30 @@ enum APNsCommandLine {
         .option("key-id", value: "ID", help: "The 10-character id of the APNs key.", environment: "MARQUEE_APNS_KEY_ID", required: true),
         .option("key-file", value: "PATH", help: "The .p8 key file (PEM).", environment: "MARQUEE_APNS_KEY_FILE", required: true),
         .option("bundle", value: "ID", help: "The app's bundle id.", environment: "MARQUEE_APNS_BUNDLE", required: true),
-        .option("environment", value: "ENV", help: "development (sandbox) or production.", environment: "MARQUEE_APNS_ENVIRONMENT",
-                default: "development", choices: ["development", "sandbox", "production"]),
+        .option(
+            "environment", value: "ENV", help: "development (sandbox) or production.", environment: "MARQUEE_APNS_ENVIRONMENT",
+            default: "development", choices: ["development", "sandbox", "production"]),
         // Read from the process environment like the daemon does; as options so tests and scripts can pass them.
-        .option("push-url", value: "URL", help: "Push/broadcast host, https://host:port (default: Apple's).", environment: APNsEndpoints.pushURLVariable),
-        .option("manage-url", value: "URL", help: "Channel-management host, https://host:port (default: Apple's).",
-                environment: APNsEndpoints.managementURLVariable),
-        .option("ca-file", value: "PATH", help: "A PEM CA to trust besides the system's (e.g. the simulator's).", environment: APNsEndpoints.caFileVariable),
+        .option(
+            "push-url", value: "URL", help: "Push/broadcast host, https://host:port (default: Apple's).", environment: APNsEndpoints.pushURLVariable),
+        .option(
+            "manage-url", value: "URL", help: "Channel-management host, https://host:port (default: Apple's).",
+            environment: APNsEndpoints.managementURLVariable),
+        .option(
+            "ca-file", value: "PATH", help: "A PEM CA to trust besides the system's (e.g. the simulator's).",
+            environment: APNsEndpoints.caFileVariable),
     ]
 
     static let channel = Argument.option("channel", value: "ID", help: "The channel id (base64), as create printed it.", required: true)
 
     static func delivery(priorities: [String], expirationDefault: String?) -> [Argument] {
         [
-            .option("priority", value: "N", help: "apns-priority: 10 now, 5 power-considered\(priorities.contains("1") ? ", 1 low" : "").",
-                    default: "10", choices: priorities),
-            .option("expiration", value: "EPOCH", help: "apns-expiration in epoch seconds (0: try once, store nothing).",
-                    default: expirationDefault),
+            .option(
+                "priority", value: "N", help: "apns-priority: 10 now, 5 power-considered\(priorities.contains("1") ? ", 1 low" : "").",
+                default: "10", choices: priorities),
+            .option(
+                "expiration", value: "EPOCH", help: "apns-expiration in epoch seconds (0: try once, store nothing).",
+                default: expirationDefault),
             .option("payload", value: "JSON", help: "The payload, inline."),
             .option("payload-file", value: "PATH", help: "A file holding the payload."),
         ]
@@ -108,7 +128,8 @@ enum APNsCommandLine {
             let bundle = try arguments.required("bundle")
             let request: APNsRequest
             do { request = try await build(arguments, bundle) } catch let error as APNsRequestError {
-                throw CommandFailure("\(error)", exitCode: error.isPayloadError ? .dataError : .usage, code: error.isPayloadError ? "bad_payload" : "usage")
+                throw CommandFailure(
+                    "\(error)", exitCode: error.isPayloadError ? .dataError : .usage, code: error.isPayloadError ? "bad_payload" : "usage")
             }
             let client = try await makeClient(arguments)
             let outcome: APNsOutcome
@@ -134,9 +155,12 @@ enum APNsCommandLine {
         case (let text?, nil): bytes = Array(text.utf8)
         case (nil, let path?):
             do { bytes = try await readFile(path) } catch {
-                throw CommandFailure("cannot read the payload file \(path): \(error.localizedDescription)", exitCode: .noInput, code: "unreadable_payload_file", field: "payload-file")
+                throw CommandFailure(
+                    "cannot read the payload file \(path): \(error.localizedDescription)", exitCode: .noInput, code: "unreadable_payload_file",
+                    field: "payload-file")
             }
-        case (nil, nil): throw CommandFailure("give the payload with --payload JSON or --payload-file PATH", exitCode: .usage, code: "usage", field: "payload")
+        case (nil, nil):
+            throw CommandFailure("give the payload with --payload JSON or --payload-file PATH", exitCode: .usage, code: "usage", field: "payload")
         case (_?, _?): throw CommandFailure("give either --payload or --payload-file, not both", exitCode: .usage, code: "usage", field: "payload")
         }
         let json: JSONValue
@@ -144,10 +168,13 @@ enum APNsCommandLine {
             throw CommandFailure("the payload is not JSON: \(error)", exitCode: .dataError, code: "bad_payload", field: "payload")
         }
         guard json.objectValue != nil else {
-            throw CommandFailure("the payload must be a JSON object (with an aps dictionary)", exitCode: .dataError, code: "bad_payload", field: "payload")
+            throw CommandFailure(
+                "the payload must be a JSON object (with an aps dictionary)", exitCode: .dataError, code: "bad_payload", field: "payload")
         }
         guard bytes.count <= limit else {
-            throw CommandFailure("the payload is \(bytes.count) bytes; APNs accepts at most \(limit)", exitCode: .dataError, code: "payload_too_large", field: "payload")
+            throw CommandFailure(
+                "the payload is \(bytes.count) bytes; APNs accepts at most \(limit)", exitCode: .dataError, code: "payload_too_large",
+                field: "payload")
         }
         return bytes
     }
@@ -167,11 +194,14 @@ enum APNsCommandLine {
         let keyFile = try arguments.required("key-file")
         let pem: String
         do { pem = String(decoding: try await readFile(keyFile), as: UTF8.self) } catch {
-            throw CommandFailure("cannot read the key file \(keyFile): \(error.localizedDescription)", exitCode: .noInput, code: "unreadable_key_file", field: "key-file")
+            throw CommandFailure(
+                "cannot read the key file \(keyFile): \(error.localizedDescription)", exitCode: .noInput, code: "unreadable_key_file",
+                field: "key-file")
         }
         let key: P256.SigningKey
         do { key = try P256.SigningKey(pemRepresentation: pem) } catch {
-            throw CommandFailure("the key file \(keyFile) is not a P-256 .p8 key: \(error)", exitCode: .noInput, code: "unreadable_key_file", field: "key-file")
+            throw CommandFailure(
+                "the key file \(keyFile) is not a P-256 .p8 key: \(error)", exitCode: .noInput, code: "unreadable_key_file", field: "key-file")
         }
         let signingKey: APNsSigningKey
         do { signingKey = try APNsSigningKey(keyID: try arguments.required("key-id"), teamID: try arguments.required("team-id"), key: key) } catch {
@@ -197,12 +227,14 @@ enum APNsCommandLine {
             if let requestID = last?.requestID { message += " (request id \(requestID), \(tries))" }
             if let error = outcome.transportError { message += ": \(error)" }
             if outcome.attempts.last?.outcomeUnknown == true && !outcome.request.isSafeToRepeat {
-                message += outcome.request.operation == .createChannel
+                message +=
+                    outcome.request.operation == .createChannel
                     ? "; APNs may have made the channel all the same: list the channels before creating another"
                     : "; APNs may have started the Live Activity all the same: sending it again may start a second one"
             }
-            throw CommandFailure(message, exitCode: exitCode(for: outcome), code: failure?.reason?.text ?? code(for: outcome),
-                                 details: failureDetails(outcome))
+            throw CommandFailure(
+                message, exitCode: exitCode(for: outcome), code: failure?.reason?.text ?? code(for: outcome),
+                details: failureDetails(outcome))
         }
         var object: JSONObject = ["status": .int(Int64(acceptance.status))]
         var lines: [String] = []

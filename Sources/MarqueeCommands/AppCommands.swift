@@ -9,8 +9,9 @@ import MarqueeStore
 import Postgres
 
 enum AppCommands {
-    static let command = Command("app", summary: "Add, list, show and remove apps.", discussion: exitCodes,
-                                 subcommands: [add, list, show, remove])
+    static let command = Command(
+        "app", summary: "Add, list, show and remove apps.", discussion: exitCodes,
+        subcommands: [add, list, show, remove])
 
     /// The exit codes of the app commands, for their `--help`.
     static let exitCodes = ExitCode.help([.success, .failure, .usage, .dataError, .noInput, .unavailable, .configuration])
@@ -20,8 +21,9 @@ enum AppCommands {
         arguments: [
             Database.option,
             .option("bundle", value: "ID", help: "The app's bundle id, e.g. com.example.scores.", required: true),
-            .option("environment", value: "ENV", help: "The APNs environment (sandbox is Apple's name for development).", required: true,
-                    choices: ["development", "sandbox", "production"]),
+            .option(
+                "environment", value: "ENV", help: "The APNs environment (sandbox is Apple's name for development).", required: true,
+                choices: ["development", "sandbox", "production"]),
             .option("team-id", value: "TEAM", help: "The Apple developer team id (10 characters).", required: true),
             .option("key-id", value: "KEY", help: "The id of the APNs signing key (10 characters).", required: true),
             .option("key-file", value: "PATH", help: "The .p8 signing key file (read when needed, never stored).", required: true),
@@ -56,14 +58,16 @@ enum AppCommands {
             Terminal.error("marquee: warning: \(keyFile.path) is readable by group or others; run 'chmod 600 \(keyFile.path)'")
         }
         let environment = APNsEnvironment(parsing: try arguments.required("environment")) == .production ? "production" : "development"
-        let app = NewApp(bundleID: bundle, environment: environment, teamID: teamID, keyID: keyID,
-                         keyPath: keyFile.path, pushURL: arguments.string("push-url"), managementURL: arguments.string("manage-url"))
+        let app = NewApp(
+            bundleID: bundle, environment: environment, teamID: teamID, keyID: keyID,
+            keyPath: keyFile.path, pushURL: arguments.string("push-url"), managementURL: arguments.string("manage-url"))
         let stored = try await Database.withPool(arguments) { pool in
             do {
                 return try await AppRepository(pool: pool).add(app)
             } catch let error as PostgresError where error.sqlState == .uniqueViolation {
-                throw CommandFailure("\(bundle) (\(app.environment)) is already added; see 'marquee app list'",
-                                     exitCode: .failure, code: "conflict", field: "bundle")
+                throw CommandFailure(
+                    "\(bundle) (\(app.environment)) is already added; see 'marquee app list'",
+                    exitCode: .failure, code: "conflict", field: "bundle")
             }
         }
         Terminal.emit(arguments, text: "added app \(stored.id): \(stored.bundleID) (\(stored.environment))", json: appJSON(stored))
@@ -71,29 +75,35 @@ enum AppCommands {
 
     static let list = Command("list", summary: "List apps.", discussion: exitCodes, arguments: [Database.option]) { arguments in
         let apps = try await Database.withPool(arguments) { pool in try await AppRepository(pool: pool).list() }
-        Terminal.emit(arguments, text: Terminal.table(
-            ["ID", "BUNDLE", "ENVIRONMENT", "TEAM", "KEY", "PUSH URL"],
-            apps.map { [String($0.id), $0.bundleID, $0.environment, $0.teamID, $0.keyID, $0.pushURL ?? "-"] }),
-                      json: ["apps": .array(apps.map(appJSON))])
+        Terminal.emit(
+            arguments,
+            text: Terminal.table(
+                ["ID", "BUNDLE", "ENVIRONMENT", "TEAM", "KEY", "PUSH URL"],
+                apps.map { [String($0.id), $0.bundleID, $0.environment, $0.teamID, $0.keyID, $0.pushURL ?? "-"] }),
+            json: ["apps": .array(apps.map(appJSON))])
     }
 
-    static let show = Command("show", summary: "Show one app.", discussion: exitCodes,
-                              arguments: [Database.option, .positional("id", help: "The app id (marquee app list).")]) { arguments in
+    static let show = Command(
+        "show", summary: "Show one app.", discussion: exitCodes,
+        arguments: [Database.option, .positional("id", help: "The app id (marquee app list).")]
+    ) { arguments in
         let id = try appID(arguments)
         guard let app = try await Database.withPool(arguments, { pool in try await AppRepository(pool: pool).find(id: id) }) else {
             throw notFound(id)
         }
-        Terminal.emit(arguments, text: """
-            id           \(app.id)
-            bundle       \(app.bundleID)
-            environment  \(app.environment)
-            team id      \(app.teamID)
-            key id       \(app.keyID)
-            key file     \(app.keyPath)
-            push url     \(app.pushURL ?? "(Apple's)")
-            manage url   \(app.managementURL ?? "(Apple's)")
-            created      \(app.createdAt.ISO8601Format())
-            """, json: appJSON(app))
+        Terminal.emit(
+            arguments,
+            text: """
+                id           \(app.id)
+                bundle       \(app.bundleID)
+                environment  \(app.environment)
+                team id      \(app.teamID)
+                key id       \(app.keyID)
+                key file     \(app.keyPath)
+                push url     \(app.pushURL ?? "(Apple's)")
+                manage url   \(app.managementURL ?? "(Apple's)")
+                created      \(app.createdAt.ISO8601Format())
+                """, json: appJSON(app))
     }
 
     static let remove = Command(
@@ -121,19 +131,23 @@ enum AppCommands {
             let channels = ChannelRepository(pool: pool)
             var atAPNs = try await channels.atAPNs(appID: id)
             if !atAPNs.isEmpty && !arguments.flag("delete-channels") {
-                throw CommandFailure("""
+                throw CommandFailure(
+                    """
                     app \(id) has \(atAPNs.count) channel(s) at APNs (\(summary(atAPNs))): removing the app would leave them holding \
                     its quota, out of reach of reconcile; add --delete-channels to delete them at APNs first
                     """, exitCode: .failure, code: "app_has_channels", field: "delete-channels")
             }
-            try await Confirmation.require(arguments, atAPNs.isEmpty
-                ? "Remove app \(id) (\(app.bundleID), \(app.environment)) and all of its events?"
-                : "Delete \(atAPNs.count) channel(s) of app \(id) at APNs, then remove it and all of its events?")
+            try await Confirmation.require(
+                arguments,
+                atAPNs.isEmpty
+                    ? "Remove app \(id) (\(app.bundleID), \(app.environment)) and all of its events?"
+                    : "Delete \(atAPNs.count) channel(s) of app \(id) at APNs, then remove it and all of its events?")
             if !atAPNs.isEmpty {
                 try await deleteAtAPNs(atAPNs, pool: pool, arguments: arguments)
                 atAPNs = try await channels.atAPNs(appID: id)
                 guard atAPNs.isEmpty else {
-                    throw CommandFailure("""
+                    throw CommandFailure(
+                        """
                         \(atAPNs.count) channel(s) of app \(id) could not be deleted at APNs (\(summary(atAPNs))); the app is kept. \
                         See 'marquee channel show ID' for each one's last error
                         """, exitCode: .unavailable, code: "channels_not_deleted")

@@ -24,8 +24,9 @@ enum ChannelCommands {
         discussion: "Example:\n  marquee channel list --app 1 --state open\n\n\(AdminAPIClient.exitCodes)",
         arguments: [
             .option("app", value: "ID", help: "Only this app's channels."),
-            .option("state", value: "STATE", help: "Only channels in this state.",
-                    choices: ChannelLifecycle.State.allCases.map(\.rawValue) + ["unknown"]),
+            .option(
+                "state", value: "STATE", help: "Only channels in this state.",
+                choices: ChannelLifecycle.State.allCases.map(\.rawValue) + ["unknown"]),
             .option("event", value: "ID", help: "Only this event's channels."),
             .option("limit", value: "N", help: "At most this many channels, 1 to 500 (the server's default is 100)."),
         ] + AdminAPIClient.options
@@ -125,12 +126,19 @@ enum ChannelCommands {
             // Per app what was found; a real run also answers with the scheduler's whole pass (as sweep does).
             let apps = report["apps"]?.arrayValue ?? []
             let columns = ["unrecorded", "unknown", "missing", "resurrected", "deleted"]
-            var text = apps.isEmpty ? "(no apps)" : Terminal.table(["APP"] + columns.map { $0.uppercased() }, apps.map { app in
-                [APIText.cell(app["app"])] + columns.map { APIText.cell(app[$0]) }
-            })
+            var text =
+                apps.isEmpty
+                ? "(no apps)"
+                : Terminal.table(
+                    ["APP"] + columns.map { $0.uppercased() },
+                    apps.map { app in
+                        [APIText.cell(app["app"])] + columns.map { APIText.cell(app[$0]) }
+                    })
             if let sweep = report["sweep"], !sweep.isNull { text += "\n\nsweep:\n" + EventCommands.indent(sweepText(sweep)) }
             return text
-        } note: { _ in arguments.flag("dry-run") ? "(dry run: nothing changed)" : nil }
+        } note: { _ in
+            arguments.flag("dry-run") ? "(dry run: nothing changed)" : nil
+        }
     }
 
     static let sweep = Command(
@@ -155,19 +163,24 @@ enum ChannelCommands {
     /// A sweep report: each list's count and members (event, channel or APNs ids).
     static func sweepText(_ report: JSONValue) -> String {
         guard let object = report.objectValue else { return report.jsonString }
-        return APIText.block(object.map { key, value in
-            let count = value.arrayValue?.count ?? 0
-            return (key, count == 0 ? "0" : "\(count): \(APIText.cell(value))")
-        })
+        return APIText.block(
+            object.map { key, value in
+                let count = value.arrayValue?.count ?? 0
+                return (key, count == 0 ? "0" : "\(count): \(APIText.cell(value))")
+            })
     }
 
     static func channelTable(_ channels: [JSONValue]) -> String {
         guard !channels.isEmpty else { return "(no channels)" }
-        return Terminal.table(["ID", "APP", "EVENT", "STATE", "APNS CHANNEL", "ATTEMPTS", "OPENED", "LAST ERROR"], channels.map { channel in
-            [APIText.cell(channel["id"]), APIText.cell(channel["app"]), APIText.cell(channel["event"]), APIText.cell(channel["state"]),
-             APIText.cell(channel["apnsChannelId"]), APIText.cell(channel["attempts"]), APIText.cell(channel["openedAt"]),
-             APIText.cell(channel["lastError"])]
-        })
+        return Terminal.table(
+            ["ID", "APP", "EVENT", "STATE", "APNS CHANNEL", "ATTEMPTS", "OPENED", "LAST ERROR"],
+            channels.map { channel in
+                [
+                    APIText.cell(channel["id"]), APIText.cell(channel["app"]), APIText.cell(channel["event"]), APIText.cell(channel["state"]),
+                    APIText.cell(channel["apnsChannelId"]), APIText.cell(channel["attempts"]), APIText.cell(channel["openedAt"]),
+                    APIText.cell(channel["lastError"]),
+                ]
+            })
     }
 
     static func channelBlock(_ channel: JSONValue) -> String {
@@ -184,11 +197,15 @@ enum ChannelCommands {
     }
 
     static func deliveryTable(_ deliveries: [JSONValue]) -> String {
-        Terminal.table(["ID", "KIND", "UPDATE", "STATUS", "REASON", "PRIORITY", "ATTEMPT", "LATENCY", "SENT"], deliveries.map { delivery in
-            let latency = delivery["latencyMicroseconds"]?.intValue.map { "\($0 / 1000) ms" } ?? "-"
-            return [APIText.cell(delivery["id"]), APIText.cell(delivery["kind"]), APIText.cell(delivery["update"]),
+        Terminal.table(
+            ["ID", "KIND", "UPDATE", "STATUS", "REASON", "PRIORITY", "ATTEMPT", "LATENCY", "SENT"],
+            deliveries.map { delivery in
+                let latency = delivery["latencyMicroseconds"]?.intValue.map { "\($0 / 1000) ms" } ?? "-"
+                return [
+                    APIText.cell(delivery["id"]), APIText.cell(delivery["kind"]), APIText.cell(delivery["update"]),
                     APIText.cell(delivery["status"]), APIText.cell(delivery["reason"]), APIText.cell(delivery["priority"]),
-                    APIText.cell(delivery["attempt"]), latency, APIText.cell(delivery["sentAt"])]
-        })
+                    APIText.cell(delivery["attempt"]), latency, APIText.cell(delivery["sentAt"]),
+                ]
+            })
     }
 }

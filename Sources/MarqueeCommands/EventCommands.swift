@@ -59,7 +59,8 @@ enum EventCommands {
         ]
         if let endsAt = try input.date("ends-at") {
             if let starts = APIInput.parseDate(body["startsAt"]!.stringValue!, now: Date()),
-               let ends = APIInput.parseDate(endsAt, now: Date()), ends <= starts {
+                let ends = APIInput.parseDate(endsAt, now: Date()), ends <= starts
+            {
                 throw UsageError("--ends-at must be after --starts-at", commandPath: arguments.commandPath)
             }
             body["endsAt"] = .string(endsAt)
@@ -118,8 +119,9 @@ enum EventCommands {
         }
         query.append(("cursor", arguments.string("cursor")))
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("GET", "/v1/events", query: query) }
-        APIText.emit(arguments, answer, text: { page in eventTable(page["events"]?.arrayValue ?? []) },
-                     note: { page in page["nextCursor"]?.stringValue.map { "more: --cursor \($0) (or --all)" } })
+        APIText.emit(
+            arguments, answer, text: { page in eventTable(page["events"]?.arrayValue ?? []) },
+            note: { page in page["nextCursor"]?.stringValue.map { "more: --cursor \($0) (or --all)" } })
     }
 
     static let show = Command(
@@ -132,11 +134,14 @@ enum EventCommands {
         APIText.emit(arguments, answer) { detail in
             var sections = [eventBlock(detail)]
             if let channel = detail["channel"], !channel.isNull {
-                sections.append("channel:\n" + indent(APIText.block([
-                    ("id", APIText.cell(channel["id"])), ("state", APIText.cell(channel["state"])),
-                    ("apns channel", APIText.cell(channel["apnsChannelId"])), ("opened", APIText.cell(channel["openedAt"])),
-                    ("last error", lastError(channel)),
-                ])))
+                sections.append(
+                    "channel:\n"
+                        + indent(
+                            APIText.block([
+                                ("id", APIText.cell(channel["id"])), ("state", APIText.cell(channel["state"])),
+                                ("apns channel", APIText.cell(channel["apnsChannelId"])), ("opened", APIText.cell(channel["openedAt"])),
+                                ("last error", lastError(channel)),
+                            ])))
             } else {
                 sections.append("channel: none yet")
             }
@@ -194,8 +199,9 @@ enum EventCommands {
     static func warnIfSuperseded(_ answer: JSONValue) {
         let update = answer["update"] ?? answer
         guard update["disposition"] == "superseded" else { return }
-        Terminal.error("marquee: warning: update \(APIText.cell(update["id"])) is superseded: the event already has a later "
-            + "occurredAt, so it will not be broadcast (check --occurred-at and the feed's clock)")
+        Terminal.error(
+            "marquee: warning: update \(APIText.cell(update["id"])) is superseded: the event already has a later "
+                + "occurredAt, so it will not be broadcast (check --occurred-at and the feed's clock)")
     }
 
     static let end = Command(
@@ -237,7 +243,8 @@ enum EventCommands {
         .option("alert-title", value: "TEXT", help: "The alert's title."),
         .option("alert-body", value: "TEXT", help: "The alert's body."),
         .option("sound", value: "NAME", help: "The alert's sound, e.g. default."),
-        .option("alert", value: "JSON", help: #"The whole alert as JSON or @FILE, for localized text: {"title":{"locKey":"goal","locArgs":["Saka"]}}."#),
+        .option(
+            "alert", value: "JSON", help: #"The whole alert as JSON or @FILE, for localized text: {"title":{"locKey":"goal","locArgs":["Saka"]}}."#),
     ]
 
     /// `contentState` or `contentStatePatch`, never both.
@@ -272,7 +279,10 @@ enum EventCommands {
         APIText.block([
             ("id", APIText.cell(event["id"])), ("app", APIText.cell(event["app"])), ("external id", APIText.cell(event["externalId"])),
             ("kind", APIText.cell(event["kind"])), ("attribute type", APIText.cell(event["attributeType"])),
-            ("status", APIText.cell(event["status"]) + (event["channelLost"]?.boolValue == true ? " (CHANNEL LOST: see marquee channel recreate)" : "")),
+            (
+                "status",
+                APIText.cell(event["status"]) + (event["channelLost"]?.boolValue == true ? " (CHANNEL LOST: see marquee channel recreate)" : "")
+            ),
             ("starts", APIText.cell(event["startsAt"])), ("ends", APIText.cell(event["endsAt"])),
             ("storage policy", APIText.cell(event["storagePolicy"])), ("topics", APIText.cell(event["topics"])),
             ("attributes", APIText.cell(event["attributes"])), ("content state", APIText.cell(event["contentState"])),
@@ -283,11 +293,15 @@ enum EventCommands {
 
     static func eventTable(_ events: [JSONValue]) -> String {
         guard !events.isEmpty else { return "(no events)" }
-        return Terminal.table(["ID", "APP", "EXTERNAL ID", "KIND", "STATUS", "STARTS", "ENDS", "TOPICS"], events.map { event in
-            [APIText.cell(event["id"]), APIText.cell(event["app"]), APIText.cell(event["externalId"]), APIText.cell(event["kind"]),
-             APIText.cell(event["status"]) + (event["channelLost"]?.boolValue == true ? " (channel lost)" : ""),
-             APIText.cell(event["startsAt"]), APIText.cell(event["endsAt"]), APIText.cell(event["topics"])]
-        })
+        return Terminal.table(
+            ["ID", "APP", "EXTERNAL ID", "KIND", "STATUS", "STARTS", "ENDS", "TOPICS"],
+            events.map { event in
+                [
+                    APIText.cell(event["id"]), APIText.cell(event["app"]), APIText.cell(event["externalId"]), APIText.cell(event["kind"]),
+                    APIText.cell(event["status"]) + (event["channelLost"]?.boolValue == true ? " (channel lost)" : ""),
+                    APIText.cell(event["startsAt"]), APIText.cell(event["endsAt"]), APIText.cell(event["topics"]),
+                ]
+            })
     }
 
     static func updateText(_ answer: JSONValue, event: Int64) -> String {

@@ -8,8 +8,9 @@ import MarqueeStore
 import Postgres
 
 enum InstallationCommands {
-    static let command = Command("installation", summary: "Show installations and count the registry.", discussion: exitCodes,
-                                 subcommands: [show, stats])
+    static let command = Command(
+        "installation", summary: "Show installations and count the registry.", discussion: exitCodes,
+        subcommands: [show, stats])
 
     static let exitCodes = ExitCode.help([.success, .failure, .usage, .unavailable])
 
@@ -42,18 +43,20 @@ enum InstallationCommands {
             }
         }
         let activities = record.activities.map { "\($0.activityID): event \($0.eventID), \($0.pushType.rawValue), \($0.state.rawValue)" }
-        Terminal.emit(arguments, text: """
-            installation  \(record.installationID)
-            app           \(record.appID)
-            os            \(record.osVersion ?? "-")
-            app build     \(record.appBuild ?? "-")
-            locale        \(record.locale ?? "-")
-            enabled       \(record.liveActivitiesEnabled ? "yes" : "no")\(record.frequentPushesEnabled ? "" : " (frequent updates off)")
-            token         \(token.map { String($0.token.prefix(8)) + "… seen " + $0.seenAt.ISO8601Format() + ($0.refusedReason.map { ", refused: \($0)" } ?? "") } ?? "none")
-            follows       \(follows.isEmpty ? "nothing" : follows.joined(separator: ", "))
-            activities    \(activities.isEmpty ? "none" : activities.joined(separator: "\n              "))
-            registered    \(record.registeredAt.ISO8601Format())
-            """, json: InstallationRoutes.json(record))
+        Terminal.emit(
+            arguments,
+            text: """
+                installation  \(record.installationID)
+                app           \(record.appID)
+                os            \(record.osVersion ?? "-")
+                app build     \(record.appBuild ?? "-")
+                locale        \(record.locale ?? "-")
+                enabled       \(record.liveActivitiesEnabled ? "yes" : "no")\(record.frequentPushesEnabled ? "" : " (frequent updates off)")
+                token         \(token.map { String($0.token.prefix(8)) + "… seen " + $0.seenAt.ISO8601Format() + ($0.refusedReason.map { ", refused: \($0)" } ?? "") } ?? "none")
+                follows       \(follows.isEmpty ? "nothing" : follows.joined(separator: ", "))
+                activities    \(activities.isEmpty ? "none" : activities.joined(separator: "\n              "))
+                registered    \(record.registeredAt.ISO8601Format())
+                """, json: InstallationRoutes.json(record))
     }
 
     static let stats = Command(
@@ -75,25 +78,35 @@ enum InstallationCommands {
         let refusals = Dictionary(grouping: stats.invalidations) { "\($0.reason) \($0.outcome.rawValue)" }
             .map { ($0.key, $0.value.reduce(0) { $0 + $1.count }) }.sorted { $0.0 < $1.0 }
         func lines(_ title: String, _ rows: [(String, Int)]) -> String {
-            "\(title):\n" + (rows.isEmpty ? "  none" : rows.map { "  \($0.0.padding(toLength: 24, withPad: " ", startingAt: 0)) \($0.1)" }
-                .joined(separator: "\n"))
+            "\(title):\n"
+                + (rows.isEmpty
+                    ? "  none"
+                    : rows.map { "  \($0.0.padding(toLength: 24, withPad: " ", startingAt: 0)) \($0.1)" }
+                        .joined(separator: "\n"))
         }
         func json(_ rows: [(String, Int)]) -> JSONValue {
             var object = JSONObject()
             for (key, value) in rows { object[key] = .int(Int64(value)) }
             return .object(object)
         }
-        Terminal.emit(arguments, text: ["installations: \(total)", lines("by OS", byOS), lines("by token", byToken),
-                                        lines("by enablement", byEnabled), lines("by follows", byFollows),
-                                        lines("activities", activities), lines("token refusals", refusals)].joined(separator: "\n"),
-                      json: ["installations": .int(Int64(total)), "byOS": json(byOS), "byToken": json(byToken), "byEnablement": json(byEnabled),
-                             "byFollows": json(byFollows), "activities": json(activities), "tokenRefusals": json(refusals)])
+        Terminal.emit(
+            arguments,
+            text: [
+                "installations: \(total)", lines("by OS", byOS), lines("by token", byToken),
+                lines("by enablement", byEnabled), lines("by follows", byFollows),
+                lines("activities", activities), lines("token refusals", refusals),
+            ].joined(separator: "\n"),
+            json: [
+                "installations": .int(Int64(total)), "byOS": json(byOS), "byToken": json(byToken), "byEnablement": json(byEnabled),
+                "byFollows": json(byFollows), "activities": json(activities), "tokenRefusals": json(refusals),
+            ])
     }
 
     private static func appID(_ arguments: ParsedArguments) throws -> Int? {
         guard let text = arguments.string("app") else { return nil }
         guard let id = Int(text), id > 0 else {
-            throw UsageError("--app takes an app id, a positive whole number (see 'marquee app list')", field: "app", commandPath: arguments.commandPath)
+            throw UsageError(
+                "--app takes an app id, a positive whole number (see 'marquee app list')", field: "app", commandPath: arguments.commandPath)
         }
         return id
     }

@@ -18,8 +18,9 @@ enum KeyCommands {
             """,
         arguments: [
             Database.option,
-            .option("scope", value: "SCOPE", help: "What the key may do (repeatable).", required: true,
-                    choices: APIScope.allCases.map(\.rawValue), repeatable: true),
+            .option(
+                "scope", value: "SCOPE", help: "What the key may do (repeatable).", required: true,
+                choices: APIScope.allCases.map(\.rawValue), repeatable: true),
             .option("name", value: "NAME", help: "A label for the key, e.g. who uses it.", default: "unnamed"),
             .option("app", value: "ID", help: "Limit the key to one app (marquee app list); default: every app."),
         ]
@@ -28,8 +29,9 @@ enum KeyCommands {
         var app: Int?
         if let text = arguments.string("app") {
             guard let id = Int(text), id > 0 else {
-                throw UsageError("--app takes an app id, a positive whole number (see 'marquee app list')", field: "app",
-                                 commandPath: arguments.commandPath)
+                throw UsageError(
+                    "--app takes an app id, a positive whole number (see 'marquee app list')", field: "app",
+                    commandPath: arguments.commandPath)
             }
             app = id
         }
@@ -42,13 +44,15 @@ enum KeyCommands {
             if let app, try await AppRepository(pool: pool).find(id: app) == nil {
                 throw CommandFailure("no app with id \(app)", exitCode: .failure, code: "not_found", field: "app")
             }
-            return try await APIKeyRepository(pool: pool).create(keyID: key.id, name: name, scopes: scopes, salt: key.salt, hash: key.hash,
-                                                                 appID: app)
+            return try await APIKeyRepository(pool: pool).create(
+                keyID: key.id, name: name, scopes: scopes, salt: key.salt, hash: key.hash,
+                appID: app)
         }
         var json = keyJSON(stored).objectValue ?? [:]
         json["key"] = .string(key.text)
-        Terminal.emit(arguments, text: key.text, json: .object(json),
-                      note: "id \(stored.keyID), scopes \(scopes.joined(separator: ",")): this key is shown only once.")
+        Terminal.emit(
+            arguments, text: key.text, json: .object(json),
+            note: "id \(stored.keyID), scopes \(scopes.joined(separator: ",")): this key is shown only once.")
     }
 
     static let list = Command(
@@ -58,12 +62,16 @@ enum KeyCommands {
         let keys = try await Database.withPool(arguments) { pool in
             try await APIKeyRepository(pool: pool).list(includeRevoked: !arguments.flag("active"))
         }
-        Terminal.emit(arguments, text: Terminal.table(
-            ["ID", "NAME", "SCOPES", "APP", "CREATED", "LAST USED", "REVOKED"],
-            keys.map { key in
-                [key.keyID, key.name, key.scopes.joined(separator: ","), key.appID.map(String.init) ?? "all", key.createdAt.ISO8601Format(),
-                 key.lastUsedAt?.ISO8601Format() ?? "-", key.revokedAt?.ISO8601Format() ?? "-"]
-            }), json: ["keys": .array(keys.map(keyJSON))])
+        Terminal.emit(
+            arguments,
+            text: Terminal.table(
+                ["ID", "NAME", "SCOPES", "APP", "CREATED", "LAST USED", "REVOKED"],
+                keys.map { key in
+                    [
+                        key.keyID, key.name, key.scopes.joined(separator: ","), key.appID.map(String.init) ?? "all", key.createdAt.ISO8601Format(),
+                        key.lastUsedAt?.ISO8601Format() ?? "-", key.revokedAt?.ISO8601Format() ?? "-",
+                    ]
+                }), json: ["keys": .array(keys.map(keyJSON))])
     }
 
     static let revoke = Command(

@@ -4,21 +4,24 @@ import Foundation
 import MarqueeCommandLine
 
 /// The `marquee` command and its subcommands.
-public let marqueeCommand = Command("marquee", summary: "Marquee: APNs broadcast channels for Live Activities.", discussion: """
-    event, channel and status are clients of a running server's HTTP API (--url or MARQUEE_URL,
-    --api-key or MARQUEE_API_KEY); the other commands work on the database or APNs directly.
+public let marqueeCommand = Command(
+    "marquee", summary: "Marquee: APNs broadcast channels for Live Activities.",
+    discussion: """
+        event, channel and status are clients of a running server's HTTP API (--url or MARQUEE_URL,
+        --api-key or MARQUEE_API_KEY); the other commands work on the database or APNs directly.
 
-    \(ExitCode.help())
-    """, subcommands: [
-    ServeCommand.command,
-    MigrateCommand.command,
-    KeyCommands.command,
-    AppCommands.command,
-    InstallationCommands.command,
-    EventCommands.command,
-    ChannelCommands.command,
-    StatusCommand.command,
-    apnsCommand,
-    simulatorCommand,
-    OpenAPICommand.command,
-])
+        \(ExitCode.help())
+        """,
+    subcommands: [
+        ServeCommand.command,
+        MigrateCommand.command,
+        KeyCommands.command,
+        AppCommands.command,
+        InstallationCommands.command,
+        EventCommands.command,
+        ChannelCommands.command,
+        StatusCommand.command,
+        apnsCommand,
+        simulatorCommand,
+        OpenAPICommand.command,
+    ])

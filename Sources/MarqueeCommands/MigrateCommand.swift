@@ -21,9 +21,10 @@ enum MigrateCommand {
                     return
                 }
                 let applied = try await runner.migrate()
-                Terminal.emit(arguments,
-                              text: applied.isEmpty ? "schema is current; nothing applied" : "applied: " + applied.joined(separator: ", "),
-                              json: ["applied": .array(applied.map(JSONValue.string))])
+                Terminal.emit(
+                    arguments,
+                    text: applied.isEmpty ? "schema is current; nothing applied" : "applied: " + applied.joined(separator: ", "),
+                    json: ["applied": .array(applied.map(JSONValue.string))])
             } catch let error as MigrationError {
                 throw CommandFailure("\(error)", exitCode: .failure, code: "migration_failed")
             }

@@ -10,36 +10,78 @@ import Postgres
 enum ServeCommand {
     /// The pipeline's settings: flag, value name, help, environment variable and default (PipelineSettings' own).
     static let pipelineOptions: [(name: String, value: String, help: String, environment: String, defaultValue: String)] = [
-        ("channel-lead-time", "SECONDS", "Open an event's channel this long before it starts.", "MARQUEE_CHANNEL_LEAD_TIME", seconds(defaults.channelLeadTime)),
-        ("channel-delete-delay", "SECONDS", "Delete a channel this long after its end broadcast.", "MARQUEE_CHANNEL_DELETE_DELAY", seconds(defaults.channelDeleteDelay)),
+        (
+            "channel-lead-time", "SECONDS", "Open an event's channel this long before it starts.", "MARQUEE_CHANNEL_LEAD_TIME",
+            seconds(defaults.channelLeadTime)
+        ),
+        (
+            "channel-delete-delay", "SECONDS", "Delete a channel this long after its end broadcast.", "MARQUEE_CHANNEL_DELETE_DELAY",
+            seconds(defaults.channelDeleteDelay)
+        ),
         ("end-grace", "SECONDS", "End an event nobody ended at endsAt plus this.", "MARQUEE_END_GRACE", seconds(defaults.endGrace)),
-        ("scheduler-interval", "SECONDS", "How often the channel scheduler sweeps (decimals allowed).", "MARQUEE_SCHEDULER_INTERVAL", seconds(defaults.schedulerInterval)),
-        ("reconcile-interval", "SECONDS", "How often channels are compared with APNs' lists.", "MARQUEE_RECONCILE_INTERVAL", seconds(defaults.reconcileInterval)),
-        ("unknown-channel-grace", "SECONDS", "With --delete-unknown-channels: how long an unknown channel is seen before deletion.",
-         "MARQUEE_UNKNOWN_CHANNEL_GRACE", seconds(defaults.unknownChannelGrace)),
-        ("channel-quota", "N", "Channels per app and environment (Apple's quota); warns at 80%.", "MARQUEE_CHANNEL_QUOTA", "\(defaults.channelQuota)"),
-        ("broadcast-ttl", "SECONDS", "apns-expiration for channels with most-recent storage: now plus this (at most 28800).",
-         "MARQUEE_BROADCAST_TTL", seconds(defaults.broadcastTTL)),
-        ("high-priority-budget", "N", "Priority-10 broadcasts per channel per hour before 'auto' downgrades to 5.",
-         "MARQUEE_HIGH_PRIORITY_BUDGET", "\(defaults.highPriorityBudget)"),
-        ("conflation-interval", "SECONDS", "At most one broadcast per channel per interval (alerts and 'high' go at once).",
-         "MARQUEE_CONFLATION_INTERVAL", seconds(defaults.conflationInterval)),
-        ("delivery-retention", "SECONDS", "Delete delivery rows (the log of APNs exchanges) older than this; 0 keeps them (else at least 86400).",
-         "MARQUEE_DELIVERY_RETENTION", seconds(defaults.deliveryRetention)),
-        ("update-retention", "SECONDS", "Delete the updates of events ended longer ago than this, keeping their counts; 0 keeps them (else at least 86400).",
-         "MARQUEE_UPDATE_RETENTION", seconds(defaults.updateRetention)),
-        ("max-clock-skew", "SECONDS", "Refuse an update whose occurredAt is more than this ahead of the server's clock (422).",
-         "MARQUEE_MAX_CLOCK_SKEW", seconds(defaults.maxClockSkew)),
-        ("admin-timeout", "SECONDS", "How long a channel reconcile, sweep, delete or recreate request waits on APNs before answering 504.",
-         "MARQUEE_ADMIN_TIMEOUT", seconds(defaults.adminTimeout)),
-        ("previous-token-retention", "SECONDS", "Keep a replaced push-to-start token this long, to match a late 410 to its installation.",
-         "MARQUEE_PREVIOUS_TOKEN_RETENTION", seconds(defaults.audience.previousTokenRetention)),
-        ("token-max-age", "SECONDS", "Prune push-to-start tokens no registration sent again within this (hourly pass).",
-         "MARQUEE_TOKEN_MAX_AGE", seconds(defaults.audience.tokenMaxAge)),
-        ("channel-request-window", "SECONDS", "How far ahead of its start an app may ask for an event's channel (PUT /v1/events/{id}/channel); 0: the channel lead time; at most 86400.",
-         "MARQUEE_CHANNEL_REQUEST_WINDOW", "0"),
-        ("channel-request-share", "FRACTION", "The share of the quota that channels opened on request before the lead time may hold (0 to 1; 0: none).",
-         "MARQUEE_CHANNEL_REQUEST_SHARE", seconds(defaults.audience.channelRequestShare)),
+        (
+            "scheduler-interval", "SECONDS", "How often the channel scheduler sweeps (decimals allowed).", "MARQUEE_SCHEDULER_INTERVAL",
+            seconds(defaults.schedulerInterval)
+        ),
+        (
+            "reconcile-interval", "SECONDS", "How often channels are compared with APNs' lists.", "MARQUEE_RECONCILE_INTERVAL",
+            seconds(defaults.reconcileInterval)
+        ),
+        (
+            "unknown-channel-grace", "SECONDS", "With --delete-unknown-channels: how long an unknown channel is seen before deletion.",
+            "MARQUEE_UNKNOWN_CHANNEL_GRACE", seconds(defaults.unknownChannelGrace)
+        ),
+        (
+            "channel-quota", "N", "Channels per app and environment (Apple's quota); warns at 80%.", "MARQUEE_CHANNEL_QUOTA",
+            "\(defaults.channelQuota)"
+        ),
+        (
+            "broadcast-ttl", "SECONDS", "apns-expiration for channels with most-recent storage: now plus this (at most 28800).",
+            "MARQUEE_BROADCAST_TTL", seconds(defaults.broadcastTTL)
+        ),
+        (
+            "high-priority-budget", "N", "Priority-10 broadcasts per channel per hour before 'auto' downgrades to 5.",
+            "MARQUEE_HIGH_PRIORITY_BUDGET", "\(defaults.highPriorityBudget)"
+        ),
+        (
+            "conflation-interval", "SECONDS", "At most one broadcast per channel per interval (alerts and 'high' go at once).",
+            "MARQUEE_CONFLATION_INTERVAL", seconds(defaults.conflationInterval)
+        ),
+        (
+            "delivery-retention", "SECONDS", "Delete delivery rows (the log of APNs exchanges) older than this; 0 keeps them (else at least 86400).",
+            "MARQUEE_DELIVERY_RETENTION", seconds(defaults.deliveryRetention)
+        ),
+        (
+            "update-retention", "SECONDS",
+            "Delete the updates of events ended longer ago than this, keeping their counts; 0 keeps them (else at least 86400).",
+            "MARQUEE_UPDATE_RETENTION", seconds(defaults.updateRetention)
+        ),
+        (
+            "max-clock-skew", "SECONDS", "Refuse an update whose occurredAt is more than this ahead of the server's clock (422).",
+            "MARQUEE_MAX_CLOCK_SKEW", seconds(defaults.maxClockSkew)
+        ),
+        (
+            "admin-timeout", "SECONDS", "How long a channel reconcile, sweep, delete or recreate request waits on APNs before answering 504.",
+            "MARQUEE_ADMIN_TIMEOUT", seconds(defaults.adminTimeout)
+        ),
+        (
+            "previous-token-retention", "SECONDS", "Keep a replaced push-to-start token this long, to match a late 410 to its installation.",
+            "MARQUEE_PREVIOUS_TOKEN_RETENTION", seconds(defaults.audience.previousTokenRetention)
+        ),
+        (
+            "token-max-age", "SECONDS", "Prune push-to-start tokens no registration sent again within this (hourly pass).",
+            "MARQUEE_TOKEN_MAX_AGE", seconds(defaults.audience.tokenMaxAge)
+        ),
+        (
+            "channel-request-window", "SECONDS",
+            "How far ahead of its start an app may ask for an event's channel (PUT /v1/events/{id}/channel); 0: the channel lead time; at most 86400.",
+            "MARQUEE_CHANNEL_REQUEST_WINDOW", "0"
+        ),
+        (
+            "channel-request-share", "FRACTION",
+            "The share of the quota that channels opened on request before the lead time may hold (0 to 1; 0: none).",
+            "MARQUEE_CHANNEL_REQUEST_SHARE", seconds(defaults.audience.channelRequestShare)
+        ),
     ]
 
     private static let defaults = PipelineSettings()
@@ -55,8 +97,9 @@ enum ServeCommand {
     private static func retention(_ name: String, _ arguments: ParsedArguments) throws(UsageError) -> TimeInterval? {
         guard let value = try arguments.seconds(name, in: 0...(100 * 365 * 86400)) else { return nil }
         if value > 0 && value < 86400 {
-            throw UsageError("--\(name) takes 0 (keep) or at least 86400 seconds (a day), not '\(arguments.string(name) ?? "")'",
-                             commandPath: arguments.commandPath)
+            throw UsageError(
+                "--\(name) takes 0 (keep) or at least 86400 seconds (a day), not '\(arguments.string(name) ?? "")'",
+                commandPath: arguments.commandPath)
         }
         return value
     }
@@ -78,7 +121,8 @@ enum ServeCommand {
         settings.updateRetention = try retention("update-retention", arguments) ?? settings.updateRetention
         settings.adminTimeout = try arguments.seconds("admin-timeout", in: 1...3600) ?? settings.adminTimeout
         settings.maxClockSkew = try arguments.seconds("max-clock-skew", in: 0...86400) ?? settings.maxClockSkew
-        settings.audience.previousTokenRetention = try arguments.seconds("previous-token-retention", in: 0...(365 * 86400))
+        settings.audience.previousTokenRetention =
+            try arguments.seconds("previous-token-retention", in: 0...(365 * 86400))
             ?? settings.audience.previousTokenRetention
         settings.audience.tokenMaxAge = try arguments.seconds("token-max-age", in: 86400...(10 * 365 * 86400)) ?? settings.audience.tokenMaxAge
         let window = try arguments.seconds("channel-request-window", in: 0...86400) ?? 0
@@ -103,60 +147,78 @@ enum ServeCommand {
             """,
         arguments: [
             Database.option,
-            .option("listen", value: "HOST:PORT", help: "Where the API listens (port 0 picks one; see the 'listening' log line).",
-                    environment: "MARQUEE_LISTEN", default: ServeConfiguration.defaultListen),
+            .option(
+                "listen", value: "HOST:PORT", help: "Where the API listens (port 0 picks one; see the 'listening' log line).",
+                environment: "MARQUEE_LISTEN", default: ServeConfiguration.defaultListen),
             .flag("no-migrate", help: "Do not migrate; refuse to start when migrations are pending."),
-            .option("log-format", value: "FORMAT", help: "Log line format.", environment: "MARQUEE_LOG_FORMAT", default: ServeConfiguration.defaultLogFormat.rawValue,
-                    choices: Logger.Format.allCases.map(\.rawValue)),
-            .option("log-level", value: "LEVEL", help: "The lowest level logged.", environment: "MARQUEE_LOG_LEVEL", default: ServeConfiguration.defaultLogLevel.rawValue,
-                    choices: Logger.Level.allCases.map(\.rawValue)),
-            .option("grace-period", value: "SECONDS", help: "How long in-flight work gets after SIGTERM.",
-                    environment: "MARQUEE_GRACE_PERIOD", default: "\(ServeConfiguration.defaultGracePeriodSeconds)"),
-            .option("max-connections", value: "N", help: "Database connections for the API (its requests).",
-                    environment: "MARQUEE_DATABASE_CONNECTIONS", default: "\(ServeConfiguration.defaultMaxConnections)"),
-            .option("pipeline-connections", value: "N", help: "Database connections of the broadcast pipeline's own pool (dispatcher, scheduler).",
-                    environment: "MARQUEE_PIPELINE_CONNECTIONS", default: "\(ServeConfiguration.defaultPipelineConnections)"),
-            .option("apns-push-url", value: "URL", help: "APNs push host (default: Apple's for each app's environment).",
-                    environment: "MARQUEE_APNS_PUSH_URL"),
-            .option("apns-manage-url", value: "URL", help: "APNs channel management host (default: Apple's).",
-                    environment: "MARQUEE_APNS_MANAGE_URL"),
-            .option("apns-ca-file", value: "PATH", help: "CA certificates to trust for APNs (e.g. the simulator's).",
-                    environment: "MARQUEE_APNS_CA_FILE"),
-        ] + pipelineOptions.map { option in
-            .option(option.name, value: option.value, help: option.help, environment: option.environment, default: option.defaultValue)
-        } + [
-            .flag("delete-unknown-channels", help: """
-                Delete channels APNs lists but Marquee never made, once seen for --unknown-channel-grace \
-                (or set MARQUEE_DELETE_UNKNOWN_CHANNELS=1). Off by default: another backend may share the bundle id.
-                """),
+            .option(
+                "log-format", value: "FORMAT", help: "Log line format.", environment: "MARQUEE_LOG_FORMAT",
+                default: ServeConfiguration.defaultLogFormat.rawValue,
+                choices: Logger.Format.allCases.map(\.rawValue)),
+            .option(
+                "log-level", value: "LEVEL", help: "The lowest level logged.", environment: "MARQUEE_LOG_LEVEL",
+                default: ServeConfiguration.defaultLogLevel.rawValue,
+                choices: Logger.Level.allCases.map(\.rawValue)),
+            .option(
+                "grace-period", value: "SECONDS", help: "How long in-flight work gets after SIGTERM.",
+                environment: "MARQUEE_GRACE_PERIOD", default: "\(ServeConfiguration.defaultGracePeriodSeconds)"),
+            .option(
+                "max-connections", value: "N", help: "Database connections for the API (its requests).",
+                environment: "MARQUEE_DATABASE_CONNECTIONS", default: "\(ServeConfiguration.defaultMaxConnections)"),
+            .option(
+                "pipeline-connections", value: "N", help: "Database connections of the broadcast pipeline's own pool (dispatcher, scheduler).",
+                environment: "MARQUEE_PIPELINE_CONNECTIONS", default: "\(ServeConfiguration.defaultPipelineConnections)"),
+            .option(
+                "apns-push-url", value: "URL", help: "APNs push host (default: Apple's for each app's environment).",
+                environment: "MARQUEE_APNS_PUSH_URL"),
+            .option(
+                "apns-manage-url", value: "URL", help: "APNs channel management host (default: Apple's).",
+                environment: "MARQUEE_APNS_MANAGE_URL"),
+            .option(
+                "apns-ca-file", value: "PATH", help: "CA certificates to trust for APNs (e.g. the simulator's).",
+                environment: "MARQUEE_APNS_CA_FILE"),
         ]
+            + pipelineOptions.map { option in
+                .option(option.name, value: option.value, help: option.help, environment: option.environment, default: option.defaultValue)
+            } + [
+                .flag(
+                    "delete-unknown-channels",
+                    help: """
+                        Delete channels APNs lists but Marquee never made, once seen for --unknown-channel-grace \
+                        (or set MARQUEE_DELETE_UNKNOWN_CHANNELS=1). Off by default: another backend may share the bundle id.
+                        """)
+            ]
     ) { arguments in
         guard let listen = ServeConfiguration.parseListen(try arguments.required("listen")) else {
             throw UsageError("--listen takes HOST:PORT, e.g. \(ServeConfiguration.defaultListen)", commandPath: arguments.commandPath)
         }
         let configuration = ServeConfiguration(
             databaseURL: try arguments.required("database-url"), host: listen.host, port: listen.port,
-            migrate: !arguments.flag("no-migrate"), gracePeriod: .seconds(try arguments.int("grace-period", in: 0...3600) ?? ServeConfiguration.defaultGracePeriodSeconds),
+            migrate: !arguments.flag("no-migrate"),
+            gracePeriod: .seconds(try arguments.int("grace-period", in: 0...3600) ?? ServeConfiguration.defaultGracePeriodSeconds),
             maxConnections: try arguments.int("max-connections", in: 1...200) ?? ServeConfiguration.defaultMaxConnections,
             pipelineConnections: try arguments.int("pipeline-connections", in: 1...50) ?? ServeConfiguration.defaultPipelineConnections,
             apnsPushURL: arguments.string("apns-push-url"), apnsManageURL: arguments.string("apns-manage-url"),
             apnsCAFile: arguments.string("apns-ca-file"), pipeline: try pipelineSettings(arguments))
-        let logger = Logger(level: Logger.Level(rawValue: try arguments.required("log-level")) ?? ServeConfiguration.defaultLogLevel,
-                            format: Logger.Format(rawValue: try arguments.required("log-format")) ?? ServeConfiguration.defaultLogFormat,
-                            sink: Terminal.error)
+        let logger = Logger(
+            level: Logger.Level(rawValue: try arguments.required("log-level")) ?? ServeConfiguration.defaultLogLevel,
+            format: Logger.Format(rawValue: try arguments.required("log-format")) ?? ServeConfiguration.defaultLogFormat,
+            sink: Terminal.error)
         let daemon = MarqueeDaemon(configuration: configuration, logger: logger)
         do {
             try await daemon.run { daemon in
-                try APIHTTPService(api: daemon.api, host: configuration.host, port: configuration.port,
-                                   gracePeriod: configuration.gracePeriod, logger: daemon.logger)
+                try APIHTTPService(
+                    api: daemon.api, host: configuration.host, port: configuration.port,
+                    gracePeriod: configuration.gracePeriod, logger: daemon.logger)
             }
         } catch let error as MigrationError {
             throw CommandFailure("\(error)", exitCode: .configuration, code: "schema_not_current")
         } catch let error as PostgresError {
             throw Database.failure(error)
         } catch let error as NetworkError {
-            throw CommandFailure("cannot listen on \(configuration.host):\(configuration.port): \(error)", exitCode: .unavailable,
-                                 code: "listen_failed", field: "listen")
+            throw CommandFailure(
+                "cannot listen on \(configuration.host):\(configuration.port): \(error)", exitCode: .unavailable,
+                code: "listen_failed", field: "listen")
         }
     }
 }

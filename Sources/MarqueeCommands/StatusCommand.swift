@@ -28,25 +28,37 @@ enum StatusCommand {
     static func text(_ status: JSONValue) -> String {
         var sections: [String] = []
         let apps = status["apps"]?.arrayValue ?? []
-        sections.append(apps.isEmpty ? "channels: (no apps)" : "channels:\n" + Terminal.table(
-            ["APP", "BUNDLE", "ENVIRONMENT", "IN USE", "QUOTA", "USED", "BY STATE"], apps.map(appRow)))
+        sections.append(
+            apps.isEmpty
+                ? "channels: (no apps)"
+                : "channels:\n"
+                    + Terminal.table(
+                        ["APP", "BUNDLE", "ENVIRONMENT", "IN USE", "QUOTA", "USED", "BY STATE"], apps.map(appRow)))
         let parked = apps.filter { ($0["credentialsFault"]?.objectValue) != nil }
         if !parked.isEmpty {
-            sections.append("credentials refused by APNs (work parked; fix the app's key, then it resumes at the first success):\n"
-                + Terminal.table(["APP", "BUNDLE", "REASON", "SINCE", "RETRY AT", "STRIKES"], parked.map { app in
-                    let fault = app["credentialsFault"]
-                    return [APIText.cell(app["app"]), APIText.cell(app["bundleId"])]
-                        + ["reason", "since", "retryAt", "strikes"].map { APIText.cell(fault?[$0]) }
-                }))
+            sections.append(
+                "credentials refused by APNs (work parked; fix the app's key, then it resumes at the first success):\n"
+                    + Terminal.table(
+                        ["APP", "BUNDLE", "REASON", "SINCE", "RETRY AT", "STRIKES"],
+                        parked.map { app in
+                            let fault = app["credentialsFault"]
+                            return [APIText.cell(app["app"]), APIText.cell(app["bundleId"])]
+                                + ["reason", "since", "retryAt", "strikes"].map { APIText.cell(fault?[$0]) }
+                        }))
         }
         var outbox = "outbox backlog: \(APIText.cell(status["outboxBacklog"]))"
         if let age = status["oldestOutboxAgeSeconds"]?.doubleValue { outbox += " (oldest \(Int(age)) s)" }
         sections.append(outbox)
         let lost = status["lostChannels"]?.arrayValue ?? []
-        sections.append(lost.isEmpty ? "lost channels: none" : "lost channels (\(lost.count); marquee channel recreate EVENT):\n"
-            + Terminal.table(["EVENT", "APP", "EXTERNAL ID", "CHANNEL", "APNS CHANNEL", "LAST ERROR"], lost.map { item in
-                ["event", "app", "externalId", "channel", "apnsChannelId", "lastError"].map { APIText.cell(item[$0]) }
-            }))
+        sections.append(
+            lost.isEmpty
+                ? "lost channels: none"
+                : "lost channels (\(lost.count); marquee channel recreate EVENT):\n"
+                    + Terminal.table(
+                        ["EVENT", "APP", "EXTERNAL ID", "CHANNEL", "APNS CHANNEL", "LAST ERROR"],
+                        lost.map { item in
+                            ["event", "app", "externalId", "channel", "apnsChannelId", "lastError"].map { APIText.cell(item[$0]) }
+                        }))
         let errors = status["lastErrors"]?.arrayValue ?? []
         sections.append(errors.isEmpty ? "last errors: none" : "last errors:\n" + ChannelCommands.deliveryTable(errors))
         return sections.joined(separator: "\n\n")
@@ -60,10 +72,13 @@ enum StatusCommand {
             let share = inUse / quota
             used = String(format: "%.1f%%", share * 100) + (share >= warningShare ? " !" : "")
         }
-        let byState = app["channelsByState"]?.objectValue.map { states in
-            states.map { "\($0.key) \(APIText.cell($0.value))" }.joined(separator: ", ")
-        } ?? "-"
-        return [APIText.cell(app["app"]), APIText.cell(app["bundleId"]), APIText.cell(app["environment"]),
-                APIText.cell(app["inUse"]), APIText.cell(app["quota"]), used, byState.isEmpty ? "-" : byState]
+        let byState =
+            app["channelsByState"]?.objectValue.map { states in
+                states.map { "\($0.key) \(APIText.cell($0.value))" }.joined(separator: ", ")
+            } ?? "-"
+        return [
+            APIText.cell(app["app"]), APIText.cell(app["bundleId"]), APIText.cell(app["environment"]),
+            APIText.cell(app["inUse"]), APIText.cell(app["quota"]), used, byState.isEmpty ? "-" : byState,
+        ]
     }
 }

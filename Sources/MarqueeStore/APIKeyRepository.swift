@@ -32,7 +32,8 @@ public struct APIKeyRepository: Sendable {
 
     /// Stores a new key; returns the stored row.
     public func create(keyID: String, name: String, scopes: [String], salt: [UInt8], hash: [UInt8], appID: Int? = nil) async throws -> StoredAPIKey {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             INSERT INTO api_keys (prefix, name, scopes, salt, hash, app_id)
             VALUES (\(keyID), \(name), \(scopes), \(Data(salt)), \(Data(hash)), \(appID))
             RETURNING \(fragment: Self.columns)
@@ -48,14 +49,17 @@ public struct APIKeyRepository: Sendable {
 
     /// Every key, oldest first.
     public func list(includeRevoked: Bool = true) async throws -> [StoredAPIKey] {
-        try await pool.query("""
+        try await pool.query(
+            """
             SELECT \(fragment: Self.columns) FROM api_keys WHERE \(includeRevoked) OR revoked_at IS NULL ORDER BY id
-            """).map(Self.decode)
+            """
+        ).map(Self.decode)
     }
 
     /// Revokes a key by its public id; returns false when no such key exists. Revoking twice keeps the first time.
     public func revoke(keyID: String) async throws -> StoredAPIKey? {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             UPDATE api_keys SET revoked_at = COALESCE(revoked_at, greatest(now(), created_at))
             WHERE prefix = \(keyID) RETURNING \(fragment: Self.columns)
             """)

@@ -29,8 +29,10 @@ public struct NewApp: Sendable {
     public var pushURL: String?
     public var managementURL: String?
 
-    public init(bundleID: String, environment: String, teamID: String, keyID: String, keyPath: String,
-                pushURL: String? = nil, managementURL: String? = nil) {
+    public init(
+        bundleID: String, environment: String, teamID: String, keyID: String, keyPath: String,
+        pushURL: String? = nil, managementURL: String? = nil
+    ) {
         self.bundleID = bundleID
         self.environment = environment
         self.teamID = teamID
@@ -52,7 +54,8 @@ public struct AppRepository: Sendable {
 
     /// Stores an app. Throws a PostgresError with `uniqueViolation` when the bundle and environment exist.
     public func add(_ app: NewApp) async throws -> StoredApp {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             INSERT INTO apps (bundle_id, environment, team_id, key_id, key_path, push_url, management_url)
             VALUES (\(app.bundleID), \(app.environment), \(app.teamID), \(app.keyID), \(app.keyPath),
                     \(app.pushURL), \(app.managementURL))
@@ -83,7 +86,8 @@ public struct AppRepository: Sendable {
     /// Returns the removed row.
     public func remove(id: Int) async throws -> StoredApp? {
         try await pool.withTransaction { tx in
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 DELETE FROM idempotency_keys WHERE api_key_id IN (SELECT id FROM api_keys WHERE app_id = \(id))
                 """)
             try await tx.execute("DELETE FROM deliveries WHERE app_id = \(id)")

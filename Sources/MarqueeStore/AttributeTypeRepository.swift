@@ -34,7 +34,8 @@ public struct AttributeTypeRepository: Sendable {
     /// Registers `type` for an app, in one statement: created, unchanged or a conflict.
     public func register(_ type: ActivityType, appID: Int) async throws -> AttributeTypeRegistration {
         let document = type.json.jsonString
-        let inserted = try await pool.query("""
+        let inserted = try await pool.query(
+            """
             INSERT INTO attribute_types (app_id, name, attributes_schema, content_state_schema, document)
             VALUES (\(appID), \(type.name), \(PostgresJSON(type.attributes.json.jsonString)),
                     \(PostgresJSON(type.contentState.json.jsonString)), \(document))
@@ -68,10 +69,12 @@ public struct AttributeTypeRepository: Sendable {
 
     /// Every type, or those of one app, by app and name.
     public func list(appID: Int? = nil) async throws -> [StoredAttributeType] {
-        try await pool.query("""
+        try await pool.query(
+            """
             SELECT \(fragment: Self.columns) FROM attribute_types
             WHERE \(appID)::bigint IS NULL OR app_id = \(appID) ORDER BY app_id, name
-            """).map(Self.decode)
+            """
+        ).map(Self.decode)
     }
 
     private static func decode(_ row: PostgresRow) throws -> StoredAttributeType {

@@ -26,7 +26,8 @@ public struct Migration: Sendable, Equatable {
     }
 
     /// The migrations in Sql/, compiled into the binary, in order.
-    public static let embedded: [Migration] = embeddedMigrations
+    public static let embedded: [Migration] =
+        embeddedMigrations
         .map { Migration(name: $0.name, sql: $0.sql) }
         .sorted { $0.name < $1.name }
 

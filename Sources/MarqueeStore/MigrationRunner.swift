@@ -16,8 +16,10 @@ public struct MigrationRunner: Sendable {
     private let pollInterval: Duration
 
     /// A runner for `migrations` (the embedded Sql/ files unless given, e.g. by tests).
-    public init(pool: PostgresPool, migrations: [Migration] = Migration.embedded,
-                pollInterval: Duration = .milliseconds(100)) {
+    public init(
+        pool: PostgresPool, migrations: [Migration] = Migration.embedded,
+        pollInterval: Duration = .milliseconds(100)
+    ) {
         self.pool = pool
         self.migrations = migrations.sorted { $0.name < $1.name }
         self.pollInterval = pollInterval
@@ -79,7 +81,8 @@ public struct MigrationRunner: Sendable {
 
     /// With the lock held: create the bookkeeping table, check checksums, apply what is pending.
     private func run(on connection: PostgresConnection) async throws -> [String] {
-        try await connection.executeScript("""
+        try await connection.executeScript(
+            """
             CREATE TABLE IF NOT EXISTS schema_migrations (
                 name        text PRIMARY KEY CHECK (name ~ '^[0-9]{4}_[a-z0-9_]+\\.sql$'),
                 checksum    text NOT NULL CHECK (checksum ~ '^[0-9a-f]{64}$'),
@@ -100,11 +103,13 @@ public struct MigrationRunner: Sendable {
 
     /// The migrations without a schema_migrations row, with their checksums; throws on an edited one.
     private func pending(on connection: PostgresConnection) async throws -> [(migration: Migration, checksum: String)] {
-        let checksums = try await connection.query("""
+        let checksums = try await connection.query(
+            """
             SELECT encode(sha256(convert_to(sql, 'UTF8')), 'hex') AS checksum
             FROM unnest(\(migrations.map(\.sql))::text[]) WITH ORDINALITY AS file (sql, position)
             ORDER BY position
-            """).map { try $0.decode(String.self, column: "checksum") }
+            """
+        ).map { try $0.decode(String.self, column: "checksum") }
         var recorded: [String: String] = [:]
         for row in try await connection.query("SELECT name, checksum FROM schema_migrations") {
             recorded[try row.decode(String.self, column: "name")] = try row.decode(String.self, column: "checksum")
@@ -113,8 +118,9 @@ public struct MigrationRunner: Sendable {
         for (migration, checksum) in zip(migrations, checksums) {
             if let appliedChecksum = recorded[migration.name] {
                 guard appliedChecksum == checksum else {
-                    throw MigrationError.editedMigration(name: migration.name, appliedChecksum: appliedChecksum,
-                                                         fileChecksum: checksum)
+                    throw MigrationError.editedMigration(
+                        name: migration.name, appliedChecksum: appliedChecksum,
+                        fileChecksum: checksum)
                 }
             } else {
                 pending.append((migration, checksum))

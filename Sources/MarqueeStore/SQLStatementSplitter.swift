@@ -29,19 +29,32 @@ enum SQLStatementSplitter {
             case "/" where next == "*":
                 var depth = 0
                 repeat {
-                    if chars[index] == "/", index + 1 < chars.count, chars[index + 1] == "*" { depth += 1; index += 2 }
-                    else if chars[index] == "*", index + 1 < chars.count, chars[index + 1] == "/" { depth -= 1; index += 2 }
-                    else { index += 1 }
+                    if chars[index] == "/", index + 1 < chars.count, chars[index + 1] == "*" {
+                        depth += 1
+                        index += 2
+                    } else if chars[index] == "*", index + 1 < chars.count, chars[index + 1] == "/" {
+                        depth -= 1
+                        index += 2
+                    } else {
+                        index += 1
+                    }
                 } while depth > 0 && index < chars.count
                 continue
             case "'":
-                let escapes = index > 0 && (chars[index - 1] == "E" || chars[index - 1] == "e")
+                let escapes =
+                    index > 0 && (chars[index - 1] == "E" || chars[index - 1] == "e")
                     && (index < 2 || !isIdentifierChar(chars[index - 2]))
                 index += 1
                 while index < chars.count {
-                    if escapes, chars[index] == "\\" { index += 2; continue }
+                    if escapes, chars[index] == "\\" {
+                        index += 2
+                        continue
+                    }
                     if chars[index] == "'" {
-                        if index + 1 < chars.count, chars[index + 1] == "'" { index += 2; continue }
+                        if index + 1 < chars.count, chars[index + 1] == "'" {
+                            index += 2
+                            continue
+                        }
                         break
                     }
                     index += 1

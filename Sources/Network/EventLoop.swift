@@ -35,9 +35,13 @@ public final class EventLoop: SerialExecutor, @unchecked Sendable {
         self.base = base
         // The wake-up event is created before `self` is complete, so it points at a box filled in below.
         let box = WakeupBox()
-        guard let wakeup = event_new(base, -1, Int16(EV_PERSIST), { _, _, context in
-            Unmanaged<WakeupBox>.fromOpaque(context!).takeUnretainedValue().loop?.drain()
-        }, Unmanaged.passUnretained(box).toOpaque()) else { fatalError("event_new failed: out of memory") }
+        guard
+            let wakeup = event_new(
+                base, -1, Int16(EV_PERSIST),
+                { _, _, context in
+                    Unmanaged<WakeupBox>.fromOpaque(context!).takeUnretainedValue().loop?.drain()
+                }, Unmanaged.passUnretained(box).toOpaque())
+        else { fatalError("event_new failed: out of memory") }
         self.wakeup = wakeup
         self.wakeupBox = box
         box.loop = self
@@ -161,9 +165,13 @@ public final class LoopTimer {
         var interval = timeval(tv_sec: Int(max(0, seconds)), tv_usec: Int(max(0, attoseconds) / 1_000_000_000_000))
         // The pending event holds one reference to the timer until it fires or is cancelled.
         let context = Unmanaged.passRetained(self).toOpaque()
-        guard let event = event_new(base, -1, 0, { _, _, context in
-            Unmanaged<LoopTimer>.fromOpaque(context!).takeRetainedValue().fire()
-        }, context) else { fatalError("event_new failed: out of memory") }
+        guard
+            let event = event_new(
+                base, -1, 0,
+                { _, _, context in
+                    Unmanaged<LoopTimer>.fromOpaque(context!).takeRetainedValue().fire()
+                }, context)
+        else { fatalError("event_new failed: out of memory") }
         self.event = event
         event_add(event, &interval)
     }

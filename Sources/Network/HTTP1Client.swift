@@ -58,7 +58,8 @@ public enum HTTP1ClientError: Error, Sendable, Equatable, CustomStringConvertibl
         case .connectFailed(let detail): "cannot connect: \(detail)"
         case .timedOut(let origin, let timeout): "no complete answer from \(origin) within \(timeout): the server may be overloaded or stuck"
         case .tls(let detail): "TLS handshake failed: \(detail) (does the server speak https on this port?)"
-        case .certificateRejected(let detail): "the server's certificate was rejected: \(detail) (trust its CA with an extra CA file, or check the host name)"
+        case .certificateRejected(let detail):
+            "the server's certificate was rejected: \(detail) (trust its CA with an extra CA file, or check the host name)"
         case .connectionClosed(let origin): "\(origin) closed the connection before answering completely"
         case .invalidResponse(let detail): "invalid response: \(detail)"
         case .closed: "the HTTP client was closed"
@@ -77,8 +78,8 @@ public struct HTTP1ClientURL: Sendable, Equatable, CustomStringConvertible {
     /// Parses `http://host[:port][/prefix]` or `https://…`; IPv6 literals in brackets.
     public init(_ string: String) throws(HTTP1ClientError) {
         guard let components = URLComponents(string: string), let scheme = components.scheme?.lowercased(),
-              scheme == "http" || scheme == "https", var host = components.host, !host.isEmpty,
-              components.query == nil, components.fragment == nil, components.user == nil
+            scheme == "http" || scheme == "https", var host = components.host, !host.isEmpty,
+            components.query == nil, components.fragment == nil, components.user == nil
         else { throw .invalidURL(string) }
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         isTLS = scheme == "https"
@@ -190,15 +191,17 @@ public actor HTTP1Client {
         }
     }
 
-    private func attempt(_ request: HTTPRequest, deadline: ContinuousClock.Instant, timeout: Duration) async -> Result<HTTPResponse, HTTP1ClientError> {
+    private func attempt(_ request: HTTPRequest, deadline: ContinuousClock.Instant, timeout: Duration) async -> Result<HTTPResponse, HTTP1ClientError>
+    {
         let connection: HTTP1ClientConnection
         switch await currentConnection() {
         case .success(let current): connection = current
         case .failure(let error): return .failure(error)
         }
         let result = await withCheckedContinuation { continuation in
-            connection.send(request, url: url, deadline: deadline, timeout: timeout, maxBodySize: configuration.maxResponseBodySize,
-                            loop: loop, continuation: continuation)
+            connection.send(
+                request, url: url, deadline: deadline, timeout: timeout, maxBodySize: configuration.maxResponseBodySize,
+                loop: loop, continuation: continuation)
         }
         if case .failure = result, self.connection === connection {
             connection.free()
@@ -213,7 +216,8 @@ public actor HTTP1Client {
         connection?.free()
         connection = nil
         if address == nil {
-            let host = url.host, port = url.port
+            let host = url.host
+            let port = url.port
             address = SocketAddress.resolve(host: host, port: port, numericOnly: true)?.numericHost
             if address == nil {
                 // A name: getaddrinfo blocks, so it runs on a Dispatch thread, never on the loop or the Swift pool.
@@ -279,11 +283,13 @@ final class HTTP1ClientConnection: @unchecked Sendable {
         self.evcon = evcon
         evhttp_connection_set_retries(evcon, 0)
         // evhttp calls this only for a connection that was established (for TLS: handshake done).
-        evhttp_connection_set_closecb(evcon, { _, context in
-            let connection = Unmanaged<HTTP1ClientConnection>.fromOpaque(context!).takeUnretainedValue()
-            connection.isClosed = true
-            connection.wasEstablished = true
-        }, Unmanaged.passUnretained(self).toOpaque())
+        evhttp_connection_set_closecb(
+            evcon,
+            { _, context in
+                let connection = Unmanaged<HTTP1ClientConnection>.fromOpaque(context!).takeUnretainedValue()
+                connection.isClosed = true
+                connection.wasEstablished = true
+            }, Unmanaged.passUnretained(self).toOpaque())
     }
 
     deinit { free() }
@@ -298,8 +304,10 @@ final class HTTP1ClientConnection: @unchecked Sendable {
     }
 
     /// Starts `request`; `deadline` ends it, `timeout` is what the error names.
-    func send(_ request: HTTPRequest, url: HTTP1ClientURL, deadline: ContinuousClock.Instant, timeout: Duration, maxBodySize: Int,
-              loop: EventLoop, continuation: CheckedContinuation<Result<HTTPResponse, HTTP1ClientError>, Never>) {
+    func send(
+        _ request: HTTPRequest, url: HTTP1ClientURL, deadline: ContinuousClock.Instant, timeout: Duration, maxBodySize: Int,
+        loop: EventLoop, continuation: CheckedContinuation<Result<HTTPResponse, HTTP1ClientError>, Never>
+    ) {
         guard let evcon else { return continuation.resume(returning: .failure(.closed)) }
         guard let command = Self.command(request.method) else {
             return continuation.resume(returning: .failure(.invalidResponse("evhttp cannot send the method \(request.method)")))
@@ -311,9 +319,12 @@ final class HTTP1ClientConnection: @unchecked Sendable {
         evhttp_connection_set_timeout_tv(evcon, &socketTimeout)
         let pending = HTTP1ClientPendingRequest(connection: self, origin: origin, timeout: timeout, continuation: continuation)
         let context = Unmanaged.passRetained(pending).toOpaque()  // released when evhttp calls back or the request is cancelled
-        guard let evRequest = evhttp_request_new({ request, context in
-            Unmanaged<HTTP1ClientPendingRequest>.fromOpaque(context!).takeRetainedValue().completed(request)
-        }, context) else {
+        guard
+            let evRequest = evhttp_request_new(
+                { request, context in
+                    Unmanaged<HTTP1ClientPendingRequest>.fromOpaque(context!).takeRetainedValue().completed(request)
+                }, context)
+        else {
             Unmanaged<HTTP1ClientPendingRequest>.fromOpaque(context).release()
             return continuation.resume(returning: .failure(.connectFailed("out of memory")))
         }
@@ -321,7 +332,8 @@ final class HTTP1ClientConnection: @unchecked Sendable {
             Unmanaged<HTTP1ClientPendingRequest>.fromOpaque(context!).takeUnretainedValue().evhttpError = error
         }
         if let headers = evhttp_request_get_output_headers(evRequest) {
-            var hasHost = false, hasLength = false
+            var hasHost = false
+            var hasLength = false
             for field in request.headers.fields {
                 hasHost = hasHost || field.name == "host"
                 hasLength = hasLength || field.name == "content-length"
@@ -385,8 +397,10 @@ private final class HTTP1ClientPendingRequest {
     private var timer: LoopTimer?
     var evhttpError: evhttp_request_error?
 
-    init(connection: HTTP1ClientConnection, origin: String, timeout: Duration,
-         continuation: CheckedContinuation<Result<HTTPResponse, HTTP1ClientError>, Never>) {
+    init(
+        connection: HTTP1ClientConnection, origin: String, timeout: Duration,
+        continuation: CheckedContinuation<Result<HTTPResponse, HTTP1ClientError>, Never>
+    ) {
         self.connection = connection
         self.origin = origin
         self.timeout = timeout

@@ -197,15 +197,21 @@ final class HTTP1LoopServer: @unchecked Sendable {
         evhttp_set_max_headers_size(http, configuration.hardMaxHeadersSize)
         var ioTimeout = timeval(configuration.ioTimeout)
         evhttp_set_timeout_tv(http, &ioTimeout)
-        evhttp_set_gencb(http, { request, context in
-            HTTP1LoopServer.from(context).received(request!)
-        }, context)
-        evhttp_set_bevcb(http, { base, context in
-            HTTP1LoopServer.from(context).makeBufferEvent(base!)
-        }, context)
-        adoptEvent = event_new(loop.base, -1, 0, { _, _, context in
-            HTTP1LoopServer.from(context).adoptNewConnections()
-        }, context)
+        evhttp_set_gencb(
+            http,
+            { request, context in
+                HTTP1LoopServer.from(context).received(request!)
+            }, context)
+        evhttp_set_bevcb(
+            http,
+            { base, context in
+                HTTP1LoopServer.from(context).makeBufferEvent(base!)
+            }, context)
+        adoptEvent = event_new(
+            loop.base, -1, 0,
+            { _, _, context in
+                HTTP1LoopServer.from(context).adoptNewConnections()
+            }, context)
         boundSocket = evhttp_accept_socket_with_handle(http, fd)
         if boundSocket == nil { Glibc.close(fd) }
     }
@@ -245,9 +251,11 @@ final class HTTP1LoopServer: @unchecked Sendable {
         for connection in adopted {
             guard let evcon = connection.adopt(loop: loop, timeout: shared.configuration.requestReadTimeout) else { continue }
             connections[evcon] = connection
-            evhttp_connection_set_closecb(evcon, { evcon, context in
-                HTTP1LoopServer.from(context).connectionClosed(evcon!)
-            }, context)
+            evhttp_connection_set_closecb(
+                evcon,
+                { evcon, context in
+                    HTTP1LoopServer.from(context).connectionClosed(evcon!)
+                }, context)
         }
     }
 
@@ -262,8 +270,9 @@ final class HTTP1LoopServer: @unchecked Sendable {
         let connection = connections[evcon]
         connection?.disarm()
         let configuration = shared.configuration
-        let context = HTTP1RequestContext(connectionID: connection?.id ?? 0, remoteAddress: connection?.remoteAddress ?? "unknown",
-                                          maxBodySize: configuration.maxBodySize)
+        let context = HTTP1RequestContext(
+            connectionID: connection?.id ?? 0, remoteAddress: connection?.remoteAddress ?? "unknown",
+            maxBodySize: configuration.maxBodySize)
         let pending = HTTP1PendingReply(request: request, connection: connection)
         if shared.shuttingDown {
             return reply(pending, configuration.errorResponse(503, "ShuttingDown"))
@@ -286,10 +295,11 @@ final class HTTP1LoopServer: @unchecked Sendable {
             headers.append(HTTPField(name: String(cString: current.pointee.key), value: String(cString: current.pointee.value)))
             field = current.pointee.next.tqe_next
         }
-        let httpRequest = HTTPRequest(method: method,
-                                      path: String(cString: evhttp_request_get_uri(request)),
-                                      authority: headers.first { $0.name == "host" }?.value,
-                                      headers: HTTPHeaders(headers), body: body)
+        let httpRequest = HTTPRequest(
+            method: method,
+            path: String(cString: evhttp_request_get_uri(request)),
+            authority: headers.first { $0.name == "host" }?.value,
+            headers: HTTPHeaders(headers), body: body)
         shared.handlerStarted()
         let handler = shared.handler
         Task {
@@ -324,10 +334,12 @@ final class HTTP1LoopServer: @unchecked Sendable {
     /// output buffer before any of it is written, by `errorResponse` for its status.
     private func replaceHTMLErrorPages(of bufferEvent: OpaquePointer) {
         guard let output = bufferevent_get_output(bufferEvent) else { return }
-        _ = evbuffer_add_cb(output, { buffer, info, context in
-            guard let buffer, let info, info.pointee.n_added > 0 else { return }
-            HTTP1LoopServer.from(context).replaceHTMLErrorPage(in: buffer)
-        }, context)
+        _ = evbuffer_add_cb(
+            output,
+            { buffer, info, context in
+                guard let buffer, let info, info.pointee.n_added > 0 else { return }
+                HTTP1LoopServer.from(context).replaceHTMLErrorPage(in: buffer)
+            }, context)
     }
 
     /// Replaces the buffer's content when it is exactly one whole evhttp error page (status line, headers
@@ -410,9 +422,11 @@ final class HTTP1Connection: @unchecked Sendable {
         evhttp_connection_get_peer(evcon, &address, &port)
         if let address { remoteAddress = "\(String(cString: address)):\(port)" }
         self.timeout = timeval(timeout)
-        deadline = event_new(loop.base, -1, 0, { _, _, context in
-            Unmanaged<HTTP1Connection>.fromOpaque(context!).takeUnretainedValue().deadlinePassed()
-        }, Unmanaged.passUnretained(self).toOpaque())
+        deadline = event_new(
+            loop.base, -1, 0,
+            { _, _, context in
+                Unmanaged<HTTP1Connection>.fromOpaque(context!).takeUnretainedValue().deadlinePassed()
+            }, Unmanaged.passUnretained(self).toOpaque())
         arm()
         return evcon
     }
@@ -465,7 +479,8 @@ struct HTTP1ErrorPage: Equatable {
         let lines = head.components(separatedBy: "\r\n")
         let statusLine = lines[0].split(separator: " ", maxSplits: 2)
         guard statusLine.count == 3, let status = Int(statusLine[1]), (400..<600).contains(status) else { return nil }
-        var contentType = "", contentLength: Int?
+        var contentType = ""
+        var contentLength: Int?
         for line in lines.dropFirst() {
             guard let colon = line.firstIndex(of: ":") else { continue }
             let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
@@ -477,7 +492,8 @@ struct HTTP1ErrorPage: Equatable {
         }
         let body = bytes[(end + separator.count)...]
         guard contentType.hasPrefix("text/html"), let contentLength, body.count == contentLength,
-              body.starts(with: Array("<HTML><HEAD>".utf8)) else { return nil }
+            body.starts(with: Array("<HTML><HEAD>".utf8))
+        else { return nil }
         self.status = status
         reason = String(statusLine[2])
     }

@@ -38,9 +38,11 @@ public actor HTTP2ClientConnection {
         /// The connection-level receive window.
         public var connectionWindowSize: Int
 
-        public init(connectTimeout: Duration = .seconds(10), pingInterval: Duration? = .seconds(60),
-                    pingTimeout: Duration = .seconds(10), initialWindowSize: Int = 65_535,
-                    connectionWindowSize: Int = 1 << 20) {
+        public init(
+            connectTimeout: Duration = .seconds(10), pingInterval: Duration? = .seconds(60),
+            pingTimeout: Duration = .seconds(10), initialWindowSize: Int = 65_535,
+            connectionWindowSize: Int = 1 << 20
+        ) {
             self.connectTimeout = connectTimeout
             self.pingInterval = pingInterval
             self.pingTimeout = pingTimeout
@@ -71,8 +73,10 @@ public actor HTTP2ClientConnection {
 
     /// Creates the connection; it connects on the first `send`. `onEvent` runs on the loop thread and
     /// must not block.
-    public init(origin: HTTP2Origin, tls: TLSClientContext, loop: EventLoop, configuration: Configuration = Configuration(),
-                onEvent: (@Sendable (Event) -> Void)? = nil) {
+    public init(
+        origin: HTTP2Origin, tls: TLSClientContext, loop: EventLoop, configuration: Configuration = Configuration(),
+        onEvent: (@Sendable (Event) -> Void)? = nil
+    ) {
         let (events, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(64))
         self.origin = origin
         self.loop = loop

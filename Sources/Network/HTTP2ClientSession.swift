@@ -27,8 +27,10 @@ final class HTTP2ClientStream: HTTP2ClientDeadlined, @unchecked Sendable {
     @exclusivity(unchecked) var headers: [HTTPField] = []
     @exclusivity(unchecked) var body: [UInt8] = []
 
-    init(request: HTTPRequest, deadline: ContinuousClock.Instant,
-         continuation: UnsafeContinuation<Result<HTTPResponse, NetworkError>, Never>) {
+    init(
+        request: HTTPRequest, deadline: ContinuousClock.Instant,
+        continuation: UnsafeContinuation<Result<HTTPResponse, NetworkError>, Never>
+    ) {
         self.request = request
         self.deadline = deadline
         self.continuation = continuation
@@ -83,8 +85,10 @@ final class HTTP2ClientSession: @unchecked Sendable {
     /// nghttp2 stops producing frames while this much output waits for the socket.
     private static let outputHighWater = 1 << 17
 
-    init(loop: EventLoop, origin: HTTP2Origin, tls: TLSClientContext, configuration: HTTP2ClientConnection.Configuration,
-         emit: @escaping @Sendable (HTTP2ClientConnection.Event) -> Void) {
+    init(
+        loop: EventLoop, origin: HTTP2Origin, tls: TLSClientContext, configuration: HTTP2ClientConnection.Configuration,
+        emit: @escaping @Sendable (HTTP2ClientConnection.Event) -> Void
+    ) {
         self.loop = loop
         self.origin = origin
         authority = origin.authority
@@ -186,8 +190,10 @@ final class HTTP2ClientSession: @unchecked Sendable {
         return headerBytes.withUnsafeMutableBufferPointer { bytes in
             let base = bytes.baseAddress!
             for span in headerSpans {
-                headerFields.append(nghttp2_nv(name: base + span.name, value: base + span.value, namelen: span.nameLength,
-                                               valuelen: span.valueLength, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+                headerFields.append(
+                    nghttp2_nv(
+                        name: base + span.name, value: base + span.value, namelen: span.nameLength,
+                        valuelen: span.valueLength, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
             }
             return request.body.isEmpty
                 ? nghttp2_submit_request(session, nil, headerFields, headerFields.count, nil, nil)
@@ -205,8 +211,10 @@ final class HTTP2ClientSession: @unchecked Sendable {
 
     /// nghttp2 asks for the next piece of a request body; bodies larger than the flow-control window are
     /// read piece by piece as WINDOW_UPDATEs arrive, so the request keeps its bytes until the stream ends.
-    fileprivate func readBody(streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int,
-                              flags: UnsafeMutablePointer<UInt32>) -> Int {
+    fileprivate func readBody(
+        streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int,
+        flags: UnsafeMutablePointer<UInt32>
+    ) -> Int {
         guard let stream = activeStream(streamID) else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
         let body = stream.request.body
         let count = min(length, body.count - stream.bodyOffset)
@@ -264,13 +272,17 @@ final class HTTP2ClientSession: @unchecked Sendable {
         self.bev = bev
         bufferevent_openssl_set_allow_dirty_shutdown(bev, 1)
         retainedByCallbacks = true
-        bufferevent_setcb(bev, { _, context in
-            Unmanaged<HTTP2ClientSession>.fromOpaque(context!).takeUnretainedValue().readAvailable()
-        }, { _, context in
-            Unmanaged<HTTP2ClientSession>.fromOpaque(context!).takeUnretainedValue().outputDrained()
-        }, { _, events, context in
-            Unmanaged<HTTP2ClientSession>.fromOpaque(context!).takeUnretainedValue().handle(events: events)
-        }, Unmanaged.passRetained(self).toOpaque())
+        bufferevent_setcb(
+            bev,
+            { _, context in
+                Unmanaged<HTTP2ClientSession>.fromOpaque(context!).takeUnretainedValue().readAvailable()
+            },
+            { _, context in
+                Unmanaged<HTTP2ClientSession>.fromOpaque(context!).takeUnretainedValue().outputDrained()
+            },
+            { _, events, context in
+                Unmanaged<HTTP2ClientSession>.fromOpaque(context!).takeUnretainedValue().handle(events: events)
+            }, Unmanaged.passRetained(self).toOpaque())
         bufferevent_enable(bev, Int16(EV_READ | EV_WRITE))
         var storage = address.storage
         let connected = withUnsafePointer(to: &storage) {
@@ -358,13 +370,16 @@ final class HTTP2ClientSession: @unchecked Sendable {
         self.session = session
         var settings = [
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue),
-                                   value: UInt32(configuration.initialWindowSize)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue),
+                value: UInt32(configuration.initialWindowSize)),
         ]
         try checkNGHTTP2(nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count))
         if configuration.connectionWindowSize > 65_535 {
-            try checkNGHTTP2(nghttp2_session_set_local_window_size(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0,
-                                                                   Int32(configuration.connectionWindowSize)))
+            try checkNGHTTP2(
+                nghttp2_session_set_local_window_size(
+                    session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0,
+                    Int32(configuration.connectionWindowSize)))
         }
     }
 
@@ -380,8 +395,9 @@ final class HTTP2ClientSession: @unchecked Sendable {
             let consumed = nghttp2_session_mem_recv(session, base.assumingMemoryBound(to: UInt8.self), chunk.iov_len)
             if consumed < 0 {
                 let code = Int32(consumed)
-                close(inFlight: .http2(code: code, detail: String(cString: nghttp2_strerror(code))),
-                      queued: .requestNotSent("HTTP/2 protocol error"), reason: .http2(code: code, detail: "receive"))
+                close(
+                    inFlight: .http2(code: code, detail: String(cString: nghttp2_strerror(code))),
+                    queued: .requestNotSent("HTTP/2 protocol error"), reason: .http2(code: code, detail: "receive"))
                 return
             }
             evbuffer_drain(input, consumed)
@@ -399,8 +415,9 @@ final class HTTP2ClientSession: @unchecked Sendable {
         guard let session else { return }
         let code = nghttp2_session_send(session)
         if code != 0 {
-            close(inFlight: .http2(code: code, detail: String(cString: nghttp2_strerror(code))),
-                  queued: .requestNotSent("HTTP/2 protocol error"), reason: .http2(code: code, detail: "send"))
+            close(
+                inFlight: .http2(code: code, detail: String(cString: nghttp2_strerror(code))),
+                queued: .requestNotSent("HTTP/2 protocol error"), reason: .http2(code: code, detail: "send"))
         }
     }
 
@@ -441,7 +458,8 @@ final class HTTP2ClientSession: @unchecked Sendable {
             }
         case NGHTTP2_GOAWAY.rawValue:
             let goaway = frame.pointee.goaway
-            let debugData = goaway.opaque_data_len > 0
+            let debugData =
+                goaway.opaque_data_len > 0
                 ? String(decoding: UnsafeBufferPointer(start: goaway.opaque_data, count: goaway.opaque_data_len), as: UTF8.self)
                 : ""
             goAway(lastStreamID: goaway.last_stream_id, errorCode: goaway.error_code, debugData: debugData)
@@ -606,7 +624,10 @@ struct SocketAddress: @unchecked Sendable {
         // IPv4 first when a name has both: loopback services often listen on 127.0.0.1 only.
         var candidate: UnsafeMutablePointer<addrinfo>? = first
         while let current = candidate {
-            if current.pointee.ai_family == AF_INET { first = current; break }
+            if current.pointee.ai_family == AF_INET {
+                first = current
+                break
+            }
             candidate = current.pointee.ai_next
         }
         var address = SocketAddress()
@@ -635,9 +656,10 @@ private let frameReceivedCallback: nghttp2_on_frame_recv_callback = { _, frame, 
 
 private let headerCallback: nghttp2_on_header_callback = { _, frame, name, nameLength, value, valueLength, _, userData in
     guard let frame, UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue else { return 0 }
-    session(userData).headerReceived(streamID: frame.pointee.hd.stream_id,
-                                     name: UnsafeBufferPointer(start: name, count: nameLength),
-                                     value: UnsafeBufferPointer(start: value, count: valueLength))
+    session(userData).headerReceived(
+        streamID: frame.pointee.hd.stream_id,
+        name: UnsafeBufferPointer(start: name, count: nameLength),
+        value: UnsafeBufferPointer(start: value, count: valueLength))
     return 0
 }
 

@@ -20,8 +20,10 @@ public final class HTTP2ConnectionPool: Sendable {
         public var connection: HTTP2ClientConnection.Configuration
         public var backoff: Backoff
 
-        public init(connectionsPerKey: Int = 2, maxQueuedPerConnection: Int = 256,
-                    connection: HTTP2ClientConnection.Configuration = .init(), backoff: Backoff = .init()) {
+        public init(
+            connectionsPerKey: Int = 2, maxQueuedPerConnection: Int = 256,
+            connection: HTTP2ClientConnection.Configuration = .init(), backoff: Backoff = .init()
+        ) {
             self.connectionsPerKey = max(1, connectionsPerKey)
             self.maxQueuedPerConnection = max(0, maxQueuedPerConnection)
             self.connection = connection
@@ -254,12 +256,15 @@ public final class HTTP2ConnectionPool: Sendable {
         let id = state.nextConnectionID
         state.nextConnectionID += 1
         let key = bucket.key
-        let connection = HTTP2ClientConnection(origin: key.origin, tls: tls, loop: group.next(),
-                                               configuration: configuration.connection) { [weak self] event in
+        let connection = HTTP2ClientConnection(
+            origin: key.origin, tls: tls, loop: group.next(),
+            configuration: configuration.connection
+        ) { [weak self] event in
             self?.connectionEvent(event, key: key, connectionID: id)
         }
-        bucket.slots[index] = Slot(connection: connection, connectionID: id,
-                                   consecutiveFailures: bucket.slots[index].consecutiveFailures)
+        bucket.slots[index] = Slot(
+            connection: connection, connectionID: id,
+            consecutiveFailures: bucket.slots[index].consecutiveFailures)
     }
 
     private func release(_ lease: Lease) {
@@ -308,7 +313,8 @@ public final class HTTP2ConnectionPool: Sendable {
         eventSink.yield(Event(origin: key.origin, key: key.key, connectionID: connectionID, event: event))
         let wakeups = state.withLock { state -> Wakeups in
             guard let bucket = state.buckets[key],
-                  let index = bucket.slots.firstIndex(where: { $0.connectionID == connectionID }) else { return [] }
+                let index = bucket.slots.firstIndex(where: { $0.connectionID == connectionID })
+            else { return [] }
             var slot = bucket.slots[index]
             switch event {
             case .connected:
@@ -323,8 +329,9 @@ public final class HTTP2ConnectionPool: Sendable {
                     slot = Slot()
                 } else {
                     let failures = slot.consecutiveFailures + 1
-                    slot = Slot(consecutiveFailures: failures,
-                                retryAt: .now + configuration.backoff.delay(afterFailures: failures))
+                    slot = Slot(
+                        consecutiveFailures: failures,
+                        retryAt: .now + configuration.backoff.delay(afterFailures: failures))
                 }
             }
             bucket.slots[index] = slot

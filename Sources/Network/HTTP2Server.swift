@@ -70,8 +70,10 @@ public final class HTTP2Server: Sendable {
     private let acceptor: Mutex<AcceptorBox?>
 
     /// Binds at once (throws `.bindFailed`) and starts accepting on the group's loops.
-    public init(configuration: HTTP2ServerConfiguration, tls: TLSServerContext, group: EventLoopGroup,
-                handler: some HTTP2RequestHandler) throws(NetworkError) {
+    public init(
+        configuration: HTTP2ServerConfiguration, tls: TLSServerContext, group: EventLoopGroup,
+        handler: some HTTP2RequestHandler
+    ) throws(NetworkError) {
         let socket = try ListeningSocket(host: configuration.host, port: configuration.port)
         port = socket.port
         let core = HTTP2ServerCore(configuration: configuration, tls: tls, handler: handler, group: group)
@@ -93,8 +95,16 @@ public final class HTTP2Server: Sendable {
     /// Stops accepting, sends GOAWAY on every connection, lets in-flight streams finish (up to the grace
     /// period), then closes what is left. Returns when every connection is closed.
     public func shutdown() async {
-        guard let box = acceptor.withLock({ box in defer { box = nil }; return box }) else { return }
-        try? await acceptLoop.submit { box.acceptor?.stop(); box.acceptor = nil }
+        guard
+            let box = acceptor.withLock({ box in
+                defer { box = nil }
+                return box
+            })
+        else { return }
+        try? await acceptLoop.submit {
+            box.acceptor?.stop()
+            box.acceptor = nil
+        }
         await core.shutdown()
     }
 }

@@ -75,13 +75,17 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
     /// Starts the TLS handshake. The registry holds the connection until `close()`.
     func start() {
         guard let bufferEvent else { return }
-        bufferevent_setcb(bufferEvent, { _, context in
-            HTTP2ServerConnection.from(context).readable()
-        }, { _, context in
-            HTTP2ServerConnection.from(context).writable()
-        }, { _, events, context in
-            HTTP2ServerConnection.from(context).event(events)
-        }, context)
+        bufferevent_setcb(
+            bufferEvent,
+            { _, context in
+                HTTP2ServerConnection.from(context).readable()
+            },
+            { _, context in
+                HTTP2ServerConnection.from(context).writable()
+            },
+            { _, events, context in
+                HTTP2ServerConnection.from(context).event(events)
+            }, context)
         if let idleTimeout = core.configuration.idleTimeout {
             var timeout = timeval(idleTimeout)
             bufferevent_set_timeouts(bufferEvent, &timeout, nil)
@@ -162,34 +166,46 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
         var callbacks: OpaquePointer?
         guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else { return false }
         defer { nghttp2_session_callbacks_del(callbacks) }
-        nghttp2_session_callbacks_set_send_callback(callbacks, { _, data, length, _, context in
-            HTTP2ServerConnection.from(context).output(data!, length)
-        })
-        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, { _, frame, context in
-            HTTP2ServerConnection.from(context).beginHeaders(frame!)
-        })
-        nghttp2_session_callbacks_set_on_header_callback(callbacks, { session, frame, name, nameLength, value, valueLength, _, context in
-            guard let stream = HTTP2ServerStream.from(session, frame!.pointee.hd.stream_id) else { return 0 }
-            // nghttp2 does not enforce our SETTINGS_MAX_HEADER_LIST_SIZE; over it, the stream is reset.
-            stream.headerListSize += nameLength + valueLength + 32
-            if stream.headerListSize > HTTP2ServerConnection.from(context).headerListLimit {
-                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue
-            }
-            stream.header(UnsafeBufferPointer(start: name, count: nameLength), UnsafeBufferPointer(start: value, count: valueLength))
-            return 0
-        })
-        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, { session, _, streamID, data, length, context in
-            guard let stream = HTTP2ServerStream.from(session, streamID) else { return 0 }
-            HTTP2ServerConnection.from(context).data(stream, UnsafeBufferPointer(start: data, count: length))
-            return 0
-        })
-        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, { _, frame, context in
-            HTTP2ServerConnection.from(context).frameReceived(frame!)
-        })
-        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, { _, streamID, _, context in
-            HTTP2ServerConnection.from(context).streams[streamID] = nil
-            return 0
-        })
+        nghttp2_session_callbacks_set_send_callback(
+            callbacks,
+            { _, data, length, _, context in
+                HTTP2ServerConnection.from(context).output(data!, length)
+            })
+        nghttp2_session_callbacks_set_on_begin_headers_callback(
+            callbacks,
+            { _, frame, context in
+                HTTP2ServerConnection.from(context).beginHeaders(frame!)
+            })
+        nghttp2_session_callbacks_set_on_header_callback(
+            callbacks,
+            { session, frame, name, nameLength, value, valueLength, _, context in
+                guard let stream = HTTP2ServerStream.from(session, frame!.pointee.hd.stream_id) else { return 0 }
+                // nghttp2 does not enforce our SETTINGS_MAX_HEADER_LIST_SIZE; over it, the stream is reset.
+                stream.headerListSize += nameLength + valueLength + 32
+                if stream.headerListSize > HTTP2ServerConnection.from(context).headerListLimit {
+                    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue
+                }
+                stream.header(UnsafeBufferPointer(start: name, count: nameLength), UnsafeBufferPointer(start: value, count: valueLength))
+                return 0
+            })
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(
+            callbacks,
+            { session, _, streamID, data, length, context in
+                guard let stream = HTTP2ServerStream.from(session, streamID) else { return 0 }
+                HTTP2ServerConnection.from(context).data(stream, UnsafeBufferPointer(start: data, count: length))
+                return 0
+            })
+        nghttp2_session_callbacks_set_on_frame_recv_callback(
+            callbacks,
+            { _, frame, context in
+                HTTP2ServerConnection.from(context).frameReceived(frame!)
+            })
+        nghttp2_session_callbacks_set_on_stream_close_callback(
+            callbacks,
+            { _, streamID, _, context in
+                HTTP2ServerConnection.from(context).streams[streamID] = nil
+                return 0
+            })
         guard nghttp2_session_server_new(&session, callbacks, context) == 0, let session else { return false }
 
         let configuration = core.configuration
@@ -273,7 +289,8 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
         guard let session, let bufferEvent, !closed else { return }
         guard nghttp2_session_send(session) == 0 else { return close() }
         if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0
-            && evbuffer_get_length(bufferevent_get_output(bufferEvent)) == 0 {
+            && evbuffer_get_length(bufferevent_get_output(bufferEvent)) == 0
+        {
             close()
         }
     }
@@ -292,7 +309,8 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
 
     private func beginHeaders(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
         guard frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
-              frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST, let session else { return 0 }
+            frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST, let session
+        else { return 0 }
         let id = frame.pointee.hd.stream_id
         // A stream that starts after the GOAWAY was decided (later in the same read) is refused, unprocessed,
         // so the client may send it elsewhere; without a stream object its frames are ignored.
@@ -319,11 +337,13 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
     private func frameReceived(_ frame: UnsafePointer<nghttp2_frame>) -> Int32 {
         let type = frame.pointee.hd.type
         guard type == UInt8(NGHTTP2_HEADERS.rawValue) || type == UInt8(NGHTTP2_DATA.rawValue),
-              let stream = HTTP2ServerStream.from(session, frame.pointee.hd.stream_id) else { return 0 }
+            let stream = HTTP2ServerStream.from(session, frame.pointee.hd.stream_id)
+        else { return 0 }
         if frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
             if !stream.rejected { dispatch(stream) }
         } else if type == UInt8(NGHTTP2_HEADERS.rawValue), let declared = stream.contentLength,
-                  declared > core.configuration.maxRequestBodySize {
+            declared > core.configuration.maxRequestBodySize
+        {
             reject(stream)
         }
         return 0
@@ -341,8 +361,9 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
 
     private func dispatch(_ stream: HTTP2ServerStream) {
         requestCount += 1
-        let request = HTTPRequest(method: stream.method, path: stream.path, authority: stream.authority,
-                                  headers: HTTPHeaders(stream.headers), body: stream.body)
+        let request = HTTPRequest(
+            method: stream.method, path: stream.path, authority: stream.authority,
+            headers: HTTPHeaders(stream.headers), body: stream.body)
         stream.body = []
         switch core.handler.handle(request, connection: self) {
         case .response(let response):
@@ -385,11 +406,12 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
             pendingGoAway = goAway
             if goAway.afterResponses <= 0 { submitGoAway(errorCode: goAway.errorCode, debugData: goAway.debugData) }
         }
-        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: Unmanaged.passUnretained(stream).toOpaque()),
-                                             read_callback: { _, _, buffer, length, flags, source, _ in
-            let stream = Unmanaged<HTTP2ServerStream>.fromOpaque(source!.pointee.ptr).takeUnretainedValue()
-            return stream.readResponse(into: buffer!, length, flags!)
-        })
+        var provider = nghttp2_data_provider(
+            source: nghttp2_data_source(ptr: Unmanaged.passUnretained(stream).toOpaque()),
+            read_callback: { _, _, buffer, length, flags, source, _ in
+                let stream = Unmanaged<HTTP2ServerStream>.fromOpaque(source!.pointee.ptr).takeUnretainedValue()
+                return stream.readResponse(into: buffer!, length, flags!)
+            })
         let hasBody = !response.body.isEmpty
         // Names and values go into one reused buffer; nghttp2 copies them during the call.
         headerBytes.removeAll(keepingCapacity: true)
@@ -400,9 +422,11 @@ public final class HTTP2ServerConnection: @unchecked Sendable {
         headerBytes.withUnsafeMutableBufferPointer { buffer in
             let base = buffer.baseAddress!
             for range in headerRanges {
-                headerEntries.append(nghttp2_nv(name: base + range.name.lowerBound, value: base + range.value.lowerBound,
-                                                namelen: range.name.count, valuelen: range.value.count,
-                                                flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+                headerEntries.append(
+                    nghttp2_nv(
+                        name: base + range.name.lowerBound, value: base + range.value.lowerBound,
+                        namelen: range.name.count, valuelen: range.value.count,
+                        flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
             }
             if hasBody {
                 _ = nghttp2_submit_response(session, stream.id, headerEntries, headerEntries.count, &provider)

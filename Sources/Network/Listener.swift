@@ -65,9 +65,11 @@ final class ListeningSocket {
             }
         }
         self.fd = fd
-        self.port = Int(UInt16(bigEndian: withUnsafeBytes(of: storage) { bytes in
-            bytes.load(fromByteOffset: 2, as: UInt16.self)  // sin_port and sin6_port share this offset
-        }))
+        self.port = Int(
+            UInt16(
+                bigEndian: withUnsafeBytes(of: storage) { bytes in
+                    bytes.load(fromByteOffset: 2, as: UInt16.self)  // sin_port and sin6_port share this offset
+                }))
     }
 
     /// Gives up ownership of the descriptor (to a listener that closes it).
@@ -88,12 +90,14 @@ final class ConnectionAcceptor {
     init(loop: EventLoop, fd: Int32, onAccept: @escaping (Int32, String) -> Void) {
         self.onAccept = onAccept
         let context = Unmanaged.passUnretained(self).toOpaque()
-        listener = evconnlistener_new(loop.base, { _, fd, address, _, context in
-            let acceptor = Unmanaged<ConnectionAcceptor>.fromOpaque(context!).takeUnretainedValue()
-            var one: Int32 = 1
-            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-            acceptor.onAccept(fd, address.map { describeSocketAddress(UnsafePointer($0)) } ?? "unknown")
-        }, context, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd)
+        listener = evconnlistener_new(
+            loop.base,
+            { _, fd, address, _, context in
+                let acceptor = Unmanaged<ConnectionAcceptor>.fromOpaque(context!).takeUnretainedValue()
+                var one: Int32 = 1
+                setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+                acceptor.onAccept(fd, address.map { describeSocketAddress(UnsafePointer($0)) } ?? "unknown")
+            }, context, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd)
         if listener == nil { close(fd) }
     }
 

@@ -1,6 +1,6 @@
+internal import CNGHTTP2
 // Every C return code of the network layer becomes one of these errors, in one place per library.
 internal import COpenSSL
-internal import CNGHTTP2
 
 /// What went wrong in the network layer, and whether trying again can help.
 public enum NetworkError: Error, Sendable, Equatable, CustomStringConvertible {

@@ -23,8 +23,10 @@ public struct TLSClientConfiguration: Sendable {
     /// Protocols offered through ALPN, most preferred first; the HTTP/2 client requires `h2`.
     public var alpnProtocols: [String]
 
-    public init(trustsSystemCAs: Bool = true, extraCAFile: String? = nil, verification: Verification = .full,
-                alpnProtocols: [String] = ["h2"]) {
+    public init(
+        trustsSystemCAs: Bool = true, extraCAFile: String? = nil, verification: Verification = .full,
+        alpnProtocols: [String] = ["h2"]
+    ) {
         self.trustsSystemCAs = trustsSystemCAs
         self.extraCAFile = extraCAFile
         self.verification = verification
@@ -92,7 +94,8 @@ public final class TLSClientContext: @unchecked Sendable {
             throw .tls("cannot set SNI \(host): \(openSSLErrors())")
         }
         if configuration.verification == .full {
-            let ok = isIPAddress
+            let ok =
+                isIPAddress
                 ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) == 1
                 : SSL_set1_host(ssl, host) == 1
             guard ok else {

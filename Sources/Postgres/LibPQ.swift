@@ -13,8 +13,10 @@ final class LibPQConnection {
     init(settings: [(String, String)], expandDatabase: Bool) throws {
         // Defaults first, so the URL or the caller's settings override them: give up on an unreachable
         // server after 10 s, and notice a silently dead peer (a LISTEN connection waits forever) in ~1 min.
-        let defaults = [("connect_timeout", "10"), ("keepalives_idle", "30"), ("keepalives_interval", "10"),
-                        ("keepalives_count", "3")]
+        let defaults = [
+            ("connect_timeout", "10"), ("keepalives_idle", "30"), ("keepalives_interval", "10"),
+            ("keepalives_count", "3"),
+        ]
         let all = defaults + settings + [("client_encoding", "UTF8")]
         let keywords = all.map { strdup($0.0) }
         let values = all.map { strdup($0.1) }
@@ -22,13 +24,15 @@ final class LibPQConnection {
         let keywordPointers = keywords.map { UnsafePointer($0) } + [nil]
         let valuePointers = values.map { UnsafePointer($0) } + [nil]
         guard let connection = PQconnectdbParams(keywordPointers, valuePointers, expandDatabase ? 1 : 0) else {
-            throw PostgresError(kind: .connectionFailed, sqlState: .sqlClientUnableToEstablishConnection,
-                                message: "out of memory allocating a connection")
+            throw PostgresError(
+                kind: .connectionFailed, sqlState: .sqlClientUnableToEstablishConnection,
+                message: "out of memory allocating a connection")
         }
         handle = connection
         guard PQstatus(connection) == CONNECTION_OK else {
-            var error = PostgresError(kind: .connectionFailed, sqlState: .sqlClientUnableToEstablishConnection,
-                                      message: lastErrorMessage)
+            var error = PostgresError(
+                kind: .connectionFailed, sqlState: .sqlClientUnableToEstablishConnection,
+                message: lastErrorMessage)
             error.hint = "check the database URL or settings and that the server is running"
             throw error
         }
@@ -67,8 +71,9 @@ final class LibPQConnection {
         var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
         if !isBroken, poll(&descriptor, 1, 0) == 0 { return }
         if PQconsumeInput(handle) == 0 || PQconsumeInput(handle) == 0 || isBroken {
-            var error = PostgresError(kind: .connectionLost, sqlState: .connectionFailure,
-                                      message: "connection lost: \(lastErrorMessage)")
+            var error = PostgresError(
+                kind: .connectionLost, sqlState: .connectionFailure,
+                message: "connection lost: \(lastErrorMessage)")
             error.notSent = true
             throw error
         }
@@ -242,9 +247,11 @@ final class LibPQConnection {
         var notifications: [PostgresNotification] = []
         while let pointer = PQnotifies(handle) {
             let notify = pointer.pointee
-            notifications.append(PostgresNotification(channel: String(cString: notify.relname),
-                                                      payload: String(cString: notify.extra),
-                                                      backendPID: notify.be_pid))
+            notifications.append(
+                PostgresNotification(
+                    channel: String(cString: notify.relname),
+                    payload: String(cString: notify.extra),
+                    backendPID: notify.be_pid))
             PQfreemem(pointer)
         }
         return notifications
@@ -270,13 +277,16 @@ final class LibPQConnection {
                 guard let value = PQresultErrorField(result, Int32(code.asciiValue!)) else { return nil }
                 return String(cString: value)
             }
-            let message = field("M") ?? String(cString: PQresultErrorMessage(result))
+            let message =
+                field("M")
+                ?? String(cString: PQresultErrorMessage(result))
                 .trimmingCharacters(in: .whitespacesAndNewlines)
             let sqlState = field("C").map(SQLState.init(rawValue:))
             var error: PostgresError
             if isBroken {
-                error = PostgresError(kind: .connectionLost, sqlState: sqlState ?? .connectionFailure,
-                                      message: message.isEmpty ? "connection lost: \(lastErrorMessage)" : message)
+                error = PostgresError(
+                    kind: .connectionLost, sqlState: sqlState ?? .connectionFailure,
+                    message: message.isEmpty ? "connection lost: \(lastErrorMessage)" : message)
             } else {
                 error = PostgresError(kind: .server, sqlState: sqlState, message: message)
             }

@@ -69,8 +69,10 @@ public final class PostgresConnection: Sendable {
         let thread = ConnectionThread(name: "marquee-db")  // not "postgres": PostgreSQL's own processes are named that
         do {
             let box = try await thread.run {
-                UncheckedBox(try LibPQConnection(settings: configuration.settings,
-                                                 expandDatabase: configuration.expandDatabase))
+                UncheckedBox(
+                    try LibPQConnection(
+                        settings: configuration.settings,
+                        expandDatabase: configuration.expandDatabase))
             }
             return PostgresConnection(thread: thread, connection: box.value)
         } catch {

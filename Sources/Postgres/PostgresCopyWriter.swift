@@ -91,10 +91,18 @@ public final class PostgresCopyWriter {
                 }
                 for byte in bytes {
                     switch byte {
-                    case 92: buffer.append(92); buffer.append(92)
-                    case 9: buffer.append(92); buffer.append(116)
-                    case 10: buffer.append(92); buffer.append(110)
-                    case 13: buffer.append(92); buffer.append(114)
+                    case 92:
+                        buffer.append(92)
+                        buffer.append(92)
+                    case 9:
+                        buffer.append(92)
+                        buffer.append(116)
+                    case 10:
+                        buffer.append(92)
+                        buffer.append(110)
+                    case 13:
+                        buffer.append(92)
+                        buffer.append(114)
                     default: buffer.append(byte)
                     }
                 }

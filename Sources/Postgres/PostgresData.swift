@@ -54,9 +54,12 @@ public struct PostgresData: Sendable, Equatable {
 func appendDecimal(_ value: Int64, to buffer: inout [UInt8]) {
     if value < 0 { buffer.append(UInt8(ascii: "-")) }
     var magnitude = value.magnitude
-    var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                 UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-        (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    var digits:
+        (
+            UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+            UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
+        ) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     var count = 0
     withUnsafeMutableBytes(of: &digits) { scratch in
         repeat {
@@ -213,7 +216,15 @@ extension Double: PostgresCodable {
     public static var postgresType: UInt32 { PostgresOID.float8 }
     public var postgresData: PostgresData {
         let text: String
-        if isNaN { text = "NaN" } else if self == .infinity { text = "Infinity" } else if self == -.infinity { text = "-Infinity" } else { text = description }
+        if isNaN {
+            text = "NaN"
+        } else if self == .infinity {
+            text = "Infinity"
+        } else if self == -.infinity {
+            text = "-Infinity"
+        } else {
+            text = description
+        }
         return PostgresData(text: text, oid: Self.postgresType)
     }
     public init?(postgresText text: String) {
@@ -244,7 +255,12 @@ extension Data: PostgresCodable {
         var high: UInt8?
         for char in utf8 {
             guard let nibble = hexValue(char) else { return nil }
-            if let h = high { bytes.append(h << 4 | nibble); high = nil } else { high = nibble }
+            if let h = high {
+                bytes.append(h << 4 | nibble)
+                high = nil
+            } else {
+                high = nibble
+            }
         }
         self.init(bytes)
     }

@@ -68,8 +68,10 @@ func appendTimestamp(microseconds micros: Int64, to buffer: inout [UInt8]) {
     // Marquee never stores them.)
     guard (0..<10_000).contains(year) else {
         appendDecimal(year, to: &buffer)
-        for (separator, value) in [("-", month), ("-", day), (" ", Int64(secondOfDay / 3600)),
-                                   (":", Int64(secondOfDay / 60 % 60)), (":", Int64(secondOfDay % 60))] {
+        for (separator, value) in [
+            ("-", month), ("-", day), (" ", Int64(secondOfDay / 3600)),
+            (":", Int64(secondOfDay / 60 % 60)), (":", Int64(secondOfDay % 60)),
+        ] {
             buffer.append(contentsOf: separator.utf8)
             if value < 10 { buffer.append(48) }
             appendDecimal(value, to: &buffer)
@@ -89,10 +91,16 @@ func appendTimestamp(microseconds micros: Int64, to buffer: inout [UInt8]) {
             bytes[start + offset] = UInt8(truncatingIfNeeded: 48 + value / 10)
             bytes[start + offset + 1] = UInt8(truncatingIfNeeded: 48 + value % 10)
         }
-        two(Int(year) / 100, at: 0); two(Int(year) % 100, at: 2)
-        two(Int(month), at: 5); two(Int(day), at: 8)
-        two(secondOfDay / 3600, at: 11); two(secondOfDay / 60 % 60, at: 14); two(secondOfDay % 60, at: 17)
-        two(fraction / 10_000, at: 20); two(fraction / 100 % 100, at: 22); two(fraction % 100, at: 24)
+        two(Int(year) / 100, at: 0)
+        two(Int(year) % 100, at: 2)
+        two(Int(month), at: 5)
+        two(Int(day), at: 8)
+        two(secondOfDay / 3600, at: 11)
+        two(secondOfDay / 60 % 60, at: 14)
+        two(secondOfDay % 60, at: 17)
+        two(fraction / 10_000, at: 20)
+        two(fraction / 100 % 100, at: 22)
+        two(fraction % 100, at: 24)
     }
 }
 
@@ -116,10 +124,10 @@ func parseTimestamp(_ text: String) -> Int64? {
         return true
     }
     guard let year = number(), expect("-"), let month = number(maxDigits: 2), expect("-"),
-          let day = number(maxDigits: 2), expect(" ") || expect("T"),
-          let hour = number(maxDigits: 2), expect(":"), let minute = number(maxDigits: 2), expect(":"),
-          let second = number(maxDigits: 2),
-          (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+        let day = number(maxDigits: 2), expect(" ") || expect("T"),
+        let hour = number(maxDigits: 2), expect(":"), let minute = number(maxDigits: 2), expect(":"),
+        let second = number(maxDigits: 2),
+        (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
     else { return nil }
     var micros: Int64 = 0
     if expect(".") {

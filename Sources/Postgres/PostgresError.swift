@@ -53,7 +53,7 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, CustomStringConver
     public var isRetryable: Bool {
         switch self {
         case .serializationFailure, .deadlockDetected, .tooManyConnections, .lockNotAvailable,
-             .adminShutdown, .crashShutdown, .cannotConnectNow:
+            .adminShutdown, .crashShutdown, .cannotConnectNow:
             return true
         default:
             return errorClass == "08"
@@ -120,8 +120,9 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     }
 
     static func decoding(column: String, type: Any.Type, columnType: String) -> PostgresError {
-        var error = PostgresError(kind: .decoding,
-                                  message: "column \"\(column)\" (\(columnType)) cannot be decoded as \(type)")
+        var error = PostgresError(
+            kind: .decoding,
+            message: "column \"\(column)\" (\(columnType)) cannot be decoded as \(type)")
         error.column = column
         return error
     }

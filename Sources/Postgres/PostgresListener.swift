@@ -19,12 +19,15 @@ public final class PostgresListener: Sendable {
     private let loop: ListenLoop
 
     /// Starts listening on `channels` (names, quoted as identifiers).
-    public init(configuration: PostgresConfiguration, channels: [String],
-                reconnectDelay: Duration = .milliseconds(250)) {
+    public init(
+        configuration: PostgresConfiguration, channels: [String],
+        reconnectDelay: Duration = .milliseconds(250)
+    ) {
         let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(100_000))
         events = stream
-        let loop = ListenLoop(configuration: configuration, channels: channels,
-                              reconnectDelay: reconnectDelay, continuation: continuation)
+        let loop = ListenLoop(
+            configuration: configuration, channels: channels,
+            reconnectDelay: reconnectDelay, continuation: continuation)
         continuation.onTermination = { [weak loop] _ in loop?.stop() }
         Thread.detachNewThread {
             Thread.current.name = "marquee-listen"  // from inside: set before start() it never reaches the kernel
@@ -47,8 +50,10 @@ private final class ListenLoop: Sendable {
     let continuation: AsyncStream<PostgresListener.Event>.Continuation
     let stopped = Atomic<Bool>(false)
 
-    init(configuration: PostgresConfiguration, channels: [String], reconnectDelay: Duration,
-         continuation: AsyncStream<PostgresListener.Event>.Continuation) {
+    init(
+        configuration: PostgresConfiguration, channels: [String], reconnectDelay: Duration,
+        continuation: AsyncStream<PostgresListener.Event>.Continuation
+    ) {
         self.configuration = configuration
         self.channels = channels
         self.reconnectDelay = reconnectDelay
@@ -62,8 +67,9 @@ private final class ListenLoop: Sendable {
         var backoff = delay
         while !stopped.load(ordering: .relaxed) {
             do {
-                let connection = try LibPQConnection(settings: configuration.settings,
-                                                     expandDatabase: configuration.expandDatabase)
+                let connection = try LibPQConnection(
+                    settings: configuration.settings,
+                    expandDatabase: configuration.expandDatabase)
                 for channel in channels {
                     _ = try connection.execute(script: "LISTEN \(quoteIdentifier(channel))")
                 }

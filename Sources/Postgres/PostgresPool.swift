@@ -200,13 +200,14 @@ public final class PostgresPool: Sendable {
                 perform(actions)
             }
         } onCancel: {
-            perform(locked.withLock { locked in
-                guard locked.continuations[waiter] != nil else {
-                    locked.cancelledEarly.insert(waiter)
-                    return []
-                }
-                return locked.state.cancel(waiter: waiter)
-            })
+            perform(
+                locked.withLock { locked in
+                    guard locked.continuations[waiter] != nil else {
+                        locked.cancelledEarly.insert(waiter)
+                        return []
+                    }
+                    return locked.state.cancel(waiter: waiter)
+                })
         }
     }
 
@@ -244,7 +245,8 @@ public final class PostgresPool: Sendable {
                     let connection = try await PostgresConnection.connect(configuration)
                     actions = locked.withLock { $0.state.connected(connection) }
                 } catch {
-                    let failure = error as? PostgresError
+                    let failure =
+                        error as? PostgresError
                         ?? PostgresError(kind: .connectionFailed, message: String(describing: error))
                     actions = locked.withLock { $0.state.connectFailed(failure) }
                 }

@@ -1,6 +1,7 @@
-@testable import APNsSimulator
 import MarqueeCore
 import Testing
+
+@testable import APNsSimulator
 
 /// The simulator's allocation-free payload check must give the parser's answer whenever it gives one.
 @Suite struct PayloadScannerTests {
@@ -55,7 +56,9 @@ import Testing
             #expect(PayloadScanner.verdict(payload) == .rejected, "\(sequence)")
             #expect(!Self.parserAccepts(payload), "\(sequence)")
         }
-        let valid: [[UInt8]] = [[0xC2, 0x80], [0xE0, 0xA0, 0x80], [0xED, 0x9F, 0xBF], [0xEE, 0x80, 0x80], [0xF0, 0x90, 0x80, 0x80], [0xF4, 0x8F, 0xBF, 0xBF]]
+        let valid: [[UInt8]] = [
+            [0xC2, 0x80], [0xE0, 0xA0, 0x80], [0xED, 0x9F, 0xBF], [0xEE, 0x80, 0x80], [0xF0, 0x90, 0x80, 0x80], [0xF4, 0x8F, 0xBF, 0xBF],
+        ]
         for sequence in valid {
             let payload = Array(#"{"aps":{"a":""#.utf8) + sequence + Array(#""}}"#.utf8)
             #expect(PayloadScanner.verdict(payload) == .apsObject, "\(sequence)")

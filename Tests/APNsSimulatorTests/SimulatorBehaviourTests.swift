@@ -1,9 +1,10 @@
-@testable import APNsSimulator
 import Crypto
 import Foundation
 import MarqueeCore
 import Network
 import Testing
+
+@testable import APNsSimulator
 
 private typealias F = SimulatorFixture
 
@@ -76,9 +77,10 @@ private typealias F = SimulatorFixture
             let f = try SimulatorFixture { $0.environment = environment }
             // Apple echoes "the same value found in the apns-id field of the request's header".
             let apnsID = UUID().uuidString
-            let (answer, _) = f.send(.devicePush(
-                token: F.deviceToken.uppercased(), payload: F.payload("start"), priority: 5,
-                extra: [("apns-expiration", "0"), ("apns-id", apnsID), ("apns-collapse-id", "score")]))
+            let (answer, _) = f.send(
+                .devicePush(
+                    token: F.deviceToken.uppercased(), payload: F.payload("start"), priority: 5,
+                    extra: [("apns-expiration", "0"), ("apns-id", apnsID), ("apns-collapse-id", "score")]))
             #expect(answer.status == 200)
             #expect(answer.apnsID == apnsID)
             #expect(answer.requestID == nil)
@@ -88,9 +90,12 @@ private typealias F = SimulatorFixture
             #expect(push.topic == F.bundleID + ".push-type.liveactivity" && push.json["aps"]?["event"] == "start")
 
             // Without apns-id, one is generated; without apns-priority, 10 is assumed.
-            let bare = f.sendRaw(HTTPRequest(method: "POST", path: "/3/device/\(F.deviceToken)", headers: [
-                "apns-topic": F.bundleID + ".push-type.liveactivity", "apns-push-type": "liveactivity",
-            ], body: F.payload()), on: .push)
+            let bare = f.sendRaw(
+                HTTPRequest(
+                    method: "POST", path: "/3/device/\(F.deviceToken)",
+                    headers: [
+                        "apns-topic": F.bundleID + ".push-type.liveactivity", "apns-push-type": "liveactivity",
+                    ], body: F.payload()), on: .push)
             #expect(bare.response.status == 200)
             #expect(F.isCanonicalUUID(bare.response.headers["apns-id"]))
             #expect(f.engine.devicePushes.last?.priority == 10)
@@ -145,7 +150,10 @@ private typealias F = SimulatorFixture
     }
 
     @Test func relaxedConnectionsStartAtTheFullLimitAndKeepIt() throws {
-        let f = try SimulatorFixture { $0.relaxed = true; $0.streamLimit = 64 }
+        let f = try SimulatorFixture {
+            $0.relaxed = true
+            $0.streamLimit = 64
+        }
         #expect(f.engine.initialStreamLimit == 64 && f.connection.streamLimit == 64)
         #expect(f.sendRaw(HTTPRequest(method: "GET", path: "/nowhere"), on: .push).actions == [])
         #expect(f.send(.list()).1.actions == [])
@@ -207,14 +215,19 @@ private typealias F = SimulatorFixture
         let clock = ManualWallClock()
         var configuration = SimulatorConfiguration()
         configuration.bundleIDs = [F.bundleID]
-        let engine = SimulatorEngine(configuration: configuration, trustedKeys: [
-            SimulatorTrustedKey(keyID: first.keyID, teamID: first.teamID, key: first.key.publicKey),
-            SimulatorTrustedKey(keyID: other.keyID, teamID: other.teamID, key: other.key.publicKey),
-        ], clock: clock)
-        func send(_ request: SimulatorTestRequest, _ key: (key: P256.SigningKey, keyID: String, teamID: String),
-                  _ connection: inout SimulatorConnectionState) throws -> SimulatorTestAnswer {
+        let engine = SimulatorEngine(
+            configuration: configuration,
+            trustedKeys: [
+                SimulatorTrustedKey(keyID: first.keyID, teamID: first.teamID, key: first.key.publicKey),
+                SimulatorTrustedKey(keyID: other.keyID, teamID: other.teamID, key: other.key.publicKey),
+            ], clock: clock)
+        func send(
+            _ request: SimulatorTestRequest, _ key: (key: P256.SigningKey, keyID: String, teamID: String),
+            _ connection: inout SimulatorConnectionState
+        ) throws -> SimulatorTestAnswer {
             var http = request.request
-            http.headers.add("authorization", try SimulatorTestToken(key: key.key, keyID: key.keyID, teamID: key.teamID, issuedAt: clock.now).authorization)
+            http.headers.add(
+                "authorization", try SimulatorTestToken(key: key.key, keyID: key.keyID, teamID: key.teamID, issuedAt: clock.now).authorization)
             return SimulatorTestAnswer(engine.handle(http, on: request.listener, connection: &connection))
         }
         for (request, reason) in [(SimulatorTestRequest.list(), "InvalidProviderToken"), (.devicePush(), "UnrelatedKeyIdInToken")] {

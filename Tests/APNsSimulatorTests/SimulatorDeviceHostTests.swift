@@ -1,9 +1,10 @@
-@testable import APNsSimulator
 import Foundation
 import MarqueeCore
 import Network
 import Synchronization
 import Testing
+
+@testable import APNsSimulator
 
 /// The device model end to end: requests go to the simulator's APNs ports over HTTP/2 and TLS (curl, as a
 /// provider would send them), and what the devices show is read from the simulator. No Marquee in between.
@@ -31,11 +32,12 @@ import Testing
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let file = folder + "/devices.json"
         try Self.devices(devices).write(toFile: file, atomically: true, encoding: .utf8)
-        return try await APNsSimulator.start(configuration: SimulatorHostTests.configuration(folder) {
-            $0.devicesFile = file
-            $0.eventKeys = ["MatchAttributes": "matchId"]
-            configure(&$0)
-        }, clock: clock)
+        return try await APNsSimulator.start(
+            configuration: SimulatorHostTests.configuration(folder) {
+                $0.devicesFile = file
+                $0.eventKeys = ["MatchAttributes": "matchId"]
+                configure(&$0)
+            }, clock: clock)
     }
 
     static func startPayload(timestamp: Int, match: String, channel: String? = nil, inputToken: Bool = false, alert: Bool = true) -> String {
@@ -76,7 +78,9 @@ import Testing
     }
 
     /// A control-port request (HTTP/1.1).
-    static func control(_ simulator: APNsSimulator, _ method: String, _ path: String, body: String? = nil) async throws -> (status: Int, json: JSONValue?) {
+    static func control(_ simulator: APNsSimulator, _ method: String, _ path: String, body: String? = nil) async throws -> (
+        status: Int, json: JSONValue?
+    ) {
         var arguments = ["--silent", "--show-error", "-X", method, "-o", "-", "-w", "\n%{http_code}"]
         if body != nil { arguments += ["-H", "content-type: application/json", "--data-binary", "@-"] }
         let output = try await SimulatorHostTests.run("curl", arguments + [simulator.controlURL + path], input: Array((body ?? "").utf8))
@@ -89,10 +93,13 @@ import Testing
     }
 
     @Test func deviceFlagsParseIntoAConfiguration() throws {
-        let configuration = try #require(try SimulatorConfiguration.parse(arguments: [
-            "--devices", "devices.json", "--device-starts-per-hour", "3", "--activity-max-duration", "90s", "--event-key", "MatchAttributes=matchId",
-            "--app-backend", "http://127.0.0.1:8080", "--api-key", "mq_1_x", "--app-id", "7", "--drop-answers", "0.25", "--device-report", "r.json",
-        ]))
+        let configuration = try #require(
+            try SimulatorConfiguration.parse(arguments: [
+                "--devices", "devices.json", "--device-starts-per-hour", "3", "--activity-max-duration", "90s", "--event-key",
+                "MatchAttributes=matchId",
+                "--app-backend", "http://127.0.0.1:8080", "--api-key", "mq_1_x", "--app-id", "7", "--drop-answers", "0.25", "--device-report",
+                "r.json",
+            ]))
         #expect(configuration.devicesFile == "devices.json" && configuration.deviceRules.startsPerHour == 3)
         #expect(configuration.deviceRules.activityMaxDuration == 90 && configuration.eventKeys == ["MatchAttributes": "matchId"])
         #expect(configuration.appBackend == SimulatorAppBackend(url: "http://127.0.0.1:8080", apiKey: "mq_1_x", appID: "7"))
@@ -102,9 +109,11 @@ import Testing
         #expect(try SimulatorConfiguration.parse(arguments: ["--activity-max-duration", "8h"])?.deviceRules.activityMaxDuration == 8 * 3_600)
         #expect(try SimulatorConfiguration.parse(arguments: ["--activity-max-duration", "30m"])?.deviceRules.activityMaxDuration == 1_800)
         #expect(SimulatorConfiguration.helpText.contains("--device-starts-per-hour") && SimulatorConfiguration.helpText.contains("--drop-answers"))
-        for bad in [["--app-backend", "http://x"], ["--api-key", "k"], ["--app-id", "7"], ["--app-backend", "ftp://x", "--api-key", "k"],
-                    ["--activity-max-duration", "soon"], ["--activity-max-duration", "0s"], ["--event-key", "Type"], ["--drop-answers", "2"],
-                    ["--device-starts-per-hour", "-1"], ["--app-id", "seven", "--app-backend", "http://x", "--api-key", "k"]] {
+        for bad in [
+            ["--app-backend", "http://x"], ["--api-key", "k"], ["--app-id", "7"], ["--app-backend", "ftp://x", "--api-key", "k"],
+            ["--activity-max-duration", "soon"], ["--activity-max-duration", "0s"], ["--event-key", "Type"], ["--drop-answers", "2"],
+            ["--device-starts-per-hour", "-1"], ["--app-id", "seven", "--app-backend", "http://x", "--api-key", "k"],
+        ] {
             #expect(throws: SimulatorConfigurationError.self, "\(bad)") { try SimulatorConfiguration.parse(arguments: bad) }
         }
     }
@@ -159,7 +168,8 @@ import Testing
         #expect(all.json?["devices"] == 7 && all.json?["activities"] == 3 && all.json?["duplicates"] == 0, "\(String(describing: all.json))")
         #expect(try await Self.control(simulator, "GET", "/devices/nobody").status == 404)
         // Devices added on the control port take starts at once.
-        let added = try await Self.control(simulator, "POST", "/devices", body: #"{"pushToStartToken":"\#(Self.token("21"))","osVersion":"18.3","installationId":"late"}"#)
+        let added = try await Self.control(
+            simulator, "POST", "/devices", body: #"{"pushToStartToken":"\#(Self.token("21"))","osVersion":"18.3","installationId":"late"}"#)
         #expect(added.status == 200 && added.json == ["added": 1, "updated": 0])
         #expect(try await Self.control(simulator, "POST", "/devices", body: #"{"pushToStartToken":"xyz","osVersion":"18"}"#).status == 400)
         #expect(try await Self.push(simulator, to: Self.token("21"), Self.startPayload(timestamp: 10, match: "m1", channel: channel)).status == 200)
@@ -269,7 +279,8 @@ import Testing
             $0.appBackend = SimulatorAppBackend(url: "http://127.0.0.1:\(server.port)", apiKey: "mq_1_secret", appID: "7")
         }
         #expect(try await Self.push(simulator, to: Self.token("c1"), Self.startPayload(timestamp: 10, match: "epl-42")).status == 200)
-        #expect(try await Self.push(simulator, to: Self.token("c2"), Self.startPayload(timestamp: 10, match: "epl-43", inputToken: true)).status == 200)
+        #expect(
+            try await Self.push(simulator, to: Self.token("c2"), Self.startPayload(timestamp: 10, match: "epl-43", inputToken: true)).status == 200)
         // The registrations run off the request path; wait until the devices have the backend's answers.
         for id in ["inst-17", "inst-18"] {
             var waits = 0
@@ -291,12 +302,16 @@ import Testing
         #expect(puts.count == 3)
         for request in backend.requests { #expect(request.authorization == "Bearer mq_1_secret") }
         let byInstallation = Dictionary(puts.map { ($0.path, $0) }) { _, last in last }
-        let expected: [(installation: String, activity: SimulatedActivity, match: String)] = [("inst-17", first, "epl-42"), ("inst-18", second, "epl-43")]
+        let expected: [(installation: String, activity: SimulatedActivity, match: String)] = [
+            ("inst-17", first, "epl-42"), ("inst-18", second, "epl-43"),
+        ]
         for (installation, activity, match) in expected {
             let request = try #require(byInstallation["/v1/installations/\(installation)/activities/\(activity.id)?app=7"], "\(installation)")
-            #expect(request.body == [
-                "externalId": .string(match), "attributesType": "MatchAttributes", "pushType": "token", "pushToken": .string(activity.updateToken!),
-            ])
+            #expect(
+                request.body == [
+                    "externalId": .string(match), "attributesType": "MatchAttributes", "pushType": "token",
+                    "pushToken": .string(activity.updateToken!),
+                ])
         }
     }
 }
@@ -318,11 +333,14 @@ final class StubAppBackend: HTTP1RequestHandler {
 
     func handle(_ request: HTTPRequest, context: HTTP1RequestContext) async -> HTTPResponse {
         received.withLock {
-            $0.append(Received(method: request.method, path: request.path, authorization: request.headers["authorization"],
-                               body: try? JSONValue(parsing: request.body)))
+            $0.append(
+                Received(
+                    method: request.method, path: request.path, authorization: request.headers["authorization"],
+                    body: try? JSONValue(parsing: request.body)))
         }
         if request.method == "GET", request.path.hasPrefix("/v1/attribute-types/MatchAttributes") {
-            let body = #"{"app":7,"name":"MatchAttributes","attributes":{"matchId":{"type":"string","eventKey":true},"homeTeam":"string","awayTeam":"string"},"contentState":{"home":"int","away":"int"}}"#
+            let body =
+                #"{"app":7,"name":"MatchAttributes","attributes":{"matchId":{"type":"string","eventKey":true},"homeTeam":"string","awayTeam":"string"},"contentState":{"home":"int","away":"int"}}"#
             return HTTPResponse(status: 200, headers: ["content-type": "application/json"], body: Array(body.utf8))
         }
         if request.method == "PUT", request.path.hasPrefix("/v1/installations/") {

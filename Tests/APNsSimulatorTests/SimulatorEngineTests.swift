@@ -1,9 +1,10 @@
-@testable import APNsSimulator
 import Crypto
 import Foundation
 import MarqueeCore
 import Network
 import Testing
+
+@testable import APNsSimulator
 
 /// One way to make the simulator reject a request, and the answer Apple's page for the request's API gives for it.
 struct SimulatorRejectionCase: Sendable, CustomTestStringConvertible {
@@ -17,9 +18,11 @@ struct SimulatorRejectionCase: Sendable, CustomTestStringConvertible {
 
     var testDescription: String { "\(reason): \(name)" }
 
-    init(_ name: String, _ reason: String, _ api: SimulatorAPI,
-         configure: @escaping @Sendable (inout SimulatorConfiguration) -> Void = { _ in },
-         send: @escaping @Sendable (SimulatorFixture, String, String) throws -> SimulatorReply) {
+    init(
+        _ name: String, _ reason: String, _ api: SimulatorAPI,
+        configure: @escaping @Sendable (inout SimulatorConfiguration) -> Void = { _ in },
+        send: @escaping @Sendable (SimulatorFixture, String, String) throws -> SimulatorReply
+    ) {
         self.name = name
         self.reason = reason
         self.api = api
@@ -62,12 +65,17 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         },
         .init("unknown path on the push listener", "BadPath", .devicePush) { f, _, _ in f.sendRaw(raw("POST", "/5/nothing"), on: .push) },
         .init("management path on the push listener", "BadPath", .channelManagement) { f, _, _ in f.sendRaw(raw("POST", channelsPath), on: .push) },
-        .init("broadcast path on the management listener", "BadPath", .broadcast) { f, _, _ in f.sendRaw(raw("POST", broadcastPath), on: .management) },
+        .init("broadcast path on the management listener", "BadPath", .broadcast) { f, _, _ in f.sendRaw(raw("POST", broadcastPath), on: .management)
+        },
         .init("empty bundle id", "BadPath", .broadcast) { f, _, _ in f.sendRaw(raw("POST", "/4/broadcasts/apps/"), on: .push) },
-        .init("path with a query", "BadPath", .channelManagement) { f, _, _ in f.sendRaw(raw("GET", "/1/apps/\(F.bundleID)/all-channels?x=1"), on: .management) },
+        .init("path with a query", "BadPath", .channelManagement) { f, _, _ in
+            f.sendRaw(raw("GET", "/1/apps/\(F.bundleID)/all-channels?x=1"), on: .management)
+        },
         .init("GET on a device path", "MethodNotAllowed", .devicePush) { f, _, _ in f.sendRaw(raw("GET", devicePath), on: .push) },
         .init("PUT on channels", "MethodNotAllowed", .channelManagement) { f, _, _ in f.sendRaw(raw("PUT", channelsPath), on: .management) },
-        .init("POST on all-channels", "MethodNotAllowed", .channelManagement) { f, _, _ in f.sendRaw(raw("POST", "/1/apps/\(F.bundleID)/all-channels"), on: .management) },
+        .init("POST on all-channels", "MethodNotAllowed", .channelManagement) { f, _, _ in
+            f.sendRaw(raw("POST", "/1/apps/\(F.bundleID)/all-channels"), on: .management)
+        },
         .init("GET on broadcasts", "MethodNotAllowed", .broadcast) { f, _, _ in f.sendRaw(raw("GET", broadcastPath), on: .push) },
 
         // Provider tokens.
@@ -118,19 +126,24 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         },
         .init("authorization twice", "DuplicateHeaders", .devicePush) { f, _, _ in
             let authorization = f.token.authorization
-            return f.sendRaw(raw("POST", devicePath, [("authorization", authorization)] + deviceHeaders() + [("authorization", authorization)],
-                                 body: F.payload()), on: .push)
+            return f.sendRaw(
+                raw(
+                    "POST", devicePath, [("authorization", authorization)] + deviceHeaders() + [("authorization", authorization)],
+                    body: F.payload()), on: .push)
         },
         .init("apns-channel-id twice on a broadcast", "BadChannelId", .broadcast) { f, stored, _ in
             f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored) + [("apns-channel-id", stored)], body: F.payload()), on: .push)
         },
         .init("apns-request-id twice on a channel read", "BadMessageId", .channelManagement) { f, stored, _ in
             let id = F.uuid()
-            return f.sendRaw(raw("GET", channelsPath, [("apns-channel-id", stored), ("apns-request-id", id), ("apns-request-id", id)]), on: .management)
+            return f.sendRaw(
+                raw("GET", channelsPath, [("apns-channel-id", stored), ("apns-request-id", id), ("apns-request-id", id)]), on: .management)
         },
         .init("authorization twice on a list", "InvalidProviderToken", .channelManagement) { f, _, _ in
             let authorization = f.token.authorization
-            return f.sendRaw(raw("GET", "/1/apps/\(F.bundleID)/all-channels", [("authorization", authorization), ("authorization", authorization)]), on: .management)
+            return f.sendRaw(
+                raw("GET", "/1/apps/\(F.bundleID)/all-channels", [("authorization", authorization), ("authorization", authorization)]),
+                on: .management)
         },
         .init("apns-request-id not a UUID", "BadMessageId", .broadcast) { f, stored, _ in
             f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(stored, overriding: ["apns-request-id": "nope"]), body: F.payload()), on: .push)
@@ -142,7 +155,10 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
             f.sendRaw(raw("POST", broadcastPath + ".push-type.liveactivity", broadcastHeaders(stored), body: F.payload()), on: .push)
         },
         .init("bundle id with the push-type suffix on create", "TopicDisallowed", .channelManagement) { f, _, _ in
-            f.sendRaw(raw("POST", "/1/apps/\(F.bundleID).push-type.liveactivity/channels", body: Array(#"{"message-storage-policy":1,"push-type":"LiveActivity"}"#.utf8)), on: .management)
+            f.sendRaw(
+                raw(
+                    "POST", "/1/apps/\(F.bundleID).push-type.liveactivity/channels",
+                    body: Array(#"{"message-storage-policy":1,"push-type":"LiveActivity"}"#.utf8)), on: .management)
         },
         .init("bundle id the key may not use", "TopicMismatch", .channelManagement) { f, _, _ in
             f.send(.list(bundleID: "com.stranger.app")).1
@@ -157,7 +173,8 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
             f.sendRaw(raw("POST", channelsPath, body: Array("[1]".utf8)), on: .management)
         },
         .init("create with an unknown key", "BadRequestParams", .channelManagement) { f, _, _ in
-            f.sendRaw(raw("POST", channelsPath, body: Array(#"{"message-storage-policy":1,"push-type":"LiveActivity","ttl":5}"#.utf8)), on: .management)
+            f.sendRaw(
+                raw("POST", channelsPath, body: Array(#"{"message-storage-policy":1,"push-type":"LiveActivity","ttl":5}"#.utf8)), on: .management)
         },
         .init("create with storage policy 2", "BadRequestParams", .channelManagement) { f, _, _ in
             f.sendRaw(raw("POST", channelsPath, body: Array(#"{"message-storage-policy":2,"push-type":"LiveActivity"}"#.utf8)), on: .management)
@@ -174,7 +191,8 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         .init("create beyond the quota", "CannotCreateChannelConfig", .channelManagement, configure: { $0.channelQuota = 2 }) { f, _, _ in
             f.send(.create(.noMessageStored)).1
         },
-        .init("read without a channel id", "MissingChannelId", .channelManagement) { f, _, _ in f.sendRaw(raw("GET", channelsPath), on: .management) },
+        .init("read without a channel id", "MissingChannelId", .channelManagement) { f, _, _ in f.sendRaw(raw("GET", channelsPath), on: .management)
+        },
         .init("delete with a non-base64 channel id", "BadChannelId", .channelManagement) { f, _, _ in
             f.sendRaw(raw("DELETE", channelsPath, [("apns-channel-id", "not base64!")]), on: .management)
         },
@@ -269,7 +287,9 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
             f.sendRaw(raw("POST", devicePath, deviceHeaders(overriding: ["apns-topic": F.bundleID]), body: F.payload()), on: .push)
         },
         .init("topic of a bundle id the key may not use (the device table has no TopicMismatch)", "TopicDisallowed", .devicePush) { f, _, _ in
-            f.sendRaw(raw("POST", devicePath, deviceHeaders(overriding: ["apns-topic": "com.stranger.push-type.liveactivity"]), body: F.payload()), on: .push)
+            f.sendRaw(
+                raw("POST", devicePath, deviceHeaders(overriding: ["apns-topic": "com.stranger.push-type.liveactivity"]), body: F.payload()),
+                on: .push)
         },
         .init("device push with push type alert", "InvalidPushType", .devicePush) { f, _, _ in
             f.sendRaw(raw("POST", devicePath, deviceHeaders(overriding: ["apns-push-type": "alert"]), body: F.payload()), on: .push)
@@ -281,7 +301,9 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
             f.sendRaw(raw("POST", devicePath, deviceHeaders(overriding: ["apns-expiration": "soon"]), body: F.payload()), on: .push)
         },
         .init("collapse id of 65 bytes", "BadCollapseId", .devicePush) { f, _, _ in
-            f.sendRaw(raw("POST", devicePath, deviceHeaders(overriding: ["apns-collapse-id": String(repeating: "c", count: 65)]), body: F.payload()), on: .push)
+            f.sendRaw(
+                raw("POST", devicePath, deviceHeaders(overriding: ["apns-collapse-id": String(repeating: "c", count: 65)]), body: F.payload()),
+                on: .push)
         },
         .init("device push of 4,097 bytes", "PayloadTooLarge", .devicePush) { f, _, _ in
             f.sendRaw(raw("POST", devicePath, deviceHeaders(), body: F.payload(padTo: 4_097)), on: .push)
@@ -289,7 +311,8 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         .init("device push without a body", "PayloadEmpty", .devicePush) { f, _, _ in
             f.sendRaw(raw("POST", devicePath, deviceHeaders()), on: .push)
         },
-        .init("token listed invalid at start", "Unregistered", .devicePush, configure: { $0.invalidDeviceTokens = [F.deviceToken.uppercased()] }) { f, _, _ in
+        .init("token listed invalid at start", "Unregistered", .devicePush, configure: { $0.invalidDeviceTokens = [F.deviceToken.uppercased()] }) {
+            f, _, _ in
             f.send(.devicePush()).1
         },
         .init("token marked invalid at run time", "Unregistered", .devicePush) { f, _, _ in
@@ -338,7 +361,8 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
         let answer = SimulatorTestAnswer(try rejection.send(fixture, stored, unstored))
 
         // The status and spelling of Apple's page for this API, transcribed in SimulatorReasonTableTests.
-        let documented = try #require(AppleErrorTables.table(rejection.api)[rejection.reason], "\(rejection.reason) is not in Apple's \(rejection.api) table")
+        let documented = try #require(
+            AppleErrorTables.table(rejection.api)[rejection.reason], "\(rejection.reason) is not in Apple's \(rejection.api) table")
         #expect(answer.status == documented)
         #expect(answer.reason == rejection.reason)
         #expect(answer.headers["content-type"] == "application/json")
@@ -399,7 +423,8 @@ private let channelsPath = "/1/apps/\(F.bundleID)/channels"
     @Test func aRepeatedHeaderTheAPIDoesNotReadIsIgnoredOutsideDevicePushes() throws {
         let f = try SimulatorFixture()
         let channel = try f.createChannel()
-        let reply = f.sendRaw(raw("POST", broadcastPath, broadcastHeaders(channel) + [("apns-custom", "1"), ("apns-custom", "1")], body: F.payload()), on: .push)
+        let reply = f.sendRaw(
+            raw("POST", broadcastPath, broadcastHeaders(channel) + [("apns-custom", "1"), ("apns-custom", "1")], body: F.payload()), on: .push)
         #expect(reply.response.status == 200)
         let list = f.sendRaw(raw("GET", "/1/apps/\(F.bundleID)/all-channels", [("apns-priority", "5"), ("apns-priority", "5")]), on: .management)
         #expect(list.response.status == 200)

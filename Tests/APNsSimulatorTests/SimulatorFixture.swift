@@ -1,9 +1,10 @@
-@testable import APNsSimulator
 import Crypto
 import Foundation
 import MarqueeCore
 import Network
 import Synchronization
+
+@testable import APNsSimulator
 
 // Shared by the Simulator*Tests suites. Requests are written here as Apple's pages show them, tokens are signed
 // here, and answers are read here: nothing comes from Marquee's APNs client, so these tests hold the simulator to
@@ -36,10 +37,13 @@ struct SimulatorTestRequest {
             listener: listener)
     }
 
-    static func create(_ policy: SimulatorStoragePolicy = .mostRecentMessageStored, bundleID: String = SimulatorFixture.bundleID,
-                       requestID: String? = nil) -> SimulatorTestRequest {
-        make("POST", "/1/apps/\(bundleID)/channels", requestID.map { [("apns-request-id", $0)] } ?? [],
-             Array(#"{"message-storage-policy":\#(policy.rawValue),"push-type":"LiveActivity"}"#.utf8), .management)
+    static func create(
+        _ policy: SimulatorStoragePolicy = .mostRecentMessageStored, bundleID: String = SimulatorFixture.bundleID,
+        requestID: String? = nil
+    ) -> SimulatorTestRequest {
+        make(
+            "POST", "/1/apps/\(bundleID)/channels", requestID.map { [("apns-request-id", $0)] } ?? [],
+            Array(#"{"message-storage-policy":\#(policy.rawValue),"push-type":"LiveActivity"}"#.utf8), .management)
     }
 
     static func read(_ channel: String, bundleID: String = SimulatorFixture.bundleID) -> SimulatorTestRequest {
@@ -54,16 +58,22 @@ struct SimulatorTestRequest {
         make("GET", "/1/apps/\(bundleID)/all-channels", [], [], .management)
     }
 
-    static func broadcast(_ channel: String, payload: [UInt8] = SimulatorFixture.payload(), expiration: Int = 0, priority: Int = 5,
-                          requestID: String? = nil) -> SimulatorTestRequest {
-        var headers = [("apns-channel-id", channel), ("apns-push-type", "liveactivity"), ("apns-expiration", String(expiration)),
-                       ("apns-priority", String(priority))]
+    static func broadcast(
+        _ channel: String, payload: [UInt8] = SimulatorFixture.payload(), expiration: Int = 0, priority: Int = 5,
+        requestID: String? = nil
+    ) -> SimulatorTestRequest {
+        var headers = [
+            ("apns-channel-id", channel), ("apns-push-type", "liveactivity"), ("apns-expiration", String(expiration)),
+            ("apns-priority", String(priority)),
+        ]
         if let requestID { headers.append(("apns-request-id", requestID)) }
         return make("POST", "/4/broadcasts/apps/\(SimulatorFixture.bundleID)", headers, payload, .push)
     }
 
-    static func devicePush(token: String = SimulatorFixture.deviceToken, payload: [UInt8] = SimulatorFixture.payload(), priority: Int? = 10,
-                           extra: [(String, String)] = []) -> SimulatorTestRequest {
+    static func devicePush(
+        token: String = SimulatorFixture.deviceToken, payload: [UInt8] = SimulatorFixture.payload(), priority: Int? = 10,
+        extra: [(String, String)] = []
+    ) -> SimulatorTestRequest {
         var headers = [("apns-topic", liveActivityTopic), ("apns-push-type", "liveactivity")]
         if let priority { headers.append(("apns-priority", String(priority))) }
         return make("POST", "/3/device/\(token)", headers + extra, payload, .push)
@@ -133,7 +143,8 @@ final class SimulatorFixture: @unchecked Sendable {
 
     /// The `authorization` header to send.
     enum Authorization: ExpressibleByStringInterpolation {
-        case current, absent, value(String)
+        case current, absent
+        case value(String)
         init(stringLiteral value: String) { self = .value(value) }
     }
 

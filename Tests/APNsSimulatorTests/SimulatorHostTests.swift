@@ -1,8 +1,9 @@
-@testable import APNsSimulator
 import Foundation
 import MarqueeCore
 import Network
 import Testing
+
+@testable import APNsSimulator
 
 /// The simulator host end to end over loopback, driven by curl and nghttp as a user would.
 @Suite struct SimulatorHostTests {
@@ -80,7 +81,9 @@ import Testing
         let output = try await run("curl", arguments, input: Array((body ?? "").utf8))
         let parts = output.components(separatedBy: "\r\n\r\n")
         let head = parts[0].components(separatedBy: "\r\n")
-        var answer = CurlAnswer(status: Int(head[0].split(separator: " ").dropFirst().first ?? "") ?? 0, headers: [:], body: parts.dropFirst().joined(separator: "\r\n\r\n"))
+        var answer = CurlAnswer(
+            status: Int(head[0].split(separator: " ").dropFirst().first ?? "") ?? 0, headers: [:],
+            body: parts.dropFirst().joined(separator: "\r\n\r\n"))
         for line in head.dropFirst() {
             guard let colon = line.firstIndex(of: ":") else { continue }
             answer.headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
@@ -99,15 +102,17 @@ import Testing
         }
         #expect(simulator.summary.contains(files.keyID) && simulator.summary.contains(simulator.pushURL))
         #expect(simulator.summary.contains(simulator.controlURL))
-        #expect(simulator.environmentVariables == [
-            "MARQUEE_APNS_PUSH_URL": "https://127.0.0.1:\(simulator.pushPort)",
-            "MARQUEE_APNS_MANAGE_URL": "https://127.0.0.1:\(simulator.managementPort)", "MARQUEE_APNS_CA_FILE": files.caCertificateFile!,
-        ])
+        #expect(
+            simulator.environmentVariables == [
+                "MARQUEE_APNS_PUSH_URL": "https://127.0.0.1:\(simulator.pushPort)",
+                "MARQUEE_APNS_MANAGE_URL": "https://127.0.0.1:\(simulator.managementPort)", "MARQUEE_APNS_CA_FILE": files.caCertificateFile!,
+            ])
         let token = try Self.token(files)
         let manage = simulator.managementURL + "/1/apps/\(Self.bundleID)"
 
-        let created = try await Self.curl(simulator, "POST", manage + "/channels",
-                                          body: #"{"message-storage-policy":1,"push-type":"LiveActivity"}"#, token: token)
+        let created = try await Self.curl(
+            simulator, "POST", manage + "/channels",
+            body: #"{"message-storage-policy":1,"push-type":"LiveActivity"}"#, token: token)
         #expect(created.status == 201)
         let channelID = try #require(created.headers["apns-channel-id"])
         #expect(created.headers["apns-request-id"] != nil)
@@ -123,8 +128,10 @@ import Testing
         let requestID = UUID().uuidString.lowercased()
         let broadcast = try await Self.curl(
             simulator, "POST", simulator.pushURL + "/4/broadcasts/apps/\(Self.bundleID)",
-            headers: ["apns-channel-id": channelID, "apns-push-type": "liveactivity", "apns-expiration": "0", "apns-priority": "5",
-                      "apns-request-id": requestID],
+            headers: [
+                "apns-channel-id": channelID, "apns-push-type": "liveactivity", "apns-expiration": "0", "apns-priority": "5",
+                "apns-request-id": requestID,
+            ],
             body: #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{"score":"2-1"}}}"#, token: token)
         #expect(broadcast.status == 200 && broadcast.headers["apns-request-id"] == requestID && broadcast.headers["apns-unique-id"] != nil)
         let received = simulator.engine.broadcasts(for: channelID)
@@ -145,8 +152,9 @@ import Testing
         #expect(restarted.engine.channels().map(\.id) == [channelID])
         let list = try await Self.curl(restarted, "GET", restarted.managementURL + "/1/apps/\(Self.bundleID)/all-channels", token: token)
         #expect(list.json == ["channels": [.string(channelID)]])
-        let deleted = try await Self.curl(restarted, "DELETE", restarted.managementURL + "/1/apps/\(Self.bundleID)/channels",
-                                          headers: ["apns-channel-id": channelID], token: token)
+        let deleted = try await Self.curl(
+            restarted, "DELETE", restarted.managementURL + "/1/apps/\(Self.bundleID)/channels",
+            headers: ["apns-channel-id": channelID], token: token)
         #expect(deleted.status == 204)
         await restarted.shutdown()
         #expect(try files.loadChannels().isEmpty)
@@ -211,15 +219,18 @@ import Testing
     @Test func nghttpSeesOneStreamUntilAuthenticatedThenTheLimitAndGoAway() async throws {
         let folder = Self.stateFolder()
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let simulator = try await APNsSimulator.start(configuration: Self.configuration(folder) {
-            $0.streamLimit = 700
-            $0.faults.goAwayAfterStreams = 1
-        })
+        let simulator = try await APNsSimulator.start(
+            configuration: Self.configuration(folder) {
+                $0.streamLimit = 700
+                $0.faults.goAwayAfterStreams = 1
+            })
         let token = try SimulatorHostTests.token(simulator.files)
-        let output = try await Self.run("nghttp", [
-            "-v", "-H", "authorization: \(token.authorization)",
-            simulator.managementURL + "/1/apps/\(Self.bundleID)/all-channels",
-        ])
+        let output = try await Self.run(
+            "nghttp",
+            [
+                "-v", "-H", "authorization: \(token.authorization)",
+                simulator.managementURL + "/1/apps/\(Self.bundleID)/all-channels",
+            ])
         await simulator.shutdown()
         // The MAX_CONCURRENT_STREAMS values of the SETTINGS frames nghttp received, in order.
         var received: [String] = []
@@ -239,10 +250,11 @@ import Testing
     @Test func answersWithAddedLatencyAndInjectedFaultsStillArrive() async throws {
         let folder = Self.stateFolder()
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let simulator = try await APNsSimulator.start(configuration: Self.configuration(folder) {
-            $0.latency = .milliseconds(20) ... .milliseconds(40)
-            $0.faults.serviceUnavailable = 1
-        })
+        let simulator = try await APNsSimulator.start(
+            configuration: Self.configuration(folder) {
+                $0.latency = .milliseconds(20) ... .milliseconds(40)
+                $0.faults.serviceUnavailable = 1
+            })
         let token = try SimulatorHostTests.token(simulator.files)
         let answer = try await Self.curl(simulator, "GET", simulator.managementURL + "/1/apps/\(Self.bundleID)/all-channels", token: token)
         await simulator.shutdown()
@@ -261,10 +273,11 @@ import Testing
         let free = probe.pushPort
         await probe.shutdown()
         await #expect(throws: NetworkError.self) {
-            _ = try await APNsSimulator.start(configuration: Self.configuration(folder) {
-                $0.pushPort = free
-                $0.managementPort = taken
-            })
+            _ = try await APNsSimulator.start(
+                configuration: Self.configuration(folder) {
+                    $0.pushPort = free
+                    $0.managementPort = taken
+                })
         }
         // The failed start let go of the port it had bound.
         let second = try await APNsSimulator.start(configuration: Self.configuration(folder) { $0.pushPort = free })
@@ -274,11 +287,12 @@ import Testing
     }
 
     @Test func flagsParseIntoAConfiguration() throws {
-        let configuration = try #require(try SimulatorConfiguration.parse(arguments: [
-            "--state", "sim", "--push-port", "2197", "--management-port", "2195", "--control-port", "2198", "--environment", "production",
-            "--bundle-id", "a.b", "--bundle-id", "c.d", "--quota", "5", "--relaxed", "--fail-429", "0.1", "--fail-503", "0.05",
-            "--goaway-after", "100", "--latency-ms", "5-20", "--seed", "42", "--invalid-token", "ABCD", "--stream-limit", "500",
-        ]))
+        let configuration = try #require(
+            try SimulatorConfiguration.parse(arguments: [
+                "--state", "sim", "--push-port", "2197", "--management-port", "2195", "--control-port", "2198", "--environment", "production",
+                "--bundle-id", "a.b", "--bundle-id", "c.d", "--quota", "5", "--relaxed", "--fail-429", "0.1", "--fail-503", "0.05",
+                "--goaway-after", "100", "--latency-ms", "5-20", "--seed", "42", "--invalid-token", "ABCD", "--stream-limit", "500",
+            ]))
         #expect(configuration.stateDirectory == "sim" && configuration.pushPort == 2197 && configuration.managementPort == 2195)
         #expect(configuration.controlPort == 2198)
         #expect(configuration.environment == .production && configuration.bundleIDs == ["a.b", "c.d"] && configuration.channelQuota == 5)
@@ -287,10 +301,12 @@ import Testing
         #expect(configuration.seed == 42 && configuration.invalidDeviceTokens == ["abcd"] && configuration.streamLimit == 500)
         #expect(try SimulatorConfiguration.parse(arguments: ["--help"]) == nil)
         #expect(SimulatorConfiguration.helpText.contains("--fail-429"))
-        for bad in [["--quota"], ["--fail-500", "2"], ["--bogus"], ["--cert", "x.pem"], ["--p8", "k.p8"], ["--latency-ms", "9-3"],
-                    ["--fail-429", "0.6", "--fail-503", "0.6"], ["--environment", "staging"], ["--push-port", "2197", "--management-port", "2197"],
-                    ["--management-port", "2195", "--control-port", "2195"], ["--control-port", "70000"],
-                    ["--goaway-after", "0"], ["--seed", "-1"], ["--host"]] {
+        for bad in [
+            ["--quota"], ["--fail-500", "2"], ["--bogus"], ["--cert", "x.pem"], ["--p8", "k.p8"], ["--latency-ms", "9-3"],
+            ["--fail-429", "0.6", "--fail-503", "0.6"], ["--environment", "staging"], ["--push-port", "2197", "--management-port", "2197"],
+            ["--management-port", "2195", "--control-port", "2195"], ["--control-port", "70000"],
+            ["--goaway-after", "0"], ["--seed", "-1"], ["--host"],
+        ] {
             #expect(throws: SimulatorConfigurationError.self, "\(bad)") { try SimulatorConfiguration.parse(arguments: bad) }
         }
     }
@@ -302,28 +318,33 @@ import Testing
     func h2loadBroadcasts() async throws {
         let folder = SimulatorHostTests.stateFolder()
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let simulator = try await APNsSimulator.start(configuration: SimulatorHostTests.configuration(folder) {
-            $0.relaxed = true
-            $0.recordLimit = 10_000
-            $0.loopCount = 2
-        })
+        let simulator = try await APNsSimulator.start(
+            configuration: SimulatorHostTests.configuration(folder) {
+                $0.relaxed = true
+                $0.recordLimit = 10_000
+                $0.loopCount = 2
+            })
         let token = try SimulatorHostTests.token(simulator.files)
         let channel = try await SimulatorHostTests.curl(
             simulator, "POST", simulator.managementURL + "/1/apps/\(SimulatorHostTests.bundleID)/channels",
-            body: #"{"message-storage-policy":0,"push-type":"LiveActivity"}"#, token: token).headers["apns-channel-id"]
+            body: #"{"message-storage-policy":0,"push-type":"LiveActivity"}"#, token: token
+        ).headers["apns-channel-id"]
         let payloadFile = folder + "/payload.json"
         let payload = #"{"aps":{"timestamp":1800000000,"event":"update","content-state":{"home":2,"away":1,"clock":"63:12","period":"2H"}}}"#
         try payload.write(toFile: payloadFile, atomically: true, encoding: .utf8)
         let requests = ProcessInfo.processInfo.environment["MARQUEE_SIMULATOR_BENCH_REQUESTS"] ?? "100000"
-        let output = try await SimulatorHostTests.run("h2load", [
-            "-n", requests, "-c", "4", "-m", "100", "-t", "1", "-d", payloadFile,
-            "-H", "authorization: \(token.authorization)", "-H", "apns-channel-id: \(try #require(channel))",
-            "-H", "apns-push-type: liveactivity", "-H", "apns-expiration: 0", "-H", "apns-priority: 5",
-            simulator.pushURL + "/4/broadcasts/apps/\(SimulatorHostTests.bundleID)",
-        ])
+        let output = try await SimulatorHostTests.run(
+            "h2load",
+            [
+                "-n", requests, "-c", "4", "-m", "100", "-t", "1", "-d", payloadFile,
+                "-H", "authorization: \(token.authorization)", "-H", "apns-channel-id: \(try #require(channel))",
+                "-H", "apns-push-type: liveactivity", "-H", "apns-expiration: 0", "-H", "apns-priority: 5",
+                simulator.pushURL + "/4/broadcasts/apps/\(SimulatorHostTests.bundleID)",
+            ])
         await simulator.shutdown()
-        print(output.components(separatedBy: "\n").filter { $0.hasPrefix("finished") || $0.hasPrefix("requests:") || $0.hasPrefix("status codes:") }
-            .joined(separator: "\n"))
+        print(
+            output.components(separatedBy: "\n").filter { $0.hasPrefix("finished") || $0.hasPrefix("requests:") || $0.hasPrefix("status codes:") }
+                .joined(separator: "\n"))
         #expect(simulator.engine.statusCounts[200] == Int(requests))
     }
 }

@@ -1,5 +1,6 @@
-@testable import APNsSimulator
 import Testing
+
+@testable import APNsSimulator
 
 /// Apple's error tables, transcribed here by hand from the pages, apart from the simulator's own table, so that a
 /// slip in either shows up as a difference.
@@ -48,7 +49,9 @@ enum AppleErrorTables {
             #expect(simulator.updateValue(answer.status, forKey: answer.text) == nil, "\(answer.text) twice on \(api)")
         }
         for (text, status) in apple.sorted(by: { $0.key < $1.key }) {
-            #expect(simulator[text] == status, "\(api): Apple documents \(status) \(text), the simulator answers \(simulator[text].map(String.init) ?? "nothing")")
+            #expect(
+                simulator[text] == status,
+                "\(api): Apple documents \(status) \(text), the simulator answers \(simulator[text].map(String.init) ?? "nothing")")
         }
         for text in Set(simulator.keys).subtracting(apple.keys).sorted() {
             Issue.record("\(api): the simulator answers \(text), which Apple does not document for it")

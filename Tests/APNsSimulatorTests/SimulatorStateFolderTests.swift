@@ -1,8 +1,9 @@
-@testable import APNsSimulator
 import Crypto
 import Foundation
 import MarqueeCore
 import Testing
+
+@testable import APNsSimulator
 
 /// The state folder without sockets: generated identity reused across starts, channels saved and loaded.
 @Suite struct SimulatorStateFolderTests {
@@ -54,8 +55,11 @@ import Testing
         let files = try SimulatorFiles.prepare(SimulatorConfiguration(stateDirectory: folder))
         #expect(try files.loadChannels().isEmpty)
         let channels = [
-            SimulatorChannel(bundleID: "com.example.a", id: "c2Vjb25k", storagePolicy: .noMessageStored, createdAt: Date(timeIntervalSince1970: 1_800_000_001)),
-            SimulatorChannel(bundleID: "com.example.a", id: "Zmlyc3Q=", storagePolicy: .mostRecentMessageStored, createdAt: Date(timeIntervalSince1970: 1_800_000_000)),
+            SimulatorChannel(
+                bundleID: "com.example.a", id: "c2Vjb25k", storagePolicy: .noMessageStored, createdAt: Date(timeIntervalSince1970: 1_800_000_001)),
+            SimulatorChannel(
+                bundleID: "com.example.a", id: "Zmlyc3Q=", storagePolicy: .mostRecentMessageStored,
+                createdAt: Date(timeIntervalSince1970: 1_800_000_000)),
         ]
         try files.saveChannels(channels)
         #expect(try files.loadChannels() == channels)
@@ -82,9 +86,9 @@ import Testing
         }
         await writer.flush()
         // createdAt goes through JSON seconds, so compare what identifies a channel.
-        #expect(try files.loadChannels().map { [$0.id, $0.bundleID, "\($0.storagePolicy)"] }
-            == engine.channels().map { [$0.id, $0.bundleID, "\($0.storagePolicy)"] })
+        #expect(
+            try files.loadChannels().map { [$0.id, $0.bundleID, "\($0.storagePolicy)"] }
+                == engine.channels().map { [$0.id, $0.bundleID, "\($0.storagePolicy)"] })
         #expect(engine.channels().count == 20)
     }
 }
-

@@ -1,11 +1,12 @@
-@testable import APNs
-@testable import APNsSimulator
 import Crypto
 import Foundation
 import MarqueeCommandLine
-@testable import MarqueeCommands
 import MarqueeCore
 import Testing
+
+@testable import APNs
+@testable import APNsSimulator
+@testable import MarqueeCommands
 
 /// `marquee apns ...` against the simulator: exit codes in process, and the printed result through the built binary.
 @Suite struct APNsClientCommandSimulatorTests {
@@ -98,7 +99,8 @@ import Testing
     @Test(.enabled(if: Self.binaryHasAPNs)) func theBinaryPrintsJSON() async throws {
         let s = try await Self.setup()
         defer { Task { await s.close() } }
-        let created = try await Self.runBinary(["apns", "channels", "create", "--storage-policy", "mostRecent", "--json"], environment: s.environment)
+        let created = try await Self.runBinary(
+            ["apns", "channels", "create", "--storage-policy", "mostRecent", "--json"], environment: s.environment)
         #expect(created.status == 0)
         let json = try JSONValue(parsing: created.output)
         let id = try #require(json["channelId"]?.stringValue)

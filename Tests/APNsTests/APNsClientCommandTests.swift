@@ -1,11 +1,12 @@
-@testable import APNs
 import Crypto
 import Foundation
 import MarqueeCommandLine
-@testable import MarqueeCommands
 import MarqueeCore
 import Network
 import Testing
+
+@testable import APNs
+@testable import MarqueeCommands
 
 /// `marquee apns ...` exit codes that need no APNs: usage, payload and file errors, and an unreachable host.
 @Suite struct APNsClientCommandTests {
@@ -36,12 +37,14 @@ import Testing
             try pem.write(toFile: keyFile, atomically: true, encoding: .utf8)
             try "{not json".write(toFile: folder + "/bad.json", atomically: true, encoding: .utf8)
         }
-        return Setup(folder: folder, environment: [
-            "MARQUEE_APNS_TEAM_ID": "DEF123GHIJ", "MARQUEE_APNS_KEY_ID": "ABC123DEFG", "MARQUEE_APNS_KEY_FILE": keyFile,
-            "MARQUEE_APNS_BUNDLE": "com.example.live",
-            // Port 1 on loopback: nothing listens, so a request that got past validation fails with 69, not 64-66.
-            APNsEndpoints.pushURLVariable: "https://127.0.0.1:1", APNsEndpoints.managementURLVariable: "https://127.0.0.1:1",
-        ])
+        return Setup(
+            folder: folder,
+            environment: [
+                "MARQUEE_APNS_TEAM_ID": "DEF123GHIJ", "MARQUEE_APNS_KEY_ID": "ABC123DEFG", "MARQUEE_APNS_KEY_FILE": keyFile,
+                "MARQUEE_APNS_BUNDLE": "com.example.live",
+                // Port 1 on loopback: nothing listens, so a request that got past validation fails with 69, not 64-66.
+                APNsEndpoints.pushURLVariable: "https://127.0.0.1:1", APNsEndpoints.managementURLVariable: "https://127.0.0.1:1",
+            ])
     }
 
     @Test func badInputIsRefusedWithItsOwnExitCode() async throws {
@@ -53,8 +56,10 @@ import Testing
         #expect(await s.run("broadcast", "--channel", channel, "--payload-file", s.folder + "/bad.json") == .dataError)
         #expect(await s.run("broadcast", "--channel", channel, "--payload", "[1]") == .dataError)
         #expect(await s.run("broadcast", "--channel", channel, "--payload", big) == .dataError)
-        #expect(await s.run("push", "--token", String(repeating: "ab", count: 32), "--payload",
-                            #"{"aps":{"x":""# + String(repeating: "y", count: 4_100) + #""}}"#) == .dataError)
+        #expect(
+            await s.run(
+                "push", "--token", String(repeating: "ab", count: 32), "--payload",
+                #"{"aps":{"x":""# + String(repeating: "y", count: 4_100) + #""}}"#) == .dataError)
         #expect(await s.run("broadcast", "--channel", channel, "--payload-file", s.folder + "/missing.json") == .noInput)
         #expect(await s.run("channels", "list", "--key-file", s.folder + "/missing.p8") == .noInput)
         #expect(await s.run("channels", "list", "--key-file", s.folder + "/bad.json") == .noInput)
@@ -104,10 +109,12 @@ import Testing
     /// `--json` failures carry what a script needs to follow up: status, reason, the request's id, the 410 timestamp.
     @Test func failureDetailsNameTheStatusAndTheRequest() throws {
         let token = try APNsDeviceToken(hex: String(repeating: "ab", count: 32))
-        let push = try APNsRequest.devicePush(bundleID: "com.example.live", deviceToken: token, payload: Array(Self.payload.utf8), priority: .immediate)
+        let push = try APNsRequest.devicePush(
+            bundleID: "com.example.live", deviceToken: token, payload: Array(Self.payload.utf8), priority: .immediate)
         let apnsID = "6f1c2a3b-0d4e-4f5a-8b6c-7d8e9f0a1b2c"
         let gone = APNsResult(
-            response: APNsResponse(status: 410, headers: ["apns-id": apnsID], body: Array(#"{"reason":"Unregistered","timestamp":1800000000000}"#.utf8)),
+            response: APNsResponse(
+                status: 410, headers: ["apns-id": apnsID], body: Array(#"{"reason":"Unregistered","timestamp":1800000000000}"#.utf8)),
             operation: .devicePush)
         let attempt = APNsAttempt(number: 1, result: gone, transportError: nil, latency: .zero, startedAt: Date(), requestID: apnsID)
         let details = APNsCommandLine.failureDetails(APNsOutcome(request: push, result: gone, attempts: [attempt]))
@@ -120,7 +127,9 @@ import Testing
         // No answer: no status or reason, but the id the request went with and every attempt.
         let list = try APNsRequest.listChannels(bundleID: "com.example.live")
         let timedOut = APNsResult(transportFailure: .timeout)
-        let attempts = (1...3).map { APNsAttempt(number: $0, result: timedOut, transportError: .timedOut, latency: .zero, startedAt: Date(), requestID: "r\($0)") }
+        let attempts = (1...3).map {
+            APNsAttempt(number: $0, result: timedOut, transportError: .timedOut, latency: .zero, startedAt: Date(), requestID: "r\($0)")
+        }
         let unanswered = APNsCommandLine.failureDetails(APNsOutcome(request: list, result: timedOut, attempts: attempts))
         #expect(unanswered["status"] == nil && unanswered["reason"] == nil && unanswered["timestamp"] == nil)
         #expect(unanswered["requestId"]?.stringValue == "r3" && unanswered["attempts"]?.intValue == 3)

@@ -1,10 +1,11 @@
-@testable import APNs
 import Crypto
 import Foundation
 import MarqueeCore
 import Network
 import Synchronization
 import Testing
+
+@testable import APNs
 
 /// A transport that answers from a script and records what it was asked to send.
 final class ScriptedTransport: APNsTransport {
@@ -72,13 +73,15 @@ final class ScriptedTransport: APNsTransport {
 
     func client(_ transport: ScriptedTransport, maxInFlight: Int = 100, clock: ManualWallClock = ManualWallClock()) throws -> APNsClient {
         let key = try APNsSigningKey(keyID: "ABC123DEFG", teamID: "DEF123GHIJ", key: P256.SigningKey.generate())
-        return APNsClient(signingKey: key, endpoints: Self.endpoints, transport: transport, signer: ProviderTokenSigner(clock: clock),
-                          configuration: .init(maxInFlight: maxInFlight, retryPolicy: Self.fastRetries))
+        return APNsClient(
+            signingKey: key, endpoints: Self.endpoints, transport: transport, signer: ProviderTokenSigner(clock: clock),
+            configuration: .init(maxInFlight: maxInFlight, retryPolicy: Self.fastRetries))
     }
 
     func broadcast() throws -> APNsRequest {
-        try .broadcast(bundleID: Self.bundle, channelID: APNsChannelID("dHN0LXNyY2gtY2hubA=="), payload: Array(#"{"aps":{}}"#.utf8),
-                       expiration: 0, priority: .immediate)
+        try .broadcast(
+            bundleID: Self.bundle, channelID: APNsChannelID("dHN0LXNyY2gtY2hubA=="), payload: Array(#"{"aps":{}}"#.utf8),
+            expiration: 0, priority: .immediate)
     }
 
     @Test func acceptedAtOnceIsSignedKeyedByTheSigningKeyAndRoutedByHost() async throws {
@@ -118,12 +121,17 @@ final class ScriptedTransport: APNsTransport {
         let transport = ScriptedTransport([ScriptedTransport.error(429, "TooManyRequests")])
         let outcome = try await client(transport).send(try broadcast())
         #expect(transport.sent.count == Self.fastRetries.maxAttempts)
-        guard case .retryAfterBackoff(let failure) = outcome.result else { Issue.record("\(outcome.result)"); return }
+        guard case .retryAfterBackoff(let failure) = outcome.result else {
+            Issue.record("\(outcome.result)")
+            return
+        }
         #expect(failure.reason == .tooManyRequests)
     }
 
-    @Test(arguments: [(400, "BadChannelId"), (400, "ChannelNotRegistered"), (403, "InvalidProviderToken"), (413, "PayloadTooLarge"),
-                      (404, "BadPath"), (410, "Unregistered"), (403, "TopicMismatch")])
+    @Test(arguments: [
+        (400, "BadChannelId"), (400, "ChannelNotRegistered"), (403, "InvalidProviderToken"), (413, "PayloadTooLarge"),
+        (404, "BadPath"), (410, "Unregistered"), (403, "TopicMismatch"),
+    ])
     func permanentRejectionsAreNeverRetried(status: Int, reason: String) async throws {
         let transport = ScriptedTransport([ScriptedTransport.error(status, reason), ScriptedTransport.ok()])
         let outcome = try await client(transport).send(try broadcast())
@@ -149,7 +157,10 @@ final class ScriptedTransport: APNsTransport {
         let always = ScriptedTransport([ScriptedTransport.error(403, "ExpiredProviderToken")])
         let twice = try await client(always).send(try broadcast())
         #expect(always.sent.count == 2)
-        guard case .refreshTokenAndRetry = twice.result else { Issue.record("\(twice.result)"); return }
+        guard case .refreshTokenAndRetry = twice.result else {
+            Issue.record("\(twice.result)")
+            return
+        }
     }
 
     @Test func tooFrequentTokenUpdatesBackOffWithTheSameToken() async throws {
@@ -186,7 +197,10 @@ final class ScriptedTransport: APNsTransport {
         let outcome = try await client(transport).send(try broadcast())
         #expect(outcome.acceptance != nil)
         #expect(outcome.attempts.count == 4)
-        guard case .reconnect(let failure) = outcome.attempts[0].result else { Issue.record("\(outcome.attempts[0].result)"); return }
+        guard case .reconnect(let failure) = outcome.attempts[0].result else {
+            Issue.record("\(outcome.attempts[0].result)")
+            return
+        }
         #expect(failure.reason == .shutdown)
         #expect(outcome.attempts[0].transportError != nil && outcome.attempts[0].status == nil)
     }
@@ -194,8 +208,10 @@ final class ScriptedTransport: APNsTransport {
     /// A create that never left (its connection closed while it was queued) is sent again; a timed-out one is not
     /// (`anUnsafeRequestWrittenAndUnansweredIsNotSentAgain`).
     @Test func aCreateNeverSentIsRetriedAndEveryAttemptIsKept() async throws {
-        let transport = ScriptedTransport([.failure(.requestNotSent("the connection closed")),
-                                           ScriptedTransport.ok(201, ["apns-channel-id": "Y2huMQ==", "apns-request-id": "r"])])
+        let transport = ScriptedTransport([
+            .failure(.requestNotSent("the connection closed")),
+            ScriptedTransport.ok(201, ["apns-channel-id": "Y2huMQ==", "apns-request-id": "r"]),
+        ])
         let client = try client(transport)
         let id = try await client.createChannel(bundleID: Self.bundle, storagePolicy: .noMessageStored)
         #expect(id.value == "Y2huMQ==")
@@ -264,8 +280,9 @@ extension APNsClientRetryTests {
     func create() throws -> APNsRequest { try .createChannel(bundleID: Self.bundle, storagePolicy: .noMessageStored) }
 
     func push(event: String) throws -> APNsRequest {
-        try .devicePush(bundleID: Self.bundle, deviceToken: APNsDeviceToken(hex: Self.token),
-                        payload: Array(#"{"aps": {"event": "\#(event)", "timestamp": 1, "content-state": {}}}"#.utf8), priority: .immediate)
+        try .devicePush(
+            bundleID: Self.bundle, deviceToken: APNsDeviceToken(hex: Self.token),
+            payload: Array(#"{"aps": {"event": "\#(event)", "timestamp": 1, "content-state": {}}}"#.utf8), priority: .immediate)
     }
 
     static let created = ScriptedTransport.ok(201, ["apns-channel-id": "dHN0LXNyY2gtY2hubA==", "apns-request-id": UUID().uuidString])
@@ -302,10 +319,12 @@ extension APNsClientRetryTests {
         #expect(transport.sent.count == 2 && outcome.acceptance != nil, "a broadcast is safe to repeat")
     }
 
-    @Test(arguments: [Result<HTTPResponse, NetworkError>.failure(.requestNotSent("queued when the connection closed")),
-                      .failure(.goAway(errorCode: 0, debugData: "")), .failure(.connectFailed("refused")),
-                      ScriptedTransport.error(503, "ServiceUnavailable"), ScriptedTransport.error(429, "TooManyRequests"),
-                      ScriptedTransport.error(500, "InternalServerError")])
+    @Test(arguments: [
+        Result<HTTPResponse, NetworkError>.failure(.requestNotSent("queued when the connection closed")),
+        .failure(.goAway(errorCode: 0, debugData: "")), .failure(.connectFailed("refused")),
+        ScriptedTransport.error(503, "ServiceUnavailable"), ScriptedTransport.error(429, "TooManyRequests"),
+        ScriptedTransport.error(500, "InternalServerError"),
+    ])
     func anUnsafeRequestIsSentAgainWhenTheAnswerProvesAPNsDidNotAct(first: Result<HTTPResponse, NetworkError>) async throws {
         let transport = ScriptedTransport([first, Self.created])
         let outcome = try await client(transport).send(try create())

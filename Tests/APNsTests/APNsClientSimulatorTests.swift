@@ -1,5 +1,3 @@
-@testable import APNs
-@testable import APNsSimulator
 import Crypto
 import Foundation
 import MarqueeCore
@@ -7,6 +5,9 @@ import MarqueeTestSupport
 import Network
 import Synchronization
 import Testing
+
+@testable import APNs
+@testable import APNsSimulator
 
 /// APNsClient against the APNs simulator over real TLS on loopback: what the client sends, how it reads every answer,
 /// and what the simulator saw (accepted requests, statuses, open streams).
@@ -50,8 +51,9 @@ import Testing
         let group = EventLoopGroup(loopCount: 1, name: "apnsclient-test")
         let pool = HTTP2ConnectionPool(group: group, tls: tls, configuration: .init(connectionsPerKey: connections))
         let signer = ProviderTokenSigner(clock: (signerClock ?? clock).map { $0 as any WallClock } ?? SystemWallClock())
-        let client = APNsClient(signingKey: key, endpoints: endpoints, transport: pool, signer: signer,
-                                configuration: .init(maxInFlight: maxInFlight, attemptTimeout: .seconds(10), retryPolicy: retries))
+        let client = APNsClient(
+            signingKey: key, endpoints: endpoints, transport: pool, signer: signer,
+            configuration: .init(maxInFlight: maxInFlight, attemptTimeout: .seconds(10), retryPolicy: retries))
         return Harness(simulator: simulator, client: client, pool: pool, group: group, folder: folder)
     }
 
@@ -71,8 +73,9 @@ import Testing
         #expect(try await client.readChannel(bundleID: Self.bundle, channelID: unstored).storagePolicy == .noMessageStored)
         #expect(Set(try await client.listChannels(bundleID: Self.bundle)) == [stored, unstored])
 
-        let sent = try await client.broadcast(bundleID: Self.bundle, channelID: stored, payload: Self.payload(1), expiration: 1_900_000_000,
-                                              priority: .powerConsidered)
+        let sent = try await client.broadcast(
+            bundleID: Self.bundle, channelID: stored, payload: Self.payload(1), expiration: 1_900_000_000,
+            priority: .powerConsidered)
         let received = try #require(h.simulator.engine.broadcasts(for: stored.value).first)
         #expect(received.payload == Self.payload(1) && received.priority == 5 && received.expiration == 1_900_000_000)
         #expect(sent.uniqueID == received.uniqueID && sent.requestID == received.requestID)
@@ -96,59 +99,109 @@ import Testing
         defer { Task { await h.close() } }
         let channel = try await h.client.createChannel(bundleID: Self.bundle, storagePolicy: .noMessageStored)
         let unknown = try APNsChannelID("dW5rbm93bg==")
-        func raw(_ operation: APNsOperation, _ method: APNsRequest.Method, _ path: String, _ headers: [String: String], _ body: String = "") -> APNsRequest {
+        func raw(_ operation: APNsOperation, _ method: APNsRequest.Method, _ path: String, _ headers: [String: String], _ body: String = "")
+            -> APNsRequest
+        {
             APNsRequest(operation: operation, method: method, path: path, headers: headers, body: Array(body.utf8))
         }
         let broadcastHeaders = ["apns-channel-id": channel.value, "apns-push-type": "liveactivity", "apns-expiration": "0", "apns-priority": "10"]
         let cases: [(APNsRequest, APNsReason, Int)] = [
             (try .readChannel(bundleID: Self.bundle, channelID: unknown), .channelNotRegistered, 400),
             (try .deleteChannel(bundleID: Self.bundle, channelID: unknown), .channelNotRegistered, 400),
-            (try .broadcast(bundleID: Self.bundle, channelID: channel, payload: Self.payload(), expiration: 1_900_000_000, priority: .immediate),
-             .badExpirationDate, 400),
-            (try .broadcast(bundleID: Self.bundle, channelID: unknown, payload: Self.payload(), expiration: 0, priority: .immediate), .channelNotRegistered, 400),
+            (
+                try .broadcast(bundleID: Self.bundle, channelID: channel, payload: Self.payload(), expiration: 1_900_000_000, priority: .immediate),
+                .badExpirationDate, 400
+            ),
+            (
+                try .broadcast(bundleID: Self.bundle, channelID: unknown, payload: Self.payload(), expiration: 0, priority: .immediate),
+                .channelNotRegistered, 400
+            ),
             (try .listChannels(bundleID: "com.example.other"), .topicMismatch, 403),
-            (try .devicePush(bundleID: Self.bundle, deviceToken: APNsDeviceToken(hex: String(repeating: "cd", count: 32)), payload: Self.payload(),
-                             priority: .immediate), .unregistered, 410),
+            (
+                try .devicePush(
+                    bundleID: Self.bundle, deviceToken: APNsDeviceToken(hex: String(repeating: "cd", count: 32)), payload: Self.payload(),
+                    priority: .immediate), .unregistered, 410
+            ),
             (raw(.readChannel, .get, "/1/apps/\(Self.bundle)/channels", [:]), .missingChannelId, 400),
             (raw(.readChannel, .get, "/1/apps/\(Self.bundle)/channels", ["apns-channel-id": String(repeating: "A", count: 200)]), .badChannelId, 400),
-            (raw(.createChannel, .post, "/1/apps/\(Self.bundle)/channels", [:], #"{"message-storage-policy":1,"push-type":"LiveActivity","x":1}"#),
-             .badRequestParams, 400),
+            (
+                raw(.createChannel, .post, "/1/apps/\(Self.bundle)/channels", [:], #"{"message-storage-policy":1,"push-type":"LiveActivity","x":1}"#),
+                .badRequestParams, 400
+            ),
             (raw(.createChannel, .post, "/1/apps/\(Self.bundle)/channels", [:], "{"), .badRequestPayload, 400),
-            (raw(.createChannel, .post, "/1/apps/\(Self.bundle)/channels", [:], #"{"message-storage-policy":1,"push-type":"Alert"}"#),
-             .invalidPushType, 400),
-            (raw(.broadcast, .post, "/4/broadcasts/apps/\(Self.bundle)", broadcastHeaders.merging(["apns-priority": "7"]) { $1 }, String(decoding: Self.payload(), as: UTF8.self)),
-             .badPriority, 400),
-            (raw(.broadcast, .post, "/4/broadcasts/apps/\(Self.bundle)", broadcastHeaders.filter { $0.key != "apns-push-type" }, String(decoding: Self.payload(), as: UTF8.self)),
-             .missingPushType, 400),
+            (
+                raw(.createChannel, .post, "/1/apps/\(Self.bundle)/channels", [:], #"{"message-storage-policy":1,"push-type":"Alert"}"#),
+                .invalidPushType, 400
+            ),
+            (
+                raw(
+                    .broadcast, .post, "/4/broadcasts/apps/\(Self.bundle)", broadcastHeaders.merging(["apns-priority": "7"]) { $1 },
+                    String(decoding: Self.payload(), as: UTF8.self)),
+                .badPriority, 400
+            ),
+            (
+                raw(
+                    .broadcast, .post, "/4/broadcasts/apps/\(Self.bundle)", broadcastHeaders.filter { $0.key != "apns-push-type" },
+                    String(decoding: Self.payload(), as: UTF8.self)),
+                .missingPushType, 400
+            ),
             (raw(.broadcast, .post, "/4/broadcasts/apps/\(Self.bundle)", broadcastHeaders, ""), .payloadEmpty, 400),
-            (raw(.broadcast, .post, "/4/broadcasts/apps/\(Self.bundle)", broadcastHeaders, #"{"aps":{"x":"\#(String(repeating: "y", count: 6_000))"}}"#),
-             .payloadTooLarge, 413),
-            (raw(.broadcast, .post, "/4/broadcasts/apps/\(Self.bundle).push-type.liveactivity", broadcastHeaders, String(decoding: Self.payload(), as: UTF8.self)),
-             .topicDisallowed, 400),
-            (raw(.devicePush, .post, "/3/device/\(Self.deviceToken.hex)", ["apns-push-type": "liveactivity", "apns-priority": "10"],
-                 String(decoding: Self.payload(), as: UTF8.self)), .missingTopic, 400),
-            (raw(.devicePush, .post, "/3/device/\(Self.deviceToken.hex)", ["apns-push-type": "liveactivity", "apns-topic": Self.bundle],
-                 String(decoding: Self.payload(), as: UTF8.self)), .deviceTokenNotForTopic, 400),
+            (
+                raw(
+                    .broadcast, .post, "/4/broadcasts/apps/\(Self.bundle)", broadcastHeaders,
+                    #"{"aps":{"x":"\#(String(repeating: "y", count: 6_000))"}}"#),
+                .payloadTooLarge, 413
+            ),
+            (
+                raw(
+                    .broadcast, .post, "/4/broadcasts/apps/\(Self.bundle).push-type.liveactivity", broadcastHeaders,
+                    String(decoding: Self.payload(), as: UTF8.self)),
+                .topicDisallowed, 400
+            ),
+            (
+                raw(
+                    .devicePush, .post, "/3/device/\(Self.deviceToken.hex)", ["apns-push-type": "liveactivity", "apns-priority": "10"],
+                    String(decoding: Self.payload(), as: UTF8.self)), .missingTopic, 400
+            ),
+            (
+                raw(
+                    .devicePush, .post, "/3/device/\(Self.deviceToken.hex)", ["apns-push-type": "liveactivity", "apns-topic": Self.bundle],
+                    String(decoding: Self.payload(), as: UTF8.self)), .deviceTokenNotForTopic, 400
+            ),
             (try .createChannel(bundleID: Self.bundle, storagePolicy: .mostRecentMessageStored), .cannotCreateChannelConfig, 400),
             (raw(.listChannels, .get, "/1/apps/\(Self.bundle)/all-channels", ["apns-request-id": "not-a-uuid"]), .badMessageId, 400),
-            (raw(.devicePush, .post, "/3/device/zz", ["apns-push-type": "liveactivity", "apns-topic": Self.bundle + ".push-type.liveactivity"],
-                 String(decoding: Self.payload(), as: UTF8.self)), .badDeviceToken, 400),
-            (raw(.devicePush, .post, "/3/device/\(Self.deviceToken.hex)", ["apns-push-type": "alert", "apns-topic": Self.bundle + ".push-type.liveactivity"],
-                 String(decoding: Self.payload(), as: UTF8.self)), .invalidPushType, 400),
-            (raw(.devicePush, .post, "/3/device/\(Self.deviceToken.hex)", ["apns-push-type": "liveactivity", "apns-topic": Self.bundle + ".push-type.liveactivity",
-                                                                          "apns-collapse-id": String(repeating: "c", count: 65)],
-                 String(decoding: Self.payload(), as: UTF8.self)), .badCollapseId, 400),
+            (
+                raw(
+                    .devicePush, .post, "/3/device/zz", ["apns-push-type": "liveactivity", "apns-topic": Self.bundle + ".push-type.liveactivity"],
+                    String(decoding: Self.payload(), as: UTF8.self)), .badDeviceToken, 400
+            ),
+            (
+                raw(
+                    .devicePush, .post, "/3/device/\(Self.deviceToken.hex)",
+                    ["apns-push-type": "alert", "apns-topic": Self.bundle + ".push-type.liveactivity"],
+                    String(decoding: Self.payload(), as: UTF8.self)), .invalidPushType, 400
+            ),
+            (
+                raw(
+                    .devicePush, .post, "/3/device/\(Self.deviceToken.hex)",
+                    [
+                        "apns-push-type": "liveactivity", "apns-topic": Self.bundle + ".push-type.liveactivity",
+                        "apns-collapse-id": String(repeating: "c", count: 65),
+                    ],
+                    String(decoding: Self.payload(), as: UTF8.self)), .badCollapseId, 400
+            ),
             (raw(.broadcast, .get, "/4/broadcasts/apps/\(Self.bundle)", [:]), .methodNotAllowed, 405),
             (raw(.broadcast, .post, "/5/nowhere", [:]), .badPath, 404),
         ]
         let before = h.simulator.engine.statusCounts.values.reduce(0, +)
         for (request, reason, status) in cases {
             let outcome = try await h.client.send(request)
-            let refusal: APNsFailure? = switch outcome.result {
-            case .rejected(let failure) where status != 403: failure
-            case .credentialsFault(let failure) where status == 403: failure
-            default: nil
-            }
+            let refusal: APNsFailure? =
+                switch outcome.result {
+                case .rejected(let failure) where status != 403: failure
+                case .credentialsFault(let failure) where status == 403: failure
+                default: nil
+                }
             guard let failure = refusal else {
                 Issue.record("\(request): expected \(reason), got \(outcome.result)")
                 continue
@@ -169,8 +222,9 @@ import Testing
         defer { Task { await h.close() } }
         let identity = h.client.signingKey.identity
         let stranger = try APNsSigningKey(keyID: identity.keyID, teamID: identity.teamID, key: P256.SigningKey.generate())
-        let client = APNsClient(signingKey: stranger, endpoints: h.simulator.endpoints, transport: h.pool,
-                                configuration: .init(retryPolicy: Self.retries))
+        let client = APNsClient(
+            signingKey: stranger, endpoints: h.simulator.endpoints, transport: h.pool,
+            configuration: .init(retryPolicy: Self.retries))
         let outcome = try await client.send(try .listChannels(bundleID: Self.bundle))
         #expect(outcome.result.failure?.reason == .invalidProviderToken)
         #expect(outcome.attempts.count == 1)
@@ -188,8 +242,12 @@ import Testing
         clock.advance(by: 60)
         let first = try h.client.signer.token(for: h.client.signingKey)
         _ = try h.client.signer.tokenAfterExpiry(of: first, for: h.client.signingKey)
-        let outcome = try await h.client.send(try .broadcast(bundleID: Self.bundle, channelID: channel, payload: Self.payload(1), expiration: 0, priority: .immediate))
-        guard case .tokenUpdatesTooFrequent(let failure) = outcome.result else { Issue.record("\(outcome.result)"); return }
+        let outcome = try await h.client.send(
+            try .broadcast(bundleID: Self.bundle, channelID: channel, payload: Self.payload(1), expiration: 0, priority: .immediate))
+        guard case .tokenUpdatesTooFrequent(let failure) = outcome.result else {
+            Issue.record("\(outcome.result)")
+            return
+        }
         #expect(failure.reason == .tooManyProviderTokenUpdates && failure.status == 429)
         #expect(outcome.attempts.count == Self.retries.maxAttempts)
         #expect(h.simulator.engine.statusCounts == [200: 1, 429: Self.retries.maxAttempts])
@@ -231,12 +289,16 @@ import Testing
         let endpoint = APNsEndpoint(host: "127.0.0.1", port: server.port)
         let endpoints = APNsEndpoints(push: endpoint, management: endpoint, extraTrustedCAFile: files.caCertificateFile)
         let clientGroup = EventLoopGroup(loopCount: 1, name: "apnsclient-test")
-        let pool = HTTP2ConnectionPool(group: clientGroup, tls: try TLSClientContext(configuration: .init(extraCAFile: files.caCertificateFile)),
-                                       configuration: .init(connectionsPerKey: 2))
-        let client = APNsClient(signingKey: try files.apnsSigningKey(), endpoints: endpoints, transport: pool,
-                                configuration: .init(retryPolicy: Self.retries))
+        let pool = HTTP2ConnectionPool(
+            group: clientGroup, tls: try TLSClientContext(configuration: .init(extraCAFile: files.caCertificateFile)),
+            configuration: .init(connectionsPerKey: 2))
+        let client = APNsClient(
+            signingKey: try files.apnsSigningKey(), endpoints: endpoints, transport: pool,
+            configuration: .init(retryPolicy: Self.retries))
         let channel = try APNsChannelID("Y2hhbm5lbC1mb3ItdGVzdHM=")
-        engine.restoreChannels([SimulatorChannel(bundleID: Self.bundle, id: channel.value, storagePolicy: .mostRecentMessageStored, createdAt: Date())])
+        engine.restoreChannels([
+            SimulatorChannel(bundleID: Self.bundle, id: channel.value, storagePolicy: .mostRecentMessageStored, createdAt: Date())
+        ])
 
         let outcomes = try await Self.burst(client, count: 40, channel: channel)
         await pool.shutdown()
@@ -263,7 +325,8 @@ import Testing
         let outcomes = try await withThrowingTaskGroup(of: APNsOutcome.self) { group in
             for n in 0..<60 {
                 let target = n % 20 == 10 ? unknown : channel
-                let request = try APNsRequest.broadcast(bundleID: Self.bundle, channelID: target, payload: Self.payload(n), expiration: 0, priority: .immediate)
+                let request = try APNsRequest.broadcast(
+                    bundleID: Self.bundle, channelID: target, payload: Self.payload(n), expiration: 0, priority: .immediate)
                 group.addTask { try await h.client.send(request) }
             }
             return try await group.reduce(into: []) { $0.append($1) }
@@ -296,8 +359,9 @@ import Testing
         // that timed out (on a loaded machine, past the 10 s attempt timeout) may have reached the server and be
         // sent again, as a broadcast may be: the repeat carries the same aps.timestamp.
         let timedOut = outcomes.flatMap(\.attempts).filter { $0.transportError != nil }
-        let resendable = Set(outcomes.filter { $0.attempts.count > 1 && $0.attempts.dropLast().allSatisfy { $0.transportError != nil } }
-            .compactMap { $0.attempts.last?.requestID })
+        let resendable = Set(
+            outcomes.filter { $0.attempts.count > 1 && $0.attempts.dropLast().allSatisfy { $0.transportError != nil } }
+                .compactMap { $0.attempts.last?.requestID })
         let repeated = Dictionary(grouping: received, by: \.requestID).filter { $0.value.count > 1 }.map(\.key)
         #expect(received.count <= 120 + timedOut.count, "every request accepted once, a timed-out one at most twice")
         #expect(repeated.allSatisfy(resendable.contains), "a repeat only after a timed-out attempt: \(repeated)")
@@ -340,7 +404,8 @@ import Testing
         // The simulator's time runs ahead: the token the signer still finds fresh is over an hour old there.
         simulatorClock.advance(by: 61 * 60)
         signerClock.advance(by: 30 * 60)
-        let outcome = try await h.client.send(try .broadcast(bundleID: Self.bundle, channelID: channel, payload: Self.payload(1), expiration: 0, priority: .immediate))
+        let outcome = try await h.client.send(
+            try .broadcast(bundleID: Self.bundle, channelID: channel, payload: Self.payload(1), expiration: 0, priority: .immediate))
         #expect(outcome.acceptance != nil)
         #expect(outcome.attempts.map(\.reason) == [.expiredProviderToken, nil])
         #expect(h.simulator.engine.statusCounts == [200: 2, 403: 1])
@@ -352,7 +417,10 @@ import Testing
         let outcome = try await h.client.send(try .listChannels(bundleID: Self.bundle))
         #expect(outcome.acceptance == nil)
         #expect(outcome.attempts.count == 1)
-        guard case .certificateRejected? = outcome.transportError else { Issue.record("\(String(describing: outcome.transportError))"); return }
+        guard case .certificateRejected? = outcome.transportError else {
+            Issue.record("\(String(describing: outcome.transportError))")
+            return
+        }
         #expect(h.simulator.engine.statusCounts.isEmpty)
     }
 
@@ -365,7 +433,8 @@ import Testing
         let channel = try await Self.createDirectly(h)
         var tokens: Set<String> = []
         for n in 0..<240 {
-            let outcome = try await h.client.send(try .broadcast(bundleID: Self.bundle, channelID: channel, payload: Self.payload(n), expiration: 0, priority: .immediate))
+            let outcome = try await h.client.send(
+                try .broadcast(bundleID: Self.bundle, channelID: channel, payload: Self.payload(n), expiration: 0, priority: .immediate))
             #expect(outcome.acceptance != nil && outcome.attempts.count == 1, "at \(n * 30) s: \(outcome.result)")
             tokens.insert(try h.client.signer.token(for: h.client.signingKey).jwt)
             clock.advance(by: 30)
@@ -380,15 +449,19 @@ import Testing
     /// A channel made in the engine directly, so the connection under test starts fresh with the first broadcast.
     static func createDirectly(_ h: Harness) async throws -> APNsChannelID {
         let id = "Y2hhbm5lbC1mb3ItdGVzdHM="
-        h.simulator.engine.restoreChannels([SimulatorChannel(bundleID: bundle, id: id, storagePolicy: .mostRecentMessageStored,
-                                                             createdAt: h.simulator.engine.clock.now)])
+        h.simulator.engine.restoreChannels([
+            SimulatorChannel(
+                bundleID: bundle, id: id, storagePolicy: .mostRecentMessageStored,
+                createdAt: h.simulator.engine.clock.now)
+        ])
         return try APNsChannelID(id)
     }
 
     static func burst(_ client: APNsClient, count: Int, channel: APNsChannelID) async throws -> [APNsOutcome] {
         try await withThrowingTaskGroup(of: APNsOutcome.self) { group in
             for n in 0..<count {
-                let request = try APNsRequest.broadcast(bundleID: bundle, channelID: channel, payload: payload(n), expiration: 0, priority: .immediate)
+                let request = try APNsRequest.broadcast(
+                    bundleID: bundle, channelID: channel, payload: payload(n), expiration: 0, priority: .immediate)
                 group.addTask { try await client.send(request) }
             }
             return try await group.reduce(into: []) { $0.append($1) }

@@ -14,7 +14,8 @@ import Testing
             let enumerator = FileManager.default.enumerator(at: Self.root.appending(path: folder), includingPropertiesForKeys: nil)
             while let url = enumerator?.nextObject() as? URL {
                 guard ["swift", "md", "sh", ""].contains(url.pathExtension), url.lastPathComponent != "APNsDocumentationTests.swift",
-                      let text = try? String(contentsOf: url, encoding: .utf8) else { continue }
+                    let text = try? String(contentsOf: url, encoding: .utf8)
+                else { continue }
                 for line in text.split(separator: "\n") {
                     // The anchors after a citation on its line: `docs/apns.md#a, #b` or `(apns.md#a)` in docs/.
                     guard let start = line.range(of: "apns.md#")?.lowerBound else { continue }

@@ -46,8 +46,10 @@ import Testing
         #expect(empty == APNsEndpoints(push: .apple(.push, .development), management: .apple(.management, .development)))
     }
 
-    @Test(arguments: ["http://127.0.0.1:8443", "127.0.0.1:8443", "https://", "https://host/path", "https://host:0",
-                      "https://host?x=1", "https://user@host", "not a url"])
+    @Test(arguments: [
+        "http://127.0.0.1:8443", "127.0.0.1:8443", "https://", "https://host/path", "https://host:0",
+        "https://host?x=1", "https://user@host", "not a url",
+    ])
     func malformedURLsAreRefused(url: String) {
         #expect(throws: APNsConfigurationError.self) { try APNsEndpoint(url: url) }
         #expect(throws: APNsConfigurationError.self) {

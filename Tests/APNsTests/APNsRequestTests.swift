@@ -60,13 +60,14 @@ import Testing
         #expect(request.operation == .broadcast)
         #expect(request.method == .post)
         #expect(request.path == "/4/broadcasts/apps/com.example.scores")
-        #expect(request.headers == [
-            "apns-channel-id": "dHN0LXNyY2gtY2hubA==",
-            "apns-push-type": "liveactivity",
-            "apns-expiration": "0",
-            "apns-priority": "10",
-            "apns-request-id": requestIDText,
-        ])
+        #expect(
+            request.headers == [
+                "apns-channel-id": "dHN0LXNyY2gtY2hubA==",
+                "apns-push-type": "liveactivity",
+                "apns-expiration": "0",
+                "apns-priority": "10",
+                "apns-request-id": requestIDText,
+            ])
         #expect(request.body == payload)
 
         for (priority, text) in [(APNsPriority.powerConsidered, "5"), (.low, "1")] {
@@ -87,25 +88,27 @@ import Testing
         #expect(minimal.operation == .devicePush)
         #expect(minimal.method == .post)
         #expect(minimal.path == "/3/device/" + String(repeating: "ab01", count: 16))
-        #expect(minimal.headers == [
-            "apns-topic": "com.example.scores.push-type.liveactivity",
-            "apns-push-type": "liveactivity",
-            "apns-priority": "5",
-        ])
+        #expect(
+            minimal.headers == [
+                "apns-topic": "com.example.scores.push-type.liveactivity",
+                "apns-push-type": "liveactivity",
+                "apns-priority": "5",
+            ])
         #expect(minimal.body == payload)
         #expect("\(minimal)" == "POST /3/device/ab01ab01…")
 
         let full = try APNsRequest.devicePush(
             bundleID: bundle, deviceToken: token, payload: payload, priority: .immediate,
             expiration: 1_800_000_000, apnsID: requestID, collapseID: "score")
-        #expect(full.headers == [
-            "apns-topic": "com.example.scores.push-type.liveactivity",
-            "apns-push-type": "liveactivity",
-            "apns-priority": "10",
-            "apns-expiration": "1800000000",
-            "apns-id": requestIDText,
-            "apns-collapse-id": "score",
-        ])
+        #expect(
+            full.headers == [
+                "apns-topic": "com.example.scores.push-type.liveactivity",
+                "apns-push-type": "liveactivity",
+                "apns-priority": "10",
+                "apns-expiration": "1800000000",
+                "apns-id": requestIDText,
+                "apns-collapse-id": "score",
+            ])
     }
 
     @Test func payloadLimitsAreCheckedBeforeSending() throws {
@@ -132,15 +135,19 @@ import Testing
         #expect(random != APNsRequestID.random())
         let characters = Array(random.value)
         #expect(UUID(uuidString: random.value) != nil && characters[14] == "4" && "89ab".contains(characters[19]), "\(random)")
-        for bad in ["", "6a9fb03c1c1e4d57b3b46c0b5d3f1e2a", "6a9fb03c-1c1e-4d57-b3b4-6c0b5d3f1e2g",
-                    "{6a9fb03c-1c1e-4d57-b3b4-6c0b5d3f1e2a}", "6a9fb03c-1c1e-4d57-b3b4_6c0b5d3f1e2a"] {
+        for bad in [
+            "", "6a9fb03c1c1e4d57b3b46c0b5d3f1e2a", "6a9fb03c-1c1e-4d57-b3b4-6c0b5d3f1e2g",
+            "{6a9fb03c-1c1e-4d57-b3b4-6c0b5d3f1e2a}", "6a9fb03c-1c1e-4d57-b3b4_6c0b5d3f1e2a",
+        ] {
             #expect(throws: APNsRequestError.invalidRequestID(bad)) { try APNsRequestID(bad) }
         }
         for bad in ["", "not base64!", "abc", "dHN0LXNyY2gtY2hubA", "a-b_"] {
             #expect(throws: APNsRequestError.invalidChannelID(bad)) { try APNsChannelID(bad) }
         }
-        for bad in ["", "abc", "zz", "00 11", "00ff", String(repeating: "0", count: 63), String(repeating: "0", count: 65),
-                    String(repeating: "g", count: 64), String(repeating: "00", count: 101)] {
+        for bad in [
+            "", "abc", "zz", "00 11", "00ff", String(repeating: "0", count: 63), String(repeating: "0", count: 65),
+            String(repeating: "g", count: 64), String(repeating: "00", count: 101),
+        ] {
             #expect(throws: APNsRequestError.self) { try APNsDeviceToken(hex: bad) }
         }
         #expect(try APNsDeviceToken(hex: String(repeating: "ab", count: 32)).description == "abababab…")

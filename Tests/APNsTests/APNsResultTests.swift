@@ -95,7 +95,10 @@ import Testing
     @Test func unregisteredCarriesItsTimestamp() throws {
         let body = Array(#"{"reason":"Unregistered","timestamp":1700000000123}"#.utf8)
         let result = APNsResult(response: APNsResponse(status: 410, headers: ["apns-id": "p-1"], body: body), operation: .devicePush)
-        guard case .rejected(let failure) = result else { Issue.record("not rejected: \(result)"); return }
+        guard case .rejected(let failure) = result else {
+            Issue.record("not rejected: \(result)")
+            return
+        }
         #expect(failure.reason == .unregistered)
         #expect(failure.timestamp == 1_700_000_000_123)
         #expect(failure.timestampDate == Date(timeIntervalSince1970: 1_700_000_000.123))
@@ -152,8 +155,9 @@ import Testing
 
     @Test func successHeadersAreKept() throws {
         let broadcast = APNsResponse(status: 200, headers: ["apns-request-id": "r-3", "apns-unique-id": "u-3"])
-        #expect(APNsResult(response: broadcast, operation: .broadcast).acceptance
-            == APNsAcceptance(status: 200, requestID: "r-3", uniqueID: "u-3"))
+        #expect(
+            APNsResult(response: broadcast, operation: .broadcast).acceptance
+                == APNsAcceptance(status: 200, requestID: "r-3", uniqueID: "u-3"))
         let push = APNsResponse(status: 200, headers: ["apns-id": "p-3"])
         #expect(APNsResult(response: push, operation: .devicePush).acceptance?.apnsID == "p-3")
         #expect(kind(APNsResult(response: APNsResponse(status: 204), operation: .deleteChannel)) == .accepted)

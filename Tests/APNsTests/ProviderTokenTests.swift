@@ -1,8 +1,9 @@
-@testable import APNs
 import Crypto
 import Foundation
 import MarqueeCore
 import Testing
+
+@testable import APNs
 
 @Suite struct ProviderTokenTests {
     static func signingKey(keyID: String = "ABC123DEFG", teamID: String = "DEF123GHIJ") throws -> APNsSigningKey {

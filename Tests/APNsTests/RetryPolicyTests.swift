@@ -16,7 +16,8 @@ struct SeededRandom: RandomNumberGenerator {
 @Suite struct RetryPolicyTests {
     let serverError = APNsResult(response: APNsResponse(status: 503, body: Array(#"{"reason":"ServiceUnavailable"}"#.utf8)), operation: .broadcast)
     let expired = APNsResult(response: APNsResponse(status: 403, body: Array(#"{"reason":"ExpiredProviderToken"}"#.utf8)), operation: .broadcast)
-    let tooFrequent = APNsResult(response: APNsResponse(status: 429, body: Array(#"{"reason":"TooManyProviderTokenUpdates"}"#.utf8)), operation: .broadcast)
+    let tooFrequent = APNsResult(
+        response: APNsResponse(status: 429, body: Array(#"{"reason":"TooManyProviderTokenUpdates"}"#.utf8)), operation: .broadcast)
     let rejected = APNsResult(response: APNsResponse(status: 400, body: Array(#"{"reason":"BadChannelId"}"#.utf8)), operation: .broadcast)
     let accepted = APNsResult(response: APNsResponse(status: 200), operation: .broadcast)
     let goaway = APNsResult(goawayDebugData: [])
@@ -77,9 +78,15 @@ struct SeededRandom: RandomNumberGenerator {
 
         // A refresh still possible after transient failures, but only once.
         var other = RetryState()
-        guard case .retry = other.next(after: serverError, random: &random) else { Issue.record("expected retry"); return }
+        guard case .retry = other.next(after: serverError, random: &random) else {
+            Issue.record("expected retry")
+            return
+        }
         #expect(other.next(after: expired, random: &random) == .refreshTokenAndRetry)
-        guard case .retry = other.next(after: serverError, random: &random) else { Issue.record("expected retry"); return }
+        guard case .retry = other.next(after: serverError, random: &random) else {
+            Issue.record("expected retry")
+            return
+        }
         #expect(other.next(after: expired, random: &random) == .giveUp)
 
         // Out of attempts: no refresh either.
@@ -115,8 +122,10 @@ struct SeededRandom: RandomNumberGenerator {
         let policy = RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(100), maxDelay: .seconds(10))
         var random = SeededRandom(state: 13)
         func throttled(_ seconds: String) -> APNsResult {
-            APNsResult(response: APNsResponse(status: 429, headers: ["retry-after": seconds],
-                                              body: Array(#"{"reason":"TooManyRequests"}"#.utf8)), operation: .broadcast)
+            APNsResult(
+                response: APNsResponse(
+                    status: 429, headers: ["retry-after": seconds],
+                    body: Array(#"{"reason":"TooManyRequests"}"#.utf8)), operation: .broadcast)
         }
         #expect(policy.action(after: throttled("3"), attempt: 1, tokenRefreshed: false, random: &random) == .retry(after: .seconds(3)))
         #expect(policy.action(after: throttled("60"), attempt: 1, tokenRefreshed: false, random: &random) == .retry(after: .seconds(10)))

@@ -1,10 +1,11 @@
-@testable import APNs
-@testable import APNsSimulator
 import Foundation
 import MarqueeCore
 import MarqueeTestSupport
 import Network
 import Testing
+
+@testable import APNs
+@testable import APNsSimulator
 
 /// The simulator against Marquee's own HTTP/2 client: stream limits as the client sees them, GOAWAY, answers read by APNsResult.
 @Suite struct SimulatorClientTests {
@@ -24,13 +25,15 @@ import Testing
         let simulator = try await APNsSimulator.start(configuration: SimulatorTestHost.configuration(folder) { $0.streamLimit = 300 })
         let token = try ProviderToken(signingKey: simulator.files.apnsSigningKey(), issuedAt: Date())
         let loop = EventLoop(name: "simulator-client-test")
-        let tls = try TLSClientContext(configuration: TLSClientConfiguration(
-            trustsSystemCAs: false, extraCAFile: simulator.files.caCertificateFile))
+        let tls = try TLSClientContext(
+            configuration: TLSClientConfiguration(
+                trustsSystemCAs: false, extraCAFile: simulator.files.caCertificateFile))
         let management = HTTP2ClientConnection(origin: HTTP2Origin(host: "127.0.0.1", port: simulator.managementPort), tls: tls, loop: loop)
         let push = HTTP2ClientConnection(origin: HTTP2Origin(host: "127.0.0.1", port: simulator.pushPort), tls: tls, loop: loop)
 
-        let created = try await Self.send(management, try .createChannel(bundleID: SimulatorTestHost.bundleID, storagePolicy: .noMessageStored),
-                                          token: token, port: simulator.managementPort)
+        let created = try await Self.send(
+            management, try .createChannel(bundleID: SimulatorTestHost.bundleID, storagePolicy: .noMessageStored),
+            token: token, port: simulator.managementPort)
         guard case .accepted(let acceptance) = created, let channel = acceptance.channelID else {
             Issue.record("create: \(created)")
             return
@@ -41,8 +44,10 @@ import Testing
             for index in 0..<200 {
                 group.addTask {
                     let payload = Array(#"{"aps":{"timestamp":\#(1_800_000_000 + index),"event":"update","content-state":{}}}"#.utf8)
-                    return try await Self.send(push, try .broadcast(
-                        bundleID: SimulatorTestHost.bundleID, channelID: channel, payload: payload, expiration: 0, priority: .powerConsidered),
+                    return try await Self.send(
+                        push,
+                        try .broadcast(
+                            bundleID: SimulatorTestHost.bundleID, channelID: channel, payload: payload, expiration: 0, priority: .powerConsidered),
                         token: token, port: simulator.pushPort)
                 }
             }
@@ -53,8 +58,10 @@ import Testing
         #expect(await push.maxConcurrentStreams == 300)
 
         // A rejection drops the client's view of the limit to 1.
-        let rejected = try await Self.send(push, try .broadcast(
-            bundleID: SimulatorTestHost.bundleID, channelID: channel, payload: Array(#"{"aps":{}}"#.utf8), expiration: 60, priority: .immediate),
+        let rejected = try await Self.send(
+            push,
+            try .broadcast(
+                bundleID: SimulatorTestHost.bundleID, channelID: channel, payload: Array(#"{"aps":{}}"#.utf8), expiration: 60, priority: .immediate),
             token: token, port: simulator.pushPort)
         #expect(rejected.failure?.reason == .badExpirationDate)
         // The SETTINGS frame follows the answer on the wire; give the client a moment to read it.
@@ -65,8 +72,10 @@ import Testing
         }
         #expect(limit == 1)
         // The next accepted broadcast restores it.
-        let accepted = try await Self.send(push, try .broadcast(
-            bundleID: SimulatorTestHost.bundleID, channelID: channel, payload: Array(#"{"aps":{}}"#.utf8), expiration: 0, priority: .immediate),
+        let accepted = try await Self.send(
+            push,
+            try .broadcast(
+                bundleID: SimulatorTestHost.bundleID, channelID: channel, payload: Array(#"{"aps":{}}"#.utf8), expiration: 0, priority: .immediate),
             token: token, port: simulator.pushPort)
         #expect(accepted.acceptance != nil)
         for _ in 0..<200 where limit != 300 {
@@ -79,7 +88,10 @@ import Testing
         await push.close()
         await simulator.shutdown()
         await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { loop.shutdown(); continuation.resume() }
+            DispatchQueue.global().async {
+                loop.shutdown()
+                continuation.resume()
+            }
         }
     }
 
@@ -98,7 +110,8 @@ import Testing
             var answered = false
             for _ in 0..<3 where !answered {
                 do {
-                    let response = try await pool.send(HTTPRequest(method: "GET", path: list.path, headers: headers), to: origin, key: "k", timeout: .seconds(10))
+                    let response = try await pool.send(
+                        HTTPRequest(method: "GET", path: list.path, headers: headers), to: origin, key: "k", timeout: .seconds(10))
                     #expect(response.status == 200)
                     answered = true
                 } catch {
@@ -112,7 +125,10 @@ import Testing
         await pool.shutdown()
         await simulator.shutdown()
         await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { group.shutdown(); continuation.resume() }
+            DispatchQueue.global().async {
+                group.shutdown()
+                continuation.resume()
+            }
         }
     }
 }

@@ -1,10 +1,11 @@
 import APNs
-@testable import APNsSimulator
 import Foundation
 import MarqueeCore
 import MarqueeTestSupport
 import Network
 import Testing
+
+@testable import APNsSimulator
 
 /// Every rejection the simulator can give (every row of each API's table), sent over the wire through `APNsClient`,
 /// and the client's classification held against what Apple's descriptions imply. The expectations are written here
@@ -74,11 +75,13 @@ import Testing
             request = try .listChannels(bundleID: bundle)
         case .broadcast:
             let channel = try await client.createChannel(bundleID: bundle, storagePolicy: .noMessageStored)
-            request = try .broadcast(bundleID: bundle, channelID: channel, payload: Array(#"{"aps":{"event":"update"}}"#.utf8),
-                                     expiration: 0, priority: .powerConsidered)
+            request = try .broadcast(
+                bundleID: bundle, channelID: channel, payload: Array(#"{"aps":{"event":"update"}}"#.utf8),
+                expiration: 0, priority: .powerConsidered)
         case .devicePush:
-            request = try .devicePush(bundleID: bundle, deviceToken: APNsDeviceToken(hex: String(repeating: "ab", count: 32)),
-                                      payload: Array(#"{"aps":{"event":"update"}}"#.utf8), priority: .powerConsidered)
+            request = try .devicePush(
+                bundleID: bundle, deviceToken: APNsDeviceToken(hex: String(repeating: "ab", count: 32)),
+                payload: Array(#"{"aps":{"event":"update"}}"#.utf8), priority: .powerConsidered)
         }
         #expect(try await client.send(request).acceptance != nil, "the request is accepted when nothing is scripted")
 
@@ -103,7 +106,9 @@ import Testing
                     #expect(actual == expected)
                 }
             } else {
-                #expect(actual == expected, "\(api) \(answer): Apple implies \(expected), the client says \(actual.map(String.init(describing:)) ?? "done")")
+                #expect(
+                    actual == expected,
+                    "\(api) \(answer): Apple implies \(expected), the client says \(actual.map(String.init(describing:)) ?? "done")")
             }
         }
         #expect(try await client.send(request).acceptance != nil, "scripted answers are used up")

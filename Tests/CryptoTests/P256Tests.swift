@@ -67,8 +67,9 @@ import Testing
     @Test func encryptedKeysAreRefusedWithoutPrompting() throws {
         let cli = try OpenSSLCLI()
         defer { cli.remove() }
-        let made = try cli.run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-                               "-aes-256-cbc", "-pass", "pass:secret", "-out", "encrypted.p8")
+        let made = try cli.run(
+            "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-aes-256-cbc", "-pass", "pass:secret", "-out", "encrypted.p8")
         #expect(made.status == 0, "\(made.output)")
         let pem = try cli.readText("encrypted.p8")
         #expect(pem.contains("BEGIN ENCRYPTED PRIVATE KEY"))

@@ -11,8 +11,9 @@ import Testing
 
     /// Runs the CLI with no database, no inherited API settings, and `environment` on top.
     static func cli(_ arguments: [String], _ environment: [String: String] = [:]) async throws -> MarqueeProcess.Result {
-        try await MarqueeProcess.run(arguments, databaseURL: nil,
-                                     environment: ["MARQUEE_URL": "", "MARQUEE_API_KEY": "", "MARQUEE_CA_FILE": ""].merging(environment) { $1 })
+        try await MarqueeProcess.run(
+            arguments, databaseURL: nil,
+            environment: ["MARQUEE_URL": "", "MARQUEE_API_KEY": "", "MARQUEE_CA_FILE": ""].merging(environment) { $1 })
     }
 
     /// A port nothing listens on (bound, read, released).
@@ -32,8 +33,10 @@ import Testing
     @Test(.enabled(if: binaryBuilt)) func serveRefusesARetentionShorterThanADayBeforeConnecting() async throws {
         let nowhere = ["--database-url", "postgresql://nobody@127.0.0.1:\(Self.freePort())/marquee"]
         for flag in ["--delivery-retention", "--update-retention"] {
-            for (value, message) in [("3600", "\(flag) takes 0 (keep) or at least 86400 seconds"),
-                                     ("forever", "\(flag) takes a number of seconds")] {
+            for (value, message) in [
+                ("3600", "\(flag) takes 0 (keep) or at least 86400 seconds"),
+                ("forever", "\(flag) takes a number of seconds"),
+            ] {
                 let result = try await Self.cli(["serve", flag, value] + nowhere)
                 #expect(result.status == 64, "\(flag) \(value): \(result.stderr)")
                 #expect(result.stderr.contains(message), "\(flag) \(value): \(result.stderr)")
@@ -56,10 +59,18 @@ import Testing
             (["event", "update", "4", "--patch", "{}", "--alert", #"{"title":"GOAL"}"#, "--sound", "default"], "either --alert or --alert-title"),
             (["event", "update", "4", "--patch", "@/nonexistent/state.json"], "--patch: cannot read /nonexistent/state.json"),
             (["event", "end", "4", "--dismissal-date", "tomorrow"], "--dismissal-date takes an ISO 8601 date"),
-            (["event", "create", "--app", "1", "--external-id", "x", "--kind", "match", "--attribute-type", "T",
-              "--starts-at", "2026-05-01T19:45:00Z", "--ends-at", "2026-05-01T18:00:00Z", "--content-state", "{}"], "--ends-at must be after --starts-at"),
-            (["event", "create", "--app", "1", "--external-id", "x", "--kind", "match", "--attribute-type", "T",
-              "--starts-at", "now+1h"], "missing --content-state"),
+            (
+                [
+                    "event", "create", "--app", "1", "--external-id", "x", "--kind", "match", "--attribute-type", "T",
+                    "--starts-at", "2026-05-01T19:45:00Z", "--ends-at", "2026-05-01T18:00:00Z", "--content-state", "{}",
+                ], "--ends-at must be after --starts-at"
+            ),
+            (
+                [
+                    "event", "create", "--app", "1", "--external-id", "x", "--kind", "match", "--attribute-type", "T",
+                    "--starts-at", "now+1h",
+                ], "missing --content-state"
+            ),
             (["event", "list", "--limit", "501"], "--limit takes a whole number from 1 to 500"),
             (["channel", "list", "--state", "opened"], "--state must be one of"),
             (["channel", "delete", "0"], "ID takes a positive whole number"),
@@ -82,9 +93,11 @@ import Testing
         for command in [["--help"], ["event", "--help"], ["event", "update", "--help"], ["channel", "reconcile", "--help"], ["status", "--help"]] {
             let result = try await Self.cli(command)
             #expect(result.status == 0)
-            for line in ["1   refused: APNs rejected the request (its reason is shown), a conflict (409", "64  the command line is wrong",
-                         "65  input data is invalid", "(400, 413, 422)", "66  an input file cannot be read", "no such thing (404)",
-                         "69  a service cannot be reached", "77  not allowed: the API key is missing or wrong (401)"] {
+            for line in [
+                "1   refused: APNs rejected the request (its reason is shown), a conflict (409", "64  the command line is wrong",
+                "65  input data is invalid", "(400, 413, 422)", "66  an input file cannot be read", "no such thing (404)",
+                "69  a service cannot be reached", "77  not allowed: the API key is missing or wrong (401)",
+            ] {
                 #expect(result.stdout.contains(line), "\(command) lacks '\(line)'")
             }
             // 75 is a temporary failure in every command, never a conflict; the API commands do not use it.
@@ -153,21 +166,27 @@ import Testing
             let keyFile = folder.appending(path: "AuthKey_KEY1234567.p8").path
             try P256.SigningKey.generate().pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
             chmod(keyFile, 0o600)
-            let added = try await MarqueeProcess.run(["app", "add", "--bundle", "com.example.scores", "--environment", "development",
-                                                      "--team-id", "ABCDE12345", "--key-id", "KEY1234567", "--key-file", keyFile, "--push-url", "https://127.0.0.1:\(AdminCLITests.freePort())",
-                                                      "--manage-url", "https://127.0.0.1:\(AdminCLITests.freePort())", "--json"],
-                                                     databaseURL: databaseURL)
+            let added = try await MarqueeProcess.run(
+                [
+                    "app", "add", "--bundle", "com.example.scores", "--environment", "development",
+                    "--team-id", "ABCDE12345", "--key-id", "KEY1234567", "--key-file", keyFile, "--push-url",
+                    "https://127.0.0.1:\(AdminCLITests.freePort())",
+                    "--manage-url", "https://127.0.0.1:\(AdminCLITests.freePort())", "--json",
+                ],
+                databaseURL: databaseURL)
             #expect(added.status == 0, "\(added.stderr)")
             return try #require(try JSONValue(parsing: added.stdout)["id"]?.intValue)
         }
 
         /// Registers MatchAttributes for the app over the API (the CLI has no command for it).
         func registerMatchAttributes(app: Int64) async throws {
-            let body = #"{"app":\#(app),"name":"MatchAttributes","attributes":{"homeTeam":"string","awayTeam":"string"},"#
+            let body =
+                #"{"app":\#(app),"name":"MatchAttributes","attributes":{"homeTeam":"string","awayTeam":"string"},"#
                 + #""contentState":{"homeScore":{"type":"int","significant":true},"awayScore":"int","lastScorer":"string?"}}"#
-            let response = try await LoopbackHTTP.request(port: port, "POST", "/v1/attribute-types",
-                                                          headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
-                                                          body: Array(body.utf8))
+            let response = try await LoopbackHTTP.request(
+                port: port, "POST", "/v1/attribute-types",
+                headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
+                body: Array(body.utf8))
             #expect(response.status == 201, "\(response.text)")
         }
 
@@ -231,10 +250,12 @@ import Testing
         #expect(try await server.cli(["event", "list"], key: "").status == 77)
 
         func create(_ externalID: String, contentState: String = #"{"homeScore":0,"awayScore":0}"#) async throws -> MarqueeProcess.Result {
-            try await server.cli(["event", "create", "--app", String(app), "--external-id", externalID, "--kind", "match",
-                                  "--attribute-type", "MatchAttributes", "--starts-at", "2031-05-01T19:45:00+02:00",
-                                  "--ends-at", "2031-05-01T21:45:00Z", "--topic", "team:arsenal", "--topic", "team:chelsea",
-                                  "--attributes", #"{"homeTeam":"Arsenal","awayTeam":"Chelsea"}"#, "--content-state", contentState, "--json"])
+            try await server.cli([
+                "event", "create", "--app", String(app), "--external-id", externalID, "--kind", "match",
+                "--attribute-type", "MatchAttributes", "--starts-at", "2031-05-01T19:45:00+02:00",
+                "--ends-at", "2031-05-01T21:45:00Z", "--topic", "team:arsenal", "--topic", "team:chelsea",
+                "--attributes", #"{"homeTeam":"Arsenal","awayTeam":"Chelsea"}"#, "--content-state", contentState, "--json",
+            ])
         }
         let created = try await create("epl-1")
         #expect(created.status == 0, "\(created.stderr)")
@@ -248,9 +269,11 @@ import Testing
         let duplicate = try await create("epl-1")
         #expect(duplicate.status == 1, "a conflict (409) is a refusal")
         #expect(try JSONValue(parsing: duplicate.stdout)["error"]?["field"] == "externalId")
-        let invalid = try await server.cli(["event", "create", "--app", String(app), "--external-id", "epl-bad", "--kind", "match",
-                                            "--attribute-type", "MatchAttributes", "--starts-at", "now+5h",
-                                            "--attributes", #"{"homeTeam":"A","awayTeam":"B"}"#, "--content-state", #"{"homeScore":"one","awayScore":0}"#])
+        let invalid = try await server.cli([
+            "event", "create", "--app", String(app), "--external-id", "epl-bad", "--kind", "match",
+            "--attribute-type", "MatchAttributes", "--starts-at", "now+5h",
+            "--attributes", #"{"homeTeam":"A","awayTeam":"B"}"#, "--content-state", #"{"homeScore":"one","awayScore":0}"#,
+        ])
         #expect(invalid.status == 65)
         #expect(invalid.stderr.contains("(field: contentState.homeScore)") && invalid.stderr.contains("[HTTP 422"), "\(invalid.stderr)")
 
@@ -270,19 +293,25 @@ import Testing
         #expect(table.stdout.hasPrefix("ID  APP  EXTERNAL ID  KIND   STATUS"), "\(table.stdout)")
 
         // An update with an alert, repeated with its idempotency key, then the key reused for another body.
-        let update = ["event", "update", String(id), "--patch", #"{"homeScore":1,"lastScorer":"Saka"}"#, "--alert-title", "GOAL",
-                      "--alert-body", "Saka 54'", "--sound", "default", "--priority", "high", "--idempotency-key", "feed-1"]
+        let update = [
+            "event", "update", String(id), "--patch", #"{"homeScore":1,"lastScorer":"Saka"}"#, "--alert-title", "GOAL",
+            "--alert-body", "Saka 54'", "--sound", "default", "--priority", "high", "--idempotency-key", "feed-1",
+        ]
         let accepted = try await server.json(update)
         #expect(accepted["update"]?["action"] == "update" && accepted["update"]?["disposition"] == "pending")
         #expect(try await server.json(update)["update"]?["id"] == accepted["update"]?["id"])
         let reused = try await server.cli(["event", "update", String(id), "--patch", #"{"homeScore":2}"#, "--idempotency-key", "feed-1"])
         #expect(reused.status == 65)
         #expect(reused.stderr.contains("idempotency_key_reused"), "\(reused.stderr)")
-        let localized = try await server.json(["event", "update", String(id), "--patch", #"{"awayScore":0}"#,
-                                               "--alert", #"{"title":"GOAL","body":{"locKey":"goal_by","locArgs":["Saka","54"]},"sound":"default"}"#])
+        let localized = try await server.json([
+            "event", "update", String(id), "--patch", #"{"awayScore":0}"#,
+            "--alert", #"{"title":"GOAL","body":{"locKey":"goal_by","locArgs":["Saka","54"]},"sound":"default"}"#,
+        ])
         #expect(localized["update"]?["disposition"] == "pending")
-        let late = try await server.json(["event", "update", String(id), "--content-state", #"{"homeScore":0,"awayScore":0}"#,
-                                          "--occurred-at", "now-1h", "--relevance-score", "0.5"])
+        let late = try await server.json([
+            "event", "update", String(id), "--content-state", #"{"homeScore":0,"awayScore":0}"#,
+            "--occurred-at", "now-1h", "--relevance-score", "0.5",
+        ])
         #expect(late["update"]?["disposition"] == "superseded")
 
         let detail = try await server.json(["event", "show", String(id)])
@@ -291,7 +320,9 @@ import Testing
         let shown = try await server.cli(["event", "show", String(id)])
         #expect(shown.stdout.contains("external id:    epl-1") && shown.stdout.contains("pending:"), "\(shown.stdout)")
 
-        let ended = try await server.json(["event", "end", String(id), "--patch", #"{"awayScore":1}"#, "--dismissal-date", "now+1h", "--at", "now+10m"])
+        let ended = try await server.json([
+            "event", "end", String(id), "--patch", #"{"awayScore":1}"#, "--dismissal-date", "now+1h", "--at", "now+10m",
+        ])
         #expect(ended["update"]?["action"] == "end")
         let afterEnd = try await server.cli(["event", "update", String(id), "--patch", #"{"homeScore":2}"#])
         #expect(afterEnd.status == 1, "\(afterEnd.stderr)")
@@ -303,20 +334,24 @@ import Testing
         let server = try await Server.start(["--channel-quota", "5"])
         let app = try await server.addApp()
         try await server.registerMatchAttributes(app: app)
-        let event = try await server.json(["event", "create", "--app", String(app), "--external-id", "ua-1234", "--kind", "flight",
-                                           "--attribute-type", "MatchAttributes", "--starts-at", "now+5h",
-                                           "--attributes", #"{"homeTeam":"A","awayTeam":"B"}"#, "--content-state", #"{"homeScore":0,"awayScore":0}"#])
+        let event = try await server.json([
+            "event", "create", "--app", String(app), "--external-id", "ua-1234", "--kind", "flight",
+            "--attribute-type", "MatchAttributes", "--starts-at", "now+5h",
+            "--attributes", #"{"homeTeam":"A","awayTeam":"B"}"#, "--content-state", #"{"homeScore":0,"awayScore":0}"#,
+        ])
         let eventID = try #require(event["id"]?.intValue)
         // Four channels APNs listed but Marquee never made count against the quota of 5 (80%), and APNs lost the event's channel.
         let pool = PostgresPool(configuration: PostgresConfiguration(url: server.databaseURL), maxConnections: 1)
         defer { pool.close() }
         for name in ["AAAA", "BBBB", "CCCC", "DDDD"] {
-            try await pool.query("""
+            try await pool.query(
+                """
                 INSERT INTO channels (app_id, apns_channel_id, storage_policy, state, first_seen_at)
                 VALUES (\(Int(app)), \(name), 'mostRecent', 'unknown', now())
                 """)
         }
-        try await pool.query("""
+        try await pool.query(
+            """
             INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, first_seen_at, opened_at, last_error, last_error_at)
             VALUES (\(Int(app)), \(Int(eventID)), 'EEEE', 'mostRecent', 'lost', now(), now(), 'ChannelNotRegistered', now())
             """)

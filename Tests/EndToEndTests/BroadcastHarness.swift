@@ -34,8 +34,10 @@ final class BroadcastHarness: Sendable {
     var serves: [MarqueeProcess.Running] { processes.withLock { $0.serves } }
     var ports: [Int] { processes.withLock { $0.ports } }
 
-    private init(simulator: APNsSimulator, databaseURL: String, pool: PostgresPool, serves: [MarqueeProcess.Running], ports: [Int],
-                 adminKey: String, appID: Int, stateDirectory: String, serveArguments: [String]) {
+    private init(
+        simulator: APNsSimulator, databaseURL: String, pool: PostgresPool, serves: [MarqueeProcess.Running], ports: [Int],
+        adminKey: String, appID: Int, stateDirectory: String, serveArguments: [String]
+    ) {
         self.simulator = simulator
         self.databaseURL = databaseURL
         self.pool = pool
@@ -50,8 +52,9 @@ final class BroadcastHarness: Sendable {
     /// with the same settings in its place: a new process, instance name and port.
     func killAndRestart(instance: Int = 0) async throws {
         await kill(instance: instance)
-        let (process, port) = try await MarqueeProcess.serve(databaseURL: databaseURL, arguments: Self.pipelineArguments + serveArguments,
-                                                             environment: simulator.environmentVariables)
+        let (process, port) = try await MarqueeProcess.serve(
+            databaseURL: databaseURL, arguments: Self.pipelineArguments + serveArguments,
+            environment: simulator.environmentVariables)
         processes.withLock { state in
             state.serves.insert(process, at: instance)
             state.ports.insert(port, at: instance)
@@ -71,8 +74,10 @@ final class BroadcastHarness: Sendable {
 
     /// Builds the world, runs `body` and always tears the world down (serve gets SIGTERM and must exit 0).
     /// `simulator` adjusts the simulator's configuration (quota, faults) before it starts.
-    static func run<T>(simulator: (inout SimulatorConfiguration) -> Void = { _ in }, instances: Int = 1, serveArguments: [String] = [],
-                       _ body: (BroadcastHarness) async throws -> T) async throws -> T {
+    static func run<T>(
+        simulator: (inout SimulatorConfiguration) -> Void = { _ in }, instances: Int = 1, serveArguments: [String] = [],
+        _ body: (BroadcastHarness) async throws -> T
+    ) async throws -> T {
         let harness = try await start(simulator: simulator, instances: instances, serveArguments: serveArguments)
         do {
             let registered = try await harness.api("POST", "/v1/attribute-types", MatchState.attributeType(app: harness.appID))
@@ -93,7 +98,8 @@ final class BroadcastHarness: Sendable {
     }
 
     private static func start(simulator adjust: (inout SimulatorConfiguration) -> Void, instances: Int, serveArguments: [String])
-        async throws -> BroadcastHarness {
+        async throws -> BroadcastHarness
+    {
         let state = FileManager.default.temporaryDirectory.appending(path: "marquee-e2e-sim-\(UUID().uuidString)").path
         var configuration = SimulatorConfiguration(stateDirectory: state)
         configuration.bundleIDs = [bundleID]
@@ -105,8 +111,10 @@ final class BroadcastHarness: Sendable {
             try #require(migrated.status == 0, "marquee migrate: \(migrated.stderr)")
             let files = simulator.files
             let added = try await MarqueeProcess.run(
-                ["app", "add", "--bundle", bundleID, "--environment", "development", "--team-id", files.teamID,
-                 "--key-id", files.keyID, "--key-file", files.signingKeyFile, "--json"], databaseURL: url)
+                [
+                    "app", "add", "--bundle", bundleID, "--environment", "development", "--team-id", files.teamID,
+                    "--key-id", files.keyID, "--key-file", files.signingKeyFile, "--json",
+                ], databaseURL: url)
             try #require(added.status == 0, "marquee app add: \(added.stderr)")
             let appID = try #require(try JSONValue(parsing: added.stdout)["id"]?.intValue)
             let created = try await MarqueeProcess.run(["key", "create", "--scope", "admin", "--json"], databaseURL: url)
@@ -167,8 +175,10 @@ final class BroadcastHarness: Sendable {
     }
 
     /// One request with the admin key to serve number `instance`.
-    func api(_ method: String, _ path: String, _ body: JSONValue? = nil, headers: [String: String] = [:], instance: Int = 0,
-             key: String? = nil) async throws -> Response {
+    func api(
+        _ method: String, _ path: String, _ body: JSONValue? = nil, headers: [String: String] = [:], instance: Int = 0,
+        key: String? = nil
+    ) async throws -> Response {
         var all = ["Authorization": "Bearer \(key ?? adminKey)"]
         if body != nil { all["Content-Type"] = "application/json" }
         all.merge(headers) { $1 }
@@ -188,8 +198,10 @@ final class BroadcastHarness: Sendable {
     }
 
     /// `POST /v1/events` for a match; returns the event id (the answer must be 201).
-    func createEvent(_ externalID: String, startsAt: Date = Date().addingTimeInterval(600), endsAt: Date? = nil,
-                     storagePolicy: String? = nil, state: MatchState = MatchState(), instance: Int = 0) async throws -> Int {
+    func createEvent(
+        _ externalID: String, startsAt: Date = Date().addingTimeInterval(600), endsAt: Date? = nil,
+        storagePolicy: String? = nil, state: MatchState = MatchState(), instance: Int = 0
+    ) async throws -> Int {
         var body: JSONObject = [
             "app": .int(Int64(appID)), "externalId": .string(externalID), "kind": "match", "attributeType": "MatchAttributes",
             "attributes": ["homeTeam": "Arsenal", "awayTeam": "Chelsea"], "contentState": state.input,
@@ -204,7 +216,8 @@ final class BroadcastHarness: Sendable {
 
     /// `POST /v1/events/{id}/updates` with a whole content-state and optional extra members.
     func update(_ event: Int, _ state: MatchState, extra: JSONObject = [:], headers: [String: String] = [:], instance: Int = 0)
-        async throws -> Response {
+        async throws -> Response
+    {
         var body: JSONObject = ["contentState": state.input]
         for (key, value) in extra { body[key] = value }
         return try await api("POST", "/v1/events/\(event)/updates", .object(body), headers: headers, instance: instance)
@@ -249,7 +262,8 @@ final class BroadcastHarness: Sendable {
     /// Waits until the newest broadcast on the channel carries `state`; returns every push decoded.
     @discardableResult
     func waitForState(_ state: MatchState, on channel: String, timeout: Double = 30) async throws
-        -> [(broadcast: ReceivedBroadcast, push: ActivityPush)] {
+        -> [(broadcast: ReceivedBroadcast, push: ActivityPush)]
+    {
         var pushes: [(broadcast: ReceivedBroadcast, push: ActivityPush)] = []
         try await waitUntil("the channel's newest broadcast carries minute \(state.minute)", timeout: timeout) {
             pushes = try self.pushes(on: channel)
@@ -267,7 +281,8 @@ final class BroadcastHarness: Sendable {
 
     /// Update rows of an event by disposition.
     func dispositions(of event: Int) async throws -> [String: Int] {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             SELECT disposition, count(*)::bigint AS n FROM updates WHERE event_id = \(event) GROUP BY disposition
             """)
         var result: [String: Int] = [:]
@@ -302,8 +317,9 @@ final class BroadcastHarness: Sendable {
             if Date() > deadline { break }
             try await Task.sleep(for: .milliseconds(100))
         }
-        throw Timeout(description: "timed out after \(timeout) s waiting until \(what)\n"
-            + serves.enumerated().map { "serve \($0.offset):\n\(Self.tail($0.element.stderr))" }.joined(separator: "\n"))
+        throw Timeout(
+            description: "timed out after \(timeout) s waiting until \(what)\n"
+                + serves.enumerated().map { "serve \($0.offset):\n\(Self.tail($0.element.stderr))" }.joined(separator: "\n"))
     }
 
     static func tail(_ log: String, lines: Int = 30) -> String {
@@ -358,8 +374,10 @@ struct MatchState: Codable, Hashable, Sendable {
         ]
         if let lastScorer { object["lastScorer"] = .string(lastScorer) }
         if let halfWindow {
-            object["halfWindow"] = ["lower": .string(BroadcastHarness.iso(halfWindow.lowerBound)),
-                                    "upper": .string(BroadcastHarness.iso(halfWindow.upperBound))]
+            object["halfWindow"] = [
+                "lower": .string(BroadcastHarness.iso(halfWindow.lowerBound)),
+                "upper": .string(BroadcastHarness.iso(halfWindow.upperBound)),
+            ]
         }
         return .object(object)
     }
@@ -372,8 +390,10 @@ struct MatchState: Codable, Hashable, Sendable {
             "contentState": [
                 "homeScore": ["type": "int", "significant": true],
                 "awayScore": ["type": "int", "significant": true],
-                "period": ["type": "enum", "values": ["scheduled", "firstHalf", "halfTime", "secondHalf", "fullTime"],
-                           "significant": true],
+                "period": [
+                    "type": "enum", "values": ["scheduled", "firstHalf", "halfTime", "secondHalf", "fullTime"],
+                    "significant": true,
+                ],
                 "minute": "int",
                 "lastScorer": "string?",
                 "kickoff": "date",
@@ -398,7 +418,9 @@ struct ActivityPush: Decodable, Sendable {
 
         enum CodingKeys: String, CodingKey {
             case timestamp, event, alert
-            case contentState = "content-state", staleDate = "stale-date", dismissalDate = "dismissal-date"
+            case contentState = "content-state"
+            case staleDate = "stale-date"
+            case dismissalDate = "dismissal-date"
             case relevanceScore = "relevance-score"
         }
     }

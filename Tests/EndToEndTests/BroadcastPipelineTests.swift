@@ -32,15 +32,18 @@ struct BroadcastPipelineTests {
             #expect(channel["openedAt"]?.stringValue != nil)
             let listed = try await h.api("GET", "/v1/channels?app=\(h.appID)&state=open")
             #expect(listed.status == 200)
-            #expect(Set(listed.json["channels"]?.arrayValue?.compactMap { $0["apnsChannelId"]?.stringValue } ?? [])
-                == [keptChannel, unstoredChannel])
+            #expect(
+                Set(listed.json["channels"]?.arrayValue?.compactMap { $0["apnsChannelId"]?.stringValue } ?? [])
+                    == [keptChannel, unstoredChannel])
 
             // The same external id again is a conflict.
-            let again = try await h.api("POST", "/v1/events", [
-                "app": .int(Int64(h.appID)), "externalId": "epl-ars-che", "kind": "match", "attributeType": "MatchAttributes",
-                "attributes": ["homeTeam": "Arsenal", "awayTeam": "Chelsea"], "contentState": MatchState().input,
-                "startsAt": .string(BroadcastHarness.iso(Date().addingTimeInterval(600))),
-            ])
+            let again = try await h.api(
+                "POST", "/v1/events",
+                [
+                    "app": .int(Int64(h.appID)), "externalId": "epl-ars-che", "kind": "match", "attributeType": "MatchAttributes",
+                    "attributes": ["homeTeam": "Arsenal", "awayTeam": "Chelsea"], "contentState": MatchState().input,
+                    "startsAt": .string(BroadcastHarness.iso(Date().addingTimeInterval(600))),
+                ])
             #expect(again.status == 409 && again.errorCode == "conflict", "\(again.text)")
 
             // An event whose start comes is live from then on (it has its channel), and listed as such.
@@ -69,10 +72,12 @@ struct BroadcastPipelineTests {
             var state = MatchState(homeScore: 1, period: .firstHalf, minute: 54, lastScorer: "Saka", halfWindow: window)
             let staleDate = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 3600).rounded(.down))
             let sentAt = Date()
-            let goal = try await h.update(kept, state, extra: [
-                "alert": ["title": "GOAL", "body": ["locKey": "GOAL_BODY", "locArgs": ["Saka", "54"]], "sound": "default"],
-                "relevanceScore": 0.75, "staleDate": .string(BroadcastHarness.iso(staleDate)),
-            ])
+            let goal = try await h.update(
+                kept, state,
+                extra: [
+                    "alert": ["title": "GOAL", "body": ["locKey": "GOAL_BODY", "locArgs": ["Saka", "54"]], "sound": "default"],
+                    "relevanceScore": 0.75, "staleDate": .string(BroadcastHarness.iso(staleDate)),
+                ])
             #expect(goal.status == 202, "\(goal.text)")
             #expect(goal.json["update"]?["action"] == "update" && goal.json["update"]?["disposition"] == "pending")
             #expect(goal.json["update"]?["event"]?.intValue == Int64(kept))
@@ -142,10 +147,12 @@ struct BroadcastPipelineTests {
 
             // The delivery rows agree with what APNs accepted, and every update was broadcast.
             #expect(try await h.settledDispositions(of: kept) == ["broadcast": 5])
-            #expect(try await h.count("""
-                SELECT count(*)::bigint AS n FROM deliveries d JOIN channels c ON c.id = d.channel_id
-                WHERE c.event_id = \(kept) AND d.kind = 'broadcast' AND d.status = 200
-                """) == 5)
+            #expect(
+                try await h.count(
+                    """
+                    SELECT count(*)::bigint AS n FROM deliveries d JOIN channels c ON c.id = d.channel_id
+                    WHERE c.event_id = \(kept) AND d.kind = 'broadcast' AND d.status = 200
+                    """) == 5)
             let detail = try await h.event(kept)
             #expect(detail["counts"]?["broadcast"]?.intValue == 5 && detail["counts"]?["pending"]?.intValue == 0)
 
@@ -325,15 +332,18 @@ struct BroadcastPipelineTests {
             #expect(oversized.json["error"]?["field"] == "contentState")
             // Just under the limit in content-state, but the alert pushes the payload over it.
             let nearly = MatchState(period: .firstHalf, minute: 2, lastScorer: String(repeating: "y", count: 3_800))
-            let withAlert = try await h.update(event, nearly, extra: ["alert": ["title": "GOAL", "body": .string(String(repeating: "z", count: 400))]])
+            let withAlert = try await h.update(
+                event, nearly, extra: ["alert": ["title": "GOAL", "body": .string(String(repeating: "z", count: 400))]])
             #expect(withAlert.status == 422 && withAlert.errorCode == "payload_too_large", "\(withAlert.text)")
 
             // An event whose attributes or state do not fit the schema is not created either.
-            let badEvent = try await h.api("POST", "/v1/events", [
-                "app": .int(Int64(h.appID)), "externalId": "bad-event", "kind": "match", "attributeType": "MatchAttributes",
-                "attributes": ["homeTeam": "Arsenal"], "contentState": MatchState().input,
-                "startsAt": .string(BroadcastHarness.iso(Date().addingTimeInterval(600))),
-            ])
+            let badEvent = try await h.api(
+                "POST", "/v1/events",
+                [
+                    "app": .int(Int64(h.appID)), "externalId": "bad-event", "kind": "match", "attributeType": "MatchAttributes",
+                    "attributes": ["homeTeam": "Arsenal"], "contentState": MatchState().input,
+                    "startsAt": .string(BroadcastHarness.iso(Date().addingTimeInterval(600))),
+                ])
             #expect(badEvent.status == 422 && badEvent.json["error"]?["field"]?.stringValue?.contains("awayTeam") == true, "\(badEvent.text)")
 
             #expect(try await snapshot() == before)
@@ -353,10 +363,12 @@ struct BroadcastPipelineTests {
             let final = MatchState(homeScore: 2, awayScore: 1, period: .fullTime, minute: 90)
             let at = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 3).rounded(.up))
             let dismissal = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 600).rounded(.down))
-            let ended = try await h.api("POST", "/v1/events/\(event)/end", [
-                "contentState": final.input, "dismissalDate": .string(BroadcastHarness.iso(dismissal)),
-                "at": .string(BroadcastHarness.iso(at)), "alert": ["title": "Full time", "body": "Arsenal 2-1 Chelsea"],
-            ])
+            let ended = try await h.api(
+                "POST", "/v1/events/\(event)/end",
+                [
+                    "contentState": final.input, "dismissalDate": .string(BroadcastHarness.iso(dismissal)),
+                    "at": .string(BroadcastHarness.iso(at)), "alert": ["title": "Full time", "body": "Arsenal 2-1 Chelsea"],
+                ])
             #expect(ended.status == 202, "\(ended.text)")
             #expect(ended.json["update"]?["action"] == "end")
             // Once ending, the event takes no more updates.
@@ -402,13 +414,16 @@ struct BroadcastPipelineTests {
             let channel = try await h.openChannel(of: ending)
             let final = MatchState(homeScore: 1, period: .fullTime, minute: 90)
             let at = Date().addingTimeInterval(3)
-            let ended = try await h.api("POST", "/v1/events/\(ending)/end", [
-                "contentState": final.input, "dismissalDate": .string(BroadcastHarness.iso(at.addingTimeInterval(600))),
-                "at": .string(BroadcastHarness.iso(at)),
-            ])
+            let ended = try await h.api(
+                "POST", "/v1/events/\(ending)/end",
+                [
+                    "contentState": final.input, "dismissalDate": .string(BroadcastHarness.iso(at.addingTimeInterval(600))),
+                    "at": .string(BroadcastHarness.iso(at)),
+                ])
             #expect(ended.status == 202, "\(ended.text)")
             func waitingForALock() async throws -> Int {
-                try await h.pool.query("""
+                try await h.pool.query(
+                    """
                     SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
                     """)[0].decode(Int.self, column: "n")
             }

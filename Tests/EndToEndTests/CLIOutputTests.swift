@@ -64,24 +64,29 @@ struct CLIOutputTests {
             _ = try await good(["key", "list"])
             _ = try await good(["key", "revoke", try #require(key["id"]?.stringValue)])
             let files = h.simulator.files
-            let other = try await good(["app", "add", "--bundle", "com.example.other", "--environment", "sandbox", "--team-id", files.teamID,
-                                        "--key-id", files.keyID, "--key-file", files.signingKeyFile])
+            let other = try await good([
+                "app", "add", "--bundle", "com.example.other", "--environment", "sandbox", "--team-id", files.teamID,
+                "--key-id", files.keyID, "--key-file", files.signingKeyFile,
+            ])
             #expect(other["environment"] == "development", "sandbox is Apple's name for development: \(other)")
             let otherID = try #require(other["id"]?.intValue)
             _ = try await good(["app", "list"])
             _ = try await good(["app", "show", String(otherID)])
             _ = try await good(["app", "remove", String(otherID), "--yes"])
-            _ = try await InstallationRepository(pool: h.pool).register(InstallationRegistration(appID: h.appID, installationID: "cli-phone"),
-                                                                        previousTokenRetention: 60)
+            _ = try await InstallationRepository(pool: h.pool).register(
+                InstallationRegistration(appID: h.appID, installationID: "cli-phone"),
+                previousTokenRetention: 60)
             _ = try await good(["installation", "show", "cli-phone"])
             _ = try await good(["installation", "show", "nobody"], succeeds: false)
             _ = try await good(["installation", "stats", "--app", String(h.appID)])
 
             let start = BroadcastHarness.iso(Date().addingTimeInterval(-60))
-            let created = try await good(["event", "create", "--app", String(h.appID), "--external-id", "cli-json", "--kind", "match",
-                                          "--attribute-type", "MatchAttributes", "--starts-at", start,
-                                          "--attributes", #"{"homeTeam":"Arsenal","awayTeam":"Chelsea"}"#,
-                                          "--content-state", MatchState().input.jsonString])
+            let created = try await good([
+                "event", "create", "--app", String(h.appID), "--external-id", "cli-json", "--kind", "match",
+                "--attribute-type", "MatchAttributes", "--starts-at", start,
+                "--attributes", #"{"homeTeam":"Arsenal","awayTeam":"Chelsea"}"#,
+                "--content-state", MatchState().input.jsonString,
+            ])
             let event = try #require(created["id"]?.intValue)
             let channel = try await h.openChannel(of: Int(event))
             let channelRow = try await h.count("SELECT id AS n FROM channels WHERE apns_channel_id = \(channel)")
@@ -106,11 +111,16 @@ struct CLIOutputTests {
             _ = try await good(["apns", "channels", "list"])
             // A payload the app decodes (the harness decodes every broadcast the simulator took).
             let state = String(decoding: try JSONEncoder().encode(MatchState()), as: UTF8.self)
-            _ = try await good(["apns", "broadcast", "--channel", apnsChannel, "--payload",
-                                #"{"aps":{"event":"update","timestamp":1,"content-state":"# + state + "}}"])
+            _ = try await good([
+                "apns", "broadcast", "--channel", apnsChannel, "--payload",
+                #"{"aps":{"event":"update","timestamp":1,"content-state":"# + state + "}}",
+            ])
             _ = try await good(["apns", "channels", "delete", "--channel", apnsChannel])
-            _ = try await good(["apns", "push", "--token", String(repeating: "ab", count: 32),
-                                "--payload", #"{"aps":{"event":"update","timestamp":1,"content-state":{}}}"#], succeeds: false)
+            _ = try await good(
+                [
+                    "apns", "push", "--token", String(repeating: "ab", count: 32),
+                    "--payload", #"{"aps":{"event":"update","timestamp":1,"content-state":{}}}"#,
+                ], succeeds: false)
             _ = try await good(["openapi"])
             #expect(Set(leaves).subtracting(covered).isEmpty, "commands with no good case here: \(Set(leaves).subtracting(covered))")
 
@@ -204,7 +214,8 @@ struct CLIOutputTests {
         try await BroadcastHarness.run { h in
             let cli = CLI(h: h)
             let first = try await h.createEvent("page-0", startsAt: Date().addingTimeInterval(7 * 86400))
-            try await h.pool.execute("""
+            try await h.pool.execute(
+                """
                 INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy, starts_at, ends_at, topics)
                 SELECT app_id, 'page-' || n, kind, attribute_type_id, attributes, storage_policy, starts_at + n * interval '1 minute',
                        ends_at + n * interval '1 minute', topics

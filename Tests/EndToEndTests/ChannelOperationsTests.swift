@@ -127,10 +127,12 @@ struct ChannelOperationsTests {
             let marker = MatchState(period: .firstHalf, minute: 50)
             #expect(try await h.update(healthy, marker).status == 202)
             try await h.waitForState(marker, on: healthyChannel)
-            #expect(try await h.count("""
-                SELECT count(*)::bigint AS n FROM deliveries d JOIN channels c ON c.id = d.channel_id
-                WHERE c.event_id = \(event) AND d.kind = 'broadcast' AND d.reason = 'ChannelNotRegistered'
-                """) == 1)
+            #expect(
+                try await h.count(
+                    """
+                    SELECT count(*)::bigint AS n FROM deliveries d JOIN channels c ON c.id = d.channel_id
+                    WHERE c.event_id = \(event) AND d.kind = 'broadcast' AND d.reason = 'ChannelNotRegistered'
+                    """) == 1)
             #expect(h.broadcasts(on: channel).count == 1)
             // No replacement is made behind the operator's back: the subscribed activities listen on the old id.
             #expect(h.simulator.engine.channels(bundleID: BroadcastHarness.bundleID).map(\.id) == [healthyChannel])
@@ -151,7 +153,10 @@ struct ChannelOperationsTests {
 
     @Test func transientAPNsFailuresAreRetriedUntilTheNewestStateIsSent() async throws {
         // A third of APNs' answers are 503 ServiceUnavailable (seeded, so the same draws every run).
-        try await BroadcastHarness.run(simulator: { $0.faults.serviceUnavailable = 0.3; $0.seed = 7 }) { h in
+        try await BroadcastHarness.run(simulator: {
+            $0.faults.serviceUnavailable = 0.3
+            $0.seed = 7
+        }) { h in
             var events: [Int] = []
             var channels: [String] = []
             for index in 0..<2 {
@@ -229,15 +234,19 @@ struct ChannelOperationsTests {
             // (Each counter moves just after its broadcast is recorded.)
             var counted: [Double] = []
             try await h.waitUntil("the counters reach the broadcasts received") {
-                counted = [try await h.metric("marquee_broadcasts_total", ["result": "accepted"], instance: 0),
-                           try await h.metric("marquee_broadcasts_total", ["result": "accepted"], instance: 1)]
+                counted = [
+                    try await h.metric("marquee_broadcasts_total", ["result": "accepted"], instance: 0),
+                    try await h.metric("marquee_broadcasts_total", ["result": "accepted"], instance: 1),
+                ]
                 return counted.reduce(0, +) >= Double(total)
             }
             #expect(counted.reduce(0, +) == Double(total), "\(counted) for \(total) broadcasts")
-            #expect(try await h.count("""
-                SELECT count(*)::bigint AS n FROM (SELECT update_id FROM deliveries WHERE kind = 'broadcast' AND status = 200
-                GROUP BY update_id HAVING count(*) > 1) twice
-                """) == 0)
+            #expect(
+                try await h.count(
+                    """
+                    SELECT count(*)::bigint AS n FROM (SELECT update_id FROM deliveries WHERE kind = 'broadcast' AND status = 200
+                    GROUP BY update_id HAVING count(*) > 1) twice
+                    """) == 0)
         }
     }
 
@@ -297,7 +306,8 @@ struct ChannelOperationsTests {
                 for (scope, key) in keys {
                     let answer = try await h.api(route.method, route.path, route.body, key: key)
                     if route.allowed.contains(scope) {
-                        #expect(![401, 403].contains(answer.status) && answer.status < 500, "\(label) with \(scope): \(answer.status) \(answer.text)")
+                        #expect(
+                            ![401, 403].contains(answer.status) && answer.status < 500, "\(label) with \(scope): \(answer.status) \(answer.text)")
                     } else {
                         #expect(answer.status == 403 && answer.errorCode != nil, "\(label) with \(scope): \(answer.status) \(answer.text)")
                     }

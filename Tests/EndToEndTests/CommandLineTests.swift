@@ -81,8 +81,10 @@ struct CommandLineTests {
         let notAKey = folder.appending(path: "notes.p8").path
         _ = FileManager.default.createFile(atPath: notAKey, contents: Data("hello".utf8), attributes: [.posixPermissions: 0o600])
 
-        let base = ["app", "add", "--bundle", "com.example.scores", "--environment", "development",
-                    "--team-id", "ABCDE12345", "--key-id", "KEY1234567"]
+        let base = [
+            "app", "add", "--bundle", "com.example.scores", "--environment", "development",
+            "--team-id", "ABCDE12345", "--key-id", "KEY1234567",
+        ]
         let added = try await MarqueeProcess.run(base + ["--key-file", keyFile, "--json"], databaseURL: url)
         #expect(added.status == 0, "\(added.stdout) \(added.stderr)")
         let app = try json(added)
@@ -96,8 +98,11 @@ struct CommandLineTests {
         let production = base.map { $0 == "development" ? "production" : $0 }
         #expect(try await MarqueeProcess.run(production + ["--key-file", notAKey], databaseURL: url).status == 65)
         #expect(try await MarqueeProcess.run(production + ["--key-file", keyFile + ".missing"], databaseURL: url).status == 66)
-        #expect(try await MarqueeProcess.run(production.map { $0 == "ABCDE12345" ? "abc" : $0 } + ["--key-file", keyFile], databaseURL: url).status == 64)
-        #expect(try await MarqueeProcess.run(production.map { $0 == "production" ? "staging" : $0 } + ["--key-file", keyFile], databaseURL: url).status == 64)
+        #expect(
+            try await MarqueeProcess.run(production.map { $0 == "ABCDE12345" ? "abc" : $0 } + ["--key-file", keyFile], databaseURL: url).status == 64)
+        #expect(
+            try await MarqueeProcess.run(production.map { $0 == "production" ? "staging" : $0 } + ["--key-file", keyFile], databaseURL: url).status
+                == 64)
 
         // A key file others can read is accepted with a warning.
         try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: keyFile)

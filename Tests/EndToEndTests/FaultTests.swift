@@ -61,8 +61,9 @@ struct FaultTests {
                 channels[event] = try await h.openChannel(of: event)
             }
             // Which process is which instance: serve logs its name as the heartbeat starts.
-            let killedName = try #require(h.serves[0].stderr.split(separator: "\n").compactMap { try? JSONValue(parsing: String($0)) }
-                .first { $0["msg"] == "heartbeat started" }?["instance"]?.stringValue)
+            let killedName = try #require(
+                h.serves[0].stderr.split(separator: "\n").compactMap { try? JSONValue(parsing: String($0)) }
+                    .first { $0["msg"] == "heartbeat started" }?["instance"]?.stringValue)
             // Posted to the first instance, whose dispatcher hears of them first and claims them.
             for event in channels.keys {
                 #expect(try await h.update(event, MatchState(homeScore: 1, period: .firstHalf, minute: 20), instance: 0).status == 202)
@@ -86,8 +87,10 @@ struct FaultTests {
     @Test func aReconcileAgainstAnAPNsThatNeverAnswersEndsAt504WithinItsBound() async throws {
         let silent = try SilentListener()
         let url = "https://127.0.0.1:\(silent.port)"
-        try await BroadcastHarness.run(serveArguments: ["--apns-manage-url", url, "--apns-push-url", url, "--admin-timeout", "2",
-                                                        "--grace-period", "3"]) { h in
+        try await BroadcastHarness.run(serveArguments: [
+            "--apns-manage-url", url, "--apns-push-url", url, "--admin-timeout", "2",
+            "--grace-period", "3",
+        ]) { h in
             for body: JSONValue in [["dryRun": false, "deleteUnknown": true], ["dryRun": true]] {
                 let started = Date()
                 let answer = try await h.api("POST", "/v1/channels/reconcile", body)

@@ -43,16 +43,19 @@ struct InstallationRegistryTests {
             #expect(try await harness.api("GET", "/v1/installations/phone-1-reinstalled", key: key).json["pushToStartToken"] == .null)
             #expect(try await harness.metric("marquee_installation_registrations_total", ["outcome": "created"]) == 2)
             // A key bound to the app: it needs no ?app= and may name no other app.
-            let bound = try await MarqueeProcess.run(["key", "create", "--scope", "tokens", "--app", "\(harness.appID)", "--json"],
-                                                     databaseURL: harness.databaseURL)
+            let bound = try await MarqueeProcess.run(
+                ["key", "create", "--scope", "tokens", "--app", "\(harness.appID)", "--json"],
+                databaseURL: harness.databaseURL)
             let boundKey = try #require(try JSONValue(parsing: bound.stdout)["key"]?.stringValue, "\(bound.stderr)")
             #expect(try JSONValue(parsing: bound.stdout)["app"] == .int(Int64(harness.appID)))
             #expect(try await harness.api("GET", "/v1/installations/phone-1", key: boundKey).status == 200)
             #expect(try await harness.api("GET", "/v1/installations/phone-1?app=\(harness.appID + 1)", key: boundKey).status == 422)
-            #expect(try await MarqueeProcess.run(["key", "create", "--scope", "tokens", "--app", "999"], databaseURL: harness.databaseURL).status == 1)
+            #expect(
+                try await MarqueeProcess.run(["key", "create", "--scope", "tokens", "--app", "999"], databaseURL: harness.databaseURL).status == 1)
             // The operator's view, straight from the database.
-            let shown = try await MarqueeProcess.run(["installation", "show", "phone-1", "--app", "\(harness.appID)", "--json"],
-                                                     databaseURL: harness.databaseURL)
+            let shown = try await MarqueeProcess.run(
+                ["installation", "show", "phone-1", "--app", "\(harness.appID)", "--json"],
+                databaseURL: harness.databaseURL)
             let shownJSON = try JSONValue(parsing: shown.stdout)
             #expect(shown.status == 0 && shownJSON["osVersion"] == "17.4", "\(shown.stderr)")
             #expect(!shown.stdout.contains(Self.token("cd")))
@@ -75,10 +78,12 @@ struct InstallationRegistryTests {
                 try #require(answer.status == 201, "\(answer.text)")
             }
             let byEvent = try await harness.api("PUT", "/v1/installations/by-event/follows", ["events": [["externalId": "ars-che"]]], key: key)
-            #expect(byEvent.status == 200 && byEvent.json["follows"]?["events"]?.arrayValue?.first?["event"]?.intValue == Int64(match), "\(byEvent.text)")
+            #expect(
+                byEvent.status == 200 && byEvent.json["follows"]?["events"]?.arrayValue?.first?["event"]?.intValue == Int64(match), "\(byEvent.text)")
             #expect(try await harness.api("PUT", "/v1/installations/by-topic/follows", ["topics": ["team:arsenal"]], key: key).status == 200)
-            #expect(try await harness.api("POST", "/v1/installations/elsewhere/follows", ["events": [["event": .int(Int64(other))]]], key: key)
-                .status == 200)
+            #expect(
+                try await harness.api("POST", "/v1/installations/elsewhere/follows", ["events": [["event": .int(Int64(other))]]], key: key)
+                    .status == 200)
             let audience = AudienceRepository(pool: harness.pool)
             // createEvent gives every event the topic team:arsenal, so by-topic follows both.
             #expect(try await audience.page(eventID: match).members.map(\.installationID) == ["by-event", "by-topic"])
@@ -108,20 +113,27 @@ struct InstallationRegistryTests {
             let hygiene = TokenHygieneRepository(pool: harness.pool)
             let seenAt = try await harness.pool.query("SELECT token_seen_at FROM installations")[0].decode(Date.self, column: "token_seen_at")
             let before = Int64(seenAt.timeIntervalSince1970 * 1000) - 5000
-            #expect(try await hygiene.refuse(appID: harness.appID, token: Self.token("ee"), kind: .pushToStart,
-                                             refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: before)) == .kept)
+            #expect(
+                try await hygiene.refuse(
+                    appID: harness.appID, token: Self.token("ee"), kind: .pushToStart,
+                    refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: before)) == .kept)
             #expect(try await harness.api("GET", "/v1/installations/phone", key: key).json["pushToStartToken"]?["prefix"] == "eeeeeeee")
-            #expect(try await hygiene.refuse(appID: harness.appID, token: Self.token("ee"), kind: .pushToStart,
-                                             refusal: .gone(reason: "ExpiredToken", apnsTimestampMilliseconds: before + 10_000)) == .invalidated)
+            #expect(
+                try await hygiene.refuse(
+                    appID: harness.appID, token: Self.token("ee"), kind: .pushToStart,
+                    refusal: .gone(reason: "ExpiredToken", apnsTimestampMilliseconds: before + 10_000)) == .invalidated)
             #expect(try await harness.api("GET", "/v1/installations/phone", key: key).json["pushToStartToken"] == .null)
 
-            let activity: JSONObject = ["event": .int(Int64(match)), "attributesType": "MatchAttributes", "pushType": "token",
-                                       "pushToken": .string(Self.token("a1"))]
+            let activity: JSONObject = [
+                "event": .int(Int64(match)), "attributesType": "MatchAttributes", "pushType": "token",
+                "pushToken": .string(Self.token("a1")),
+            ]
             let put = try await harness.api("PUT", "/v1/installations/phone/activities/act-1", .object(activity), key: key)
             #expect(put.status == 201 && put.json["state"] == "active", "\(put.text)")
             var rotated = activity
             rotated["pushToken"] = .string(Self.token("a2"))
-            #expect(try await harness.api("PUT", "/v1/installations/phone/activities/act-1", .object(rotated), key: key).json["pushToken"] == "a2a2a2a2")
+            #expect(
+                try await harness.api("PUT", "/v1/installations/phone/activities/act-1", .object(rotated), key: key).json["pushToken"] == "a2a2a2a2")
             let ended = try await harness.api("DELETE", "/v1/installations/phone/activities/act-1", key: key)
             #expect(ended.status == 200 && ended.json["state"] == "ended", "\(ended.text)")
             let late = try await harness.api("PUT", "/v1/installations/phone/activities/act-1", .object(activity), key: key)
@@ -129,8 +141,9 @@ struct InstallationRegistryTests {
             #expect(try await harness.count("SELECT count(*)::bigint AS n FROM activities WHERE push_token = \(Self.token("a2"))") == 1)
             let dismissed = try await harness.api("DELETE", "/v1/installations/phone/activities/act-1?state=dismissed", key: key)
             #expect(dismissed.json["state"] == "dismissed")
-            let channel = try await harness.api("PUT", "/v1/installations/phone/activities/act-2",
-                                                ["externalId": "ars-che", "attributesType": "MatchAttributes", "pushType": "channel"], key: key)
+            let channel = try await harness.api(
+                "PUT", "/v1/installations/phone/activities/act-2",
+                ["externalId": "ars-che", "attributesType": "MatchAttributes", "pushType": "channel"], key: key)
             #expect(channel.status == 201 && channel.json["pushToken"] == .null, "\(channel.text)")
         }
     }
@@ -143,10 +156,14 @@ struct InstallationRegistryTests {
             let app = Int64(harness.appID)
             let cases: [(String, String, JSONValue, Int, String)] = [
                 ("PUT", "/v1/installations/bad", ["app": .int(app), "pushToStartToken": "xyz"], 422, "pushToStartToken"),
-                ("PUT", "/v1/installations/bad", ["app": .int(app), "pushToStartToken": .string(String(repeating: "a", count: 62))], 422,
-                 "pushToStartToken"),
-                ("PUT", "/v1/installations/bad", ["app": .int(app), "pushToStartToken": .string(String(repeating: "g", count: 64))], 422,
-                 "pushToStartToken"),
+                (
+                    "PUT", "/v1/installations/bad", ["app": .int(app), "pushToStartToken": .string(String(repeating: "a", count: 62))], 422,
+                    "pushToStartToken"
+                ),
+                (
+                    "PUT", "/v1/installations/bad", ["app": .int(app), "pushToStartToken": .string(String(repeating: "g", count: 64))], 422,
+                    "pushToStartToken"
+                ),
                 ("PUT", "/v1/installations/bad", ["app": 999_999, "pushToStartToken": .string(Self.token("ab"))], 422, "app"),
                 ("PUT", "/v1/installations/bad", ["pushToStartToken": .string(Self.token("ab"))], 422, "app"),
                 ("PUT", "/v1/installations/bad", ["app": .int(app), "osVersion": "seventeen"], 422, "osVersion"),
@@ -154,12 +171,19 @@ struct InstallationRegistryTests {
                 ("PUT", "/v1/installations/phone/follows", ["events": [["event": 999_999]]], 422, "events[0]"),
                 ("PUT", "/v1/installations/phone/follows", ["events": [["event": .int(Int64(match)), "externalId": "ars-che"]]], 422, "events[0]"),
                 ("PUT", "/v1/installations/phone/follows", ["topics": .array((0...500).map { .string("t\($0)") })], 422, "topics"),
-                ("PUT", "/v1/installations/phone/activities/a", ["event": 999_999, "attributesType": "MatchAttributes", "pushType": "channel"],
-                 422, "event"),
-                ("PUT", "/v1/installations/phone/activities/a", ["event": .int(Int64(match)), "attributesType": "Other", "pushType": "channel"],
-                 422, "attributesType"),
-                ("PUT", "/v1/installations/phone/activities/a", ["event": .int(Int64(match)), "attributesType": "MatchAttributes", "pushType": "token"],
-                 422, "pushToken"),
+                (
+                    "PUT", "/v1/installations/phone/activities/a", ["event": 999_999, "attributesType": "MatchAttributes", "pushType": "channel"],
+                    422, "event"
+                ),
+                (
+                    "PUT", "/v1/installations/phone/activities/a", ["event": .int(Int64(match)), "attributesType": "Other", "pushType": "channel"],
+                    422, "attributesType"
+                ),
+                (
+                    "PUT", "/v1/installations/phone/activities/a",
+                    ["event": .int(Int64(match)), "attributesType": "MatchAttributes", "pushType": "token"],
+                    422, "pushToken"
+                ),
             ]
             for (method, path, body, status, field) in cases {
                 let answer = try await harness.api(method, path, body, key: key)
@@ -177,14 +201,17 @@ struct InstallationRegistryTests {
     @Test func stateHasAnETagThatChangesWhenTheChannelOpensAndAChannelOnRequest() async throws {
         // A one-minute lead time: events an hour and a half ahead get a channel only on request, within a
         // two-hour window, while early channels may hold one of the two quota slots.
-        try await BroadcastHarness.run(serveArguments: ["--channel-lead-time", "60", "--channel-request-window", "7200",
-                                                        "--channel-request-share", "0.5", "--channel-quota", "2"]) { harness in
+        try await BroadcastHarness.run(serveArguments: [
+            "--channel-lead-time", "60", "--channel-request-window", "7200",
+            "--channel-request-share", "0.5", "--channel-quota", "2",
+        ]) { harness in
             let key = try await harness.key(scope: "tokens")
             let soon = try await harness.createEvent("soon", startsAt: Date().addingTimeInterval(5400))
             let alsoSoon = try await harness.createEvent("also-soon", startsAt: Date().addingTimeInterval(5400))
             let later = try await harness.createEvent("later", startsAt: Date().addingTimeInterval(3 * 3600))
-            let state = try await LoopbackHTTP.request(port: harness.ports[0], "GET", "/v1/events/\(soon)/state",
-                                                       headers: ["Authorization": "Bearer \(key)"])
+            let state = try await LoopbackHTTP.request(
+                port: harness.ports[0], "GET", "/v1/events/\(soon)/state",
+                headers: ["Authorization": "Bearer \(key)"])
             #expect(state.status == 200)
             let body = try JSONValue(parsing: state.body)
             #expect(body["externalId"] == "soon" && body["apnsChannelId"] == .null && body["channelState"] == .null, "\(state.text)")
@@ -192,8 +219,9 @@ struct InstallationRegistryTests {
             #expect(state.headers["cache-control"] == "private, no-cache")
             let unchanged = try await harness.api("GET", "/v1/events/\(soon)/state", headers: ["If-None-Match": etag], key: key)
             #expect(unchanged.status == 304 && unchanged.body.isEmpty)
-            let byExternal = try await harness.api("GET", "/v1/apps/\(harness.appID)/events/by-external-id/soon/state",
-                                                   headers: ["If-None-Match": etag], key: key)
+            let byExternal = try await harness.api(
+                "GET", "/v1/apps/\(harness.appID)/events/by-external-id/soon/state",
+                headers: ["If-None-Match": etag], key: key)
             #expect(byExternal.status == 304)
 
             let tooEarly = try await harness.api("PUT", "/v1/events/\(later)/channel", key: key)
@@ -209,8 +237,9 @@ struct InstallationRegistryTests {
             let quota = try await harness.api("PUT", "/v1/events/\(alsoSoon)/channel", key: key)
             #expect(quota.status == 409 && quota.errorCode == "channel_quota", "\(quota.text)")
             let opened = try await harness.api("GET", "/v1/events/\(soon)/state", headers: ["If-None-Match": etag], key: key)
-            #expect(opened.status == 200 && opened.json["apnsChannelId"]?.stringValue == channelID && opened.json["channelState"] == "open",
-                    "a new ETag once the channel opens: \(opened.text)")
+            #expect(
+                opened.status == 200 && opened.json["apnsChannelId"]?.stringValue == channelID && opened.json["channelState"] == "open",
+                "a new ETag once the channel opens: \(opened.text)")
         }
     }
 }

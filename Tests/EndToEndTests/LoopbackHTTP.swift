@@ -15,8 +15,10 @@ enum LoopbackHTTP {
         let description: String
     }
 
-    static func request(port: Int, _ method: String, _ path: String, headers: [String: String] = [:], body: [UInt8] = [],
-                        timeout: Int = 30) async throws -> Response {
+    static func request(
+        port: Int, _ method: String, _ path: String, headers: [String: String] = [:], body: [UInt8] = [],
+        timeout: Int = 30
+    ) async throws -> Response {
         try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
                 continuation.resume(with: Result { try requestBlocking(port: port, method, path, headers: headers, body: body, timeout: timeout) })
@@ -54,8 +56,10 @@ enum LoopbackHTTP {
         return fd
     }
 
-    private static func requestBlocking(port: Int, _ method: String, _ path: String, headers: [String: String], body: [UInt8],
-                                        timeout: Int) throws -> Response {
+    private static func requestBlocking(
+        port: Int, _ method: String, _ path: String, headers: [String: String], body: [UInt8],
+        timeout: Int
+    ) throws -> Response {
         let fd = try connect(port: port, timeout: timeout)
         defer { close(fd) }
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\nContent-Length: \(body.count)\r\n"

@@ -49,11 +49,14 @@ enum MarqueeProcess {
     /// for the API and 2 for the broadcast pipeline, so that the many serve processes of a parallel run stay within the
     /// test cluster's connection limit.
     static func serve(databaseURL: String, arguments: [String] = [], environment extra: [String: String] = [:]) async throws
-        -> (process: Running, port: Int) {
-        let pool = (arguments.contains("--max-connections") ? [] : ["--max-connections", "6"])
+        -> (process: Running, port: Int)
+    {
+        let pool =
+            (arguments.contains("--max-connections") ? [] : ["--max-connections", "6"])
             + (arguments.contains("--pipeline-connections") ? [] : ["--pipeline-connections", "2"])
-        let serve = try start(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"] + pool + arguments,
-                              databaseURL: databaseURL, environment: extra)
+        let serve = try start(
+            ["serve", "--listen", "127.0.0.1:0", "--log-format", "json"] + pool + arguments,
+            databaseURL: databaseURL, environment: extra)
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
             for line in serve.stderr.split(separator: "\n") {

@@ -30,9 +30,10 @@ struct ServeTests {
         #expect(apps.status == 200)
         #expect(apps.text == #"{"apps":[]}"#)
         // The server's own limit answers in the API's error format.
-        let big = try await LoopbackHTTP.request(port: port, "POST", "/v1/attribute-types",
-                                                 headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
-                                                 body: Array(repeating: 0x20, count: 100_000))
+        let big = try await LoopbackHTTP.request(
+            port: port, "POST", "/v1/attribute-types",
+            headers: ["Authorization": "Bearer \(key)", "Content-Type": "application/json"],
+            body: Array(repeating: 0x20, count: 100_000))
         #expect(big.status == 413)
         #expect(try JSONValue(parsing: big.body)["error"]?["code"] == "payload_too_large")
         // Above evhttp's own 1 MiB limit too (it refuses before reading the body; curl sends it as a client would).
@@ -41,8 +42,10 @@ struct ServeTests {
         defer { try? FileManager.default.removeItem(at: huge) }
         let curl = Process()
         curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        curl.arguments = ["-s", "-H", "Authorization: Bearer \(key)", "-H", "Content-Type: application/json",
-                          "--data-binary", "@\(huge.path)", "-w", "\n%{http_code}", "http://127.0.0.1:\(port)/v1/attribute-types"]
+        curl.arguments = [
+            "-s", "-H", "Authorization: Bearer \(key)", "-H", "Content-Type: application/json",
+            "--data-binary", "@\(huge.path)", "-w", "\n%{http_code}", "http://127.0.0.1:\(port)/v1/attribute-types",
+        ]
         let pipe = Pipe()
         curl.standardOutput = pipe
         try curl.run()
@@ -81,7 +84,8 @@ struct ServeTests {
         let observer = try await PostgresConnection.connect(PostgresConfiguration(url: url))
         var waiting = 0
         for _ in 0..<200 where waiting < 3 {
-            waiting = try await observer.query("""
+            waiting = try await observer.query(
+                """
                 SELECT count(*)::bigint AS n FROM pg_stat_activity
                 WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%api_keys%'
                 """)[0].decode(Int.self, column: "n")

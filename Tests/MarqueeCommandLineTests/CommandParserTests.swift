@@ -1,14 +1,17 @@
 import MarqueeCommandLine
 import Testing
 
-private let add = Command("add", summary: "Register an app.", arguments: [
-    .option("bundle", value: "ID", help: "Bundle id.", required: true),
-    .option("environment", help: "APNs environment.", default: "development", choices: ["development", "production"]),
-    .option("database-url", value: "URL", help: "PostgreSQL URL.", environment: "MARQUEE_DATABASE_URL", required: true),
-    .option("topic", help: "A topic.", repeatable: true),
-    .option("limit", help: "Page size."),
-    .flag("dry-run", help: "Only say what would happen."),
-]) { _ in }
+private let add = Command(
+    "add", summary: "Register an app.",
+    arguments: [
+        .option("bundle", value: "ID", help: "Bundle id.", required: true),
+        .option("environment", help: "APNs environment.", default: "development", choices: ["development", "production"]),
+        .option("database-url", value: "URL", help: "PostgreSQL URL.", environment: "MARQUEE_DATABASE_URL", required: true),
+        .option("topic", help: "A topic.", repeatable: true),
+        .option("limit", help: "Page size."),
+        .flag("dry-run", help: "Only say what would happen."),
+    ]
+) { _ in }
 
 private let show = Command("show", summary: "Show an app.", arguments: [.positional("id", help: "App id.")]) { _ in }
 private let root = Command("marquee", summary: "Marquee.", subcommands: [Command("app", summary: "Apps.", subcommands: [add, show])])
@@ -36,8 +39,10 @@ private func usageMessage(_ words: [String], environment: [String: String] = ["M
 
 @Suite struct CommandParserTests {
     @Test func optionsFlagsRepeatsAndInlineValues() throws {
-        let parsed = try arguments(["app", "add", "--bundle", "com.example.app", "--environment=production",
-                                    "--topic", "a", "--topic", "b", "--dry-run", "--json"])
+        let parsed = try arguments([
+            "app", "add", "--bundle", "com.example.app", "--environment=production",
+            "--topic", "a", "--topic", "b", "--dry-run", "--json",
+        ])
         #expect(parsed.commandPath == ["marquee", "app", "add"])
         #expect(parsed.string("bundle") == "com.example.app")
         #expect(parsed.string("environment") == "production")
@@ -58,8 +63,9 @@ private func usageMessage(_ words: [String], environment: [String: String] = ["M
     @Test func usageErrorsNameTheArgument() {
         #expect(usageMessage(["app", "add"]) == "missing --bundle")
         #expect(usageMessage(["app", "add", "--bundle", "b"], environment: [:]) == "missing --database-url (or set MARQUEE_DATABASE_URL)")
-        #expect(usageMessage(["app", "add", "--bundle", "b", "--environment", "staging"])
-            == "--environment must be one of development, production, not 'staging'")
+        #expect(
+            usageMessage(["app", "add", "--bundle", "b", "--environment", "staging"])
+                == "--environment must be one of development, production, not 'staging'")
         #expect(usageMessage(["app", "add", "--bundle", "b", "--color"]) == "unknown option --color")
         #expect(usageMessage(["app", "add", "--bundle"]) == "--bundle needs a ID")
         #expect(usageMessage(["app", "add", "--bundle", "a", "--bundle", "b"]) == "--bundle given twice")
@@ -82,12 +88,21 @@ private func usageMessage(_ words: [String], environment: [String: String] = ["M
     }
 
     @Test func helpIsPrintedForEveryLevel() throws {
-        guard case .help(let top) = try parse([]) else { Issue.record("expected help"); return }
+        guard case .help(let top) = try parse([]) else {
+            Issue.record("expected help")
+            return
+        }
         #expect(top.contains("Usage: marquee COMMAND"))
         #expect(top.contains("app  Apps."))
-        guard case .help(let group) = try parse(["app", "--help"]) else { Issue.record("expected help"); return }
+        guard case .help(let group) = try parse(["app", "--help"]) else {
+            Issue.record("expected help")
+            return
+        }
         #expect(group.contains("add   Register an app."))
-        guard case .help(let leaf) = try parse(["app", "add", "--bundle", "x", "--help"]) else { Issue.record("expected help"); return }
+        guard case .help(let leaf) = try parse(["app", "add", "--bundle", "x", "--help"]) else {
+            Issue.record("expected help")
+            return
+        }
         #expect(leaf.contains("--bundle ID"))
         #expect(leaf.contains("[required]"))
         #expect(leaf.contains("(development|production) [default: development]"))
@@ -97,13 +112,17 @@ private func usageMessage(_ words: [String], environment: [String: String] = ["M
 }
 
 @Suite struct OwnFlagsCommandTests {
-    private let root = Command("marquee", summary: "Marquee.", subcommands: [
-        Command("simulator", summary: "Run it.", helpText: "usage: marquee simulator [options]") { _ in },
-    ])
+    private let root = Command(
+        "marquee", summary: "Marquee.",
+        subcommands: [
+            Command("simulator", summary: "Run it.", helpText: "usage: marquee simulator [options]") { _ in }
+        ])
 
     @Test func everyWordAfterTheNameIsHandedOver() throws {
-        guard case .runWithWords(let command, let words) = try CommandParser(root: root, environment: [:])
-            .parse(["simulator", "--quota", "5", "--relaxed", "--", "x"]) else {
+        guard
+            case .runWithWords(let command, let words) = try CommandParser(root: root, environment: [:])
+                .parse(["simulator", "--quota", "5", "--relaxed", "--", "x"])
+        else {
             Issue.record("expected the command to get its words")
             return
         }

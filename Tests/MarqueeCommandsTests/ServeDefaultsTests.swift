@@ -2,9 +2,10 @@
 // reads them there. docs/operations.md cannot, so this holds its tables of serve's flags to the same values.
 import Foundation
 import MarqueeCommandLine
-@testable import MarqueeCommands
 import MarqueeService
 import Testing
+
+@testable import MarqueeCommands
 
 @Suite struct ServeDefaultsTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -26,9 +27,10 @@ import Testing
     }
 
     @Test func serveReadsItsDefaultsFromServeConfiguration() {
-        let defaults = Dictionary(uniqueKeysWithValues: ServeCommand.command.arguments.compactMap { argument in
-            argument.defaultValue.map { (argument.name, $0) }
-        })
+        let defaults = Dictionary(
+            uniqueKeysWithValues: ServeCommand.command.arguments.compactMap { argument in
+                argument.defaultValue.map { (argument.name, $0) }
+            })
         #expect(defaults["listen"] == ServeConfiguration.defaultListen)
         #expect(defaults["log-format"] == ServeConfiguration.defaultLogFormat.rawValue)
         #expect(defaults["log-level"] == ServeConfiguration.defaultLogLevel.rawValue)
@@ -43,8 +45,9 @@ import Testing
         #expect(documented.count >= 20, "docs/operations.md lists serve's flags in tables under Running")
         for argument in ServeCommand.command.arguments {
             guard let value = argument.defaultValue else { continue }
-            #expect(documented[argument.name] == "`\(value)`",
-                    "docs/operations.md gives --\(argument.name) the default \(documented[argument.name] ?? "(no row)"), serve \(value)")
+            #expect(
+                documented[argument.name] == "`\(value)`",
+                "docs/operations.md gives --\(argument.name) the default \(documented[argument.name] ?? "(no row)"), serve \(value)")
         }
     }
 }

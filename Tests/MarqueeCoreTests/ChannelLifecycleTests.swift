@@ -5,13 +5,15 @@ import Testing
 
 @Suite struct ChannelLifecycleTests {
     @Test func rawStatesAreStable() {
-        #expect(ChannelLifecycle.State.allCases.map(\.rawValue) == [
-            "planned", "creating", "create_unknown", "create_failed", "open", "ending", "ended", "deleting", "deleted", "lost",
-        ])
+        #expect(
+            ChannelLifecycle.State.allCases.map(\.rawValue) == [
+                "planned", "creating", "create_unknown", "create_failed", "open", "ending", "ended", "deleting", "deleted", "lost",
+            ])
     }
 
     @Test func quotaCountsStatesThatMayHoldAChannel() {
-        #expect(ChannelLifecycle.State.allCases.filter(\.countsAgainstQuota).map(\.rawValue)
+        #expect(
+            ChannelLifecycle.State.allCases.filter(\.countsAgainstQuota).map(\.rawValue)
                 == ["creating", "create_unknown", "open", "ending", "ended", "deleting"])
     }
 
@@ -148,23 +150,48 @@ import Testing
     /// in each state, starting at attempt 2 (`-`: refused). Columns: planned, creating, create_unknown,
     /// create_failed, open, ending, ended, deleting, deleted, lost. `deleteRequested` is without force here.
     static let table: [ChannelLifecycle.Event: [String]] = [
-        .leadTimeReached: ["creating/1 createChannel(attempt: 1)", "creating/2 nothing", "create_unknown/2 nothing", "create_failed/2 nothing", "open/2 nothing", "-", "-", "-", "-", "-"],
-        .firstUpdate: ["creating/1 createChannel(attempt: 1)", "creating/2 nothing", "create_unknown/2 nothing", "create_failed/2 nothing", "open/2 nothing", "-", "-", "-", "-", "-"],
+        .leadTimeReached: [
+            "creating/1 createChannel(attempt: 1)", "creating/2 nothing", "create_unknown/2 nothing", "create_failed/2 nothing", "open/2 nothing",
+            "-", "-", "-", "-", "-",
+        ],
+        .firstUpdate: [
+            "creating/1 createChannel(attempt: 1)", "creating/2 nothing", "create_unknown/2 nothing", "create_failed/2 nothing", "open/2 nothing",
+            "-", "-", "-", "-", "-",
+        ],
         .createSucceeded: ["-", "open/0 nothing", "-", "-", "-", "-", "-", "-", "-", "-"],
         .createFailedRetryable: ["-", "creating/2 scheduleRetry(create, failedAttempts: 2)", "-", "-", "-", "-", "-", "-", "-", "-"],
         .createFailedPermanently: ["-", "create_failed/0 flagCreateFailed", "-", "-", "-", "-", "-", "-", "-", "-"],
         .createTimedOut: ["-", "create_unknown/2 reconcile", "-", "-", "-", "-", "-", "-", "-", "-"],
-        .retryDue: ["planned/2 nothing", "creating/3 createChannel(attempt: 3)", "create_unknown/2 nothing", "create_failed/2 nothing", "open/2 nothing", "ending/2 nothing", "ended/2 nothing", "deleting/3 deleteChannel(attempt: 3)", "deleted/2 nothing", "lost/2 nothing"],
-        .retryCreateRequested: ["-", "-", "-", "creating/1 createChannel(attempt: 1)", "-", "-", "-", "-", "-", "creating/1 createChannel(attempt: 1)"],
-        .endRequested: ["deleted/0 nothing", "-", "-", "deleted/0 nothing", "ending/0 sendEndBroadcast", "ending/2 nothing", "ended/2 nothing", "deleting/2 nothing", "deleted/2 nothing", "lost/2 nothing"],
+        .retryDue: [
+            "planned/2 nothing", "creating/3 createChannel(attempt: 3)", "create_unknown/2 nothing", "create_failed/2 nothing", "open/2 nothing",
+            "ending/2 nothing", "ended/2 nothing", "deleting/3 deleteChannel(attempt: 3)", "deleted/2 nothing", "lost/2 nothing",
+        ],
+        .retryCreateRequested: [
+            "-", "-", "-", "creating/1 createChannel(attempt: 1)", "-", "-", "-", "-", "-", "creating/1 createChannel(attempt: 1)",
+        ],
+        .endRequested: [
+            "deleted/0 nothing", "-", "-", "deleted/0 nothing", "ending/0 sendEndBroadcast", "ending/2 nothing", "ended/2 nothing",
+            "deleting/2 nothing", "deleted/2 nothing", "lost/2 nothing",
+        ],
         .endSent: ["-", "-", "-", "-", "-", "ended/0 nothing", "ended/2 nothing", "-", "-", "-"],
         .deleteDelayElapsed: ["-", "-", "-", "-", "-", "-", "deleting/1 deleteChannel(attempt: 1)", "deleting/2 nothing", "deleted/2 nothing", "-"],
-        .deleteRequested: ["deleted/0 nothing", "-", "-", "deleted/0 nothing", "-", "-", "deleting/1 deleteChannel(attempt: 1)", "deleting/2 nothing", "deleted/2 nothing", "deleted/0 nothing"],
+        .deleteRequested: [
+            "deleted/0 nothing", "-", "-", "deleted/0 nothing", "-", "-", "deleting/1 deleteChannel(attempt: 1)", "deleting/2 nothing",
+            "deleted/2 nothing", "deleted/0 nothing",
+        ],
         .deleteSucceeded: ["-", "-", "-", "-", "-", "-", "-", "deleted/0 nothing", "deleted/2 nothing", "-"],
         .deleteFailed: ["-", "-", "-", "-", "-", "-", "-", "deleting/2 scheduleRetry(delete, failedAttempts: 2)", "-", "-"],
-        .channelNotRegistered: ["-", "-", "-", "-", "lost/0 flagLost", "lost/0 flagLost", "deleted/0 nothing", "deleted/0 nothing", "deleted/2 nothing", "lost/2 nothing"],
-        .reconcileFound: ["-", "-", "open/0 nothing", "-", "open/2 nothing", "ending/2 nothing", "ended/2 nothing", "deleting/2 nothing", "deleting/1 deleteChannel(attempt: 1)", "open/0 nothing"],
-        .reconcileNotFound: ["-", "-", "creating/3 createChannel(attempt: 3)", "-", "lost/0 flagLost", "lost/0 flagLost", "deleted/0 nothing", "deleted/0 nothing", "deleted/2 nothing", "lost/2 nothing"],
+        .channelNotRegistered: [
+            "-", "-", "-", "-", "lost/0 flagLost", "lost/0 flagLost", "deleted/0 nothing", "deleted/0 nothing", "deleted/2 nothing", "lost/2 nothing",
+        ],
+        .reconcileFound: [
+            "-", "-", "open/0 nothing", "-", "open/2 nothing", "ending/2 nothing", "ended/2 nothing", "deleting/2 nothing",
+            "deleting/1 deleteChannel(attempt: 1)", "open/0 nothing",
+        ],
+        .reconcileNotFound: [
+            "-", "-", "creating/3 createChannel(attempt: 3)", "-", "lost/0 flagLost", "lost/0 flagLost", "deleted/0 nothing", "deleted/0 nothing",
+            "deleted/2 nothing", "lost/2 nothing",
+        ],
     ]
 
     @Test func everyStateAndEventDoesWhatTheTableSays() {
@@ -222,4 +249,3 @@ import Testing
         #expect(try JSONDecoder().decode(ChannelLifecycle.self, from: json.jsonData) == channel)
     }
 }
-

@@ -7,7 +7,8 @@ import Testing
     let decoder = JSONDecoder()
 
     @Test func footballStateDecodesInTheAppWithPlainJSONDecoder() throws {
-        let ingested = Fixtures.json(#"""
+        let ingested = Fixtures.json(
+            #"""
             {
               "goals": [{"scorer": "Saka", "minute": 12, "side": "home"}, {"scorer": "Mbappé", "minute": 44.0, "side": "away"}],
               "homeScore": 1, "awayScore": 1, "period": "halfTime", "minute": 45,
@@ -40,7 +41,8 @@ import Testing
             halfWindow: Date(timeIntervalSince1970: 1_795_462_200)...Date(timeIntervalSince1970: 1_795_465_020.5),
             goals: [])
         let appJSON = try JSONValue(parsing: try JSONEncoder().encode(appState))
-        let ingested = Fixtures.json(#"""
+        let ingested = Fixtures.json(
+            #"""
             {"homeScore": 2, "awayScore": 0, "period": "secondHalf", "minute": 61, "lastScorer": null,
              "kickoff": 1795459500.25, "halfWindow": [1795462200, "2026-11-23T20:17:00.500Z"], "goals": []}
             """#)
@@ -55,11 +57,13 @@ import Testing
 
     @Test func flightStateAndAttributesDecode() throws {
         let flight = Fixtures.flight
-        let state = try flight.encodeContentState(Fixtures.json(#"""
-            {"gate": "B32", "status": "boarding",
-             "boarding": {"lowerBound": "2026-11-29T07:05:00-05:00", "upperBound": "2026-11-29T07:35:00.999-05:00"},
-             "departure": 1795435800}
-            """#))
+        let state = try flight.encodeContentState(
+            Fixtures.json(
+                #"""
+                {"gate": "B32", "status": "boarding",
+                 "boarding": {"lowerBound": "2026-11-29T07:05:00-05:00", "upperBound": "2026-11-29T07:35:00.999-05:00"},
+                 "departure": 1795435800}
+                """#))
         let decoded = try decoder.decode(FlightAttributes.ContentState.self, from: state.jsonData)
         #expect(decoded.gate == "B32" && decoded.status == .boarding && decoded.delayMinutes == nil)
         #expect(milliseconds(decoded.boarding.lowerBound) == milliseconds(isoDate("2026-11-29T07:05:00-05:00")))
@@ -68,15 +72,18 @@ import Testing
         #expect(state["delayMinutes"] == nil)
 
         let attributes = try flight.encodeAttributes(["flightNumber": "UA 1234", "origin": "SFO", "destination": "JFK"])
-        #expect(try decoder.decode(FlightAttributes.self, from: attributes.jsonData)
+        #expect(
+            try decoder.decode(FlightAttributes.self, from: attributes.jsonData)
                 == FlightAttributes(flightNumber: "UA 1234", origin: "SFO", destination: "JFK"))
     }
 
     @Test func datesAreWrittenAsReferenceDateSeconds() throws {
-        let state = try Fixtures.flight.encodeContentState(Fixtures.json(#"""
-            {"gate": "A1", "status": "scheduled", "boarding": ["2001-01-01T00:00:01Z", "2001-01-01T00:00:02.25Z"],
-             "departure": "2026-11-29T15:00:00.123456789Z"}
-            """#))
+        let state = try Fixtures.flight.encodeContentState(
+            Fixtures.json(
+                #"""
+                {"gate": "A1", "status": "scheduled", "boarding": ["2001-01-01T00:00:01Z", "2001-01-01T00:00:02.25Z"],
+                 "departure": "2026-11-29T15:00:00.123456789Z"}
+                """#))
         #expect(state["boarding"] == [1.0, 2.25])
         // Rounded to the millisecond, written with at most three decimals.
         #expect(state["departure"]?.jsonString == "817657200.123")
@@ -121,40 +128,75 @@ import Testing
     }
 
     @Test(arguments: [
-        (#"{"awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": []}"#,
-         "contentState.homeScore", ValidationError.Kind.missingField),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "possession": 50}"#,
-         "contentState.possession", .unknownField),
-        (#"{"homeScore": "1", "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": []}"#,
-         "contentState.homeScore", .wrongType(expected: "int", found: "string")),
-        (#"{"homeScore": 1.5, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": []}"#,
-         "contentState.homeScore", .wrongType(expected: "int", found: "double")),
-        (#"{"homeScore": null, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": []}"#,
-         "contentState.homeScore", .wrongType(expected: "int", found: "null")),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "FirstHalf", "minute": 1, "kickoff": 0, "goals": []}"#,
-         "contentState.period", .notInEnum("FirstHalf", allowed: ["scheduled", "firstHalf", "halfTime", "secondHalf", "extraTime", "penalties", "fullTime"])),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": "yesterday", "goals": []}"#,
-         "contentState.kickoff", .badDate),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 1795458600000, "goals": []}"#,
-         "contentState.kickoff", .badDate),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": true, "goals": []}"#,
-         "contentState.kickoff", .wrongType(expected: "date", found: "bool")),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "halfWindow": [2, 1]}"#,
-         "contentState.halfWindow", .invertedDateRange),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "halfWindow": [1]}"#,
-         "contentState.halfWindow", .wrongType(expected: #"dateRange ([lower, upper] or {"lower", "upper"})"#, found: "array")),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "halfWindow": {"lower": 1}}"#,
-         "contentState.halfWindow.upper", .missingField),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "halfWindow": {"lower": 1, "upper": 2, "mid": 1}}"#,
-         "contentState.halfWindow.mid", .unknownField),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "halfWindow": [1, "x"]}"#,
-         "contentState.halfWindow[1]", .badDate),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [{"scorer": "A", "minute": "5", "side": "home"}]}"#,
-         "contentState.goals[0].minute", .wrongType(expected: "int", found: "string")),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [null]}"#,
-         "contentState.goals[0]", .wrongType(expected: "object", found: "null")),
-        (#"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": {}}"#,
-         "contentState.goals", .wrongType(expected: "array", found: "object")),
+        (
+            #"{"awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": []}"#,
+            "contentState.homeScore", ValidationError.Kind.missingField
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "possession": 50}"#,
+            "contentState.possession", .unknownField
+        ),
+        (
+            #"{"homeScore": "1", "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": []}"#,
+            "contentState.homeScore", .wrongType(expected: "int", found: "string")
+        ),
+        (
+            #"{"homeScore": 1.5, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": []}"#,
+            "contentState.homeScore", .wrongType(expected: "int", found: "double")
+        ),
+        (
+            #"{"homeScore": null, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": []}"#,
+            "contentState.homeScore", .wrongType(expected: "int", found: "null")
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "FirstHalf", "minute": 1, "kickoff": 0, "goals": []}"#,
+            "contentState.period",
+            .notInEnum("FirstHalf", allowed: ["scheduled", "firstHalf", "halfTime", "secondHalf", "extraTime", "penalties", "fullTime"])
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": "yesterday", "goals": []}"#,
+            "contentState.kickoff", .badDate
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 1795458600000, "goals": []}"#,
+            "contentState.kickoff", .badDate
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": true, "goals": []}"#,
+            "contentState.kickoff", .wrongType(expected: "date", found: "bool")
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "halfWindow": [2, 1]}"#,
+            "contentState.halfWindow", .invertedDateRange
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "halfWindow": [1]}"#,
+            "contentState.halfWindow", .wrongType(expected: #"dateRange ([lower, upper] or {"lower", "upper"})"#, found: "array")
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "halfWindow": {"lower": 1}}"#,
+            "contentState.halfWindow.upper", .missingField
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "halfWindow": {"lower": 1, "upper": 2, "mid": 1}}"#,
+            "contentState.halfWindow.mid", .unknownField
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [], "halfWindow": [1, "x"]}"#,
+            "contentState.halfWindow[1]", .badDate
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [{"scorer": "A", "minute": "5", "side": "home"}]}"#,
+            "contentState.goals[0].minute", .wrongType(expected: "int", found: "string")
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": [null]}"#,
+            "contentState.goals[0]", .wrongType(expected: "object", found: "null")
+        ),
+        (
+            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": 0, "goals": {}}"#,
+            "contentState.goals", .wrongType(expected: "array", found: "object")
+        ),
         (#"[1]"#, "contentState", .wrongType(expected: "object", found: "array")),
     ])
     func refusesBadValuesNamingTheField(text: String, path: String, kind: ValidationError.Kind) {
@@ -170,16 +212,21 @@ import Testing
 
     @Test func patchesMergeIntoThePreviousState() throws {
         let match = Fixtures.match
-        let previous = try match.encodeContentState(Fixtures.json(#"""
-            {"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 10, "kickoff": "2026-11-29T18:45:00Z",
-             "halfWindow": ["2026-11-29T18:45:00Z", "2026-11-29T19:30:00Z"], "goals": []}
-            """#))
+        let previous = try match.encodeContentState(
+            Fixtures.json(
+                #"""
+                {"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 10, "kickoff": "2026-11-29T18:45:00Z",
+                 "halfWindow": ["2026-11-29T18:45:00Z", "2026-11-29T19:30:00Z"], "goals": []}
+                """#))
         // A stored state goes through text and back, as it would through the database.
         let stored = try JSONValue(parsing: previous.jsonString)
 
-        let next = try match.patchContentState(stored, with: Fixtures.json(#"""
-            {"homeScore": 1, "minute": 12.0, "lastScorer": "Saka", "goals": [{"scorer": "Saka", "minute": 12, "side": "home"}]}
-            """#))
+        let next = try match.patchContentState(
+            stored,
+            with: Fixtures.json(
+                #"""
+                {"homeScore": 1, "minute": 12.0, "lastScorer": "Saka", "goals": [{"scorer": "Saka", "minute": 12, "side": "home"}]}
+                """#))
         let state = try decoder.decode(MatchAttributes.ContentState.self, from: next.jsonData)
         #expect(state.homeScore == 1 && state.minute == 12 && state.lastScorer == "Saka" && state.goals.count == 1)
         #expect(milliseconds(state.kickoff) == milliseconds(isoDate("2026-11-29T18:45:00Z")))
@@ -203,9 +250,11 @@ import Testing
 
     @Test func significantChanges() throws {
         let flight = Fixtures.flight
-        let base = try flight.encodeContentState(Fixtures.json(#"""
-            {"gate": "B32", "status": "scheduled", "boarding": [1795435800, 1795437600], "departure": 1795438800}
-            """#))
+        let base = try flight.encodeContentState(
+            Fixtures.json(
+                #"""
+                {"gate": "B32", "status": "scheduled", "boarding": [1795435800, 1795437600], "departure": 1795438800}
+                """#))
         let moved = try flight.patchContentState(base, with: ["boarding": [1_795_436_000, 1_795_437_600], "delayMinutes": 5])
         #expect(flight.significantChanges(from: base, to: moved).isEmpty)
         let gate = try flight.patchContentState(base, with: ["gate": "C4", "status": "delayed"])
@@ -213,23 +262,28 @@ import Testing
         #expect(flight.significantChanges(from: nil, to: base).map(\.description) == ["contentState.gate", "contentState.status"])
 
         // Significance inside a nested object, and a whole significant array.
-        let schema = try ObjectSchema(json: Fixtures.json(#"""
-            {"score": {"type": "object", "fields": {"home": {"type": "int", "significant": true}, "note": "string"}},
-             "cards": {"type": "array", "items": "string", "significant": true}}
-            """#))
+        let schema = try ObjectSchema(
+            json: Fixtures.json(
+                #"""
+                {"score": {"type": "object", "fields": {"home": {"type": "int", "significant": true}, "note": "string"}},
+                 "cards": {"type": "array", "items": "string", "significant": true}}
+                """#))
         let a: JSONValue = ["score": ["home": 1, "note": "x"], "cards": ["A"]]
         #expect(schema.significantChanges(from: a, to: ["score": ["home": 1, "note": "y"], "cards": ["A"]]).isEmpty)
-        #expect(schema.significantChanges(from: a, to: ["score": ["home": 2, "note": "x"], "cards": ["A", "B"]])
+        #expect(
+            schema.significantChanges(from: a, to: ["score": ["home": 2, "note": "x"], "cards": ["A", "B"]])
                 == [["score", "home"], ["cards"]])
     }
 
     @Test func nestedObjectsMergeFieldByField() throws {
         let type = ActivityType(
             name: "Scoreboard", attributes: ObjectSchema([]),
-            contentState: try ObjectSchema(json: Fixtures.json(#"""
-                {"score": {"type": "object", "fields": {"home": {"type": "int", "significant": true}, "note": "string?"}},
-                 "updated": "date"}
-                """#)))
+            contentState: try ObjectSchema(
+                json: Fixtures.json(
+                    #"""
+                    {"score": {"type": "object", "fields": {"home": {"type": "int", "significant": true}, "note": "string?"}},
+                     "updated": "date"}
+                    """#)))
         let previous = try type.encodeContentState(["score": ["home": 1, "note": "x"], "updated": "2026-11-29T18:30:00Z"])
         let next = try type.patchContentState(previous, with: ["score": ["home": 2]])
         #expect(next == ["score": ["home": 2, "note": "x"], "updated": previous["updated"]!])

@@ -59,7 +59,8 @@ import Testing
     /// Arbitrary JSON, including near-misses of a valid state, is refused with a path or accepted and decodable.
     @Test func arbitraryInputNeverCrashes() throws {
         var random = SplitMix64(seed: 9)
-        let valid = Fixtures.json(#"""
+        let valid = Fixtures.json(
+            #"""
             {"homeScore": 1, "awayScore": 0, "period": "firstHalf", "minute": 3, "kickoff": 1795977000,
              "halfWindow": [1795977000, 1795979700], "goals": [{"scorer": "A", "minute": 2, "side": "home"}]}
             """#)

@@ -138,8 +138,9 @@ import Testing
             if let value = try? JSONValue(parsing: bytes) {
                 accepted += 1
                 // We are stricter than Foundation, never looser.
-                #expect((try? JSONSerialization.jsonObject(with: Data(bytes), options: .fragmentsAllowed)) != nil,
-                        "\(String(decoding: bytes, as: UTF8.self))")
+                #expect(
+                    (try? JSONSerialization.jsonObject(with: Data(bytes), options: .fragmentsAllowed)) != nil,
+                    "\(String(decoding: bytes, as: UTF8.self))")
                 #expect((try? JSONValue(parsing: value.jsonBytes)) == value)
             }
         }
@@ -161,8 +162,10 @@ import Testing
     }
 
     @Test func doublesUseShortestRoundTripForm() {
-        let cases: [(Double, String)] = [(3, "3.0"), (0.1, "0.1"), (1e20, "1e+20"), (1e-7, "1e-07"), (-0.0, "-0.0"),
-                                         (786_122_800.123, "786122800.123"), (.infinity, "null"), (.nan, "null")]
+        let cases: [(Double, String)] = [
+            (3, "3.0"), (0.1, "0.1"), (1e20, "1e+20"), (1e-7, "1e-07"), (-0.0, "-0.0"),
+            (786_122_800.123, "786122800.123"), (.infinity, "null"), (.nan, "null"),
+        ]
         for (double, text) in cases { #expect(JSONValue.double(double).jsonString == text) }
     }
 
@@ -178,8 +181,10 @@ import Testing
     }
 
     @Test func objectEqualityIgnoresOrder() {
-        let ab: JSONValue = ["a": 1, "b": 2], ba: JSONValue = ["b": 2, "a": 1]
-        let int: JSONValue = ["a": 1], double: JSONValue = ["a": 1.0]
+        let ab: JSONValue = ["a": 1, "b": 2]
+        let ba: JSONValue = ["b": 2, "a": 1]
+        let int: JSONValue = ["a": 1]
+        let double: JSONValue = ["a": 1.0]
         #expect(ab == ba)
         #expect(int != double)
     }

@@ -19,9 +19,10 @@ private final class Lines: Sendable {
         let logger = Logger(level: .info, format: .logfmt, clock: clock, metadata: ["app": "com.example.scores"], sink: lines.append)
         logger.info("channel created", ["event": "match-42", "attempt": .int(2), "ok": true, "note": "two words", "empty": ""])
         logger.debug("hidden")
-        #expect(lines.all == [
-            #"ts=2026-11-29T18:30:00.050Z level=info msg="channel created" app=com.example.scores event=match-42 attempt=2 ok=true note="two words" empty="""#,
-        ])
+        #expect(
+            lines.all == [
+                #"ts=2026-11-29T18:30:00.050Z level=info msg="channel created" app=com.example.scores event=match-42 attempt=2 ok=true note="two words" empty="""#
+            ])
     }
 
     @Test func jsonLines() throws {

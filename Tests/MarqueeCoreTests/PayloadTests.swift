@@ -11,19 +11,21 @@ import Testing
             timestamp: 1_795_977_000, contentState: state, staleDate: Date(timeIntervalSince1970: 1_795_977_900.9),
             relevanceScore: 100,
             alert: LiveActivityAlert(title: .plain("Goal!"), body: .plain("Saka scores"), sound: "default"))
-        #expect(payload.json.jsonString == #"""
-            {"aps":{"timestamp":1795977000,"event":"update","content-state":{"homeScore":1,"awayScore":0},"stale-date":1795977900,"relevance-score":100,"alert":{"title":"Goal!","body":"Saka scores","sound":"default"}}}
-            """#)
+        #expect(
+            payload.json.jsonString == #"""
+                {"aps":{"timestamp":1795977000,"event":"update","content-state":{"homeScore":1,"awayScore":0},"stale-date":1795977900,"relevance-score":100,"alert":{"title":"Goal!","body":"Saka scores","sound":"default"}}}
+                """#)
     }
 
     @Test func localizedAlertAndFractionalRelevance() {
         let payload = LiveActivityPayload.update(
             timestamp: 1, contentState: state, relevanceScore: 12.5,
             alert: LiveActivityAlert(title: .localized(key: "GOAL_TITLE", arguments: ["Saka"]), body: .localized(key: "GOAL_BODY")))
-        #expect(payload.json["aps"]?["alert"] == [
-            "title": ["loc-key": "GOAL_TITLE", "loc-args": ["Saka"]],
-            "body": ["loc-key": "GOAL_BODY", "loc-args": []],
-        ])
+        #expect(
+            payload.json["aps"]?["alert"] == [
+                "title": ["loc-key": "GOAL_TITLE", "loc-args": ["Saka"]],
+                "body": ["loc-key": "GOAL_BODY", "loc-args": []],
+            ])
         #expect(payload.json["aps"]?["relevance-score"] == .double(12.5))
         #expect(payload.json["aps"]?["alert"]?["sound"] == nil)
     }
@@ -41,9 +43,10 @@ import Testing
         let channel = LiveActivityPayload.start(
             timestamp: 7, attributesType: "MatchAttributes", attributes: ["homeTeam": "Arsenal"], contentState: state,
             alert: alert, subscription: .channel("dHN0LXNyY2gtY2hubA=="))
-        #expect(channel.json.jsonString == #"""
-            {"aps":{"timestamp":7,"event":"start","content-state":{"homeScore":1,"awayScore":0},"alert":{"title":"Kick-off","body":"Arsenal v PSG"},"attributes-type":"MatchAttributes","attributes":{"homeTeam":"Arsenal"},"input-push-channel":"dHN0LXNyY2gtY2hubA=="}}
-            """#)
+        #expect(
+            channel.json.jsonString == #"""
+                {"aps":{"timestamp":7,"event":"start","content-state":{"homeScore":1,"awayScore":0},"alert":{"title":"Kick-off","body":"Arsenal v PSG"},"attributes-type":"MatchAttributes","attributes":{"homeTeam":"Arsenal"},"input-push-channel":"dHN0LXNyY2gtY2hubA=="}}
+                """#)
         let token = LiveActivityPayload.start(
             timestamp: 7, attributesType: "MatchAttributes", attributes: [:], contentState: state, alert: alert,
             subscription: .pushToken)
@@ -52,10 +55,12 @@ import Testing
     }
 
     @Test func theAppDecodesContentStateFromTheWholePayload() throws {
-        let contentState = try Fixtures.flight.encodeContentState(Fixtures.json(#"""
-            {"gate": "B32", "status": "delayed", "boarding": ["2026-11-29T07:05:00Z", "2026-11-29T07:35:00Z"],
-             "delayMinutes": 20, "departure": "2026-11-29T08:00:00.125Z"}
-            """#))
+        let contentState = try Fixtures.flight.encodeContentState(
+            Fixtures.json(
+                #"""
+                {"gate": "B32", "status": "delayed", "boarding": ["2026-11-29T07:05:00Z", "2026-11-29T07:35:00Z"],
+                 "delayMinutes": 20, "departure": "2026-11-29T08:00:00.125Z"}
+                """#))
         let body = LiveActivityPayload.update(timestamp: 9, contentState: contentState).bytes
         struct Envelope: Decodable {
             struct APS: Decodable {

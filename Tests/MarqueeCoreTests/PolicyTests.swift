@@ -33,9 +33,11 @@ private let t0 = Date(timeIntervalSince1970: 1_800_000_000)
 
     @Test func sendsOnlyTheNewestAndReportsTheRestAsConflated() {
         let pending = [PendingBroadcast(id: 1), PendingBroadcast(id: 2), PendingBroadcast(id: 3)]
-        #expect(policy.decide(pending: pending, lastSentAt: nil, now: t0)
+        #expect(
+            policy.decide(pending: pending, lastSentAt: nil, now: t0)
                 == .send(BroadcastPlan(send: 3, conflated: [1, 2], alertFrom: nil, wantsHighPriority: false)))
-        #expect(policy.decide(pending: pending, lastSentAt: t0.addingTimeInterval(-1), now: t0)
+        #expect(
+            policy.decide(pending: pending, lastSentAt: t0.addingTimeInterval(-1), now: t0)
                 == .send(BroadcastPlan(send: 3, conflated: [1, 2], alertFrom: nil, wantsHighPriority: false)))
     }
 
@@ -43,15 +45,18 @@ private let t0 = Date(timeIntervalSince1970: 1_800_000_000)
         let last = t0.addingTimeInterval(-0.25)
         #expect(policy.decide(pending: [PendingBroadcast(id: 1)], lastSentAt: last, now: t0) == .wait(until: last.addingTimeInterval(1)))
         let slow = ConflationPolicy(minimumInterval: 5)
-        #expect(slow.decide(pending: [PendingBroadcast(id: 1)], lastSentAt: t0, now: t0.addingTimeInterval(4)) == .wait(until: t0.addingTimeInterval(5)))
+        #expect(
+            slow.decide(pending: [PendingBroadcast(id: 1)], lastSentAt: t0, now: t0.addingTimeInterval(4)) == .wait(until: t0.addingTimeInterval(5)))
     }
 
     @Test func theToleranceLetsABroadcastGoThatMuchEarlyAndNoEarlier() {
         let lenient = ConflationPolicy(minimumInterval: 1, tolerance: 0.025)
         #expect(lenient.pacing == 0.975)
-        #expect(lenient.decide(pending: [PendingBroadcast(id: 1)], lastSentAt: t0, now: t0.addingTimeInterval(0.98))
+        #expect(
+            lenient.decide(pending: [PendingBroadcast(id: 1)], lastSentAt: t0, now: t0.addingTimeInterval(0.98))
                 == .send(BroadcastPlan(send: 1, conflated: [], alertFrom: nil, wantsHighPriority: false)))
-        #expect(lenient.decide(pending: [PendingBroadcast(id: 1)], lastSentAt: t0, now: t0.addingTimeInterval(0.97))
+        #expect(
+            lenient.decide(pending: [PendingBroadcast(id: 1)], lastSentAt: t0, now: t0.addingTimeInterval(0.97))
                 == .wait(until: t0.addingTimeInterval(0.975)))
         #expect(ConflationPolicy(minimumInterval: 0.01, tolerance: 0.025).pacing == 0)
     }
@@ -59,15 +64,18 @@ private let t0 = Date(timeIntervalSince1970: 1_800_000_000)
     @Test func urgentUpdatesGoAtOnceAndAnOlderAlertTravelsWithTheNewestState() {
         let last = t0.addingTimeInterval(-0.1)
         let high = [PendingBroadcast(id: "a"), PendingBroadcast(id: "b", isHighPriority: true)]
-        #expect(policy.decide(pending: high, lastSentAt: last, now: t0)
+        #expect(
+            policy.decide(pending: high, lastSentAt: last, now: t0)
                 == .send(BroadcastPlan(send: "b", conflated: ["a"], alertFrom: nil, wantsHighPriority: true)))
 
         let alertThenState = [PendingBroadcast(id: "goal", hasAlert: true), PendingBroadcast(id: "minute")]
-        #expect(policy.decide(pending: alertThenState, lastSentAt: last, now: t0)
+        #expect(
+            policy.decide(pending: alertThenState, lastSentAt: last, now: t0)
                 == .send(BroadcastPlan(send: "minute", conflated: ["goal"], alertFrom: "goal", wantsHighPriority: false)))
 
         let twoAlerts = [PendingBroadcast(id: 1, hasAlert: true), PendingBroadcast(id: 2, hasAlert: true), PendingBroadcast(id: 3, hasAlert: true)]
-        #expect(policy.decide(pending: twoAlerts, lastSentAt: last, now: t0)
+        #expect(
+            policy.decide(pending: twoAlerts, lastSentAt: last, now: t0)
                 == .send(BroadcastPlan(send: 3, conflated: [1, 2], alertFrom: nil, wantsHighPriority: false)))
     }
 }
@@ -84,12 +92,17 @@ private let t0 = Date(timeIntervalSince1970: 1_800_000_000)
 
     @Test func theSignificanceComesFromTheSchema() throws {
         let match = Fixtures.match
-        let before = try match.encodeContentState(Fixtures.json(
-            #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 10, "kickoff": 0, "goals": []}"#))
+        let before = try match.encodeContentState(
+            Fixtures.json(
+                #"{"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 10, "kickoff": 0, "goals": []}"#))
         let minute = try match.patchContentState(before, with: ["minute": 11])
         let goal = try match.patchContentState(minute, with: ["homeScore": 1])
-        #expect(PushPriority.wanted(for: .auto, hasAlert: false, changesSignificantField: !match.significantChanges(from: before, to: minute).isEmpty) == .low)
-        #expect(PushPriority.wanted(for: .auto, hasAlert: false, changesSignificantField: !match.significantChanges(from: minute, to: goal).isEmpty) == .high)
+        #expect(
+            PushPriority.wanted(for: .auto, hasAlert: false, changesSignificantField: !match.significantChanges(from: before, to: minute).isEmpty)
+                == .low)
+        #expect(
+            PushPriority.wanted(for: .auto, hasAlert: false, changesSignificantField: !match.significantChanges(from: minute, to: goal).isEmpty)
+                == .high)
     }
 
     @Test func budgetDowngradesInASlidingWindow() {

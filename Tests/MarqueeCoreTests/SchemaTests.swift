@@ -8,7 +8,8 @@ import Testing
         let match = try ActivityType(jsonText: Fixtures.matchSchema)
         #expect(match.name == "MatchAttributes")
         #expect(match.attributes.fields.map(\.name) == ["homeTeam", "awayTeam", "competition", "kickoff"])
-        #expect(match.contentState.fields.map(\.name) == ["homeScore", "awayScore", "period", "minute", "lastScorer", "kickoff", "halfWindow", "goals"])
+        #expect(
+            match.contentState.fields.map(\.name) == ["homeScore", "awayScore", "period", "minute", "lastScorer", "kickoff", "halfWindow", "goals"])
         #expect(match.contentState.field(named: "homeScore")?.spec == FieldSpec(.int, significant: true))
         #expect(match.contentState.field(named: "lastScorer")?.spec == FieldSpec(.string, optional: true))
         #expect(match.contentState.field(named: "halfWindow")?.spec == FieldSpec(.dateRange, optional: true))
@@ -69,14 +70,21 @@ import Testing
         (#"{"name": "A", "attributes": {}, "contentState": {"x": {"type": "object"}}}"#, "contentState.x.fields"),
         (#"{"name": "A", "attributes": {}, "contentState": {"x": {"type": "object", "fields": {"y": "nope"}}}}"#, "contentState.x.fields.y"),
         (#"{"name": "A", "attributes": {}, "contentState": {"x": {"type": "array"}}}"#, "contentState.x.items"),
-        (#"{"name": "A", "attributes": {}, "contentState": {"x": {"type": "array", "items": {"type": "int", "significant": true}}}}"#, "contentState.x.items"),
+        (
+            #"{"name": "A", "attributes": {}, "contentState": {"x": {"type": "array", "items": {"type": "int", "significant": true}}}}"#,
+            "contentState.x.items"
+        ),
         (#"{"name": "A", "attributes": {"k": "date??"}, "contentState": {}}"#, "attributes.k"),
         (#"{"name": "A", "attributes": {"k": {"type": "int", "eventKey": true}}, "contentState": {}}"#, "attributes.k.eventKey"),
-        (#"{"name": "A", "attributes": {"k": {"type": "string", "eventKey": true}, "j": {"type": "string", "eventKey": true}}, "contentState": {}}"#,
-         "attributes.j.eventKey"),
+        (
+            #"{"name": "A", "attributes": {"k": {"type": "string", "eventKey": true}, "j": {"type": "string", "eventKey": true}}, "contentState": {}}"#,
+            "attributes.j.eventKey"
+        ),
         (#"{"name": "A", "attributes": {}, "contentState": {"k": {"type": "string", "eventKey": true}}}"#, "contentState.k.eventKey"),
-        (#"{"name": "A", "attributes": {"o": {"type": "object", "fields": {"k": {"type": "string", "eventKey": true}}}}, "contentState": {}}"#,
-         "attributes.o.fields.k.eventKey"),
+        (
+            #"{"name": "A", "attributes": {"o": {"type": "object", "fields": {"k": {"type": "string", "eventKey": true}}}}, "contentState": {}}"#,
+            "attributes.o.fields.k.eventKey"
+        ),
         (#"{"name": "A", "attributes": {"k": {"type": "string", "eventKey": 1}}, "contentState": {}}"#, "attributes.k.eventKey"),
     ])
     func refusesMalformedSchemasWithPath(text: String, path: String) {
@@ -89,7 +97,8 @@ import Testing
     }
 
     @Test func oneStringAttributeMayBeTheEventKey() throws {
-        let type = try ActivityType(jsonText: #"{"name": "A", "attributes": {"match": {"type": "string", "eventKey": true}, "home": "string"}, "contentState": {}}"#)
+        let type = try ActivityType(
+            jsonText: #"{"name": "A", "attributes": {"match": {"type": "string", "eventKey": true}, "home": "string"}, "contentState": {}}"#)
         #expect(type.eventKey == "match")
         #expect(type.json["attributes"]?["match"] == ["type": "string", "eventKey": true], "the flag survives storage")
         #expect(try ActivityType(json: type.json).eventKey == "match")

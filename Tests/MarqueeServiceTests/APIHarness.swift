@@ -41,15 +41,19 @@ struct APIHarness {
     /// Stores a new key with `scope` and returns its text.
     func key(_ scope: APIScope) async throws -> String {
         let key = NewAPIKey.generate()
-        _ = try await APIKeyRepository(pool: pool).create(keyID: key.id, name: "test \(scope)", scopes: [scope.rawValue],
-                                                          salt: key.salt, hash: key.hash)
+        _ = try await APIKeyRepository(pool: pool).create(
+            keyID: key.id, name: "test \(scope)", scopes: [scope.rawValue],
+            salt: key.salt, hash: key.hash)
         return key.text
     }
 
     /// Adds an app; returns its id.
     func app(bundle: String = "com.example.scores", environment: String = "development") async throws -> Int {
-        try await AppRepository(pool: pool).add(NewApp(bundleID: bundle, environment: environment, teamID: "ABCDE12345",
-                                                       keyID: "KEY1234567", keyPath: "keys/AuthKey.p8")).id
+        try await AppRepository(pool: pool).add(
+            NewApp(
+                bundleID: bundle, environment: environment, teamID: "ABCDE12345",
+                keyID: "KEY1234567", keyPath: "keys/AuthKey.p8")
+        ).id
     }
 
     struct Answer {
@@ -61,8 +65,10 @@ struct APIHarness {
         var text: String { String(decoding: response.body, as: UTF8.self) }
     }
 
-    func send(_ method: String, _ path: String, key: String? = nil, body: String? = nil,
-              contentType: String? = "application/json") async -> Answer {
+    func send(
+        _ method: String, _ path: String, key: String? = nil, body: String? = nil,
+        contentType: String? = "application/json"
+    ) async -> Answer {
         await send(method, path, key: key, bytes: body.map { Array($0.utf8) }, contentType: contentType)
     }
 

@@ -24,7 +24,10 @@ import Testing
 
     @Test func malformedKeysAreRefused() {
         let key = NewAPIKey.generate()
-        let text = key.text, head = String(text.prefix(15)), secret = String(text.dropFirst(16)), short = String(text.dropLast())
+        let text = key.text
+        let head = String(text.prefix(15))
+        let secret = String(text.dropFirst(16))
+        let short = String(text.dropLast())
         let malformed: [String] = [
             "", "mq_", "mq_abc_def", "xx" + text.dropFirst(2), text + "x", short, "mq_zzzzzzzzzzzz" + text.dropFirst(15),
             short + "=", short + "+", "mq-" + text.dropFirst(3), head + "-" + secret,

@@ -48,13 +48,16 @@ struct APIServerTests {
 
     /// Checks the one error format and returns the answer.
     @discardableResult
-    func expectError(_ answer: APIHarness.Answer, _ status: Int, code: String? = nil, field: String?? = .none,
-                     sourceLocation: SourceLocation = #_sourceLocation) -> APIHarness.Answer {
+    func expectError(
+        _ answer: APIHarness.Answer, _ status: Int, code: String? = nil, field: String?? = .none,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) -> APIHarness.Answer {
         #expect(answer.status == status, "\(answer.text)", sourceLocation: sourceLocation)
         #expect(answer.response.headers["content-type"] == "application/json", sourceLocation: sourceLocation)
         let error = answer.json?["error"]
-        #expect(error?["code"]?.stringValue != nil && error?["message"]?.stringValue != nil && error?["field"] != nil,
-                "not the error format: \(answer.text)", sourceLocation: sourceLocation)
+        #expect(
+            error?["code"]?.stringValue != nil && error?["message"]?.stringValue != nil && error?["field"] != nil,
+            "not the error format: \(answer.text)", sourceLocation: sourceLocation)
         if let code { #expect(answer.errorCode == code, "\(answer.text)", sourceLocation: sourceLocation) }
         if case .some(let field) = field { #expect(answer.errorField == field, "\(answer.text)", sourceLocation: sourceLocation) }
         return answer
@@ -126,18 +129,48 @@ struct APIServerTests {
             (Array("".utf8), "application/json", 400, "invalid_json", .none),
             (Array(#"{"app": 1,}"#.utf8), "application/json", 400, "invalid_json", .none),
             ([0x7B, 0x22, 0xFF, 0x22, 0x3A, 0x31, 0x7D], "application/json", 400, "invalid_json", .none),
-            (Array((String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)).utf8), "application/json", 400, "invalid_json", .none),
+            (
+                Array((String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)).utf8), "application/json", 400, "invalid_json",
+                .none
+            ),
             (Array("[1, 2]".utf8), "application/json", 422, "validation_failed", .some(nil)),
-            (Array(valid.replacingOccurrences(of: "\"app\": \(app)", with: "\"app\": \"\(app)\"").utf8), "application/json", 422, "validation_failed", "app"),
-            (Array(valid.replacingOccurrences(of: "\"app\": \(app)", with: "\"app\": 999999").utf8), "application/json", 422, "validation_failed", "app"),
+            (
+                Array(valid.replacingOccurrences(of: "\"app\": \(app)", with: "\"app\": \"\(app)\"").utf8), "application/json", 422,
+                "validation_failed", "app"
+            ),
+            (
+                Array(valid.replacingOccurrences(of: "\"app\": \(app)", with: "\"app\": 999999").utf8), "application/json", 422, "validation_failed",
+                "app"
+            ),
             (Array(valid.replacingOccurrences(of: "\"app\": \(app)", with: "\"app\": 0").utf8), "application/json", 422, "validation_failed", "app"),
-            (Array(valid.replacingOccurrences(of: "\"app\": \(app),", with: "\"app\": \(app), \"colour\": \"red\",").utf8), "application/json", 422, "validation_failed", "colour"),
-            (Array(valid.replacingOccurrences(of: "\"minute\": \"int\"", with: "\"minute\": \"integer\"").utf8), "application/json", 422, "validation_failed", "contentState.minute"),
-            (Array(valid.replacingOccurrences(of: "\"minute\": \"int\"", with: "\"minute\": 5").utf8), "application/json", 422, "validation_failed", "contentState.minute"),
-            (Array(valid.replacingOccurrences(of: "\"name\": \"MatchAttributes\"", with: "\"name\": \"not a type\"").utf8), "application/json", 422, "validation_failed", "name"),
-            (Array(valid.replacingOccurrences(of: "\"name\": \"MatchAttributes\"", with: "\"name\": 7").utf8), "application/json", 422, "validation_failed", "name"),
-            (Array(valid.replacingOccurrences(of: "\"name\": \"MatchAttributes\"", with: "\"name\": \"Über\"").utf8), "application/json", 422, "validation_failed", "name"),
-            (Array(valid.replacingOccurrences(of: "\"minute\": \"int\"", with: "\"\": \"int\"").utf8), "application/json", 422, "validation_failed", .none),
+            (
+                Array(valid.replacingOccurrences(of: "\"app\": \(app),", with: "\"app\": \(app), \"colour\": \"red\",").utf8), "application/json",
+                422, "validation_failed", "colour"
+            ),
+            (
+                Array(valid.replacingOccurrences(of: "\"minute\": \"int\"", with: "\"minute\": \"integer\"").utf8), "application/json", 422,
+                "validation_failed", "contentState.minute"
+            ),
+            (
+                Array(valid.replacingOccurrences(of: "\"minute\": \"int\"", with: "\"minute\": 5").utf8), "application/json", 422,
+                "validation_failed", "contentState.minute"
+            ),
+            (
+                Array(valid.replacingOccurrences(of: "\"name\": \"MatchAttributes\"", with: "\"name\": \"not a type\"").utf8), "application/json",
+                422, "validation_failed", "name"
+            ),
+            (
+                Array(valid.replacingOccurrences(of: "\"name\": \"MatchAttributes\"", with: "\"name\": 7").utf8), "application/json", 422,
+                "validation_failed", "name"
+            ),
+            (
+                Array(valid.replacingOccurrences(of: "\"name\": \"MatchAttributes\"", with: "\"name\": \"Über\"").utf8), "application/json", 422,
+                "validation_failed", "name"
+            ),
+            (
+                Array(valid.replacingOccurrences(of: "\"minute\": \"int\"", with: "\"\": \"int\"").utf8), "application/json", 422,
+                "validation_failed", .none
+            ),
             (Array(#"{"app": 1, "name": "A", "attributes": {}}"#.utf8), "application/json", 422, "validation_failed", "contentState"),
             (Array(valid.utf8), "text/plain", 415, "unsupported_media_type", "content-type"),
             (Array(valid.utf8), nil, 415, "unsupported_media_type", "content-type"),
@@ -154,7 +187,9 @@ struct APIServerTests {
         let answer = await harness.send("POST", "/v1/attribute-types", key: admin, body: "{\"app\": 1,\n  \"name\": tru}")
         #expect(answer.json?["error"]?["message"]?.stringValue?.contains("line 2") == true, "\(answer.text)")
         // The valid body then goes through, once.
-        #expect(await harness.send("POST", "/v1/attribute-types", key: admin, body: valid, contentType: " Application/JSON ; charset=utf-8").status == 201)
+        #expect(
+            await harness.send("POST", "/v1/attribute-types", key: admin, body: valid, contentType: " Application/JSON ; charset=utf-8").status == 201
+        )
         #expect(try await harness.count("attribute_types") == 1)
     }
 
@@ -196,8 +231,10 @@ struct APIServerTests {
         #expect(document["attributes"]?.objectValue?.keys == posted["attributes"]?.objectValue?.keys)
 
         // What comes back encodes content-state that a plain JSONDecoder reads into the app's struct.
-        let type = try ActivityType(json: ["name": document["name"]!, "attributes": document["attributes"]!,
-                                           "contentState": document["contentState"]!])
+        let type = try ActivityType(json: [
+            "name": document["name"]!, "attributes": document["attributes"]!,
+            "contentState": document["contentState"]!,
+        ])
         let state = try type.contentState.encode([
             "homeScore": 2, "awayScore": 1, "period": "secondHalf", "minute": 67, "lastScorer": "Kane",
             "kickoff": "2026-11-29T18:30:00Z", "halfWindow": ["2026-11-29T18:30:00Z", "2026-11-29T19:15:00Z"],
@@ -205,8 +242,11 @@ struct APIServerTests {
         ])
         let decoded = try JSONDecoder().decode(MatchState.self, from: state.jsonData)
         let kickoff = try Date("2026-11-29T18:30:00Z", strategy: .iso8601)
-        #expect(decoded == MatchState(homeScore: 2, awayScore: 1, period: .secondHalf, minute: 67, lastScorer: "Kane", kickoff: kickoff,
-                                      halfWindow: kickoff...kickoff.addingTimeInterval(45 * 60), goals: [.init(scorer: "Kane", minute: 12)]))
+        #expect(
+            decoded
+                == MatchState(
+                    homeScore: 2, awayScore: 1, period: .secondHalf, minute: 67, lastScorer: "Kane", kickoff: kickoff,
+                    halfWindow: kickoff...kickoff.addingTimeInterval(45 * 60), goals: [.init(scorer: "Kane", minute: 12)]))
 
         // The same document again is a no-op; another under the same name conflicts; neither writes.
         #expect(await harness.send("POST", "/v1/attribute-types", key: admin, body: Fixtures.matchType(app: app)).status == 200)
@@ -237,7 +277,8 @@ struct APIServerTests {
         #expect(await harness.send("POST", "/v1/attribute-types", key: admin, body: Fixtures.matchType(app: production)).status == 201)
         // Registering on this instance forgets the cached all-apps answer: the name is now ambiguous.
         expectError(await harness.send("GET", "/v1/attribute-types/MatchAttributes", key: admin), 409, field: "app")
-        #expect(await harness.send("GET", "/v1/attribute-types/MatchAttributes?app=\(production)", key: admin).json?["app"]
+        #expect(
+            await harness.send("GET", "/v1/attribute-types/MatchAttributes?app=\(production)", key: admin).json?["app"]
                 == .int(Int64(production)))
     }
 
@@ -261,7 +302,8 @@ struct APIServerTests {
         expectError(await harness.send("GET", "/v1/nothing"), 404, code: "not_found")
         expectError(await harness.send("GET", "/v1/apps/"), 404, code: "not_found")
         let answer = expectError(await harness.send("DELETE", "/v1/attribute-types"), 405, code: "method_not_allowed")
-        #expect(Set(answer.response.headers["allow"]?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } ?? []) == ["GET", "POST"])
+        #expect(
+            Set(answer.response.headers["allow"]?.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } ?? []) == ["GET", "POST"])
         expectError(await harness.send("POST", "/healthz", body: "{}"), 405)
         let head = await harness.send("HEAD", "/healthz")
         #expect(head.status == 200 && head.response.body.isEmpty)

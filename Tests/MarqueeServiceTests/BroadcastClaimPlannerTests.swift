@@ -1,31 +1,41 @@
 import APNs
 import Foundation
 import MarqueeCore
+import Testing
+
 @testable import MarqueeService
 @testable import MarqueeStore
-import Testing
 
 /// The dispatcher's decisions for one claim, without I/O: every plan and every kind of APNs answer.
 @Suite struct BroadcastClaimPlannerTests {
     static let now = Date(timeIntervalSince1970: 1_800_000_000)
-    static let planner = BroadcastClaimPlanner(conflation: BroadcastDispatcherConfiguration.conflation(interval: 1),
-                                               highPriorityBudget: 2, highPriorityWindow: 3600)
-    static let schema = try! ObjectSchema(json: ["home": ["type": "int", "significant": true], "away": ["type": "int", "significant": true],
-                                                 "minute": "int?"])
+    static let planner = BroadcastClaimPlanner(
+        conflation: BroadcastDispatcherConfiguration.conflation(interval: 1),
+        highPriorityBudget: 2, highPriorityWindow: 3600)
+    static let schema = try! ObjectSchema(json: [
+        "home": ["type": "int", "significant": true], "away": ["type": "int", "significant": true],
+        "minute": "int?",
+    ])
 
-    static func claim(state: JSONValue = ["home": 1, "away": 0], alert: JSONValue? = nil, priority: RequestedPriority = .auto,
-                      action: UpdateAction = .update, pending: [PendingUpdate] = [], lastBroadcastAt: Date? = nil,
-                      lastApsTimestamp: Int64? = nil, apsTimestamp: Int64? = nil) -> ClaimedBroadcast {
-        ClaimedBroadcast(outboxID: 1, claimToken: UUID(), claimedUntil: now + 120, attempts: 0, eventID: 7, appID: 1, attributeTypeID: 1,
-                         channelID: 3, apnsChannelID: "ch==", storagePolicy: .mostRecent, channelState: .open,
-                         lastApsTimestamp: lastApsTimestamp, apsTimestamp: apsTimestamp, lastBroadcastAt: lastBroadcastAt,
-                         update: OutboxUpdate(id: 10, action: action, contentState: state, alert: alert, staleDate: nil, dismissalDate: nil,
-                                              relevanceScore: nil, priority: priority, occurredAt: now, receivedAt: now),
-                         pending: pending)
+    static func claim(
+        state: JSONValue = ["home": 1, "away": 0], alert: JSONValue? = nil, priority: RequestedPriority = .auto,
+        action: UpdateAction = .update, pending: [PendingUpdate] = [], lastBroadcastAt: Date? = nil,
+        lastApsTimestamp: Int64? = nil, apsTimestamp: Int64? = nil
+    ) -> ClaimedBroadcast {
+        ClaimedBroadcast(
+            outboxID: 1, claimToken: UUID(), claimedUntil: now + 120, attempts: 0, eventID: 7, appID: 1, attributeTypeID: 1,
+            channelID: 3, apnsChannelID: "ch==", storagePolicy: .mostRecent, channelState: .open,
+            lastApsTimestamp: lastApsTimestamp, apsTimestamp: apsTimestamp, lastBroadcastAt: lastBroadcastAt,
+            update: OutboxUpdate(
+                id: 10, action: action, contentState: state, alert: alert, staleDate: nil, dismissalDate: nil,
+                relevanceScore: nil, priority: priority, occurredAt: now, receivedAt: now),
+            pending: pending)
     }
 
-    static func facts(_ claim: ClaimedBroadcast, memory: ChannelMemory? = nil, schema: ObjectSchema? = BroadcastClaimPlannerTests.schema,
-                      stopping: Bool = false) -> ClaimFacts {
+    static func facts(
+        _ claim: ClaimedBroadcast, memory: ChannelMemory? = nil, schema: ObjectSchema? = BroadcastClaimPlannerTests.schema,
+        stopping: Bool = false
+    ) -> ClaimFacts {
         ClaimFacts(claim: claim, memory: memory, schema: schema, now: now, stopping: stopping)
     }
 
@@ -37,7 +47,10 @@ import Testing
 
     @Test func tooSoonAfterTheLastBroadcastIsPostponedUnlessUrgent() {
         let recent = Self.claim(lastBroadcastAt: Self.now - 0.4)
-        guard case .postpone(let delay) = Self.planner.plan(Self.facts(recent)) else { Issue.record("not postponed"); return }
+        guard case .postpone(let delay) = Self.planner.plan(Self.facts(recent)) else {
+            Issue.record("not postponed")
+            return
+        }
         #expect(delay > 0.5 && delay <= 0.6)
         let urgent = Self.claim(alert: ["title": "Goal", "body": "1-0"], lastBroadcastAt: Self.now - 0.4)
         #expect(sent(Self.planner.plan(Self.facts(urgent)))?.priority == .high)
@@ -50,14 +63,20 @@ import Testing
     @Test func aPayloadThatCannotFitIsRefusedAndACarriedAlertIsDroppedToFit() throws {
         let huge: JSONValue = ["home": 1, "away": 0, "minute": .string(String(repeating: "x", count: 6000))]
         guard case .refuse(let reason) = Self.planner.plan(Self.facts(Self.claim(state: huge), schema: nil)) else {
-            Issue.record("not refused"); return
+            Issue.record("not refused")
+            return
         }
         #expect(reason.contains("5120"))
         // A state that fits only without the alert carried from an older pending update.
         let big: JSONValue = ["home": 1, "away": 0, "minute": .string(String(repeating: "x", count: 4900))]
-        let carried = Self.claim(state: big, pending: [PendingUpdate(id: 9, priority: .auto, alert: ["title": .string(String(repeating: "g", count: 300)), "body": "Goal"],
-                                                                     occurredAt: Self.now - 1),
-                                                       PendingUpdate(id: 10, priority: .auto, alert: nil, occurredAt: Self.now)])
+        let carried = Self.claim(
+            state: big,
+            pending: [
+                PendingUpdate(
+                    id: 9, priority: .auto, alert: ["title": .string(String(repeating: "g", count: 300)), "body": "Goal"],
+                    occurredAt: Self.now - 1),
+                PendingUpdate(id: 10, priority: .auto, alert: nil, occurredAt: Self.now),
+            ])
         let planned = try #require(sent(Self.planner.plan(Self.facts(carried, schema: nil))))
         #expect(planned.droppedAlert && planned.conflated == 1 && planned.body.count <= 5120)
     }
@@ -77,28 +96,38 @@ import Testing
         #expect(sent(Self.planner.plan(Self.facts(Self.claim(state: ["home": 1, "away": 0, "minute": 5]), memory: seen)))?.priority == .low)
         #expect(sent(Self.planner.plan(Self.facts(Self.claim(state: ["home": 2, "away": 0]), memory: seen)))?.priority == .high)
         #expect(sent(Self.planner.plan(Self.facts(Self.claim(state: ["home": 2, "away": 0]), memory: seen, schema: nil)))?.priority == .low)
-        #expect(sent(Self.planner.plan(Self.facts(Self.claim(state: ["home": 1, "away": 0], alert: ["title": "Card", "body": "Red card"]), memory: seen)))?.priority == .high)
+        #expect(
+            sent(
+                Self.planner.plan(Self.facts(Self.claim(state: ["home": 1, "away": 0], alert: ["title": "Card", "body": "Red card"]), memory: seen)))?
+                .priority == .high)
         #expect(sent(Self.planner.plan(Self.facts(Self.claim(priority: .low), memory: seen)))?.priority == .low)
         // The budget spent: wanted 10, sent 5.
         var spent = budget
         _ = spent.admit(.high, now: Self.now - 10)
         _ = spent.admit(.high, now: Self.now - 5)
-        let over = try #require(sent(Self.planner.plan(Self.facts(Self.claim(priority: .high),
-                                                                  memory: ChannelMemory(lastApsTimestamp: nil, lastState: nil, lastSentAt: nil, budget: spent)))))
+        let over = try #require(
+            sent(
+                Self.planner.plan(
+                    Self.facts(
+                        Self.claim(priority: .high),
+                        memory: ChannelMemory(lastApsTimestamp: nil, lastState: nil, lastSentAt: nil, budget: spent)))))
         #expect(over.priority == .low && over.downgraded)
     }
 
     @Test func everyKindOfAnswerHasItsPlan() {
         func answer(_ status: Int, _ reason: APNsReason, retryAfter: String? = nil) -> APNsResult {
-            APNsResult(response: APNsResponse(status: status, headers: retryAfter.map { ["retry-after": $0] } ?? [:],
-                                              body: APNsErrorBody(reason: reason).json), operation: .broadcast)
+            APNsResult(
+                response: APNsResponse(
+                    status: status, headers: retryAfter.map { ["retry-after": $0] } ?? [:],
+                    body: APNsErrorBody(reason: reason).json), operation: .broadcast)
         }
         let planner = Self.planner
         #expect(planner.afterAnswer(APNsResult(response: APNsResponse(status: 200), operation: .broadcast), retryDelay: 1) == .record)
         #expect(planner.afterAnswer(answer(400, .channelNotRegistered), retryDelay: 1) == .channelLost)
         #expect(planner.afterAnswer(answer(400, .badRequestPayload), retryDelay: 1) == .reject(reason: "BadRequestPayload"))
         guard case .parkApp(let failure) = planner.afterAnswer(answer(403, .invalidProviderToken), retryDelay: 1) else {
-            Issue.record("a refused key must park the app"); return
+            Issue.record("a refused key must park the app")
+            return
         }
         #expect(failure.reason == .invalidProviderToken)
         #expect(planner.afterAnswer(answer(503, .serviceUnavailable), retryDelay: 2) == .retry(after: 2))

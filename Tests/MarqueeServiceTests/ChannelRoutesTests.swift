@@ -18,11 +18,13 @@ struct ChannelRoutesTests {
             let fixture = try await PipelineServiceFixture.make()
             let registry = MetricsRegistry()
             let keys = APIKeyVerifier(lookup: APIKeyRepository(pool: fixture.pool))
-            let api = APIServer(routes: [ChannelRoutes(pool: fixture.pool, scheduler: fixture.scheduler())], keys: keys,
-                                metrics: registry, logger: Logger { _ in })
+            let api = APIServer(
+                routes: [ChannelRoutes(pool: fixture.pool, scheduler: fixture.scheduler())], keys: keys,
+                metrics: registry, logger: Logger { _ in })
             let key = NewAPIKey.generate()
-            _ = try await APIKeyRepository(pool: fixture.pool).create(keyID: key.id, name: "ops", scopes: ["admin"], salt: key.salt,
-                                                                      hash: key.hash)
+            _ = try await APIKeyRepository(pool: fixture.pool).create(
+                keyID: key.id, name: "ops", scopes: ["admin"], salt: key.salt,
+                hash: key.hash)
             return Harness(fixture: fixture, api: api, key: key.text)
         }
 
@@ -163,8 +165,9 @@ struct ChannelRoutesTests {
         #expect(try await harness.fixture.channels.channels(eventID: event.id).first?.state == .lifecycle(.open))
 
         // While another instance leads, a sweep from here is refused.
-        let other = try await LeaderLeaseRepository(pool: harness.fixture.pool).acquire(name: "channel-scheduler", holder: "elsewhere", duration: 600,
-                                                                                    now: harness.fixture.clock.now)
+        let other = try await LeaderLeaseRepository(pool: harness.fixture.pool).acquire(
+            name: "channel-scheduler", holder: "elsewhere", duration: 600,
+            now: harness.fixture.clock.now)
         #expect(other != nil)
         let busy = await harness.send("POST", "/v1/channels/sweep")
         #expect(busy.status == 409, "\(busy.json)")

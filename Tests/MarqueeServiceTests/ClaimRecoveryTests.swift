@@ -19,7 +19,8 @@ struct ClaimRecoveryTests {
         defer { f.pool.close() }
         let outbox = OutboxRepository(pool: f.pool)
         let heartbeats = InstanceHeartbeatRepository()
-        let first = try await f.makeEvent(), second = try await f.makeEvent()
+        let first = try await f.makeEvent()
+        let second = try await f.makeEvent()
         _ = try await f.openChannel(eventID: first.id)
         _ = try await f.openChannel(eventID: second.id)
         try await f.post(first.id, ["home": 1, "away": 0])
@@ -42,8 +43,9 @@ struct ClaimRecoveryTests {
         #expect(batch.takenOver == ["crashed"])
         #expect(taken.first?.apsTimestamp == held.first?.apsTimestamp)
         #expect(try await outbox.claim(instance: "other", limit: 10, lease: Self.lease, now: now.addingTimeInterval(Self.lease - 1)).isEmpty)
-        #expect(try await outbox.claim(instance: "other", limit: 10, lease: Self.lease, now: now.addingTimeInterval(Self.lease + 1))
-            .map(\.outboxID) == tool.map(\.outboxID))
+        #expect(
+            try await outbox.claim(instance: "other", limit: 10, lease: Self.lease, now: now.addingTimeInterval(Self.lease + 1))
+                .map(\.outboxID) == tool.map(\.outboxID))
     }
 
     @Test func aBroadcastWhoseRecordFailedIsRecordedOnceTheDatabaseAnswersAgain() async throws {
@@ -61,7 +63,8 @@ struct ClaimRecoveryTests {
         f.apns.state.withLock { state in
             state.beforeNextAnswer = {
                 try await admin.execute("ALTER DATABASE \(identifier: database) WITH ALLOW_CONNECTIONS false")
-                try await admin.execute("""
+                try await admin.execute(
+                    """
                     SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = \(database) AND pid <> pg_backend_pid()
                     """)
                 reopening.withLock { task in
@@ -76,7 +79,10 @@ struct ClaimRecoveryTests {
         let results = try await dispatcher.dispatchOnce()
         try await reopening.withLock { $0 }.value
         #expect(results.count == 1)
-        guard case .sent(let sentID, _, _)? = results.first else { Issue.record("expected a send, got \(results)"); return }
+        guard case .sent(let sentID, _, _)? = results.first else {
+            Issue.record("expected a send, got \(results)")
+            return
+        }
         #expect(sentID == update.id)
         #expect(f.log.all.contains { $0.contains("claim outcome not written; retrying until the database answers") })
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)

@@ -1,10 +1,11 @@
 import APNs
 import Foundation
 import MarqueeCore
-@testable import MarqueeService
 import MarqueeStore
 import Postgres
 import Testing
+
+@testable import MarqueeService
 
 /// A 403 other than ExpiredProviderToken is the app's fault, not the request's: the app's work is parked
 /// (5 minutes doubling to an hour), flagged in the status and a metric, and goes on at the first success.
@@ -69,10 +70,16 @@ struct CredentialsParkTests {
         // The key is fixed: the next window's probe succeeds, which ends the park and makes the other due at once.
         f.clock.advance(by: 601)
         let probe = try await dispatcher.dispatchOnce(limit: 1)
-        guard case .sent? = probe.first else { Issue.record("the probe was not sent: \(probe)"); return }
+        guard case .sent? = probe.first else {
+            Issue.record("the probe was not sent: \(probe)")
+            return
+        }
         #expect(f.metrics.credentialsParked.value(label) == 0)
         let rest = try await dispatcher.dispatchOnce()
-        guard case .sent? = rest.first else { Issue.record("the other broadcast did not resume: \(rest)"); return }
+        guard case .sent? = rest.first else {
+            Issue.record("the other broadcast did not resume: \(rest)")
+            return
+        }
         #expect(try await StatusRepository(pool: f.pool).status().apps.first { $0.appID == f.appID }?.credentialsPark == nil)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM app_credential_faults") == 0)
     }
@@ -89,8 +96,9 @@ struct CredentialsParkTests {
         #expect(try await repository.takeProbe(appID: f.appID, now: start + 310, timeout: 30) == nil)  // held
         #expect(try await repository.takeProbe(appID: f.appID, now: start + 331, timeout: 30) != nil)  // its answer never came
         // The probe's refusal starts the second window.
-        let second = try await repository.recordRefusal(appID: f.appID, reason: "InvalidProviderToken", now: start + 335,
-                                                        policy: CredentialsParkPolicy())
+        let second = try await repository.recordRefusal(
+            appID: f.appID, reason: "InvalidProviderToken", now: start + 335,
+            policy: CredentialsParkPolicy())
         #expect(second.strikes == 2 && second.retryAt == start + 935 && second.probeUntil == nil)
     }
 

@@ -1,6 +1,7 @@
 import Foundation
-@testable import MarqueeService
 import Testing
+
+@testable import MarqueeService
 
 /// The dispatcher's due times: gathered into steps, never early, earliest first.
 struct DueScheduleTests {

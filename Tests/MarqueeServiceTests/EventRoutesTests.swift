@@ -23,8 +23,9 @@ struct EventRoutesTests {
             let admin = try await harness.key(.admin)
             let registered = await harness.send("POST", "/v1/attribute-types", key: admin, body: Fixtures.matchType(app: app))
             #expect(registered.status == 201, "\(registered.text)")
-            return Setup(harness: harness, app: app, admin: admin, ingest: try await harness.key(.ingest),
-                         tokens: try await harness.key(.tokens))
+            return Setup(
+                harness: harness, app: app, admin: admin, ingest: try await harness.key(.ingest),
+                tokens: try await harness.key(.tokens))
         }
 
         /// `POST /v1/events` with the fixture's attributes and state, overridden by `fields`.
@@ -49,8 +50,11 @@ struct EventRoutesTests {
         func post(_ path: String, key: String? = nil, body: String, idempotencyKey: String? = nil) async -> APIHarness.Answer {
             var headers: HTTPHeaders = ["authorization": "Bearer \(key ?? ingest)", "content-type": "application/json"]
             if let idempotencyKey { headers.add("Idempotency-Key", idempotencyKey) }
-            return APIHarness.Answer(response: await harness.api.respond(to: HTTPRequest(method: "POST", path: path, headers: headers,
-                                                                                         body: Array(body.utf8))))
+            return APIHarness.Answer(
+                response: await harness.api.respond(
+                    to: HTTPRequest(
+                        method: "POST", path: path, headers: headers,
+                        body: Array(body.utf8))))
         }
 
         /// Gives the event an open channel through the lifecycle's steps, as the scheduler would.
@@ -78,8 +82,10 @@ struct EventRoutesTests {
     /// 2026-11-29T18:30:00Z as an app's JSONDecoder reads a Date: seconds since 2001-01-01.
     static let kickoffReferenceSeconds = JSONValue.double(Date(timeIntervalSince1970: 1_795_977_000).timeIntervalSinceReferenceDate)
 
-    func expectError(_ answer: APIHarness.Answer, _ status: Int, code: String? = nil, field: String?? = .none,
-                     sourceLocation: SourceLocation = #_sourceLocation) {
+    func expectError(
+        _ answer: APIHarness.Answer, _ status: Int, code: String? = nil, field: String?? = .none,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         #expect(answer.status == status, "\(answer.text)", sourceLocation: sourceLocation)
         #expect(answer.json?["error"]?["message"]?.stringValue != nil, "not the error format: \(answer.text)", sourceLocation: sourceLocation)
         if let code { #expect(answer.errorCode == code, "\(answer.text)", sourceLocation: sourceLocation) }
@@ -118,7 +124,8 @@ struct EventRoutesTests {
         let detail = try #require(await s.harness.send("GET", "/v1/events/\(id)", key: s.admin).json)
         #expect(detail["id"] == .int(id))
         #expect(detail["channel"] == .null)
-        #expect(detail["counts"] == ["pending": 0, "broadcast": 0, "conflated": 0, "superseded": 0, "unsent": 0, "deliveries": 0, "failedDeliveries": 0])
+        #expect(
+            detail["counts"] == ["pending": 0, "broadcast": 0, "conflated": 0, "superseded": 0, "unsent": 0, "deliveries": 0, "failedDeliveries": 0])
         expectError(await s.harness.send("GET", "/v1/events/999999", key: s.admin), 404, code: "not_found")
         expectError(await s.harness.send("GET", "/v1/events/abc", key: s.admin), 422, field: "id")
 
@@ -145,7 +152,9 @@ struct EventRoutesTests {
             .replacingOccurrences(of: "KeyedAttributes", with: "TwoKeys")
         let refused = await s.harness.send("POST", "/v1/attribute-types", key: s.admin, body: twoKeys)
         #expect(refused.status == 422 && refused.errorField == "attributes.homeTeam.eventKey", "\(refused.text)")
-        let fields: [String: JSONValue] = ["attributeType": "KeyedAttributes", "attributes": ["homeTeam": "Arsenal"], "contentState": ["homeScore": 0]]
+        let fields: [String: JSONValue] = [
+            "attributeType": "KeyedAttributes", "attributes": ["homeTeam": "Arsenal"], "contentState": ["homeScore": 0],
+        ]
         let filled = await s.create("epl-ars-che", fields)
         #expect(filled.status == 201 && filled.json?["attributes"]?["matchId"] == "epl-ars-che", "\(filled.text)")
         var given = fields
@@ -195,9 +204,11 @@ struct EventRoutesTests {
         #expect(seen == ["m0", "UA1234", "m1", "m2"])
         #expect(pages == 2)
 
-        for (query, field) in [("?limit=0", "limit"), ("?limit=501", "limit"), ("?status=done", "status"), ("?kind=race", "kind"),
-                               ("?startsAfter=yesterday", "startsAfter"), ("?cursor=bm9wZQ", "cursor"), ("?app=x", "app"),
-                               ("?colour=red", "colour")] {
+        for (query, field) in [
+            ("?limit=0", "limit"), ("?limit=501", "limit"), ("?status=done", "status"), ("?kind=race", "kind"),
+            ("?startsAfter=yesterday", "startsAfter"), ("?cursor=bm9wZQ", "cursor"), ("?app=x", "app"),
+            ("?colour=red", "colour"),
+        ] {
             expectError(await s.harness.send("GET", "/v1/events\(query)", key: s.admin), 422, code: "validation_failed", field: .some(field))
         }
     }
@@ -206,12 +217,30 @@ struct EventRoutesTests {
         let s = try await Setup.make()
         defer { s.harness.pool.close() }
         let cases: [([String: JSONValue], String?)] = [
-            (["contentState": ["homeScore": "two", "awayScore": 0, "period": "scheduled", "minute": 0, "kickoff": "2026-11-29T18:30:00Z",
-                               "goals": []]], "contentState.homeScore"),
-            (["contentState": ["homeScore": 0, "awayScore": 0, "period": "extraTime", "minute": 0, "kickoff": "2026-11-29T18:30:00Z",
-                               "goals": []]], "contentState.period"),
-            (["contentState": ["homeScore": 0, "awayScore": 0, "period": "scheduled", "minute": 0, "kickoff": "2026-11-29T18:30:00Z",
-                               "goals": [["scorer": "Saka"]]]], "contentState.goals[0].minute"),
+            (
+                [
+                    "contentState": [
+                        "homeScore": "two", "awayScore": 0, "period": "scheduled", "minute": 0, "kickoff": "2026-11-29T18:30:00Z",
+                        "goals": [],
+                    ]
+                ], "contentState.homeScore"
+            ),
+            (
+                [
+                    "contentState": [
+                        "homeScore": 0, "awayScore": 0, "period": "extraTime", "minute": 0, "kickoff": "2026-11-29T18:30:00Z",
+                        "goals": [],
+                    ]
+                ], "contentState.period"
+            ),
+            (
+                [
+                    "contentState": [
+                        "homeScore": 0, "awayScore": 0, "period": "scheduled", "minute": 0, "kickoff": "2026-11-29T18:30:00Z",
+                        "goals": [["scorer": "Saka"]],
+                    ]
+                ], "contentState.goals[0].minute"
+            ),
             (["contentState": .null], "contentState"),
             (["attributes": ["homeTeam": "Arsenal", "kickoff": "2026-11-29T18:30:00Z"]], "attributes.awayTeam"),
             (["app": "1"], "app"),
@@ -242,11 +271,14 @@ struct EventRoutesTests {
         // A key bound to another app cannot create events for this one.
         let otherApp = try await s.harness.app(bundle: "com.example.flights")
         let bound = NewAPIKey.generate()
-        _ = try await APIKeyRepository(pool: s.harness.pool).create(keyID: bound.id, name: "bound", scopes: ["admin"],
-                                                                     salt: bound.salt, hash: bound.hash, appID: otherApp)
-        let answer = await s.harness.send("POST", "/v1/events", key: bound.text, body: """
-            {"app": \(s.app), "externalId": "x", "kind": "match", "attributeType": "MatchAttributes", "attributes": {}, "contentState": {}, "startsAt": "2026-11-29T18:30:00Z"}
-            """)
+        _ = try await APIKeyRepository(pool: s.harness.pool).create(
+            keyID: bound.id, name: "bound", scopes: ["admin"],
+            salt: bound.salt, hash: bound.hash, appID: otherApp)
+        let answer = await s.harness.send(
+            "POST", "/v1/events", key: bound.text,
+            body: """
+                {"app": \(s.app), "externalId": "x", "kind": "match", "attributeType": "MatchAttributes", "attributes": {}, "contentState": {}, "startsAt": "2026-11-29T18:30:00Z"}
+                """)
         expectError(answer, 422, field: "app")
         #expect(try await s.harness.count("events") == 0)
     }
@@ -259,10 +291,12 @@ struct EventRoutesTests {
         let event = try await s.event()
         let path = "/v1/events/\(event)/updates"
 
-        let whole = await s.post(path, body: """
-            {"contentState": {"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": "2026-11-29T18:30:00Z", "goals": []},
-             "occurredAt": "2026-11-29T18:31:00.250Z", "relevanceScore": 0.5, "staleDate": "2026-11-29T21:00:00Z"}
-            """)
+        let whole = await s.post(
+            path,
+            body: """
+                {"contentState": {"homeScore": 0, "awayScore": 0, "period": "firstHalf", "minute": 1, "kickoff": "2026-11-29T18:30:00Z", "goals": []},
+                 "occurredAt": "2026-11-29T18:31:00.250Z", "relevanceScore": 0.5, "staleDate": "2026-11-29T21:00:00Z"}
+                """)
         #expect(whole.status == 202, "\(whole.text)")
         let update = try #require(whole.json?["update"])
         #expect(update["event"] == .int(Int64(event)))
@@ -272,19 +306,25 @@ struct EventRoutesTests {
         #expect(update["id"]?.intValue != nil && update["receivedAt"]?.stringValue != nil)
 
         // A merge patch applies to the latest state.
-        let patched = await s.post(path, body: """
-            {"contentStatePatch": {"homeScore": 1, "minute": 54, "lastScorer": "Saka", "goals": [{"scorer": "Saka", "minute": 54}]},
-             "alert": {"title": "GOAL", "body": {"locKey": "goal_body", "locArgs": ["Saka", "54"]}, "sound": "default"},
-             "priority": "high", "occurredAt": "2026-11-29T19:24:00Z"}
-            """)
+        let patched = await s.post(
+            path,
+            body: """
+                {"contentStatePatch": {"homeScore": 1, "minute": 54, "lastScorer": "Saka", "goals": [{"scorer": "Saka", "minute": 54}]},
+                 "alert": {"title": "GOAL", "body": {"locKey": "goal_body", "locArgs": ["Saka", "54"]}, "sound": "default"},
+                 "priority": "high", "occurredAt": "2026-11-29T19:24:00Z"}
+                """)
         #expect(patched.status == 202, "\(patched.text)")
         var state = try #require(await s.state(event))
-        #expect(state["contentState"] == ["homeScore": 1, "awayScore": 0, "period": "firstHalf", "minute": 54, "lastScorer": "Saka",
-                                          "kickoff": Self.kickoffReferenceSeconds, "goals": [["scorer": "Saka", "minute": 54]]])
+        #expect(
+            state["contentState"] == [
+                "homeScore": 1, "awayScore": 0, "period": "firstHalf", "minute": 54, "lastScorer": "Saka",
+                "kickoff": Self.kickoffReferenceSeconds, "goals": [["scorer": "Saka", "minute": 54]],
+            ])
         #expect(state["timestamp"] == .int(Int64(Date(iso8601: "2026-11-29T19:24:00Z")!.timeIntervalSince1970)))
         // The stored alert is in APNs form, as the dispatcher reads it.
         let alert = try await s.harness.pool.query("SELECT alert::text AS a FROM updates WHERE alert IS NOT NULL")[0].decode(String.self, column: "a")
-        #expect(try JSONValue(parsing: alert) == ["title": "GOAL", "body": ["loc-key": "goal_body", "loc-args": ["Saka", "54"]], "sound": "default"])
+        #expect(
+            try JSONValue(parsing: alert) == ["title": "GOAL", "body": ["loc-key": "goal_body", "loc-args": ["Saka", "54"]], "sound": "default"])
 
         // null removes an optional field.
         #expect(await s.post(path, body: #"{"contentStatePatch": {"lastScorer": null}, "occurredAt": "2026-11-29T19:25:00Z"}"#).status == 202)
@@ -314,11 +354,13 @@ struct EventRoutesTests {
         #expect(created.status == 201, "\(created.text)")
         #expect(created.json?["contentStateAt"] == "2020-05-01T15:00:00Z")
         let event = try #require(created.json?["id"]?.intValue)
-        let kickOff = await s.post("/v1/events/\(event)/updates",
-                                   body: #"{"contentStatePatch": {"period": "firstHalf"}, "occurredAt": "2020-05-01T15:00:05Z"}"#)
+        let kickOff = await s.post(
+            "/v1/events/\(event)/updates",
+            body: #"{"contentStatePatch": {"period": "firstHalf"}, "occurredAt": "2020-05-01T15:00:05Z"}"#)
         #expect(kickOff.json?["update"]?["disposition"] == "pending", "\(kickOff.text)")
-        let early = await s.post("/v1/events/\(event)/updates",
-                                 body: #"{"contentStatePatch": {"minute": 1}, "occurredAt": "2020-05-01T14:00:00Z"}"#)
+        let early = await s.post(
+            "/v1/events/\(event)/updates",
+            body: #"{"contentStatePatch": {"minute": 1}, "occurredAt": "2020-05-01T14:00:00Z"}"#)
         #expect(early.json?["update"]?["disposition"] == "superseded", "\(early.text)")
     }
 
@@ -341,17 +383,25 @@ struct EventRoutesTests {
             (#"{"contentStatePatch": {"minute": 2}, "dismissalDate": "2026-11-29T21:00:00Z"}"#, 422, "validation_failed", "dismissalDate"),
             (#"{"contentStatePatch": {"minute": 2}, "priority": "urgent"}"#, 422, "validation_failed", "priority"),
             // A feed clock an hour ahead would supersede every true update for an hour (serve --max-clock-skew, 60 s).
-            ("{\"contentStatePatch\": {\"minute\": 2}, \"occurredAt\": \"\(Date().addingTimeInterval(3600).ISO8601Format())\"}",
-             422, "validation_failed", "occurredAt"),
+            (
+                "{\"contentStatePatch\": {\"minute\": 2}, \"occurredAt\": \"\(Date().addingTimeInterval(3600).ISO8601Format())\"}",
+                422, "validation_failed", "occurredAt"
+            ),
             (#"{"contentStatePatch": {"minute": 2}, "relevanceScore": "high"}"#, 422, "validation_failed", "relevanceScore"),
             (#"{"contentStatePatch": {"minute": 2}, "relevanceScore": -1}"#, 422, "validation_failed", "relevanceScore"),
             (#"{"contentStatePatch": {"minute": 2}, "occurredAt": 1764441000}"#, 422, "validation_failed", "occurredAt"),
             (#"{"contentStatePatch": {"minute": 2}, "occurredAt": "2026-11-29 late"}"#, 422, "validation_failed", "occurredAt"),
             (#"{"contentStatePatch": {"minute": 2}, "alert": {"title": 7, "body": "x"}}"#, 422, "validation_failed", "alert.title"),
             (#"{"contentStatePatch": {"minute": 2}, "alert": {"title": "GOAL"}}"#, 422, "validation_failed", "alert.body"),
-            (#"{"contentStatePatch": {"minute": 2}, "alert": {"title": {"locArgs": []}, "body": "x"}}"#, 422, "validation_failed", "alert.title.locKey"),
+            (
+                #"{"contentStatePatch": {"minute": 2}, "alert": {"title": {"locArgs": []}, "body": "x"}}"#, 422, "validation_failed",
+                "alert.title.locKey"
+            ),
             ("{\"contentStatePatch\": {\"lastScorer\": \"\(bigName)\"}}", 422, "payload_too_large", "contentState"),
-            ("{\"contentStatePatch\": {\"minute\": 2}, \"alert\": {\"title\": \"GOAL\", \"body\": \"\(bigName)\"}}", 422, "payload_too_large", "contentState"),
+            (
+                "{\"contentStatePatch\": {\"minute\": 2}, \"alert\": {\"title\": \"GOAL\", \"body\": \"\(bigName)\"}}", 422, "payload_too_large",
+                "contentState"
+            ),
             ("[1]", 422, "validation_failed", nil),
             (#"{"contentStatePatch": "#, 400, "invalid_json", nil),
         ]
@@ -385,8 +435,9 @@ struct EventRoutesTests {
         let fitting = 4096 - payloadSize(scorerLength: 0)
         #expect(payloadSize(scorerLength: fitting) == 4096)
         func post(_ length: Int) async -> APIHarness.Answer {
-            await s.post("/v1/events/\(event)/updates",
-                         body: "{\"contentStatePatch\": {\"lastScorer\": \"\(String(repeating: "x", count: length))\"}}")
+            await s.post(
+                "/v1/events/\(event)/updates",
+                body: "{\"contentStatePatch\": {\"lastScorer\": \"\(String(repeating: "x", count: length))\"}}")
         }
         expectError(await post(fitting + 1), 422, code: "payload_too_large", field: "contentState")
         #expect(try await s.harness.count("updates") == 0)
@@ -394,8 +445,9 @@ struct EventRoutesTests {
         #expect(accepted.status == 202, "\(accepted.text)")
         #expect(try await s.harness.count("updates") == 1)
         // The same state with an alert no longer fits.
-        expectError(await s.post("/v1/events/\(event)/updates", body: #"{"contentStatePatch": {"minute": 1}, "alert": {"title": "a", "body": "b"}}"#),
-                    422, code: "payload_too_large")
+        expectError(
+            await s.post("/v1/events/\(event)/updates", body: #"{"contentStatePatch": {"minute": 1}, "alert": {"title": "a", "body": "b"}}"#),
+            422, code: "payload_too_large")
     }
 
     /// Merge patches of different fields sent at once all land (each applies to the state the previous left),
@@ -439,14 +491,16 @@ struct EventRoutesTests {
         #expect(first.response.headers["idempotent-replayed"] == nil)
         #expect(again.response.headers["idempotent-replayed"] == "true")
         // The same request re-serialized (other whitespace, other key order) is the same request.
-        let reserialized = await s.post(path, body: "{ \"occurredAt\":\"2026-11-29T19:00:00Z\",\n \"contentStatePatch\" : {\"homeScore\":1} }",
-                                        idempotencyKey: "feed-42")
+        let reserialized = await s.post(
+            path, body: "{ \"occurredAt\":\"2026-11-29T19:00:00Z\",\n \"contentStatePatch\" : {\"homeScore\":1} }",
+            idempotencyKey: "feed-42")
         #expect(reserialized.status == 202 && reserialized.response.body == first.response.body, "\(reserialized.text)")
         #expect(reserialized.response.headers["idempotent-replayed"] == "true")
         #expect(try await s.harness.count("updates") == 1)
 
-        expectError(await s.post(path, body: #"{"contentStatePatch": {"homeScore": 2}}"#, idempotencyKey: "feed-42"),
-                    422, code: "idempotency_key_reused", field: "idempotency-key")
+        expectError(
+            await s.post(path, body: #"{"contentStatePatch": {"homeScore": 2}}"#, idempotencyKey: "feed-42"),
+            422, code: "idempotency_key_reused", field: "idempotency-key")
         // The same body on another event is another request.
         let other = try await s.event()
         expectError(await s.post("/v1/events/\(other)/updates", body: body, idempotencyKey: "feed-42"), 422, code: "idempotency_key_reused")
@@ -478,14 +532,17 @@ struct EventRoutesTests {
         // An open channel: the end waits for the dispatcher.
         try await s.openChannel(event)
         // The end takes the latest state by default, or a patch of it.
-        let ended = await s.post("/v1/events/\(event)/end", body: """
-            {"contentStatePatch": {"period": "fullTime", "minute": 90}, "dismissalDate": "2026-11-29T21:00:00Z",
-             "at": "2026-11-29T20:35:00Z", "alert": {"title": "Full time", "body": "Arsenal 0-0 Chelsea"}}
-            """)
+        let ended = await s.post(
+            "/v1/events/\(event)/end",
+            body: """
+                {"contentStatePatch": {"period": "fullTime", "minute": 90}, "dismissalDate": "2026-11-29T21:00:00Z",
+                 "at": "2026-11-29T20:35:00Z", "alert": {"title": "Full time", "body": "Arsenal 0-0 Chelsea"}}
+                """)
         #expect(ended.status == 202, "\(ended.text)")
         #expect(ended.json?["update"]?["action"] == "end")
         #expect(ended.json?["update"]?["disposition"] == "pending")
-        let row = try await s.harness.pool.query("""
+        let row = try await s.harness.pool.query(
+            """
             SELECT u.not_before AS u_at, o.not_before AS o_at, u.dismissal_date FROM updates u JOIN outbox o ON o.update_id = u.id
             """)[0]
         let at = Date(iso8601: "2026-11-29T20:35:00Z")
@@ -533,8 +590,9 @@ struct EventRoutesTests {
         _ = try await f.openChannel(eventID: event.id)
         let at = f.clock.now.addingTimeInterval(600)
         let dismissal = f.clock.now.addingTimeInterval(900)
-        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, dismissalDate: dismissal, occurredAt: nil, notBefore: at),
-                                      contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        _ = try await f.ingest.ingest(
+            eventID: event.id, UpdateDraft(action: .end, dismissalDate: dismissal, occurredAt: nil, notBefore: at),
+            contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
         let dispatcher = f.dispatcher()
         #expect(try await dispatcher.dispatchOnce().isEmpty)
         f.clock.advance(by: 599)
@@ -542,7 +600,10 @@ struct EventRoutesTests {
         #expect(f.apns.broadcasts.isEmpty)
         f.clock.advance(by: 1)
         let results = try await dispatcher.dispatchOnce()
-        guard case .sent = results.first else { Issue.record("expected the end to go, got \(results)"); return }
+        guard case .sent = results.first else {
+            Issue.record("expected the end to go, got \(results)")
+            return
+        }
         #expect(f.apns.broadcasts.last?.aps["event"] == "end")
         #expect(f.apns.broadcasts.last?.aps["dismissal-date"] == .int(Int64(dismissal.timeIntervalSince1970)))
         #expect(try await f.events.get(id: event.id)?.status == .ended)
@@ -577,8 +638,9 @@ struct EventRoutesTests {
         var bound: [APIScope: String] = [:]
         for scope in [APIScope.ingest, .admin] {
             let key = NewAPIKey.generate()
-            _ = try await APIKeyRepository(pool: s.harness.pool).create(keyID: key.id, name: "bound", scopes: [scope.rawValue],
-                                                                         salt: key.salt, hash: key.hash, appID: otherApp)
+            _ = try await APIKeyRepository(pool: s.harness.pool).create(
+                keyID: key.id, name: "bound", scopes: [scope.rawValue],
+                salt: key.salt, hash: key.hash, appID: otherApp)
             bound[scope] = key.text
         }
         // Warm the per-event type cache first, so the check under the lock is what refuses.

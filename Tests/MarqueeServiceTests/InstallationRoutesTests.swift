@@ -11,8 +11,9 @@ struct InstallationRoutesTests {
 
     func boundKey(_ harness: APIHarness, app: Int) async throws -> String {
         let key = NewAPIKey.generate()
-        _ = try await APIKeyRepository(pool: harness.pool).create(keyID: key.id, name: "bound", scopes: ["tokens"], salt: key.salt,
-                                                                  hash: key.hash, appID: app)
+        _ = try await APIKeyRepository(pool: harness.pool).create(
+            keyID: key.id, name: "bound", scopes: ["tokens"], salt: key.salt,
+            hash: key.hash, appID: app)
         return key.text
     }
 
@@ -38,15 +39,18 @@ struct InstallationRoutesTests {
         #expect(await harness.send("GET", "/v1/installations/shared?app=\(second)", key: tokens).json?["app"] == .int(Int64(second)))
         #expect(await harness.send("GET", "/v1/installations/shared", key: bound).json?["app"] == .int(Int64(first)))
         // An activity for an event of another app is an unknown event, and writes nothing.
-        let event = await harness.send("POST", "/v1/events", key: admin, body: """
-            {"app": \(second), "externalId": "other-app-match", "kind": "match", "attributeType": "MatchAttributes",
-             "attributes": {"homeTeam": "A", "awayTeam": "B", "kickoff": "2026-11-29T18:30:00Z"},
-             "contentState": \(EventRoutesTests.initialState.jsonString),
-             "startsAt": "2026-12-29T18:30:00Z"}
-            """)
+        let event = await harness.send(
+            "POST", "/v1/events", key: admin,
+            body: """
+                {"app": \(second), "externalId": "other-app-match", "kind": "match", "attributeType": "MatchAttributes",
+                 "attributes": {"homeTeam": "A", "awayTeam": "B", "kickoff": "2026-11-29T18:30:00Z"},
+                 "contentState": \(EventRoutesTests.initialState.jsonString),
+                 "startsAt": "2026-12-29T18:30:00Z"}
+                """)
         let eventID = try #require(event.json?["id"]?.intValue, "\(event.text)")
-        let activity = await harness.send("PUT", "/v1/installations/shared/activities/a1", key: bound,
-                                          body: #"{"event": \#(eventID), "attributesType": "MatchAttributes", "pushType": "channel"}"#)
+        let activity = await harness.send(
+            "PUT", "/v1/installations/shared/activities/a1", key: bound,
+            body: #"{"event": \#(eventID), "attributesType": "MatchAttributes", "pushType": "channel"}"#)
         #expect(activity.status == 422 && activity.errorField == "event", "\(activity.text)")
         let follow = await harness.send("PUT", "/v1/installations/shared/follows", key: bound, body: #"{"events": [{"event": \#(eventID)}]}"#)
         #expect(follow.status == 422 && follow.errorField == "events[0]", "\(follow.text)")

@@ -28,8 +28,9 @@ import Testing
         let pool = PostgresPool(configuration: PostgresConfiguration(url: "postgresql://nobody@127.0.0.1:1/none"), maxConnections: 1)
         defer { pool.close() }
         let metrics = MetricsRegistry()
-        let api = APIServer(routes: MarqueeDaemon.testRoutes(pool: pool, metrics: metrics),
-                            keys: APIKeyVerifier(lookup: NoKeys()), metrics: metrics, logger: Logger { _ in })
+        let api = APIServer(
+            routes: MarqueeDaemon.testRoutes(pool: pool, metrics: metrics),
+            keys: APIKeyVerifier(lookup: NoKeys()), metrics: metrics, logger: Logger { _ in })
         let routed = Set(api.routes.endpoints.map { "\($0.method) \($0.template)" })
         let documented = try Self.documentedOperations()
         #expect(routed.subtracting(documented).isEmpty, "routes missing from the OpenAPI document")

@@ -30,8 +30,9 @@ import Testing
     func apns(_ transport: ListTransport) throws -> APNsClientChannelAPNs {
         let key = try APNsSigningKey(keyID: "ABC123DEFG", teamID: "DEF123GHIJ", key: P256.SigningKey.generate())
         let endpoints = APNsEndpoints(push: APNsEndpoint(host: "127.0.0.1", port: 4431), management: APNsEndpoint(host: "127.0.0.1", port: 4432))
-        let client = APNsClient(signingKey: key, endpoints: endpoints, transport: transport,
-                                configuration: .init(retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(1), maxDelay: .milliseconds(2))))
+        let client = APNsClient(
+            signingKey: key, endpoints: endpoints, transport: transport,
+            configuration: .init(retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(1), maxDelay: .milliseconds(2))))
         return APNsClientChannelAPNs { _ in client }
     }
 
@@ -41,8 +42,9 @@ import Testing
             HTTPResponse(status: 200, headers: ["apns-unique-id": "6c2b8bd0-2c47-4d8c-9e5b-1f7a2b3c4d5e"]),
         ])
         let channelID = "dHN0LXNyY2gtY2hubA=="
-        let outcome = try await apns(transport).broadcast(app: Self.app, channelID: channelID, payload: Array(#"{"aps":{}}"#.utf8),
-                                                          expiration: 0, priority: .low)
+        let outcome = try await apns(transport).broadcast(
+            app: Self.app, channelID: channelID, payload: Array(#"{"aps":{}}"#.utf8),
+            expiration: 0, priority: .low)
         #expect(outcome.acceptance != nil)
         #expect(outcome.attempts.map(\.status) == [503, 200])
         #expect(outcome.attempts.first?.reasonText == "ServiceUnavailable")

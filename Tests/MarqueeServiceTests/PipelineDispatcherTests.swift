@@ -17,11 +17,15 @@ struct PipelineDispatcherTests {
         let channel = try await f.openChannel(eventID: event.id)
         let dispatcher = f.dispatcher()
         for minute in 1...10 {
-            try await f.post(event.id, ["home": 0, "away": 0, "minute": .int(Int64(minute))], at: f.clock.now.addingTimeInterval(Double(minute) / 100))
+            try await f.post(
+                event.id, ["home": 0, "away": 0, "minute": .int(Int64(minute))], at: f.clock.now.addingTimeInterval(Double(minute) / 100))
         }
         let first = try await dispatcher.dispatchOnce()
         #expect(first.count == 1)
-        guard case .sent = first.first else { Issue.record("expected a send, got \(first)"); return }
+        guard case .sent = first.first else {
+            Issue.record("expected a send, got \(first)")
+            return
+        }
         #expect(f.apns.broadcasts.count == 1)
         #expect(f.apns.broadcasts.last?.aps["content-state"]?["minute"] == 10)
         #expect(f.apns.broadcasts.last?.channelID == channel.apnsChannelID)
@@ -29,7 +33,8 @@ struct PipelineDispatcherTests {
 
         // More within the same second: postponed, not sent.
         for minute in 11...15 {
-            try await f.post(event.id, ["home": 0, "away": 0, "minute": .int(Int64(minute))], at: f.clock.now.addingTimeInterval(Double(minute) / 100))
+            try await f.post(
+                event.id, ["home": 0, "away": 0, "minute": .int(Int64(minute))], at: f.clock.now.addingTimeInterval(Double(minute) / 100))
         }
         #expect(try await dispatcher.dispatchOnce() == [.postponed])
         #expect(try await dispatcher.dispatchOnce().isEmpty)  // not due yet
@@ -37,7 +42,10 @@ struct PipelineDispatcherTests {
 
         f.clock.advance(by: 1.1)
         let second = try await dispatcher.dispatchOnce()
-        guard case .sent = second.first else { Issue.record("expected a send, got \(second)"); return }
+        guard case .sent = second.first else {
+            Issue.record("expected a send, got \(second)")
+            return
+        }
         #expect(f.apns.broadcasts.count == 2)
         #expect(f.apns.broadcasts.last?.aps["content-state"]?["minute"] == 15)
         #expect(try await f.dispositions(eventID: event.id) == ["broadcast": 2, "conflated": 13])
@@ -58,7 +66,10 @@ struct PipelineDispatcherTests {
             if step == 2 { dispatcher = f.dispatcher(instance: "d2") }  // a fresh instance: no memory, the database only
             try await f.post(event.id, ["home": .int(Int64(step)), "away": 0], priority: .high, at: start.addingTimeInterval(Double(step)))
             let results = try await dispatcher.dispatchOnce()
-            guard case .sent(_, _, let stamp)? = results.first else { Issue.record("expected a send, got \(results)"); return }
+            guard case .sent(_, _, let stamp)? = results.first else {
+                Issue.record("expected a send, got \(results)")
+                return
+            }
             stamps.append(stamp)
             f.clock.advance(by: -10)  // the clock steps back after every send
         }
@@ -164,7 +175,10 @@ struct PipelineDispatcherTests {
         for goals in 1...5 {
             if goals == 5 { dispatcher = f.dispatcher(instance: "d2", budget: 2) }  // rebuilt from deliveries
             try await f.post(event.id, ["home": .int(Int64(goals)), "away": 0], at: f.clock.now)
-            guard let result = try await dispatcher.dispatchOnce().first else { Issue.record("nothing claimed"); return }
+            guard let result = try await dispatcher.dispatchOnce().first else {
+                Issue.record("nothing claimed")
+                return
+            }
             priorities.append(priority(result)!)
             f.clock.advance(by: 2)
         }
@@ -252,7 +266,10 @@ struct PipelineDispatcherTests {
         #expect(try await dispatcher.dispatchOnce().isEmpty)  // backing off
         f.clock.advance(by: 1.5)  // the first retry waits 0.5 to 1 s
         let results = try await dispatcher.dispatchOnce()
-        guard case .sent(let sent, _, _)? = results.first else { Issue.record("expected a send, got \(results)"); return }
+        guard case .sent(let sent, _, _)? = results.first else {
+            Issue.record("expected a send, got \(results)")
+            return
+        }
         #expect(sent == update.id)
         let rows = try await f.deliveries.recent(channelID: channel.id)
         #expect(rows.map(\.draft.status) == [200, 503])
@@ -270,7 +287,10 @@ struct PipelineDispatcherTests {
             $0.clientRetriesBeforeNext = [RecordingChannelAPNs.failure(503, .serviceUnavailable), APNsResult(transportFailure: .timeout)]
         }
         try await f.post(event.id, ["home": 1, "away": 0], at: f.clock.now)
-        guard case .sent(_, _, let stamp)? = try await f.dispatcher().dispatchOnce().first else { Issue.record("expected a send"); return }
+        guard case .sent(_, _, let stamp)? = try await f.dispatcher().dispatchOnce().first else {
+            Issue.record("expected a send")
+            return
+        }
         let rows = try await f.deliveries.recent(channelID: channel.id).sorted { $0.draft.attempt < $1.draft.attempt }
         #expect(rows.map(\.draft.attempt) == [1, 2, 3])
         #expect(rows.map(\.draft.status) == [503, nil, 200])
@@ -323,9 +343,12 @@ struct PipelineDispatcherTests {
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates WHERE disposition = 'pending'") == 0)
         // Each update was sent at most once, by exactly one instance, and never concurrently per channel.
-        #expect(try await f.scalar(Int.self, """
-            SELECT count(*) FROM (SELECT update_id FROM deliveries WHERE status = 200 GROUP BY update_id HAVING count(*) > 1) d
-            """) == 0)
+        #expect(
+            try await f.scalar(
+                Int.self,
+                """
+                SELECT count(*) FROM (SELECT update_id FROM deliveries WHERE status = 200 GROUP BY update_id HAVING count(*) > 1) d
+                """) == 0)
         #expect(f.apns.state.withLock { $0.overlaps } == 0)
         #expect(f.apns.broadcasts.count == (try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE status = 200")))
         // The newest state of every event went last on its channel, with increasing timestamps.
@@ -350,7 +373,10 @@ struct PipelineDispatcherTests {
         let big: JSONValue = ["home": 1, "away": 0, "note": .string(String(repeating: "y", count: 3800))]
         try await f.post(event.id, big, at: f.clock.now.addingTimeInterval(1))
         let results = try await f.dispatcher().dispatchOnce()
-        guard case .sent = results.first else { Issue.record("expected a send, got \(results)"); return }
+        guard case .sent = results.first else {
+            Issue.record("expected a send, got \(results)")
+            return
+        }
         let sent = try #require(f.apns.broadcasts.last)
         #expect(sent.aps["alert"] == nil)
         #expect(sent.aps["content-state"] == big)
@@ -399,7 +425,8 @@ struct PipelineDispatcherTests {
     @Test func claimsKeepTheirSpacingSoABurstIsClaimedAFewAtATime() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }
-        let first = try await f.makeEvent(), second = try await f.makeEvent()
+        let first = try await f.makeEvent()
+        let second = try await f.makeEvent()
         let channels = [try await f.openChannel(eventID: first.id), try await f.openChannel(eventID: second.id)]
         let dispatcher = f.dispatcher(clock: SystemWallClock()) {
             $0.pollInterval = .seconds(120)
@@ -471,7 +498,8 @@ struct PipelineDispatcherTests {
         func recordedBroadcast(_ count: Int) async throws -> Date? {
             var waited = 0
             while try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE channel_id = \(channel.id) AND status = 200") < count
-                    && waited < 200 {
+                && waited < 200
+            {
                 try await Task.sleep(for: .milliseconds(50))
                 waited += 1
             }
@@ -515,20 +543,27 @@ struct PipelineDispatcherTests {
         var sentAt: [Date?] = []  // when each send began (the pacing's reference)
         for home in 1...3 {
             ingestedAt.append(Date())
-            guard case .accepted(let update, _) = try await paced.ingest(
-                eventID: event.id, UpdateDraft(occurredAt: Date()), state: ["home": .int(Int64(home)), "away": 0],
-                response: { _ in StoredResponse(status: 202, body: Data()) }) else { Issue.record("refused"); return }
+            guard
+                case .accepted(let update, _) = try await paced.ingest(
+                    eventID: event.id, UpdateDraft(occurredAt: Date()), state: ["home": .int(Int64(home)), "away": 0],
+                    response: { _ in StoredResponse(status: 202, body: Data()) })
+            else {
+                Issue.record("refused")
+                return
+            }
             dueIn.append(update.dueIn ?? -1)
             // What serve's notifier passes on: only the due time, never a claim now (no NOTIFY, poll 120 s).
             dispatcher.wake(dueIn: update.dueIn)
             var waited = 0
             while try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE channel_id = \(channel.id) AND status = 200") < home
-                    && waited < 150 {
+                && waited < 150
+            {
                 try await Task.sleep(for: .milliseconds(50))
                 waited += 1
             }
-            sentAt.append(try await f.pool.query("SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)")[0]
-                .decode(Date?.self, column: "last_broadcast_at"))
+            sentAt.append(
+                try await f.pool.query("SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)")[0]
+                    .decode(Date?.self, column: "last_broadcast_at"))
         }
         shutdown.trigger()
         try await running.value
@@ -538,8 +573,9 @@ struct PipelineDispatcherTests {
         #expect(dueIn[0] <= 0)
         for index in 1...2 {
             guard let previous = sentAt[index - 1] else { continue }
-            #expect(dueIn[index] > 0 || ingestedAt[index].timeIntervalSince(previous) >= 2 - 0.05,
-                    "update \(index + 1) was due in \(dueIn[index]) s, ingested \(ingestedAt[index].timeIntervalSince(previous)) s after the last send")
+            #expect(
+                dueIn[index] > 0 || ingestedAt[index].timeIntervalSince(previous) >= 2 - 0.05,
+                "update \(index + 1) was due in \(dueIn[index]) s, ingested \(ingestedAt[index].timeIntervalSince(previous)) s after the last send")
         }
         let times = sentAt.compactMap { $0 }
         #expect(times.count == 3)

@@ -53,10 +53,11 @@ struct PipelineSchedulerTests {
         defer { f.pool.close() }
         for index in 0..<7 { _ = try await f.makeEvent("e\(index)", startsAt: f.clock.now.addingTimeInterval(60 + Double(index))) }
         f.apns.state.withLock { $0.createDelay = .milliseconds(100) }
-        let report = try #require(try await f.scheduler {
-            $0.createConcurrency = 3
-            $0.quota = ChannelQuota(limit: 6)
-        }.tick())
+        let report = try #require(
+            try await f.scheduler {
+                $0.createConcurrency = 3
+                $0.quota = ChannelQuota(limit: 6)
+            }.tick())
         #expect(report.opened.count == 6)
         #expect(report.quotaRefused.count == 1)
         #expect(f.apns.state.withLock { ($0.creates, $0.mostCreatesInFlight) } == (6, 3))
@@ -118,7 +119,10 @@ struct PipelineSchedulerTests {
         try await locker.execute("BEGIN")
         try await locker.execute("SELECT 1 FROM events WHERE id = \(event.id) FOR UPDATE")
         // Released after 10 s whatever happens, so a sweep that waits ends (and fails the expectation below).
-        let release = Task { try await Task.sleep(for: .seconds(10)); try await locker.execute("ROLLBACK") }
+        let release = Task {
+            try await Task.sleep(for: .seconds(10))
+            try await locker.execute("ROLLBACK")
+        }
         let held = try await scheduler.tick()
         release.cancel()
         #expect(held?.eventsStarted == [], "the sweep waited for the locked event")
@@ -213,7 +217,9 @@ struct PipelineSchedulerTests {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }
         let event = try await f.makeEvent()
-        let keyID = try await f.scalar(Int.self, """
+        let keyID = try await f.scalar(
+            Int.self,
+            """
             INSERT INTO api_keys (app_id, name, prefix, salt, hash, scopes)
             VALUES (\(f.appID), 'feed', 'feed_key1', \(Data(repeating: 1, count: 16)), \(Data(repeating: 2, count: 32)), \(["ingest"]))
             RETURNING id
@@ -237,7 +243,8 @@ struct PipelineSchedulerTests {
         for reason in ["old1", "old2", "recent"] {
             try await f.deliveries.insert(DeliveryDraft(appID: f.appID, kind: .channelList, status: 200, reason: reason, attempt: 1))
         }
-        try await f.pool.execute("""
+        try await f.pool.execute(
+            """
             UPDATE deliveries SET sent_at = now() - CASE reason WHEN 'old1' THEN interval '32 days' ELSE interval '31 days' END
             WHERE reason LIKE 'old%'
             """)
@@ -261,25 +268,29 @@ struct PipelineSchedulerTests {
         let (first, second, recent, live) = (try await f.makeEvent(), try await f.makeEvent(), try await f.makeEvent(), try await f.makeEvent())
         for event in [first, second, recent, live] {
             for minute in 1...3 {
-                _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: f.clock.now.addingTimeInterval(Double(minute))),
-                                              state: ["home": .int(Int64(minute)), "away": 0],
-                                              response: { _ in StoredResponse(status: 202, body: Data()) })
+                _ = try await f.ingest.ingest(
+                    eventID: event.id, UpdateDraft(occurredAt: f.clock.now.addingTimeInterval(Double(minute))),
+                    state: ["home": .int(Int64(minute)), "away": 0],
+                    response: { _ in StoredResponse(status: 202, body: Data()) })
             }
         }
         let endedIDs = [first.id, second.id, recent.id].map(String.init)
         // Ended: one update of each kind an ended event has; the first two 31 days ago, the third an hour ago.
-        try await f.pool.execute("""
+        try await f.pool.execute(
+            """
             UPDATE updates u SET disposition = (ARRAY['broadcast', 'conflated', 'unsent'])[n.rank], disposed_at = now()
             FROM (SELECT id, rank() OVER (PARTITION BY event_id ORDER BY id) AS rank FROM updates) n
             WHERE n.id = u.id AND u.event_id = ANY (\(endedIDs)::bigint[])
             """)
-        try await f.pool.execute("""
+        try await f.pool.execute(
+            """
             UPDATE events SET status = 'ended',
                 updated_at = now() - CASE WHEN id = \(recent.id) THEN interval '1 hour' ELSE interval '31 days' END
             WHERE id = ANY (\(endedIDs)::bigint[])
             """)
         let ended = EventCounts(broadcast: 1, conflated: 1, unsent: 1)
-        let left: PostgresQuery = "SELECT string_agg(event_id::text || ':' || n, ',' ORDER BY event_id) FROM (SELECT event_id, count(*) AS n FROM updates GROUP BY 1) c"
+        let left: PostgresQuery =
+            "SELECT string_agg(event_id::text || ':' || n, ',' ORDER BY event_id) FROM (SELECT event_id, count(*) AS n FROM updates GROUP BY 1) c"
         let all = "\(first.id):3,\(second.id):3,\(recent.id):3,\(live.id):3"
         _ = try await f.scheduler { $0.updateRetention = nil }.runOnce(reconcile: true)
         _ = try await f.scheduler().runOnce()
@@ -295,7 +306,8 @@ struct PipelineSchedulerTests {
             #expect(try await f.events.counts(eventID: event.id) == ended, "event \(event.id)")
         }
         let liveCounts = try await f.events.counts(eventID: live.id)  // its channel's create is a delivery too
-        #expect([liveCounts.pending, liveCounts.broadcast, liveCounts.conflated, liveCounts.superseded, liveCounts.unsent] == [3, 0, 0, 0, 0] as [Int])
+        #expect(
+            [liveCounts.pending, liveCounts.broadcast, liveCounts.conflated, liveCounts.superseded, liveCounts.unsent] == [3, 0, 0, 0, 0] as [Int])
         // Done once: the next pass finds nothing.
         _ = try await f.scheduler().runOnce(reconcile: true)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM purged_update_counts") == 2)
@@ -449,7 +461,10 @@ struct PipelineSchedulerTests {
         #expect(f.log.all.contains { $0.contains("unknown channel") && $0.contains(orphan) })
         #expect(f.metrics.unknownChannels.value(["com.example.scores/development"]) == 1)
 
-        let deleting = f.scheduler { $0.deleteUnknown = true; $0.unknownDeleteGrace = 3600 }
+        let deleting = f.scheduler {
+            $0.deleteUnknown = true
+            $0.unknownDeleteGrace = 3600
+        }
         #expect(try await deleting.runOnce(reconcile: true).unknownDeleted.isEmpty)  // first seen just now
         f.clock.advance(by: 3601)
         #expect(try await reporting.runOnce(reconcile: true).unknownDeleted.isEmpty)  // not configured
@@ -501,7 +516,10 @@ extension PipelineSchedulerTests {
         #expect(recreated.apnsChannelID != nil && recreated.apnsChannelID != old.apnsChannelID)
         #expect(try await f.events.get(id: event.id)?.channelLost == false)
         let results = try await f.dispatcher().dispatchOnce()
-        guard case .sent(let sent, _, _)? = results.first else { Issue.record("expected a send, got \(results)"); return }
+        guard case .sent(let sent, _, _)? = results.first else {
+            Issue.record("expected a send, got \(results)")
+            return
+        }
         #expect(sent == newest.id)
         #expect(f.apns.broadcasts.last?.channelID == recreated.apnsChannelID)
         #expect(f.apns.broadcasts.last?.aps["content-state"]?["home"] == 2)

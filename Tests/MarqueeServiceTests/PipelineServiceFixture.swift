@@ -39,11 +39,13 @@ struct PipelineServiceFixture {
         try await MigrationRunner(pool: pool).migrate()
         let schema = #"{"home": {"type": "int", "significant": true}, "away": {"type": "int", "significant": true}, "minute": "int?"}"#
         let ids = try await pool.withTransaction { tx in
-            let app = try await tx.query("""
+            let app = try await tx.query(
+                """
                 INSERT INTO apps (bundle_id, environment, team_id, key_id, key_path)
                 VALUES ('com.example.scores', 'development', 'ABCDE12345', 'KEY1234567', 'keys/AuthKey.p8') RETURNING id
                 """)[0].decode(Int.self, column: "id")
-            let type = try await tx.query("""
+            let type = try await tx.query(
+                """
                 INSERT INTO attribute_types (app_id, name, attributes_schema, content_state_schema)
                 VALUES (\(app), 'MatchAttributes', \(PostgresJSON("{}")), \(PostgresJSON(schema))) RETURNING id
                 """)[0].decode(Int.self, column: "id")
@@ -65,31 +67,39 @@ struct PipelineServiceFixture {
         Logger(level: .debug, clock: clock) { [log] line in log.lines.withLock { $0.append(line) } }
     }
 
-    func dispatcher(instance: String = "d1", pool: PostgresPool? = nil, budget: Int = 30, clock: (any WallClock)? = nil,
-                    listen: Bool = false,
-                    configure: (inout BroadcastDispatcherConfiguration) -> Void = { _ in }) -> BroadcastDispatcher {
+    func dispatcher(
+        instance: String = "d1", pool: PostgresPool? = nil, budget: Int = 30, clock: (any WallClock)? = nil,
+        listen: Bool = false,
+        configure: (inout BroadcastDispatcherConfiguration) -> Void = { _ in }
+    ) -> BroadcastDispatcher {
         var configuration = BroadcastDispatcherConfiguration(instance: instance)
         configuration.clockDrivesDatabase = clock == nil
         configuration.highPriorityBudget = budget
         configuration.statusSampleInterval = nil
         configure(&configuration)
-        return BroadcastDispatcher(pool: pool ?? self.pool, listenTo: listen ? self.configuration : nil, apns: apns, catalog: catalog,
-                                   configuration: configuration, metrics: metrics, logger: logger, clock: clock ?? self.clock)
+        return BroadcastDispatcher(
+            pool: pool ?? self.pool, listenTo: listen ? self.configuration : nil, apns: apns, catalog: catalog,
+            configuration: configuration, metrics: metrics, logger: logger, clock: clock ?? self.clock)
     }
 
     func scheduler(instance: String = "s1", configure: (inout ChannelSchedulerConfiguration) -> Void = { _ in }) -> ChannelScheduler {
         var configuration = ChannelSchedulerConfiguration(instance: instance)
         configuration.clockDrivesDatabase = true
         configure(&configuration)
-        return ChannelScheduler(pool: pool, apns: apns, catalog: catalog, configuration: configuration, metrics: metrics,
-                                logger: logger, clock: clock)
+        return ChannelScheduler(
+            pool: pool, apns: apns, catalog: catalog, configuration: configuration, metrics: metrics,
+            logger: logger, clock: clock)
     }
 
-    func makeEvent(_ externalID: String = "match-\(UUID().uuidString.prefix(8))", startsAt: Date? = nil, endsAt: Date? = nil,
-                   storage: MessageStoragePolicy = .mostRecent, state: JSONValue? = ["home": 0, "away": 0]) async throws -> EventRecord {
-        try await events.create(NewEvent(appID: appID, externalID: externalID, kind: .match, attributeTypeID: typeID,
-                                         storagePolicy: storage, startsAt: startsAt ?? clock.now, endsAt: endsAt,
-                                         initialState: state, initialStateAt: state == nil ? nil : clock.now.addingTimeInterval(-3600)))
+    func makeEvent(
+        _ externalID: String = "match-\(UUID().uuidString.prefix(8))", startsAt: Date? = nil, endsAt: Date? = nil,
+        storage: MessageStoragePolicy = .mostRecent, state: JSONValue? = ["home": 0, "away": 0]
+    ) async throws -> EventRecord {
+        try await events.create(
+            NewEvent(
+                appID: appID, externalID: externalID, kind: .match, attributeTypeID: typeID,
+                storagePolicy: storage, startsAt: startsAt ?? clock.now, endsAt: endsAt,
+                initialState: state, initialStateAt: state == nil ? nil : clock.now.addingTimeInterval(-3600)))
     }
 
     /// Drives the event's channel to 'open' as the scheduler would, with a fake Apple id; returns it.
@@ -108,12 +118,16 @@ struct PipelineServiceFixture {
 
     /// Ingests a whole-state update.
     @discardableResult
-    func post(_ eventID: Int, _ state: JSONValue, alert: JSONValue? = nil, priority: RequestedPriority = .auto,
-              action: UpdateAction = .update, at occurredAt: Date? = nil) async throws -> IngestedUpdate {
-        let draft = UpdateDraft(action: action, alert: alert, priority: priority, occurredAt: occurredAt ?? clock.now,
-                                urgent: alert != nil || priority == .high)
-        let result = try await ingest.ingest(eventID: eventID, draft, contentState: { _ in state },
-                                             response: { _ in StoredResponse(status: 202, body: Data()) })
+    func post(
+        _ eventID: Int, _ state: JSONValue, alert: JSONValue? = nil, priority: RequestedPriority = .auto,
+        action: UpdateAction = .update, at occurredAt: Date? = nil
+    ) async throws -> IngestedUpdate {
+        let draft = UpdateDraft(
+            action: action, alert: alert, priority: priority, occurredAt: occurredAt ?? clock.now,
+            urgent: alert != nil || priority == .high)
+        let result = try await ingest.ingest(
+            eventID: eventID, draft, contentState: { _ in state },
+            response: { _ in StoredResponse(status: 202, body: Data()) })
         guard case .accepted(let update, _) = result else { throw FixtureFailure.notAccepted }
         return update
     }
@@ -212,13 +226,18 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         if delay > .zero { try? await Task.sleep(for: delay) }
         defer { state.withLock { $0.createsInFlight -= 1 } }
         if let scripted {
-            let unknown = state.withLock { state in defer { state.nextCreateUnknown = false }; return state.nextCreateUnknown }
+            let unknown = state.withLock { state in
+                defer { state.nextCreateUnknown = false }
+                return state.nextCreateUnknown
+            }
             return ChannelAPNsOutcome(ChannelAPNsAttempt(result: scripted, requestID: UUID().uuidString, outcomeUnknown: unknown))
         }
         let id = makeChannel()
         let response = APNsResponse(status: 201, headers: ["apns-channel-id": id, "apns-request-id": UUID().uuidString])
-        return ChannelAPNsOutcome(ChannelAPNsAttempt(result: APNsResult(response: response, operation: .createChannel),
-                                                     requestID: UUID().uuidString))
+        return ChannelAPNsOutcome(
+            ChannelAPNsAttempt(
+                result: APNsResult(response: response, operation: .createChannel),
+                requestID: UUID().uuidString))
     }
 
     func deleteChannel(app: PipelineApp, channelID: String) async throws -> ChannelAPNsOutcome {
@@ -238,12 +257,17 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
             return state.listed
         }
         let body = Array(try JSONSerialization.data(withJSONObject: ["channels": ids]))
-        return ChannelAPNsOutcome(ChannelAPNsAttempt(result: APNsResult(response: APNsResponse(status: 200, body: body),
-                                                                        operation: .listChannels)))
+        return ChannelAPNsOutcome(
+            ChannelAPNsAttempt(
+                result: APNsResult(
+                    response: APNsResponse(status: 200, body: body),
+                    operation: .listChannels)))
     }
 
-    func broadcast(app: PipelineApp, channelID: String, payload: [UInt8], expiration: Int64,
-                   priority: PushPriority) async throws -> ChannelAPNsOutcome {
+    func broadcast(
+        app: PipelineApp, channelID: String, payload: [UInt8], expiration: Int64,
+        priority: PushPriority
+    ) async throws -> ChannelAPNsOutcome {
         let aps = try JSONValue(parsing: String(decoding: payload, as: UTF8.self))["aps"] ?? .null
         let scripted = state.withLock { state -> APNsResult? in
             if state.sending[channelID, default: 0] > 0 { state.overlaps += 1 }
@@ -252,17 +276,29 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
             return state.broadcastScript.isEmpty ? nil : state.broadcastScript.removeFirst()
         }
         try? await Task.sleep(for: state.withLock { $0.broadcastDelay })
-        if let fault = state.withLock({ state in defer { state.beforeNextAnswer = nil }; return state.beforeNextAnswer }) {
+        if let fault = state.withLock({ state in
+            defer { state.beforeNextAnswer = nil }
+            return state.beforeNextAnswer
+        }) {
             try await fault()
         }
-        let result = scripted ?? APNsResult(response: APNsResponse(status: 200, headers: ["apns-request-id": UUID().uuidString,
-                                                                                           "apns-unique-id": UUID().uuidString]),
-                                            operation: .broadcast)
+        let result =
+            scripted
+            ?? APNsResult(
+                response: APNsResponse(
+                    status: 200,
+                    headers: [
+                        "apns-request-id": UUID().uuidString,
+                        "apns-unique-id": UUID().uuidString,
+                    ]),
+                operation: .broadcast)
         state.withLock { state in
             state.sending[channelID, default: 1] -= 1
             if result.acceptance != nil {
-                state.broadcasts.append(Broadcast(channelID: channelID, aps: aps, expiration: expiration, priority: priority,
-                                                  bytes: payload.count))
+                state.broadcasts.append(
+                    Broadcast(
+                        channelID: channelID, aps: aps, expiration: expiration, priority: priority,
+                        bytes: payload.count))
             }
         }
         let earlier = state.withLock { state -> [APNsResult] in

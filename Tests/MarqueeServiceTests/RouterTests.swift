@@ -53,8 +53,9 @@ import Testing
     @Test func bodyHasCodeMessageAndField() {
         let error = APIError.validation("expected int, found string", field: "contentState.homeScore")
         #expect(error.status == 422)
-        #expect(String(decoding: error.response.body, as: UTF8.self)
-            == #"{"error":{"code":"validation_failed","message":"expected int, found string","field":"contentState.homeScore"}}"#)
+        #expect(
+            String(decoding: error.response.body, as: UTF8.self)
+                == #"{"error":{"code":"validation_failed","message":"expected int, found string","field":"contentState.homeScore"}}"#)
         #expect(error.response.headers["content-type"] == "application/json")
         #expect(String(decoding: APIError.internalError.response.body, as: UTF8.self).contains(#""field":null"#))
         #expect(APIError.unauthorized.response.headers["www-authenticate"] == "Bearer")

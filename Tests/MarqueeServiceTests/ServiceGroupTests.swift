@@ -37,10 +37,11 @@ private let quiet = Logger(level: .error, sink: { _ in })
 @Suite struct ServiceGroupTests {
     @Test func shutdownStopsEveryServiceGracefully() async throws {
         let log = EventLog()
-        let group = ServiceGroup(services: [
-            RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked),
-            RecordingService(name: "dispatcher", log: log, behaviour: .stopsWhenAsked),
-        ], logger: quiet)
+        let group = ServiceGroup(
+            services: [
+                RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked),
+                RecordingService(name: "dispatcher", log: log, behaviour: .stopsWhenAsked),
+            ], logger: quiet)
         async let running: Void = group.run(handlingSignals: [])
         try await Task.sleep(for: .milliseconds(20))
         group.shutdown.trigger()
@@ -50,10 +51,11 @@ private let quiet = Logger(level: .error, sink: { _ in })
 
     @Test func aServiceThatIgnoresShutdownIsCancelledAfterTheGracePeriod() async throws {
         let log = EventLog()
-        let group = ServiceGroup(services: [
-            RecordingService(name: "stubborn", log: log, behaviour: .ignoresShutdown),
-            RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked),
-        ], gracePeriod: .milliseconds(50), logger: quiet)
+        let group = ServiceGroup(
+            services: [
+                RecordingService(name: "stubborn", log: log, behaviour: .ignoresShutdown),
+                RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked),
+            ], gracePeriod: .milliseconds(50), logger: quiet)
         async let running: Void = group.run(handlingSignals: [])
         group.shutdown.trigger()
         try await running
@@ -62,10 +64,11 @@ private let quiet = Logger(level: .error, sink: { _ in })
 
     @Test func aFailingServiceStopsTheOthersAndItsErrorIsThrown() async {
         let log = EventLog()
-        let group = ServiceGroup(services: [
-            RecordingService(name: "broken", log: log, behaviour: .failsAtOnce),
-            RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked),
-        ], logger: quiet)
+        let group = ServiceGroup(
+            services: [
+                RecordingService(name: "broken", log: log, behaviour: .failsAtOnce),
+                RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked),
+            ], logger: quiet)
         await #expect(throws: RecordingService.Failure.self) { try await group.run(handlingSignals: []) }
         #expect(log.all == ["api finished in-flight work"])
     }
@@ -73,8 +76,9 @@ private let quiet = Logger(level: .error, sink: { _ in })
     @Test func sigtermTriggersTheShutdown() async throws {
         let log = EventLog()
         let shutdown = ShutdownSignal()
-        let group = ServiceGroup(services: [RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked)], shutdown: shutdown,
-                                 logger: quiet)
+        let group = ServiceGroup(
+            services: [RecordingService(name: "api", log: log, behaviour: .stopsWhenAsked)], shutdown: shutdown,
+            logger: quiet)
         // Ignored until the group's handler is in place, so an early signal neither kills the test process nor
         // is lost for good: it is sent again until the group reacts (under load the group may start late).
         signal(SIGUSR2, SIG_IGN)

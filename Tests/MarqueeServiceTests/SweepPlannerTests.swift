@@ -1,17 +1,19 @@
 import APNs
 import Foundation
 import MarqueeCore
+import Testing
+
 @testable import MarqueeService
 @testable import MarqueeStore
-import Testing
 
 /// The scheduler's decisions without I/O: every state a read of due work can bring for each kind of work,
 /// and every kind of APNs answer to a create and a delete.
 @Suite struct SweepPlannerTests {
     static func channel(_ id: Int, _ state: StoredChannelState, attempts: Int = 1, appID: Int = 1) -> ChannelRecord {
-        ChannelRecord(id: id, appID: appID, eventID: id, apnsChannelID: "ch\(id)==", storagePolicy: .mostRecent, state: state,
-                      attempts: attempts, nextAttemptAt: nil, requestedAt: nil, openedAt: nil, endedAt: nil, deletedAt: nil,
-                      firstSeenAt: nil, lastApsTimestamp: nil, lastError: nil, lastErrorAt: nil, createdAt: Date(timeIntervalSince1970: 0))
+        ChannelRecord(
+            id: id, appID: appID, eventID: id, apnsChannelID: "ch\(id)==", storagePolicy: .mostRecent, state: state,
+            attempts: attempts, nextAttemptAt: nil, requestedAt: nil, openedAt: nil, endedAt: nil, deletedAt: nil,
+            firstSeenAt: nil, lastApsTimestamp: nil, lastError: nil, lastErrorAt: nil, createdAt: Date(timeIntervalSince1970: 0))
     }
 
     /// For each state a row of the kind may be in: what the planner makes of it (`-`: skipped as moved on,
@@ -48,8 +50,10 @@ import Testing
 
     @Test func unresolvedCreatesAreReconciledPerAppAndEventsPassThrough() {
         var work = SchedulerWork()
-        work.unresolvedCreates = [Self.channel(1, .lifecycle(.createUnknown), appID: 2), Self.channel(2, .lifecycle(.createUnknown), appID: 1),
-                                  Self.channel(3, .lifecycle(.createUnknown), appID: 2)]
+        work.unresolvedCreates = [
+            Self.channel(1, .lifecycle(.createUnknown), appID: 2), Self.channel(2, .lifecycle(.createUnknown), appID: 1),
+            Self.channel(3, .lifecycle(.createUnknown), appID: 2),
+        ]
         let plan = SweepPlanner.plan(work)
         #expect(plan.reconciles.map(\.appID) == [1, 2])
         #expect(plan.reconciles.map { $0.unresolved.map(\.id) } == [[2], [1, 3]])
@@ -61,8 +65,10 @@ import Testing
     }
 
     static func answer(_ status: Int, _ reason: APNsReason, operation: APNsOperation, retryAfter: String? = nil) -> APNsResult {
-        APNsResult(response: APNsResponse(status: status, headers: retryAfter.map { ["retry-after": $0] } ?? [:],
-                                          body: APNsErrorBody(reason: reason).json), operation: operation)
+        APNsResult(
+            response: APNsResponse(
+                status: status, headers: retryAfter.map { ["retry-after": $0] } ?? [:],
+                body: APNsErrorBody(reason: reason).json), operation: operation)
     }
 
     @Test func everyKindOfAnswerToACreate() {
@@ -70,30 +76,43 @@ import Testing
         #expect(CreateAnswer(Self.outcome(created), backoff: 2) == .opened(apnsChannelID: "new=="))
         #expect(CreateAnswer(Self.outcome(Self.answer(400, .cannotCreateChannelConfig, operation: .createChannel)), backoff: 2) == .quotaExhausted)
         guard case .refusedForGood = CreateAnswer(Self.outcome(Self.answer(400, .featureNotEnabled, operation: .createChannel)), backoff: 2) else {
-            Issue.record("FeatureNotEnabled is for good"); return
+            Issue.record("FeatureNotEnabled is for good")
+            return
         }
-        guard case .parkApp(let failure) = CreateAnswer(Self.outcome(Self.answer(403, .invalidProviderToken, operation: .createChannel)),
-                                                        backoff: 2) else {
-            Issue.record("a refused key parks the app"); return
+        guard
+            case .parkApp(let failure) = CreateAnswer(
+                Self.outcome(Self.answer(403, .invalidProviderToken, operation: .createChannel)),
+                backoff: 2)
+        else {
+            Issue.record("a refused key parks the app")
+            return
         }
         #expect(failure.reason == .invalidProviderToken)
         // Written and unanswered: unknown, never repeated. A timeout always is.
         guard case .unknown = CreateAnswer(Self.outcome(APNsResult(transportFailure: .timeout)), backoff: 2) else {
-            Issue.record("a timed-out create is unknown"); return
+            Issue.record("a timed-out create is unknown")
+            return
         }
         guard case .unknown = CreateAnswer(Self.outcome(APNsResult(transportFailure: .io("reset")), unknown: true), backoff: 2) else {
-            Issue.record("a create written and unanswered is unknown"); return
+            Issue.record("a create written and unanswered is unknown")
+            return
         }
         // Proven not acted on: a retry after the backoff, or APNs' Retry-After when longer.
         guard case .retry(_, let after) = CreateAnswer(Self.outcome(APNsResult(transportFailure: .io("refused"))), backoff: 2), after == 2 else {
-            Issue.record("a create never written is retried"); return
+            Issue.record("a create never written is retried")
+            return
         }
-        guard case .retry(_, let later) = CreateAnswer(Self.outcome(Self.answer(429, .tooManyRequests, operation: .createChannel, retryAfter: "60")),
-                                                       backoff: 2), later == 60 else {
-            Issue.record("429 waits for Retry-After"); return
+        guard
+            case .retry(_, let later) = CreateAnswer(
+                Self.outcome(Self.answer(429, .tooManyRequests, operation: .createChannel, retryAfter: "60")),
+                backoff: 2), later == 60
+        else {
+            Issue.record("429 waits for Retry-After")
+            return
         }
         guard case .retry = CreateAnswer(Self.outcome(Self.answer(503, .serviceUnavailable, operation: .createChannel)), backoff: 2) else {
-            Issue.record("503 is retried"); return
+            Issue.record("503 is retried")
+            return
         }
     }
 
@@ -101,13 +120,17 @@ import Testing
         #expect(DeleteAnswer(Self.outcome(APNsResult(response: APNsResponse(status: 204), operation: .deleteChannel)), backoff: 1) == .deleted)
         #expect(DeleteAnswer(Self.outcome(Self.answer(400, .channelNotRegistered, operation: .deleteChannel)), backoff: 1) == .notRegistered)
         guard case .parkApp = DeleteAnswer(Self.outcome(Self.answer(403, .topicMismatch, operation: .deleteChannel)), backoff: 1) else {
-            Issue.record("a refused key parks the app"); return
+            Issue.record("a refused key parks the app")
+            return
         }
         // A delete is safe to repeat: a timeout, a 5xx, even a 400 other than ChannelNotRegistered, is retried.
-        for result in [APNsResult(transportFailure: .timeout), Self.answer(500, .internalServerError, operation: .deleteChannel),
-                       Self.answer(400, .badChannelId, operation: .deleteChannel)] {
+        for result in [
+            APNsResult(transportFailure: .timeout), Self.answer(500, .internalServerError, operation: .deleteChannel),
+            Self.answer(400, .badChannelId, operation: .deleteChannel),
+        ] {
             guard case .retry(_, let after) = DeleteAnswer(Self.outcome(result), backoff: 3), after == 3 else {
-                Issue.record("\(result) is retried"); continue
+                Issue.record("\(result) is retried")
+                continue
             }
         }
     }

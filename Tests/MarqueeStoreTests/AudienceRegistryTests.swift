@@ -9,11 +9,14 @@ import Testing
 struct AudienceRegistryTests {
     static func token(_ byte: String) -> String { String(repeating: byte, count: 32) }
 
-    func register(_ fixture: PipelineFixture, _ id: String, token: String? = nil, os: String? = nil, enabled: Bool? = nil,
-                  app: Int? = nil) async throws -> (InstallationRecord, created: Bool) {
+    func register(
+        _ fixture: PipelineFixture, _ id: String, token: String? = nil, os: String? = nil, enabled: Bool? = nil,
+        app: Int? = nil
+    ) async throws -> (InstallationRecord, created: Bool) {
         try await InstallationRepository(pool: fixture.pool).register(
-            InstallationRegistration(appID: app ?? fixture.appID, installationID: id, pushToStartToken: token, osVersion: os,
-                                     liveActivitiesEnabled: enabled), previousTokenRetention: 7 * 86400)
+            InstallationRegistration(
+                appID: app ?? fixture.appID, installationID: id, pushToStartToken: token, osVersion: os,
+                liveActivitiesEnabled: enabled), previousTokenRetention: 7 * 86400)
     }
 
     @Test func aRegistrationWithoutATokenKeepsTheStoredOneAndARotationKeepsThePrevious() async throws {
@@ -47,7 +50,8 @@ struct AudienceRegistryTests {
     @Test func anInstallationIDUnderTwoAppsNeedsTheApp() async throws {
         let fixture = try await PipelineFixture.make()
         defer { fixture.pool.close() }
-        let other = try await fixture.pool.query("""
+        let other = try await fixture.pool.query(
+            """
             INSERT INTO apps (bundle_id, environment, team_id, key_id, key_path)
             VALUES ('com.example.scores', 'production', 'ABCDE12345', 'KEY1234567', 'keys/AuthKey.p8') RETURNING id
             """)[0].decode(Int.self, column: "id")
@@ -76,11 +80,13 @@ struct AudienceRegistryTests {
         let tokenless = try await register(fixture, "tokenless").0
         _ = try await repository.changeFollows(.replace, installation: byEvent.id, appID: fixture.appID, events: [.id(match.id)], topics: [])
         _ = try await repository.changeFollows(.replace, installation: byTopic.id, appID: fixture.appID, events: [], topics: ["team:chelsea"])
-        let followed = try await repository.changeFollows(.replace, installation: both.id, appID: fixture.appID,
-                                                          events: [.externalID("ars-che")], topics: ["team:arsenal", "team:arsenal"])
+        let followed = try await repository.changeFollows(
+            .replace, installation: both.id, appID: fixture.appID,
+            events: [.externalID("ars-che")], topics: ["team:arsenal", "team:arsenal"])
         #expect(Set(followed) == [.event(id: match.id, externalID: "ars-che"), .topic("team:arsenal")])
-        _ = try await repository.changeFollows(.replace, installation: elsewhere.id, appID: fixture.appID, events: [.id(other.id)],
-                                               topics: ["team:liverpool"])
+        _ = try await repository.changeFollows(
+            .replace, installation: elsewhere.id, appID: fixture.appID, events: [.id(other.id)],
+            topics: ["team:liverpool"])
         for installation in [disabled.id, tokenless.id] {
             _ = try await repository.changeFollows(.add, installation: installation, appID: fixture.appID, events: [.id(match.id)], topics: [])
         }
@@ -113,19 +119,24 @@ struct AudienceRegistryTests {
         let event = try await fixture.makeEvent("known")
         let repository = InstallationRepository(pool: fixture.pool)
         let installation = try await register(fixture, "limited").0
-        _ = try await repository.changeFollows(.replace, installation: installation.id, appID: fixture.appID, events: [.id(event.id)],
-                                               topics: ["team:a"])
+        _ = try await repository.changeFollows(
+            .replace, installation: installation.id, appID: fixture.appID, events: [.id(event.id)],
+            topics: ["team:a"])
         await #expect(throws: AudienceError.unknownEvent(.externalID("missing"), index: 1)) {
-            try await repository.changeFollows(.replace, installation: installation.id, appID: fixture.appID,
-                                               events: [.id(event.id), .externalID("missing")], topics: [])
+            try await repository.changeFollows(
+                .replace, installation: installation.id, appID: fixture.appID,
+                events: [.id(event.id), .externalID("missing")], topics: [])
         }
         let topics = (0..<500).map { "topic:\($0)" }
         await #expect(throws: AudienceError.tooManyFollows(count: 502, limit: 500)) {
             try await repository.changeFollows(.add, installation: installation.id, appID: fixture.appID, events: [], topics: topics)
         }
         #expect(try await repository.record(id: installation.id).follows.count == 2, "a refused change leaves the set as it was")
-        #expect(try await repository.changeFollows(.replace, installation: installation.id, appID: fixture.appID, events: [],
-                                                   topics: topics).count == 500)
+        #expect(
+            try await repository.changeFollows(
+                .replace, installation: installation.id, appID: fixture.appID, events: [],
+                topics: topics
+            ).count == 500)
     }
 
     @Test func anEndedActivityIsATombstoneThatALateTokenCannotRevive() async throws {
@@ -136,8 +147,9 @@ struct AudienceRegistryTests {
         let repository = InstallationRepository(pool: fixture.pool)
         let installation = try await register(fixture, "phone").0
         func put(_ activity: String, token: String?, event: Int) async throws -> (StoredActivity, created: Bool) {
-            try await repository.registerActivity(installation: installation.id, appID: fixture.appID, activityID: activity, event: .id(event),
-                                                  attributeType: "MatchAttributes", pushType: token == nil ? .channel : .token, pushToken: token)
+            try await repository.registerActivity(
+                installation: installation.id, appID: fixture.appID, activityID: activity, event: .id(event),
+                attributeType: "MatchAttributes", pushType: token == nil ? .channel : .token, pushToken: token)
         }
         let (first, created) = try await put("act-1", token: Self.token("d1"), event: event.id)
         #expect(created && first.state == .active && first.pushToken == Self.token("d1"))
@@ -169,15 +181,21 @@ struct AudienceRegistryTests {
         let kept = try await register(fixture, "came-back", token: Self.token("f1")).0
         let seen = try #require(kept.pushToStartToken?.seenAt)
         let before = Int64((seen.timeIntervalSince1970 - 60) * 1000)
-        #expect(try await hygiene.refuse(appID: fixture.appID, token: Self.token("f1"), kind: .pushToStart,
-                                         refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: before)) == .kept)
+        #expect(
+            try await hygiene.refuse(
+                appID: fixture.appID, token: Self.token("f1"), kind: .pushToStart,
+                refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: before)) == .kept)
         #expect(try await installations.record(id: kept.id).pushToStartToken?.token == Self.token("f1"))
         let after = Int64((seen.timeIntervalSince1970 + 60) * 1000)
-        #expect(try await hygiene.refuse(appID: fixture.appID, token: Self.token("f1"), kind: .pushToStart,
-                                         refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: after)) == .invalidated)
+        #expect(
+            try await hygiene.refuse(
+                appID: fixture.appID, token: Self.token("f1"), kind: .pushToStart,
+                refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: after)) == .invalidated)
         #expect(try await installations.record(id: kept.id).pushToStartToken == nil)
-        #expect(try await hygiene.refuse(appID: fixture.appID, token: Self.token("f1"), kind: .pushToStart,
-                                         refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: after)) == .unmatched)
+        #expect(
+            try await hygiene.refuse(
+                appID: fixture.appID, token: Self.token("f1"), kind: .pushToStart,
+                refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: after)) == .unmatched)
         let rows = try await fixture.pool.query("SELECT outcome, apns_timestamp_ms FROM token_invalidations ORDER BY id")
         #expect(try rows.map { try $0.decode(String.self, column: "outcome") } == ["kept", "invalidated", "unmatched"])
         #expect(try rows[0].decode(Int64.self, column: "apns_timestamp_ms") == before)
@@ -210,13 +228,17 @@ struct AudienceRegistryTests {
         let installations = InstallationRepository(pool: fixture.pool)
         let phone = try await register(fixture, "erase-me", token: Self.token("cd")).0
         _ = try await installations.changeFollows(.add, installation: phone.id, appID: fixture.appID, events: [.id(event.id)], topics: ["t"])
-        _ = try await installations.registerActivity(installation: phone.id, appID: fixture.appID, activityID: "a", event: .id(event.id),
-                                                     attributeType: "MatchAttributes", pushType: .token, pushToken: Self.token("ce"))
-        try await TokenHygieneRepository(pool: fixture.pool).refuse(appID: fixture.appID, token: Self.token("cd"), kind: .pushToStart,
-                                                                    refusal: .badDeviceToken)
+        _ = try await installations.registerActivity(
+            installation: phone.id, appID: fixture.appID, activityID: "a", event: .id(event.id),
+            attributeType: "MatchAttributes", pushType: .token, pushToken: Self.token("ce"))
+        try await TokenHygieneRepository(pool: fixture.pool).refuse(
+            appID: fixture.appID, token: Self.token("cd"), kind: .pushToStart,
+            refusal: .badDeviceToken)
         #expect(try await installations.erase(installation: phone.id))
         for table in ["installations", "follows", "activities"] {
-            #expect(try await fixture.pool.query("SELECT count(*)::bigint AS n FROM \(identifier: table)")[0].decode(Int.self, column: "n") == 0, "\(table)")
+            #expect(
+                try await fixture.pool.query("SELECT count(*)::bigint AS n FROM \(identifier: table)")[0].decode(Int.self, column: "n") == 0,
+                "\(table)")
         }
         let row = try await fixture.pool.query("SELECT token, installation, encode(token_sha256, 'hex') AS hash FROM token_invalidations")[0]
         #expect(try row.decode(String?.self, column: "token") == nil && row.decode(Int?.self, column: "installation") == nil)
@@ -229,7 +251,8 @@ struct AudienceRegistryTests {
         let installations = InstallationRepository(pool: fixture.pool)
         let stale = try await register(fixture, "stale", token: Self.token("11")).0
         let fresh = try await register(fixture, "fresh", token: Self.token("12")).0
-        try await fixture.pool.execute("""
+        try await fixture.pool.execute(
+            """
             UPDATE installations SET token_seen_at = now() - interval '61 days' WHERE id = \(stale.id)
             """)
         #expect(try await TokenHygieneRepository(pool: fixture.pool).prune(notSeenFor: 60 * 86400, batch: 1) == 1)

@@ -17,15 +17,18 @@ struct InitialSchemaTests {
     /// An app, its attribute type and one event; returns (app, event) ids.
     static func seed(_ pool: PostgresPool, bundle: String = "com.example.scores") async throws -> (app: Int, type: Int, event: Int) {
         try await pool.withTransaction { tx in
-            let app = try await tx.query("""
+            let app = try await tx.query(
+                """
                 INSERT INTO apps (bundle_id, environment, team_id, key_id, key_path)
                 VALUES (\(bundle), 'development', 'ABCDE12345', 'KEY1234567', 'keys/AuthKey.p8') RETURNING id
                 """)[0].decode(Int.self, column: "id")
-            let type = try await tx.query("""
+            let type = try await tx.query(
+                """
                 INSERT INTO attribute_types (app_id, name, attributes_schema, content_state_schema)
                 VALUES (\(app), 'MatchAttributes', \(PostgresJSON("{}")), \(PostgresJSON("{}"))) RETURNING id
                 """)[0].decode(Int.self, column: "id")
-            let event = try await tx.query("""
+            let event = try await tx.query(
+                """
                 INSERT INTO events (app_id, external_id, kind, attribute_type_id, storage_policy, starts_at, topics)
                 VALUES (\(app), 'match-1', 'match', \(type), 'mostRecent', now(), \(["football"])) RETURNING id
                 """)[0].decode(Int.self, column: "id")
@@ -43,7 +46,8 @@ struct InitialSchemaTests {
     }
 
     static func seedKey(_ pool: PostgresPool) async throws -> Int {
-        try await pool.query("""
+        try await pool.query(
+            """
             INSERT INTO api_keys (name, prefix, salt, hash, scopes)
             VALUES ('feed', 'mqfeed', \(Data(count: 16)), \(Data(count: 32)), \(["ingest"])) RETURNING id
             """)[0].decode(Int.self, column: "id")
@@ -53,14 +57,20 @@ struct InitialSchemaTests {
         let pool = try await Self.migratedPool()
         defer { pool.close() }
         #expect(try await MigrationRunner(pool: pool).migrate() == [])
-        let tables = try await pool.query("""
+        let tables = try await pool.query(
+            """
             SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1
-            """).map { try $0.decode(String.self, column: "name") }
-        #expect(tables == ["activities", "api_keys", "app_credential_faults", "apps", "attribute_types", "channels", "deliveries", "events",
-                           "follows", "idempotency_keys", "installations", "instance_heartbeats", "leader_leases", "outbox", "purged_update_counts",
-                           "schema_migrations", "token_invalidations", "updates"])
+            """
+        ).map { try $0.decode(String.self, column: "name") }
+        #expect(
+            tables == [
+                "activities", "api_keys", "app_credential_faults", "apps", "attribute_types", "channels", "deliveries", "events",
+                "follows", "idempotency_keys", "installations", "instance_heartbeats", "leader_leases", "outbox", "purged_update_counts",
+                "schema_migrations", "token_invalidations", "updates",
+            ])
         let file = try String(contentsOf: TestDatabase.repositoryRoot.appendingPathComponent("Sql/0001_init.sql"), encoding: .utf8)
-        let matches = try await pool.query("""
+        let matches = try await pool.query(
+            """
             SELECT checksum = encode(sha256(convert_to(\(file), 'UTF8')), 'hex') AS same
             FROM schema_migrations WHERE name = '0001_init.sql'
             """)
@@ -80,49 +90,67 @@ struct InitialSchemaTests {
             }
         }
         // One live channel per event.
-        try await pool.execute("""
+        try await pool.execute(
+            """
             INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, requested_at, opened_at, first_seen_at)
             VALUES (\(app), \(event), 'dHVyYm8tY2hhbm5lbA==', 'mostRecent', 'open', now(), now(), now())
             """)
-        #expect(try await refused("""
-            INSERT INTO channels (app_id, event_id, storage_policy, state, requested_at)
-            VALUES (\(app), \(event), 'mostRecent', 'creating', now())
-            """) == .uniqueViolation)
+        #expect(
+            try await refused(
+                """
+                INSERT INTO channels (app_id, event_id, storage_policy, state, requested_at)
+                VALUES (\(app), \(event), 'mostRecent', 'creating', now())
+                """) == .uniqueViolation)
         // An open channel needs its APNs id; an unknown channel needs no event, others do.
-        #expect(try await refused("""
-            INSERT INTO channels (app_id, event_id, storage_policy, state, opened_at) VALUES (\(app), \(event), 'none', 'open', now())
-            """) == .checkViolation)
-        #expect(try await refused("""
-            INSERT INTO channels (app_id, storage_policy, state, requested_at) VALUES (\(app), 'none', 'creating', now())
-            """) == .checkViolation)
-        try await pool.execute("""
+        #expect(
+            try await refused(
+                """
+                INSERT INTO channels (app_id, event_id, storage_policy, state, opened_at) VALUES (\(app), \(event), 'none', 'open', now())
+                """) == .checkViolation)
+        #expect(
+            try await refused(
+                """
+                INSERT INTO channels (app_id, storage_policy, state, requested_at) VALUES (\(app), 'none', 'creating', now())
+                """) == .checkViolation)
+        try await pool.execute(
+            """
             INSERT INTO channels (app_id, apns_channel_id, storage_policy, state, first_seen_at)
             VALUES (\(app), 'b3RoZXI=', 'none', 'unknown', now())
             """)
         // Rows of one app cannot point at another app's event or type.
         let other = try await Self.seed(pool, bundle: "com.example.flights")
-        #expect(try await refused("""
-            INSERT INTO channels (app_id, event_id, storage_policy, state, requested_at)
-            VALUES (\(app), \(other.event), 'none', 'creating', now())
-            """) == .foreignKeyViolation)
-        #expect(try await refused("""
-            INSERT INTO events (app_id, external_id, kind, attribute_type_id, storage_policy, starts_at)
-            VALUES (\(other.app), 'x', 'flight', \(type), 'none', now())
-            """) == .foreignKeyViolation)
+        #expect(
+            try await refused(
+                """
+                INSERT INTO channels (app_id, event_id, storage_policy, state, requested_at)
+                VALUES (\(app), \(other.event), 'none', 'creating', now())
+                """) == .foreignKeyViolation)
+        #expect(
+            try await refused(
+                """
+                INSERT INTO events (app_id, external_id, kind, attribute_type_id, storage_policy, starts_at)
+                VALUES (\(other.app), 'x', 'flight', \(type), 'none', now())
+                """) == .foreignKeyViolation)
         // Enumerations and shapes.
         #expect(try await refused("UPDATE events SET status = 'paused' WHERE id = \(event)") == .checkViolation)
         #expect(try await refused("UPDATE events SET ends_at = starts_at - interval '1 hour' WHERE id = \(event)") == .checkViolation)
-        #expect(try await refused("""
-            INSERT INTO apps (bundle_id, environment, team_id, key_id, key_path)
-            VALUES ('com.example.scores', 'development', 'ABCDE12345', 'KEY1234567', 'k.p8')
-            """) == .uniqueViolation)
-        #expect(try await refused("""
-            INSERT INTO api_keys (name, prefix, salt, hash, scopes)
-            VALUES ('feed', 'mq_abc123', \(Data(count: 16)), \(Data(count: 32)), \(["ingest", "root"]))
-            """) == .checkViolation)
-        #expect(try await refused("""
-            INSERT INTO updates (event_id, content_state, occurred_at, priority) VALUES (\(event), '{}', now(), 'urgent')
-            """) == .checkViolation)
+        #expect(
+            try await refused(
+                """
+                INSERT INTO apps (bundle_id, environment, team_id, key_id, key_path)
+                VALUES ('com.example.scores', 'development', 'ABCDE12345', 'KEY1234567', 'k.p8')
+                """) == .uniqueViolation)
+        #expect(
+            try await refused(
+                """
+                INSERT INTO api_keys (name, prefix, salt, hash, scopes)
+                VALUES ('feed', 'mq_abc123', \(Data(count: 16)), \(Data(count: 32)), \(["ingest", "root"]))
+                """) == .checkViolation)
+        #expect(
+            try await refused(
+                """
+                INSERT INTO updates (event_id, content_state, occurred_at, priority) VALUES (\(event), '{}', now(), 'urgent')
+                """) == .checkViolation)
         _ = type
     }
 
@@ -132,32 +160,39 @@ struct InitialSchemaTests {
     @Test func theHotTablesCheckSingleColumnsThroughDomains() async throws {
         let pool = try await Self.migratedPool()
         defer { pool.close() }
-        let singleColumnChecks = try await pool.query("""
+        let singleColumnChecks = try await pool.query(
+            """
             SELECT conname FROM pg_constraint
             WHERE contype = 'c' AND cardinality(conkey) = 1
               AND conrelid::regclass::text IN ('events', 'channels', 'updates', 'outbox', 'idempotency_keys', 'deliveries')
             ORDER BY 1
-            """).map { try $0.decode(String.self, column: "conname") }
+            """
+        ).map { try $0.decode(String.self, column: "conname") }
         #expect(singleColumnChecks == [])
 
         let (app, _, event) = try await Self.seed(pool)
         let key = try await Self.seedKey(pool)
         let (channel, update) = try await pool.withTransaction { tx in
-            let channel = try await tx.query("""
+            let channel = try await tx.query(
+                """
                 INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, opened_at, first_seen_at)
                 VALUES (\(app), \(event), 'dHVyYm8=', 'mostRecent', 'open', now(), now()) RETURNING id
                 """)[0].decode(Int.self, column: "id")
-            let update = try await tx.query("""
+            let update = try await tx.query(
+                """
                 INSERT INTO updates (event_id, content_state, occurred_at) VALUES (\(event), '{}', now()) RETURNING id
                 """)[0].decode(Int.self, column: "id")
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 UPDATE events SET latest_state = '{}', latest_state_at = now(), latest_update_id = \(update) WHERE id = \(event)
                 """)
             try await tx.execute("INSERT INTO outbox (event_id, channel_id, update_id) VALUES (\(event), \(channel), \(update))")
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 INSERT INTO idempotency_keys (api_key_id, key, request_hash, update_id) VALUES (\(key), 'k1', \(Data(count: 32)), \(update))
                 """)
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 INSERT INTO deliveries (app_id, kind, channel_id, update_id, status, latency_us, priority)
                 VALUES (\(app), 'broadcast', \(channel), \(update), 200, 900, 5)
                 """)
@@ -185,9 +220,12 @@ struct InitialSchemaTests {
             ("updates.relevance_score", "UPDATE updates SET relevance_score = -1 WHERE id = \(update)"),
             ("outbox.aps_timestamp", "UPDATE outbox SET aps_timestamp = 0 WHERE event_id = \(event)"),
             ("outbox.attempts", "UPDATE outbox SET attempts = -1 WHERE event_id = \(event)"),
-            ("outbox.claimed_by", """
+            (
+                "outbox.claimed_by",
+                """
                 UPDATE outbox SET claimed_by = '', claim_token = gen_random_uuid(), claimed_until = now() WHERE event_id = \(event)
-                """),
+                """
+            ),
             ("idempotency_keys.key", "UPDATE idempotency_keys SET key = '' WHERE api_key_id = \(key)"),
             ("idempotency_keys.request_hash", "UPDATE idempotency_keys SET request_hash = '\\x00' WHERE api_key_id = \(key)"),
             ("deliveries.attempt", "UPDATE deliveries SET attempt = 0 WHERE update_id = \(update)"),
@@ -212,14 +250,16 @@ struct InitialSchemaTests {
         let (app, type, _) = try await Self.seed(pool)
         let key = try await Self.seedKey(pool)
         try await pool.withTransaction { tx in
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy, status, starts_at)
                 SELECT \(app), 'e' || n, (ARRAY['match', 'flight', 'other'])[1 + n % 3], \(type), '{"n": 1}',
                        (ARRAY['none', 'mostRecent'])[1 + n % 2],
                        (ARRAY['scheduled', 'live', 'ending', 'ended', 'cancelled'])[1 + n % 5], now()
                 FROM generate_series(1, 12) n
                 """)
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, attempts, requested_at,
                                       opened_at, ended_at, deleted_at, first_seen_at, last_aps_timestamp)
                 SELECT \(app), e.id, CASE WHEN s.state NOT IN ('planned', 'creating', 'create_unknown', 'create_failed')
@@ -229,7 +269,8 @@ struct InitialSchemaTests {
                                   'deleting', 'deleted', 'lost', 'unknown']) WITH ORDINALITY s(state, n)
                 JOIN events e ON e.external_id = 'e' || s.n
                 """)
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 INSERT INTO updates (event_id, action, content_state, alert, dismissal_date, relevance_score, priority,
                                      occurred_at, disposition, disposed_at)
                 SELECT e.id, (ARRAY['update', 'end'])[1 + n % 2], '{"home": 1}', CASE WHEN n % 2 = 0 THEN '{"title": "Goal"}'::jsonb END,
@@ -240,16 +281,19 @@ struct InitialSchemaTests {
                 JOIN unnest(ARRAY['pending', 'broadcast', 'conflated', 'superseded', 'unsent']) WITH ORDINALITY d(disposition, i)
                   ON i = 1 + n % 5
                 """)
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 INSERT INTO outbox (event_id, channel_id, update_id, attempts, claimed_by, claim_token, claimed_until, aps_timestamp)
                 SELECT u.event_id, c.id, u.id, 2, 'serve-1', gen_random_uuid(), now(), 2000
                 FROM updates u JOIN channels c ON c.event_id = u.event_id WHERE u.disposition = 'pending'
                 """)
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 INSERT INTO idempotency_keys (api_key_id, key, request_hash, response_status, response_body, update_id)
                 SELECT \(key), 'key-' || u.id, \(Data(count: 32)), 202, '\\x7b7d', u.id FROM updates u
                 """)
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 INSERT INTO deliveries (app_id, kind, channel_id, update_id, status, reason, latency_us, priority, attempt)
                 SELECT \(app), k.kind, c.id, NULL, 200, NULL, 900, (ARRAY[1, 5, 10])[1 + n % 3]::smallint, n
                 FROM unnest(ARRAY['broadcast', 'channel_create', 'channel_read', 'channel_delete', 'channel_list', 'push'])
@@ -273,7 +317,8 @@ struct InitialSchemaTests {
         let applied = try await MigrationRunner(pool: pool, migrations: Migration.embedded.filter { $0.name < "0019" }).migrate()
         #expect(applied == ["0017_hot_checks_as_domains.sql", "0018_small_statistics_samples.sql"])
         #expect(try await rows() == before)
-        let domainColumns = try await pool.query("""
+        let domainColumns = try await pool.query(
+            """
             SELECT count(*) AS n FROM information_schema.columns
             WHERE table_schema = 'public' AND domain_name IS NOT NULL AND table_name = ANY (\(tables))
             """)[0].decode(Int.self, column: "n")
@@ -287,10 +332,12 @@ struct InitialSchemaTests {
         defer { pool.close() }
         let (_, _, event) = try await Self.seed(pool)
         let key = try await Self.seedKey(pool)
-        let update = try await pool.query("""
+        let update = try await pool.query(
+            """
             INSERT INTO updates (event_id, content_state, occurred_at) VALUES (\(event), '{}', now()) RETURNING id
             """)[0].decode(Int.self, column: "id")
-        try await pool.execute("""
+        try await pool.execute(
+            """
             INSERT INTO idempotency_keys (api_key_id, key, request_hash, response_status, response_body, update_id)
             VALUES (\(key), 'stored-answer', \(Data(count: 32)), 202, '\\x7b7d', NULL),
                    (\(key), 'points-at-update', \(Data(count: 32)), NULL, NULL, \(update))
@@ -298,7 +345,8 @@ struct InitialSchemaTests {
         let kept = "SELECT string_agg(key || ':' || update_id, ',') AS keys FROM idempotency_keys"
         #expect(try await MigrationRunner(pool: pool).migrate().first == "0019_idempotency_key_written_with_its_update.sql")
         #expect(try await pool.query(PostgresQuery(unsafeSQL: kept))[0].decode(String.self, column: "keys") == "points-at-update:\(update)")
-        let columns = try await pool.query("""
+        let columns = try await pool.query(
+            """
             SELECT string_agg(column_name, ',' ORDER BY ordinal_position) AS names FROM information_schema.columns
             WHERE table_name = 'idempotency_keys' AND table_schema = 'public'
             """)[0].decode(String.self, column: "names")
@@ -316,12 +364,14 @@ struct InitialSchemaTests {
     @Test func theGrowingTablesAreAnalyzedFromSmallSamples() async throws {
         let pool = try await Self.migratedPool()
         defer { pool.close() }
-        let defaultTargets = try await pool.query("""
+        let defaultTargets = try await pool.query(
+            """
             SELECT attrelid::regclass::text || '.' || attname AS name FROM pg_attribute
             WHERE attrelid IN ('updates'::regclass, 'deliveries'::regclass, 'idempotency_keys'::regclass)
               AND attnum > 0 AND NOT attisdropped AND (attstattarget < 0 OR attstattarget > 10)
             ORDER BY 1
-            """).map { try $0.decode(String.self, column: "name") }
+            """
+        ).map { try $0.decode(String.self, column: "name") }
         #expect(defaultTargets == [])
     }
 
@@ -330,11 +380,13 @@ struct InitialSchemaTests {
         defer { pool.close() }
         let (_, _, event) = try await Self.seed(pool)
         try await pool.withTransaction { tx in
-            let update = try await tx.query("""
+            let update = try await tx.query(
+                """
                 INSERT INTO updates (event_id, content_state, occurred_at) VALUES (\(event), \(PostgresJSON(#"{"home":1}"#)), now())
                 RETURNING id
                 """)[0].decode(Int.self, column: "id")
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 UPDATE events SET latest_state = \(PostgresJSON(#"{"home":1}"#)), latest_state_at = now(), latest_update_id = \(update)
                 WHERE id = \(event)
                 """)

@@ -63,12 +63,12 @@ struct PipelineChannelTests {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
         _ = try await f.channels.createPlanned(eventID: try await f.makeEvent().id)  // planned: not counted
-        _ = try await f.openChannel(eventID: try await f.makeEvent().id)             // open: counted
+        _ = try await f.openChannel(eventID: try await f.makeEvent().id)  // open: counted
         let creating = try await f.channels.createPlanned(eventID: try await f.makeEvent().id)
         var lifecycle = try #require(creating.lifecycle)
         _ = try lifecycle.leadTimeReached()
         try await f.channels.transition(channelID: creating.id, from: creating.lifecycle!, to: lifecycle)  // creating: counted
-        _ = try await f.channels.reconcile(appID: f.appID, apnsChannelIDs: ["b3JwaGFu"])                   // unknown: counted
+        _ = try await f.channels.reconcile(appID: f.appID, apnsChannelIDs: ["b3JwaGFu"])  // unknown: counted
         #expect(try await f.channels.quotaCount(appID: f.appID) == 3)
         #expect(try await f.channels.quotaCount(appID: f.appID + 1) == 0)
         let status = try await StatusRepository(pool: f.pool).status()

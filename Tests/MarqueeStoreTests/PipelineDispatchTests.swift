@@ -43,8 +43,10 @@ struct PipelineDispatchTests {
         try await f.post(event.id, ["home": 2], at: t0 + 1, key: "goal-2", body: "b")  // queued in the outbox
         _ = try await f.deliveries.insert(DeliveryDraft(appID: f.appID, kind: .channelList, status: 200))
         // Another app's rows stay.
-        let other = try await AppRepository(pool: f.pool).add(NewApp(bundleID: "com.example.other", environment: "development",
-                                                                     teamID: "ABCDE12345", keyID: "KEY1234567", keyPath: "keys/k.p8"))
+        let other = try await AppRepository(pool: f.pool).add(
+            NewApp(
+                bundleID: "com.example.other", environment: "development",
+                teamID: "ABCDE12345", keyID: "KEY1234567", keyPath: "keys/k.p8"))
         _ = try await f.deliveries.insert(DeliveryDraft(appID: other.id, kind: .channelList, status: 200))
         let rows: PostgresQuery = """
             SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM updates) + (SELECT count(*) FROM channels)
@@ -65,8 +67,9 @@ struct PipelineDispatchTests {
         let events = try await f.eventsWithQueuedUpdates(5, at: t0)
         // The backlog has waited; then a goal arrives for the newest event.
         try await f.pool.execute("UPDATE outbox SET next_attempt_at = now() - interval '1 minute'")
-        _ = try await f.ingest.ingest(eventID: events[4], UpdateDraft(alert: ["title": "GOAL"], occurredAt: t0 + 1, urgent: true),
-                                      contentState: { _ in ["home": 2] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        _ = try await f.ingest.ingest(
+            eventID: events[4], UpdateDraft(alert: ["title": "GOAL"], occurredAt: t0 + 1, urgent: true),
+            contentState: { _ in ["home": 2] }, response: { _ in StoredResponse(status: 202, body: Data()) })
         let first = try await f.outbox.claim(instance: "a", limit: 1, lease: 30)
         #expect(first.map(\.eventID) == [events[4]])
         #expect(first.first?.update.alert == ["title": "GOAL"])
@@ -130,7 +133,9 @@ struct PipelineDispatchTests {
         #expect(claim.pending.count == 3)
         #expect(claim.update.contentState == ["home": 3])
         #expect(try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 1_800_000_000) == .completed)
-        let dispositions = try await f.pool.query("SELECT disposition FROM updates ORDER BY id").map { try $0.decode(String.self, column: "disposition") }
+        let dispositions = try await f.pool.query("SELECT disposition FROM updates ORDER BY id").map {
+            try $0.decode(String.self, column: "disposition")
+        }
         #expect(dispositions == ["conflated", "conflated", "broadcast"])
         #expect(try await f.channels.get(id: channel.id)?.lastApsTimestamp == 1_800_000_000)
         let recent = try await f.deliveries.recent(channelID: channel.id)
@@ -160,9 +165,10 @@ struct PipelineDispatchTests {
         try #require(claims.count == 3)
         try await f.pool.execute("UPDATE channels SET last_aps_timestamp = 50 WHERE id = \(claims[0].channelID)")
         let newer = try await f.postAccepted(events[1], ["home": 2], at: t0 + 1)
-        let outcomes = try await f.outbox.recordBroadcasts(claims.map {
-            BroadcastRecord(claim: $0, delivery: f.delivery(for: $0), apsTimestamp: 50, sentAt: t0)
-        })
+        let outcomes = try await f.outbox.recordBroadcasts(
+            claims.map {
+                BroadcastRecord(claim: $0, delivery: f.delivery(for: $0), apsTimestamp: 50, sentAt: t0)
+            })
         #expect(outcomes.map { try? $0.get() } == [nil, .newerPending, .completed])
         #expect(throws: PipelineError.apsTimestampNotIncreasing(channelID: claims[0].channelID, attempted: 50)) { try outcomes[0].get() }
         // Nothing of the refused one; the others' deliveries, dispositions and pacing time.
@@ -200,7 +206,9 @@ struct PipelineDispatchTests {
         let channel = try await f.openChannel(eventID: event.id)
         try await f.post(event.id, ["home": 1], at: t0)
         let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
-        #expect(try await f.outbox.recordRetryableFailure(claim, delivery: f.delivery(for: claim, status: 503, reason: "ServiceUnavailable"), retryAfter: 60))
+        #expect(
+            try await f.outbox.recordRetryableFailure(
+                claim, delivery: f.delivery(for: claim, status: 503, reason: "ServiceUnavailable"), retryAfter: 60))
         #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).isEmpty)
         let retry = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: Date() + 61).first)
         #expect(retry.attempts == 1)
@@ -219,8 +227,9 @@ struct PipelineDispatchTests {
         let channel = try await f.openChannel(eventID: event.id)
         try await f.post(event.id, ["home": 1], at: t0)
         let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
-        try await f.outbox.recordPermanentFailure(claim, delivery: f.delivery(for: claim, status: 400, reason: "ChannelNotRegistered"),
-                                                  channelNotRegistered: true)
+        try await f.outbox.recordPermanentFailure(
+            claim, delivery: f.delivery(for: claim, status: 400, reason: "ChannelNotRegistered"),
+            channelNotRegistered: true)
         #expect(try await f.events.get(id: event.id)?.channelLost == true)
         let lost = try await f.channels.get(id: channel.id)
         #expect(lost?.state == .lifecycle(.lost))
@@ -259,8 +268,9 @@ struct PipelineDispatchTests {
         let first = try await f.postAccepted(event.id, ["home": 1], at: t0)
         let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
         let second = try await f.postAccepted(event.id, ["home": 2], at: t0 + 1)
-        try await f.outbox.recordPermanentFailure(claim, delivery: f.delivery(for: claim, status: 400, reason: "ChannelNotRegistered"),
-                                                  channelNotRegistered: true)
+        try await f.outbox.recordPermanentFailure(
+            claim, delivery: f.delivery(for: claim, status: 400, reason: "ChannelNotRegistered"),
+            channelNotRegistered: true)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
         var lifecycle = try #require(try await f.channels.get(id: channel.id)?.lifecycle)
         let lost = lifecycle
@@ -273,8 +283,9 @@ struct PipelineDispatchTests {
         #expect(resumed.update.id == second.id)
         #expect(resumed.pending.map(\.id) == [first.id, second.id])
         try await f.outbox.recordBroadcast(resumed, delivery: f.delivery(for: resumed), apsTimestamp: 7)
-        #expect(try await f.events.counts(eventID: event.id) ==
-                EventCounts(pending: 0, broadcast: 1, conflated: 1, superseded: 0, deliveries: 2, failedDeliveries: 1))
+        #expect(
+            try await f.events.counts(eventID: event.id)
+                == EventCounts(pending: 0, broadcast: 1, conflated: 1, superseded: 0, deliveries: 2, failedDeliveries: 1))
     }
 
     @Test func anEndUpdateEndsChannelAndEvent() async throws {
@@ -284,9 +295,13 @@ struct PipelineDispatchTests {
         let channel = try await f.openChannel(eventID: event.id)
         try await f.post(event.id, ["home": 3], at: t0 + 60)
         // The end is never superseded, even when its time is older than the latest state.
-        let end = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, dismissalDate: t0 + 900, occurredAt: t0),
-                                            contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
-        guard case .accepted(let ended, _) = end else { Issue.record("end not accepted"); return }
+        let end = try await f.ingest.ingest(
+            eventID: event.id, UpdateDraft(action: .end, dismissalDate: t0 + 900, occurredAt: t0),
+            contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        guard case .accepted(let ended, _) = end else {
+            Issue.record("end not accepted")
+            return
+        }
         #expect(ended.disposition == .pending)
         #expect(try await f.events.get(id: event.id)?.status == .ending)
         #expect(try await f.events.latestState(eventID: event.id).at == t0 + 60)
@@ -315,8 +330,9 @@ struct PipelineDispatchTests {
         // A dispatcher holds the update's claim while the end arrives, then records the send.
         let sending = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0).first)
         let end = UpdateDraft(action: .end, occurredAt: t0 + 1, urgent: true, notBefore: t0 + 600)
-        _ = try await f.ingest.ingest(eventID: event.id, end, contentState: { $0.latestState ?? [:] },
-                                      response: { _ in StoredResponse(status: 202, body: Data()) })
+        _ = try await f.ingest.ingest(
+            eventID: event.id, end, contentState: { $0.latestState ?? [:] },
+            response: { _ in StoredResponse(status: 202, body: Data()) })
         #expect(try await f.outbox.recordBroadcast(sending, delivery: f.delivery(for: sending), apsTimestamp: 5, now: t0 + 2) == .newerPending)
         #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0 + 3).isEmpty)
         #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0 + 599).isEmpty)
@@ -326,11 +342,13 @@ struct PipelineDispatchTests {
         // A second end without `at` replaces it (when it says so) and may go at once.
         try await f.outbox.release([claim])
         await #expect(throws: PipelineError.endAlreadyAccepted(event.id)) {
-            _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 4, urgent: true),
-                                          contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+            _ = try await f.ingest.ingest(
+                eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 4, urgent: true),
+                contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
         }
-        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 4, urgent: true, replacesEnd: true),
-                                      contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        _ = try await f.ingest.ingest(
+            eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 4, urgent: true, replacesEnd: true),
+            contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
         #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: t0 + 5).first?.update.action == .end)
     }
 
@@ -360,7 +378,11 @@ struct PipelineDispatchTests {
             var idle = 0
             while idle < 3 {
                 let claims = try await outbox.claim(instance: name, limit: 2, lease: 30)
-                if claims.isEmpty { idle += 1; try await Task.sleep(for: .milliseconds(20)); continue }
+                if claims.isEmpty {
+                    idle += 1
+                    try await Task.sleep(for: .milliseconds(20))
+                    continue
+                }
                 idle = 0
                 for claim in claims {
                     let timestamp = TimestampSequencer.next(after: claim.lastApsTimestamp, now: Date())
@@ -376,13 +398,17 @@ struct PipelineDispatchTests {
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 60)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates WHERE disposition = 'pending'") == 0)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
-        #expect(try await f.scalar(Int.self, """
-            SELECT count(*) FROM events e JOIN updates u ON u.id = e.latest_update_id
-            WHERE e.id = ANY (\(eventIDs.map(String.init))::bigint[]) AND u.disposition = 'broadcast'
-            """) == eventIDs.count)
+        #expect(
+            try await f.scalar(
+                Int.self,
+                """
+                SELECT count(*) FROM events e JOIN updates u ON u.id = e.latest_update_id
+                WHERE e.id = ANY (\(eventIDs.map(String.init))::bigint[]) AND u.disposition = 'broadcast'
+                """) == eventIDs.count)
         // One broadcast delivery per 'broadcast' update: each pending state was sent once.
-        #expect(try await f.scalar(Int.self, "SELECT count(*) FROM deliveries") ==
-                f.scalar(Int.self, "SELECT count(*) FROM updates WHERE disposition = 'broadcast'"))
+        #expect(
+            try await f.scalar(Int.self, "SELECT count(*) FROM deliveries")
+                == f.scalar(Int.self, "SELECT count(*) FROM updates WHERE disposition = 'broadcast'"))
     }
 
     // MARK: last_broadcast_at, recordBroadcast's outcomes, claim-time pacing
@@ -393,17 +419,22 @@ struct PipelineDispatchTests {
         defer { pool.close() }
         try await MigrationRunner(pool: pool, migrations: Migration.embedded.filter { $0.name < "0007" }).migrate()
         let seeded = try await InitialSchemaTests.seed(pool)
-        let channel = try await pool.query("""
+        let channel = try await pool.query(
+            """
             INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, opened_at, first_seen_at)
             VALUES (\(seeded.app), \(seeded.event), 'Y2gx', 'mostRecent', 'open', now(), now()) RETURNING id
             """)[0].decode(Int.self, column: "id")
-        let quiet = try await pool.query("""
+        let quiet = try await pool.query(
+            """
             INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, opened_at, first_seen_at, ended_at)
             VALUES (\(seeded.app), \(seeded.event), 'Y2gy', 'mostRecent', 'ended', now(), now(), now()) RETURNING id
             """)[0].decode(Int.self, column: "id")
-        for (kind, status, at) in [("broadcast", 200, t0), ("broadcast", 200, t0 + 5), ("broadcast", 429, t0 + 9),
-                                   ("channel_read", 200, t0 + 20)] {
-            try await pool.execute("""
+        for (kind, status, at) in [
+            ("broadcast", 200, t0), ("broadcast", 200, t0 + 5), ("broadcast", 429, t0 + 9),
+            ("channel_read", 200, t0 + 20),
+        ] {
+            try await pool.execute(
+                """
                 INSERT INTO deliveries (app_id, kind, channel_id, status, sent_at)
                 VALUES (\(seeded.app), \(kind), \(channel), \(status), \(at))
                 """)
@@ -430,8 +461,9 @@ struct PipelineDispatchTests {
         let next = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
         #expect(next.lastBroadcastAt == sentAt)
         // A failed attempt does not move it.
-        try await f.outbox.recordRetryableFailure(next, delivery: f.delivery(for: next, status: 500, reason: "InternalServerError"),
-                                                  retryAfter: 0)
+        try await f.outbox.recordRetryableFailure(
+            next, delivery: f.delivery(for: next, status: 500, reason: "InternalServerError"),
+            retryAfter: 0)
         #expect(try await f.scalar(Date.self, "SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)") == sentAt)
     }
 
@@ -444,8 +476,9 @@ struct PipelineDispatchTests {
         try await f.post(event.id, ["home": 1], at: t0)
         let first = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
         try await f.outbox.recordBroadcast(first, delivery: f.delivery(for: first), apsTimestamp: 50, now: t0)
-        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 1),
-                                      contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        _ = try await f.ingest.ingest(
+            eventID: event.id, UpdateDraft(action: .end, occurredAt: t0 + 1),
+            contentState: { $0.latestState ?? [:] }, response: { _ in StoredResponse(status: 202, body: Data()) })
         let end = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
         #expect(end.update.action == .end)
         for stale in [Int64(50), 49] {
@@ -478,16 +511,21 @@ struct PipelineDispatchTests {
         let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
         try await f.post(event.id, ["home": 2], at: t0 + 1)
         let now = Date()
-        #expect(try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 10, nextAttemptDelay: 1,
-                                                   now: now) == .newerPending)
+        #expect(
+            try await f.outbox.recordBroadcast(
+                claim, delivery: f.delivery(for: claim), apsTimestamp: 10, nextAttemptDelay: 1,
+                now: now) == .newerPending)
         #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: now + 0.5).isEmpty)
         let paced = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: now + 1).first)
         #expect(paced.update.contentState == ["home": 2])
         // Now an urgent update arrives during that send.
-        _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(alert: ["title": "GOAL"], occurredAt: t0 + 2, urgent: true),
-                                      contentState: { _ in ["home": 3] }, response: { _ in StoredResponse(status: 202, body: Data()) })
-        #expect(try await f.outbox.recordBroadcast(paced, delivery: f.delivery(for: paced), apsTimestamp: 11, nextAttemptDelay: 1,
-                                                   now: now + 1) == .newerPending)
+        _ = try await f.ingest.ingest(
+            eventID: event.id, UpdateDraft(alert: ["title": "GOAL"], occurredAt: t0 + 2, urgent: true),
+            contentState: { _ in ["home": 3] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        #expect(
+            try await f.outbox.recordBroadcast(
+                paced, delivery: f.delivery(for: paced), apsTimestamp: 11, nextAttemptDelay: 1,
+                now: now + 1) == .newerPending)
         #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: now + 1).first?.update.alert == ["title": "GOAL"])
     }
 
@@ -533,8 +571,10 @@ struct PipelineDispatchTests {
         try await f.post(event.id, ["home": 1], at: t0)
         let late = try #require(try await f.outbox.claim(instance: "late", limit: 1, lease: 30).first)
         let owner = try #require(try await f.outbox.claim(instance: "b", limit: 1, lease: 30, now: Date() + 31).first)
-        #expect(try await f.outbox.recordRetryableFailure(late, delivery: f.delivery(for: late, status: 503, reason: "ServiceUnavailable"),
-                                                          retryAfter: 60) == false)
+        #expect(
+            try await f.outbox.recordRetryableFailure(
+                late, delivery: f.delivery(for: late, status: 503, reason: "ServiceUnavailable"),
+                retryAfter: 60) == false)
         #expect(try await f.deliveries.recent(channelID: channel.id).map(\.draft.status) == [503])
         #expect(try await f.scalar(Int.self, "SELECT attempts FROM outbox WHERE claim_token = \(owner.claimToken)") == 0)
         #expect(try await f.outbox.recordRetryableFailure(owner, delivery: f.delivery(for: owner, status: 503), retryAfter: 60))
@@ -554,8 +594,9 @@ struct PipelineDispatchTests {
             try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 5, now: sentAt)
         }
         for eventID in events { try await f.post(eventID, ["home": 2], at: t0 + 1) }
-        _ = try await f.ingest.ingest(eventID: events[1], UpdateDraft(alert: ["title": "GOAL"], occurredAt: t0 + 2, urgent: true),
-                                      contentState: { _ in ["home": 3] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+        _ = try await f.ingest.ingest(
+            eventID: events[1], UpdateDraft(alert: ["title": "GOAL"], occurredAt: t0 + 2, urgent: true),
+            contentState: { _ in ["home": 3] }, response: { _ in StoredResponse(status: 202, body: Data()) })
         let batch = try await f.outbox.claimBatch(instance: "a", limit: 10, lease: 30, pacing: 1, now: now)
         #expect(batch.taken == 3)
         #expect(Set(batch.claims.map(\.eventID)) == [events[1], events[2]])
@@ -594,10 +635,12 @@ struct PipelineDispatchTests {
         let customPlansBefore = try await f.scalar(Int.self, customPlans)
         // The real thing reuses every one of them: a keyed ingest (planning nothing: its plans are settled),
         // a claim, a record.
-        guard case .accepted = try await IngestRepository(pool: f.pool, pacing: 1).ingest(
-            eventID: event.id, UpdateDraft(occurredAt: t0, apiKeyID: f.apiKeyID), state: ["home": 1],
-            idempotency: IdempotencyRequest(apiKeyID: f.apiKeyID, key: "goal-1", requestHash: Data(count: 32)),
-            response: { _ in StoredResponse(status: 202, body: Data()) }) else { throw FixtureError.notAccepted }
+        guard
+            case .accepted = try await IngestRepository(pool: f.pool, pacing: 1).ingest(
+                eventID: event.id, UpdateDraft(occurredAt: t0, apiKeyID: f.apiKeyID), state: ["home": 1],
+                idempotency: IdempotencyRequest(apiKeyID: f.apiKeyID, key: "goal-1", requestHash: Data(count: 32)),
+                response: { _ in StoredResponse(status: 202, body: Data()) })
+        else { throw FixtureError.notAccepted }
         #expect(try await f.scalar(Int.self, customPlans) == customPlansBefore)
         let claim = try #require(try await f.outbox.claimBatch(instance: "a", limit: 10, lease: 30, pacing: 1).claims.first)
         try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 1)
@@ -616,18 +659,23 @@ struct PipelineDispatchTests {
         }
         let paced = IngestRepository(pool: f.pool, pacing: 60)
         func post(_ eventID: Int, urgent: Bool = false, at offset: TimeInterval) async throws -> IngestedUpdate {
-            guard case .accepted(let update, _) = try await paced.ingest(
-                eventID: eventID, UpdateDraft(occurredAt: t0 + offset, urgent: urgent), state: ["home": .int(Int64(offset))],
-                response: { _ in StoredResponse(status: 202, body: Data()) }) else { throw FixtureError.notAccepted }
+            guard
+                case .accepted(let update, _) = try await paced.ingest(
+                    eventID: eventID, UpdateDraft(occurredAt: t0 + offset, urgent: urgent), state: ["home": .int(Int64(offset))],
+                    response: { _ in StoredResponse(status: 202, body: Data()) })
+            else { throw FixtureError.notAccepted }
             return update
         }
         let held = try await post(events[0], at: 1)
         let free = try await post(events[1], at: 1)
         // The outbox row is due a minute after the channel's last broadcast, and the answer says in how long.
-        #expect(try await f.scalar(Bool.self, """
-            SELECT o.next_attempt_at = c.last_broadcast_at + interval '1 minute' AS paced
-            FROM outbox o JOIN channels c ON c.event_id = o.event_id WHERE o.event_id = \(events[0])
-            """))
+        #expect(
+            try await f.scalar(
+                Bool.self,
+                """
+                SELECT o.next_attempt_at = c.last_broadcast_at + interval '1 minute' AS paced
+                FROM outbox o JOIN channels c ON c.event_id = o.event_id WHERE o.event_id = \(events[0])
+                """))
         let dueIn = try #require(held.dueIn)
         #expect(dueIn > 50 && dueIn <= 59.75)
         #expect(try #require(free.dueIn) <= 0)
@@ -638,9 +686,11 @@ struct PipelineDispatchTests {
         // An urgent update makes the held row due at once; without pacing a row is due now.
         #expect(try #require(try await post(events[0], urgent: true, at: 2).dueIn) < 0)
         #expect(try await f.outbox.claim(instance: "a", limit: 10, lease: 30).map(\.eventID) == [events[0]])
-        guard case .accepted(let unpaced, _) = try await f.ingest.ingest(
-            eventID: events[2], UpdateDraft(occurredAt: t0 + 1), state: ["home": 1],
-            response: { _ in StoredResponse(status: 202, body: Data()) }) else { throw FixtureError.notAccepted }
+        guard
+            case .accepted(let unpaced, _) = try await f.ingest.ingest(
+                eventID: events[2], UpdateDraft(occurredAt: t0 + 1), state: ["home": 1],
+                response: { _ in StoredResponse(status: 202, body: Data()) })
+        else { throw FixtureError.notAccepted }
         #expect(try #require(unpaced.dueIn) <= 0)
     }
 }

@@ -23,15 +23,18 @@ struct PipelineFixture {
         let pool = PostgresPool(configuration: configuration, maxConnections: maxConnections)
         try await MigrationRunner(pool: pool).migrate()
         let ids = try await pool.withTransaction { tx in
-            let app = try await tx.query("""
+            let app = try await tx.query(
+                """
                 INSERT INTO apps (bundle_id, environment, team_id, key_id, key_path)
                 VALUES ('com.example.scores', 'development', 'ABCDE12345', 'KEY1234567', 'keys/AuthKey.p8') RETURNING id
                 """)[0].decode(Int.self, column: "id")
-            let type = try await tx.query("""
+            let type = try await tx.query(
+                """
                 INSERT INTO attribute_types (app_id, name, attributes_schema, content_state_schema)
                 VALUES (\(app), 'MatchAttributes', \(PostgresJSON("{}")), \(PostgresJSON("{}"))) RETURNING id
                 """)[0].decode(Int.self, column: "id")
-            let key = try await tx.query("""
+            let key = try await tx.query(
+                """
                 INSERT INTO api_keys (app_id, name, prefix, salt, hash, scopes)
                 VALUES (\(app), 'feed', 'feed_key1', \(Data(repeating: 1, count: 16)), \(Data(repeating: 2, count: 32)),
                         \(["ingest"])) RETURNING id
@@ -44,12 +47,16 @@ struct PipelineFixture {
     /// A second pool on the same database (a second Marquee instance).
     func secondPool() -> PostgresPool { PostgresPool(configuration: configuration, maxConnections: 2) }
 
-    func makeEvent(_ externalID: String = "match-\(UUID().uuidString.prefix(8))", startsAt: Date = Date(),
-                   endsAt: Date? = nil, kind: EventKind = .match, topics: [String] = [],
-                   state: JSONValue? = ["home": 0, "away": 0]) async throws -> EventRecord {
-        try await events.create(NewEvent(appID: appID, externalID: externalID, kind: kind, attributeTypeID: typeID,
-                                         startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
-                                         initialStateAt: state == nil ? nil : Date(timeIntervalSince1970: 1_000_000)))
+    func makeEvent(
+        _ externalID: String = "match-\(UUID().uuidString.prefix(8))", startsAt: Date = Date(),
+        endsAt: Date? = nil, kind: EventKind = .match, topics: [String] = [],
+        state: JSONValue? = ["home": 0, "away": 0]
+    ) async throws -> EventRecord {
+        try await events.create(
+            NewEvent(
+                appID: appID, externalID: externalID, kind: kind, attributeTypeID: typeID,
+                startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
+                initialStateAt: state == nil ? nil : Date(timeIntervalSince1970: 1_000_000)))
     }
 
     /// Drives the event's channel to 'open' as the scheduler would; returns it.
@@ -61,8 +68,11 @@ struct PipelineFixture {
         guard try await channels.transition(channelID: planned.id, from: before, to: lifecycle) else { throw FixtureError.stale }
         let creating = lifecycle
         _ = try lifecycle.createSucceeded()
-        guard try await channels.transition(channelID: planned.id, from: creating, to: lifecycle,
-                                            apnsChannelID: apnsID.replacingOccurrences(of: "-", with: "A")) else { throw FixtureError.stale }
+        guard
+            try await channels.transition(
+                channelID: planned.id, from: creating, to: lifecycle,
+                apnsChannelID: apnsID.replacingOccurrences(of: "-", with: "A"))
+        else { throw FixtureError.stale }
         return try await channels.get(id: planned.id)!
     }
 
@@ -80,11 +90,14 @@ struct PipelineFixture {
 
     /// Ingests a whole-state update at `occurredAt`.
     @discardableResult
-    func post(_ eventID: Int, _ state: JSONValue, at occurredAt: Date, priority: RequestedPriority = .auto,
-              key: String? = nil, body: String = "") async throws -> IngestResult {
+    func post(
+        _ eventID: Int, _ state: JSONValue, at occurredAt: Date, priority: RequestedPriority = .auto,
+        key: String? = nil, body: String = ""
+    ) async throws -> IngestResult {
         let idempotency = key.map { IdempotencyRequest(apiKeyID: apiKeyID, key: $0, requestHash: Self.hash(body)) }
-        return try await ingest.ingest(eventID: eventID, UpdateDraft(priority: priority, occurredAt: occurredAt, apiKeyID: apiKeyID),
-                                       state: state, idempotency: idempotency, response: Self.answer)
+        return try await ingest.ingest(
+            eventID: eventID, UpdateDraft(priority: priority, occurredAt: occurredAt, apiKeyID: apiKeyID),
+            state: state, idempotency: idempotency, response: Self.answer)
     }
 
     /// `post` that must be accepted (not replayed); its stored update.
@@ -95,10 +108,13 @@ struct PipelineFixture {
 
     /// A stand-in answer made of everything a replay must rebuild exactly.
     static func answer(_ update: IngestedUpdate) -> StoredResponse {
-        StoredResponse(status: 202, body: Data("""
-            {"id":\(update.id),"event":\(update.eventID),"disposition":"\(update.disposition.rawValue)",\
-            "occurredAt":\(update.occurredAt.timeIntervalSince1970),"receivedAt":\(update.receivedAt.timeIntervalSince1970)}
-            """.utf8))
+        StoredResponse(
+            status: 202,
+            body: Data(
+                """
+                {"id":\(update.id),"event":\(update.eventID),"disposition":"\(update.disposition.rawValue)",\
+                "occurredAt":\(update.occurredAt.timeIntervalSince1970),"receivedAt":\(update.receivedAt.timeIntervalSince1970)}
+                """.utf8))
     }
 
     /// A stand-in request hash: 32 bytes derived from the body.
@@ -115,8 +131,9 @@ struct PipelineFixture {
 
     /// A successful broadcast answer for a claim.
     func delivery(for claim: ClaimedBroadcast, status: Int? = 200, reason: String? = nil) -> DeliveryDraft {
-        DeliveryDraft(appID: claim.appID, kind: .broadcast, apnsRequestID: UUID(), status: status, reason: reason,
-                      latencyMicroseconds: 1500, priority: 5, attempt: claim.attempts + 1)
+        DeliveryDraft(
+            appID: claim.appID, kind: .broadcast, apnsRequestID: UUID(), status: status, reason: reason,
+            latencyMicroseconds: 1500, priority: 5, attempt: claim.attempts + 1)
     }
 }
 

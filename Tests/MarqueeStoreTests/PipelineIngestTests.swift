@@ -15,7 +15,10 @@ struct PipelineIngestTests {
         let event = try await f.makeEvent()
 
         let result = try await f.post(event.id, ["home": 1, "away": 0], at: t0)
-        guard case .accepted(let update, let response) = result else { Issue.record("not accepted"); return }
+        guard case .accepted(let update, let response) = result else {
+            Issue.record("not accepted")
+            return
+        }
         #expect(update.disposition == .pending)
         #expect(response.status == 202)
         let latest = try await f.events.latestState(eventID: event.id)
@@ -25,7 +28,8 @@ struct PipelineIngestTests {
         #expect(try await f.scalar(Int.self, "SELECT update_id FROM outbox WHERE event_id = \(event.id)") == update.id)
         // A second update moves the single outbox row to the newer update.
         guard case .accepted(let second, _) = try await f.post(event.id, ["home": 2, "away": 0], at: t0 + 1) else {
-            Issue.record("not accepted"); return
+            Issue.record("not accepted")
+            return
         }
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE event_id = \(event.id)") == 1)
         #expect(try await f.scalar(Int.self, "SELECT update_id FROM outbox WHERE event_id = \(event.id)") == second.id)
@@ -40,14 +44,16 @@ struct PipelineIngestTests {
         let idempotency = IdempotencyRequest(apiKeyID: f.apiKeyID, key: "k1", requestHash: PipelineFixture.hash("a"))
         // A constraint violation in the update INSERT (dismissal date on a plain update).
         await #expect(throws: PostgresError.self) {
-            try await f.ingest.ingest(eventID: event.id, UpdateDraft(dismissalDate: t0, occurredAt: t0), idempotency: idempotency,
-                                      contentState: { _ in ["home": 1] }, response: { _ in StoredResponse(status: 202, body: Data()) })
+            try await f.ingest.ingest(
+                eventID: event.id, UpdateDraft(dismissalDate: t0, occurredAt: t0), idempotency: idempotency,
+                contentState: { _ in ["home": 1] }, response: { _ in StoredResponse(status: 202, body: Data()) })
         }
         // A refusal by the caller's validation, after the lock.
         struct SchemaMismatch: Error {}
         await #expect(throws: SchemaMismatch.self) {
-            try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: t0), idempotency: idempotency,
-                                      contentState: { _ in throw SchemaMismatch() }, response: { _ in StoredResponse(status: 202, body: Data()) })
+            try await f.ingest.ingest(
+                eventID: event.id, UpdateDraft(occurredAt: t0), idempotency: idempotency,
+                contentState: { _ in throw SchemaMismatch() }, response: { _ in StoredResponse(status: 202, body: Data()) })
         }
         // Refusals by the event (closed, or another app's for a key bound to an app) leave no key behind.
         try await f.pool.execute("UPDATE events SET status = 'ended' WHERE id = \(event.id)")
@@ -56,8 +62,9 @@ struct PipelineIngestTests {
         }
         try await f.pool.execute("UPDATE events SET status = 'live' WHERE id = \(event.id)")
         await #expect(throws: PipelineError.eventNotFound(event.id)) {
-            try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: t0), state: ["home": 1], appID: 999_999,
-                                      idempotency: idempotency, response: PipelineFixture.answer)
+            try await f.ingest.ingest(
+                eventID: event.id, UpdateDraft(occurredAt: t0), state: ["home": 1], appID: 999_999,
+                idempotency: idempotency, response: PipelineFixture.answer)
         }
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 0)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
@@ -73,7 +80,10 @@ struct PipelineIngestTests {
         defer { f.pool.close() }
         let event = try await f.makeEvent()
         let first = try await f.post(event.id, ["home": 1], at: t0, key: "goal-1", body: "body-a")
-        guard case .accepted = first else { Issue.record("first not accepted"); return }
+        guard case .accepted = first else {
+            Issue.record("first not accepted")
+            return
+        }
         let again = try await f.post(event.id, ["home": 1], at: t0, key: "goal-1", body: "body-a")
         #expect(again == .replayed(first.response))
         await #expect(throws: PipelineError.idempotencyKeyReused(key: "goal-1")) {
@@ -82,9 +92,13 @@ struct PipelineIngestTests {
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 1)
         // 24 h later the key is free again.
         let later = try await f.ingest.ingest(
-            eventID: event.id, UpdateDraft(occurredAt: t0 + 2), idempotency: IdempotencyRequest(apiKeyID: f.apiKeyID, key: "goal-1", requestHash: PipelineFixture.hash("body-b")),
+            eventID: event.id, UpdateDraft(occurredAt: t0 + 2),
+            idempotency: IdempotencyRequest(apiKeyID: f.apiKeyID, key: "goal-1", requestHash: PipelineFixture.hash("body-b")),
             now: Date() + 24 * 3600 + 60, contentState: { _ in ["home": 2] }, response: { _ in StoredResponse(status: 202, body: Data("x".utf8)) })
-        guard case .accepted = later else { Issue.record("expired key not taken over"); return }
+        guard case .accepted = later else {
+            Issue.record("expired key not taken over")
+            return
+        }
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM updates") == 2)
         #expect(try await f.ingest.purgeExpiredIdempotencyKeys(now: Date() + 3 * 24 * 3600) == 1)
     }
@@ -96,7 +110,10 @@ struct PipelineIngestTests {
         let event = try await f.makeEvent()
         let newer = try await f.post(event.id, ["home": 2], at: t0 + 10, key: "newer", body: "newer")
         let older = try await f.post(event.id, ["home": 1], at: t0 + 5, key: "older", body: "older")
-        guard case .accepted(let sent, _) = newer, case .accepted(let superseded, _) = older else { Issue.record("not accepted"); return }
+        guard case .accepted(let sent, _) = newer, case .accepted(let superseded, _) = older else {
+            Issue.record("not accepted")
+            return
+        }
         #expect(superseded.disposition == .superseded)
         try await f.pool.execute("UPDATE updates SET disposition = 'broadcast', disposed_at = now() WHERE id = \(sent.id)")
         #expect(try await f.post(event.id, ["home": 2], at: t0 + 10, key: "newer", body: "newer") == .replayed(newer.response))
@@ -118,8 +135,9 @@ struct PipelineIngestTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for index in 0..<24 {
                 group.addTask {
-                    _ = try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: nil), state: ["home": .int(Int64(index))],
-                                                  response: PipelineFixture.answer)
+                    _ = try await f.ingest.ingest(
+                        eventID: event.id, UpdateDraft(occurredAt: nil), state: ["home": .int(Int64(index))],
+                        response: PipelineFixture.answer)
                 }
             }
             try await group.waitForAll()
@@ -161,8 +179,10 @@ struct PipelineIngestTests {
     }
 
     /// Posts once per event id, all at once: exactly one is accepted, and all get the same answer.
-    private func expectOneAcceptedAndOneAnswer(_ eventIDs: [Int],
-                                               post: @escaping @Sendable (Int) async throws -> IngestResult) async throws {
+    private func expectOneAcceptedAndOneAnswer(
+        _ eventIDs: [Int],
+        post: @escaping @Sendable (Int) async throws -> IngestResult
+    ) async throws {
         let results = try await withThrowingTaskGroup(of: IngestResult.self) { group in
             for eventID in eventIDs { group.addTask { try await post(eventID) } }
             return try await group.reduce(into: []) { $0.append($1) }
@@ -196,17 +216,25 @@ struct PipelineIngestTests {
         let event = try await f.makeEvent()
         let now = try await f.scalar(Date.self, "SELECT now()")
         try await f.post(event.id, ["home": 1], at: now + 3600)
-        let result = try await f.ingest.ingest(eventID: event.id, UpdateDraft(occurredAt: nil), contentState: { _ in ["home": 2] },
-                                               response: { _ in StoredResponse(status: 202, body: Data()) })
-        guard case .accepted(let update, _) = result else { Issue.record("not accepted"); return }
+        let result = try await f.ingest.ingest(
+            eventID: event.id, UpdateDraft(occurredAt: nil), contentState: { _ in ["home": 2] },
+            response: { _ in StoredResponse(status: 202, body: Data()) })
+        guard case .accepted(let update, _) = result else {
+            Issue.record("not accepted")
+            return
+        }
         #expect(update.disposition == .pending)
         #expect(abs(update.occurredAt.timeIntervalSince(now + 3600)) < 0.001)
         #expect(try await f.events.latestState(eventID: event.id).state == ["home": 2])
         // With the latest state in the past, it takes the database's now.
         let other = try await f.makeEvent()
-        let plain = try await f.ingest.ingest(eventID: other.id, UpdateDraft(occurredAt: nil), contentState: { _ in ["home": 1] },
-                                              response: { _ in StoredResponse(status: 202, body: Data()) })
-        guard case .accepted(let stamped, _) = plain else { Issue.record("not accepted"); return }
+        let plain = try await f.ingest.ingest(
+            eventID: other.id, UpdateDraft(occurredAt: nil), contentState: { _ in ["home": 1] },
+            response: { _ in StoredResponse(status: 202, body: Data()) })
+        guard case .accepted(let stamped, _) = plain else {
+            Issue.record("not accepted")
+            return
+        }
         #expect(stamped.occurredAt >= now)
     }
 
@@ -243,10 +271,11 @@ struct PipelineEventTests {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
         let start = Date(timeIntervalSince1970: 1_800_000_000.123456)
-        let event = try await f.events.create(NewEvent(
-            appID: f.appID, externalID: "ars-che", kind: .match, attributeTypeID: f.typeID,
-            attributes: ["home": "Arsenal"], storagePolicy: .notStored, startsAt: start, endsAt: start + 7200,
-            topics: ["team:arsenal", "team:chelsea"], initialState: ["home": 0]))
+        let event = try await f.events.create(
+            NewEvent(
+                appID: f.appID, externalID: "ars-che", kind: .match, attributeTypeID: f.typeID,
+                attributes: ["home": "Arsenal"], storagePolicy: .notStored, startsAt: start, endsAt: start + 7200,
+                topics: ["team:arsenal", "team:chelsea"], initialState: ["home": 0]))
         #expect(event.storagePolicy == .notStored)
         #expect(event.status == .scheduled)
         #expect(event.startsAt == start)
@@ -271,9 +300,11 @@ struct PipelineEventTests {
         let base = Date(timeIntervalSince1970: 1_800_000_000)
         var made: [EventRecord] = []
         for index in 0..<7 {
-            made.append(try await f.makeEvent("e\(index)", startsAt: base + Double(index % 3) * 60,
-                                              kind: index % 2 == 0 ? .match : .flight,
-                                              topics: index < 4 ? ["team:arsenal"] : []))
+            made.append(
+                try await f.makeEvent(
+                    "e\(index)", startsAt: base + Double(index % 3) * 60,
+                    kind: index % 2 == 0 ? .match : .flight,
+                    topics: index < 4 ? ["team:arsenal"] : []))
         }
         var seen: [Int] = []
         var cursor: String?
@@ -286,8 +317,9 @@ struct PipelineEventTests {
         let expected = made.sorted { ($0.startsAt, $0.id) < ($1.startsAt, $1.id) }.map(\.id)
         #expect(seen == expected)
         #expect(try await f.events.list(EventFilter(kind: .flight)).events.count == 3)
-        #expect(try await f.events.list(EventFilter(topic: "team:arsenal")).events.map(\.id) ==
-                made[0..<4].sorted { ($0.startsAt, $0.id) < ($1.startsAt, $1.id) }.map(\.id))
+        #expect(
+            try await f.events.list(EventFilter(topic: "team:arsenal")).events.map(\.id)
+                == made[0..<4].sorted { ($0.startsAt, $0.id) < ($1.startsAt, $1.id) }.map(\.id))
         #expect(try await f.events.list(EventFilter(startsAfter: base + 60, startsBefore: base + 120)).events.count == 2)
         #expect(try await f.events.list(EventFilter(status: .live)).events.isEmpty)
         await #expect(throws: PipelineError.invalidCursor) { try await f.events.list(cursor: "nonsense") }

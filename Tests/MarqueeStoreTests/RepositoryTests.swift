@@ -13,8 +13,9 @@ struct RepositoryTests {
         return pool
     }
 
-    static let app = NewApp(bundleID: "com.example.scores", environment: "development", teamID: "ABCDE12345",
-                            keyID: "KEY1234567", keyPath: "/keys/AuthKey.p8")
+    static let app = NewApp(
+        bundleID: "com.example.scores", environment: "development", teamID: "ABCDE12345",
+        keyID: "KEY1234567", keyPath: "/keys/AuthKey.p8")
 
     @Test func apiKeysAreFoundByIdAndRevokedOnce() async throws {
         let pool = try await Self.migratedPool()
@@ -64,10 +65,11 @@ struct RepositoryTests {
         defer { pool.close() }
         let appID = try await AppRepository(pool: pool).add(Self.app).id
         let types = AttributeTypeRepository(pool: pool)
-        let type = try ActivityType(jsonText: """
-            {"name": "MatchAttributes", "attributes": {"zeta": "string", "alpha": "int"},
-             "contentState": {"score": "int", "minute": "int", "away": "string?"}}
-            """)
+        let type = try ActivityType(
+            jsonText: """
+                {"name": "MatchAttributes", "attributes": {"zeta": "string", "alpha": "int"},
+                 "contentState": {"score": "int", "minute": "int", "away": "string?"}}
+                """)
         guard case .created(let stored) = try await types.register(type, appID: appID) else {
             Issue.record("expected created")
             return
@@ -88,7 +90,8 @@ struct RepositoryTests {
         let pool = try await Self.migratedPool()
         defer { pool.close() }
         let appID = try await AppRepository(pool: pool).add(Self.app).id
-        try await pool.execute("""
+        try await pool.execute(
+            """
             INSERT INTO attribute_types (app_id, name, attributes_schema, content_state_schema)
             VALUES (\(appID), 'Legacy', \(PostgresJSON(#"{"team": "string"}"#)), \(PostgresJSON(#"{"score": "int"}"#)))
             """)

@@ -1,8 +1,9 @@
 import Foundation
 import MarqueeCore
+import Testing
+
 @testable import MarqueeStore
 @testable import Postgres
-import Testing
 
 /// The partial indexes the hot statements rely on: each is written from the lifecycle's named state sets,
 /// and each statement that relies on one uses it in a generic plan (the plan a long-lived prepared statement
@@ -18,8 +19,10 @@ struct SchemaIndexTests {
         ("channels_one_live_per_event", "channels", "event_id", "state IN \(ChannelLifecycle.currentStates.sql)"),
         ("channels_to_delete", "channels", "ended_at", "state IN \(ChannelLifecycle.deleteDueStates.sql)"),
         ("updates_pending", "updates", "event_id", "disposition = \(UpdateDisposition.pending.sql)"),
-        ("activities_mirrored", "activities", "event_id, id",
-         "state IN \(ActivityLifecycle.mirroredStates.sql) AND push_type = \(ActivityPushType.token.sql)"),
+        (
+            "activities_mirrored", "activities", "event_id, id",
+            "state IN \(ActivityLifecycle.mirroredStates.sql) AND push_type = \(ActivityPushType.token.sql)"
+        ),
     ]
 
     @Test func eachPartialIndexIsWrittenFromItsStateSet() async throws {
@@ -29,10 +32,13 @@ struct SchemaIndexTests {
             // The server's own rendering of both predicates: a probe index built from the set, rolled back.
             let (actual, generated) = try await f.pool.withConnection { connection in
                 try await connection.execute("BEGIN")
-                try await connection.execute(PostgresQuery(unsafeSQL: """
-                    CREATE INDEX set_probe ON \(index.table) (\(index.key)) WHERE \(index.predicate.sql)
-                    """))
-                let rows = try await connection.query("""
+                try await connection.execute(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            CREATE INDEX set_probe ON \(index.table) (\(index.key)) WHERE \(index.predicate.sql)
+                            """))
+                let rows = try await connection.query(
+                    """
                     SELECT c.relname AS name, pg_get_expr(i.indpred, i.indrelid) AS predicate
                     FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                     WHERE c.relname = ANY (\([index.name, "set_probe"])::text[])
@@ -52,8 +58,10 @@ struct SchemaIndexTests {
     static func genericPlan(of statement: PostgresQuery, on pool: PostgresPool, seqScan: Bool = false) async throws -> String {
         try await pool.withConnection { connection in
             let types = try await statement.binds.asyncMap { bind in
-                bind.oid == 0 ? "unknown" : try await connection.query("SELECT format_type(\(Int(bind.oid))::oid, NULL) AS t")[0]
-                    .decode(String.self, column: "t")
+                bind.oid == 0
+                    ? "unknown"
+                    : try await connection.query("SELECT format_type(\(Int(bind.oid))::oid, NULL) AS t")[0]
+                        .decode(String.self, column: "t")
             }
             try await connection.execute("SET plan_cache_mode = force_generic_plan")
             if !seqScan { try await connection.execute("SET enable_seqscan = off") }
@@ -109,7 +117,8 @@ struct SchemaIndexTests {
         // statement read 2.7 times the buffers; this test does not reproduce that plan, it holds the key lookup.)
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
-        try await f.pool.execute("""
+        try await f.pool.execute(
+            """
             INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy, starts_at, status)
             SELECT \(f.appID), 'e' || g, 'match', \(f.typeID), '{}', 'mostRecent', now() + make_interval(mins => g),
                    CASE WHEN g % 2 = 0 THEN 'live' ELSE 'scheduled' END
@@ -117,8 +126,11 @@ struct SchemaIndexTests {
             """)
         try await f.pool.execute("ANALYZE events")
         for action in UpdateAction.allCases {
-            let statement = IngestRepository.write(eventID: 1, UpdateDraft(action: action, occurredAt: Date()), state: ["home": 1],
-                                                   appID: 1, expectedUpdateID: .some(5), idempotency: IdempotencyRequest(apiKeyID: 1, key: "k", requestHash: Data(repeating: 1, count: 32), earlierHashes: []), now: nil, pacing: 1)
+            let statement = IngestRepository.write(
+                eventID: 1, UpdateDraft(action: action, occurredAt: Date()), state: ["home": 1],
+                appID: 1, expectedUpdateID: .some(5),
+                idempotency: IdempotencyRequest(apiKeyID: 1, key: "k", requestHash: Data(repeating: 1, count: 32), earlierHashes: []), now: nil,
+                pacing: 1)
             let plan = try await Self.genericPlan(of: statement, on: f.pool, seqScan: true)
             #expect(plan.contains("events_pkey"), "\(action):\n\(plan)")
             for index in ["events_to_start", "events_to_end", "events_ending"] { #expect(!plan.contains(index), "\(action) uses \(index):\n\(plan)") }
@@ -130,7 +142,8 @@ struct SchemaIndexTests {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
         let spliced: PostgresQuery = "SELECT id FROM events WHERE status IN \(EventLifecycle.endingStates.sql) ORDER BY id LIMIT 10"
-        let bound: PostgresQuery = "SELECT id FROM events WHERE status = ANY (\(EventLifecycle.endingStates.map(\.rawValue))::text[]) ORDER BY id LIMIT 10"
+        let bound: PostgresQuery =
+            "SELECT id FROM events WHERE status = ANY (\(EventLifecycle.endingStates.map(\.rawValue))::text[]) ORDER BY id LIMIT 10"
         #expect(try await Self.genericPlan(of: spliced, on: f.pool).contains("events_ending"))
         #expect(try await Self.genericPlan(of: bound, on: f.pool).contains("events_ending") == false)
     }

@@ -1,6 +1,6 @@
 import Foundation
-import Synchronization
 import Network
+import Synchronization
 import Testing
 
 /// Echoes what it received, or waits on `/wait` until released (for timeouts).
@@ -10,14 +10,16 @@ private struct EchoHandler: HTTP1RequestHandler {
             ServerTestSignals.markStarted(path: request.path)
             await ServerTestSignals.waitForRelease(path: request.path)
         }
-        return HTTPResponse(status: request.method == "POST" ? 201 : 200, headers: [
-            "content-type": "application/json",
-            "x-method": request.method,
-            "x-path": request.path,
-            "x-host": request.authority ?? "",
-            "x-connection": String(context.connectionID),
-            "x-token": request.headers["authorization"] ?? "",
-        ], body: request.body)
+        return HTTPResponse(
+            status: request.method == "POST" ? 201 : 200,
+            headers: [
+                "content-type": "application/json",
+                "x-method": request.method,
+                "x-path": request.path,
+                "x-host": request.authority ?? "",
+                "x-connection": String(context.connectionID),
+                "x-token": request.headers["authorization"] ?? "",
+            ], body: request.body)
     }
 }
 
@@ -59,8 +61,10 @@ private func failure(_ body: () async throws(HTTP1ClientError) -> HTTPResponse) 
         let echo = try EchoServer()
         let client = try echo.client(path: "/api/")
         let body = Array(#"{"name":"match"}"#.utf8)
-        let response = try await client.send(HTTPRequest(method: "POST", path: "/v1/events?limit=2",
-                                                         headers: ["Authorization": "Bearer k", "content-type": "application/json"], body: body))
+        let response = try await client.send(
+            HTTPRequest(
+                method: "POST", path: "/v1/events?limit=2",
+                headers: ["Authorization": "Bearer k", "content-type": "application/json"], body: body))
         await client.close()
         await echo.stop()
         #expect(response.status == 201)
@@ -247,8 +251,9 @@ private func failure(_ body: () async throws(HTTP1ClientError) -> HTTPResponse) 
 
     @Test func httpsAgainstAPlainHTTPServerIsATLSFailure() async throws {
         let echo = try EchoServer()
-        let client = try HTTP1Client(url: "https://127.0.0.1:\(echo.server.port)", loop: echo.loop,
-                                     configuration: HTTP1ClientConfiguration(timeout: .seconds(10)))
+        let client = try HTTP1Client(
+            url: "https://127.0.0.1:\(echo.server.port)", loop: echo.loop,
+            configuration: HTTP1ClientConfiguration(timeout: .seconds(10)))
         let error = await failure { () async throws(HTTP1ClientError) in try await client.send(HTTPRequest(method: "GET", path: "/")) }
         await echo.stop()
         guard case .tls = error else {
@@ -276,8 +281,14 @@ private final class ClosingAfterOneAnswer: Sendable {
         Thread.detachNewThread { [self] in
             defer { acceptLoopEnded.signal() }
             while case let connection = accept(listener, nil, nil), connection >= 0 {
-                let count = accepted.withLock { $0 += 1; return $0 }
-                guard Self.readRequestHead(connection) else { close(connection); continue }
+                let count = accepted.withLock {
+                    $0 += 1
+                    return $0
+                }
+                guard Self.readRequestHead(connection) else {
+                    close(connection)
+                    continue
+                }
                 let body = "answer \(count)"
                 _ = "HTTP/1.1 200 OK\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)".withCString { send(connection, $0, strlen($0), 0) }
                 _ = Self.readRequestHead(connection)

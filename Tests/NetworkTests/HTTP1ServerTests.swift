@@ -1,20 +1,24 @@
 import Foundation
-@testable import Network
 import Testing
+
+@testable import Network
 
 /// A small router: what Marquee's API layer will do on top of the server.
 private struct TestRouter: HTTP1RequestHandler {
     func handle(_ request: HTTPRequest, context: HTTP1RequestContext) async -> HTTPResponse {
         switch (request.method, request.path) {
         case ("GET", "/hello"), ("HEAD", "/hello"):
-            return HTTPResponse(status: 200, headers: ["content-type": "application/json", "x-connection-id": String(context.connectionID)],
-                                body: Array(#"{"hello":"world"}"#.utf8))
+            return HTTPResponse(
+                status: 200, headers: ["content-type": "application/json", "x-connection-id": String(context.connectionID)],
+                body: Array(#"{"hello":"world"}"#.utf8))
         case ("POST", "/echo"):
-            return HTTPResponse(status: 200, headers: [
-                "x-remote": context.remoteAddress,
-                "x-content-type": request.headers["content-type"] ?? "",
-                "x-host": request.authority ?? "",
-            ], body: request.body)
+            return HTTPResponse(
+                status: 200,
+                headers: [
+                    "x-remote": context.remoteAddress,
+                    "x-content-type": request.headers["content-type"] ?? "",
+                    "x-host": request.authority ?? "",
+                ], body: request.body)
         case ("GET", let path) where path.hasPrefix("/slow/"):
             ServerTestSignals.markStarted(path: path)
             try? await Task.sleep(for: .milliseconds(600))
@@ -25,8 +29,9 @@ private struct TestRouter: HTTP1RequestHandler {
             await ServerTestSignals.waitForRelease(path: path)
             return HTTPResponse(status: 200, body: Array("stuck".utf8))
         case (_, "/hello"), (_, "/echo"), (_, "/slow"):
-            return HTTPResponse(status: 405, headers: ["content-type": "application/json", "allow": "GET"],
-                                body: Array(#"{"reason":"MethodNotAllowed"}"#.utf8))
+            return HTTPResponse(
+                status: 405, headers: ["content-type": "application/json", "allow": "GET"],
+                body: Array(#"{"reason":"MethodNotAllowed"}"#.utf8))
         default:
             return HTTPResponse(status: 404, headers: ["content-type": "application/json"], body: Array(#"{"reason":"NotFound"}"#.utf8))
         }
@@ -131,22 +136,22 @@ private struct RunningHTTP1Server {
         let running = try RunningHTTP1Server.start { $0.requestReadTimeout = .milliseconds(800) }
         // Sends one byte every 200 ms; the whole request would take about 10 s.
         let script = """
-        import socket, sys, time, select
-        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-        request = b"GET /hello HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nX-Padding: " + b"p" * 10 + b"\\r\\n\\r\\n"
-        sent = 0
-        for byte in request:
-            try:
-                s.send(bytes([byte]))
-            except OSError:
-                print("closed after", sent, "bytes"); sys.exit(0)
-            sent += 1
-            ready, _, _ = select.select([s], [], [], 0.2)
-            if ready:
-                data = s.recv(4096)
-                print(("answered " + repr(data[:12])) if data else ("closed after %d bytes" % sent)); sys.exit(0)
-        print("completed", sent)
-        """
+            import socket, sys, time, select
+            s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+            request = b"GET /hello HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nX-Padding: " + b"p" * 10 + b"\\r\\n\\r\\n"
+            sent = 0
+            for byte in request:
+                try:
+                    s.send(bytes([byte]))
+                except OSError:
+                    print("closed after", sent, "bytes"); sys.exit(0)
+                sent += 1
+                ready, _, _ = select.select([s], [], [], 0.2)
+                if ready:
+                    data = s.recv(4096)
+                    print(("answered " + repr(data[:12])) if data else ("closed after %d bytes" % sent)); sys.exit(0)
+            print("completed", sent)
+            """
         let result = try await ServerTestTools.run("python3", ["-c", script, String(running.server.port)])
         // A well-behaved client on another connection is not affected.
         let normal = try await running.curl(["\(running.url)/hello"])

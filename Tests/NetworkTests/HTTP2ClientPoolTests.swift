@@ -1,7 +1,8 @@
 import Foundation
-@testable import Network
 import Synchronization
 import Testing
+
+@testable import Network
 
 /// A pool on its own loops, trusting the test CA, recording its events.
 private final class PoolHarness: Sendable {
@@ -12,8 +13,10 @@ private final class PoolHarness: Sendable {
 
     init(_ configuration: HTTP2ConnectionPool.Configuration) throws {
         group = EventLoopGroup(loopCount: 2, name: "h2pool")
-        let tls = try TLSClientContext(configuration: TLSClientConfiguration(trustsSystemCAs: false,
-                                                                              extraCAFile: ClientCertificates.shared.caFile))
+        let tls = try TLSClientContext(
+            configuration: TLSClientConfiguration(
+                trustsSystemCAs: false,
+                extraCAFile: ClientCertificates.shared.caFile))
         let pool = HTTP2ConnectionPool(group: group, tls: tls, configuration: configuration)
         self.pool = pool
         let recorded = self.recorded
@@ -35,8 +38,10 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
     @Test func backoffGrowsExponentiallyWithJitterUpToItsBound() {
         let backoff = HTTP2ConnectionPool.Backoff(initial: .milliseconds(100), maximum: .seconds(2))
         #expect(backoff.delay(afterFailures: 0) == .zero)
-        for (failures, nominal) in [(1, Duration.milliseconds(100)), (2, .milliseconds(200)), (3, .milliseconds(400)),
-                                    (5, .milliseconds(1600)), (6, .seconds(2)), (60, .seconds(2))] {
+        for (failures, nominal) in [
+            (1, Duration.milliseconds(100)), (2, .milliseconds(200)), (3, .milliseconds(400)),
+            (5, .milliseconds(1600)), (6, .seconds(2)), (60, .seconds(2)),
+        ] {
             let delays = (0..<50).map { _ in backoff.delay(afterFailures: failures) }
             #expect(delays.allSatisfy { $0 >= nominal / 2 && $0 <= nominal })
             #expect(Set(delays).count > 1)
@@ -46,8 +51,12 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
     @Test func connectionSpecificHeadersAreNotSentOverHTTP2() async throws {
         let peer = try await ClientNGHTTPD.start()
         let harness = try PoolHarness(.init(connectionsPerKey: 1))
-        let request = HTTPRequest(method: "GET", path: "/small", headers: ["Connection": "keep-alive", "Transfer-Encoding": "chunked",
-                                                                          "x-kept": "yes"])
+        let request = HTTPRequest(
+            method: "GET", path: "/small",
+            headers: [
+                "Connection": "keep-alive", "Transfer-Encoding": "chunked",
+                "x-kept": "yes",
+            ])
         #expect(try await harness.pool.send(request, to: peer.origin, key: "k", timeout: .seconds(10)).status == 200)
         await harness.stop()
     }
@@ -74,10 +83,11 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
             #expect(harness.events.contains { $0.key == key && $0.event == .maxConcurrentStreamsChanged(100) })
         }
         // The server saw requests on exactly the connections the pool opened.
-        let serverConnections = Set(peer.log.split(separator: "\n").compactMap { line -> Substring? in
-            guard line.hasPrefix("[id="), line.contains("recv HEADERS frame"), let end = line.firstIndex(of: "]") else { return nil }
-            return line[..<end]
-        })
+        let serverConnections = Set(
+            peer.log.split(separator: "\n").compactMap { line -> Substring? in
+                guard line.hasPrefix("[id="), line.contains("recv HEADERS frame"), let end = line.firstIndex(of: "]") else { return nil }
+                return line[..<end]
+            })
         #expect(serverConnections.count == idsA.count + idsB.count)
     }
 
@@ -113,8 +123,9 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
             try await harness.pool.send(HTTPRequest(method: "GET", path: "/big"), to: peer.origin, key: "k", timeout: .seconds(120))
         }
         sampling.cancel()
-        #expect(results.allSatisfy { (try? $0.get().status) == 200 },
-                "\(results.compactMap { result -> String? in if case .failure(let error) = result { "\(error)" } else { nil } })")
+        #expect(
+            results.allSatisfy { (try? $0.get().status) == 200 },
+            "\(results.compactMap { result -> String? in if case .failure(let error) = result { "\(error)" } else { nil } })")
         // At most the stream limit plus the queue bound were ever handed to the connection.
         #expect(mostOutstanding.load(ordering: .relaxed) <= 4)
         #expect(mostOutstanding.load(ordering: .relaxed) >= 2)
@@ -125,8 +136,10 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
     @Test func waitingInThePoolCountsAgainstTheTimeout() async throws {
         let peer = try await ClientNGHTTPD.start(maxConcurrentStreams: 1)
         // No queue places, one stream that never ends (a receive window of 0): everyone else waits here.
-        let harness = try PoolHarness(.init(connectionsPerKey: 1, maxQueuedPerConnection: 0,
-                                            connection: .init(initialWindowSize: 0)))
+        let harness = try PoolHarness(
+            .init(
+                connectionsPerKey: 1, maxQueuedPerConnection: 0,
+                connection: .init(initialWindowSize: 0)))
         let stalled = HTTPRequest(method: "GET", path: "/big")
         async let first = clientResult { () async throws(NetworkError) in
             // Far beyond the waiters' timeouts, so a loaded machine cannot free the stream before they give up.
@@ -147,8 +160,10 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
         let origin = peer.origin
         // A receive window of 0: responses with a body never finish, so the burst is surely in flight when the
         // peer dies. HEAD answers carry no body and get through, which the checks before and after use.
-        let harness = try PoolHarness(.init(connectionsPerKey: 2, connection: .init(initialWindowSize: 0),
-                                            backoff: .init(initial: .milliseconds(20), maximum: .milliseconds(200))))
+        let harness = try PoolHarness(
+            .init(
+                connectionsPerKey: 2, connection: .init(initialWindowSize: 0),
+                backoff: .init(initial: .milliseconds(20), maximum: .milliseconds(200))))
         let head = HTTPRequest(method: "HEAD", path: "/big")
         #expect(try await harness.pool.send(head, to: origin, key: "k", timeout: .seconds(10)).status == 200)
         let started = Atomic<Int>(0)

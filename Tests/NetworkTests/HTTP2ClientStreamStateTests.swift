@@ -1,5 +1,6 @@
-@testable import Network
 import Testing
+
+@testable import Network
 
 /// A request with a name, for the state machine.
 private struct Named: HTTP2ClientDeadlined, Equatable {

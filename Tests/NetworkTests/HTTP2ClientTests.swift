@@ -1,7 +1,8 @@
 import Foundation
-@testable import Network
 import Synchronization
 import Testing
+
+@testable import Network
 
 /// What a client test needs: a loop, a TLS context trusting the test CA, and a connection to a peer.
 struct ClientHarness {
@@ -11,8 +12,10 @@ struct ClientHarness {
 
     init(name: String, verification: TLSClientConfiguration.Verification = .full, caFile: String? = ClientCertificates.shared.caFile) throws {
         loop = EventLoop(name: name)
-        tls = try TLSClientContext(configuration: TLSClientConfiguration(trustsSystemCAs: false, extraCAFile: caFile,
-                                                                          verification: verification))
+        tls = try TLSClientContext(
+            configuration: TLSClientConfiguration(
+                trustsSystemCAs: false, extraCAFile: caFile,
+                verification: verification))
     }
 
     func connect(to peer: ClientPeerProcess, configuration: HTTP2ClientConnection.Configuration = .init()) -> HTTP2ClientConnection {
@@ -53,7 +56,9 @@ func clientResult(_ send: () async throws(NetworkError) -> HTTPResponse) async -
 }
 
 /// Sends `count` requests at once; returns each result in order.
-func clientBurst(_ count: Int, _ send: @escaping @Sendable (Int) async throws(NetworkError) -> HTTPResponse) async -> [Result<HTTPResponse, NetworkError>] {
+func clientBurst(_ count: Int, _ send: @escaping @Sendable (Int) async throws(NetworkError) -> HTTPResponse) async -> [Result<
+    HTTPResponse, NetworkError
+>] {
     await withTaskGroup(of: (Int, Result<HTTPResponse, NetworkError>).self) { group in
         for index in 0..<count {
             group.addTask {
@@ -92,7 +97,8 @@ func clientMaxConcurrentStreams(inNGHTTPDLog log: String) -> Int {
         let connection = harness.connect(to: peer)
         let body = [UInt8](repeating: 0x61, count: 300)
         let results = await clientBurst(500) { index throws(NetworkError) in
-            let request = index % 2 == 0
+            let request =
+                index % 2 == 0
                 ? HTTPRequest(method: "POST", path: "/small", headers: ["content-type": "application/json"], body: body)
                 : HTTPRequest(method: "GET", path: "/small")
             return try await connection.send(request, timeout: .seconds(30))
@@ -137,7 +143,8 @@ func clientMaxConcurrentStreams(inNGHTTPDLog log: String) -> Int {
         let connection = harness.connect(to: peer)
         let upload = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
         let results = await clientBurst(4) { index throws(NetworkError) in
-            let request = index % 2 == 0
+            let request =
+                index % 2 == 0
                 ? HTTPRequest(method: "POST", path: "/echo", body: upload)
                 : HTTPRequest(method: "GET", path: "/big")
             return try await connection.send(request, timeout: .seconds(30))

@@ -19,11 +19,15 @@ private struct OKHandler: HTTP2RequestHandler {
         let steps: [[String]] = [
             ["req", "-x509"] + key + ["-keyout", "root.key", "-out", "root.pem", "-days", "2", "-subj", "/CN=Root"],
             ["req"] + key + ["-keyout", "mid.key", "-out", "mid.csr", "-subj", "/CN=Intermediate"],
-            ["x509", "-req", "-in", "mid.csr", "-CA", "root.pem", "-CAkey", "root.key", "-CAcreateserial",
-             "-out", "mid.pem", "-days", "2", "-extfile", "ca.cnf"],
+            [
+                "x509", "-req", "-in", "mid.csr", "-CA", "root.pem", "-CAkey", "root.key", "-CAcreateserial",
+                "-out", "mid.pem", "-days", "2", "-extfile", "ca.cnf",
+            ],
             ["req"] + key + ["-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=leaf"],
-            ["x509", "-req", "-in", "leaf.csr", "-CA", "mid.pem", "-CAkey", "mid.key", "-CAcreateserial",
-             "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.cnf"],
+            [
+                "x509", "-req", "-in", "leaf.csr", "-CA", "mid.pem", "-CAkey", "mid.key", "-CAcreateserial",
+                "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.cnf",
+            ],
         ]
         for step in steps {
             let result = try await ServerTestTools.run("openssl", step, in: folder)
@@ -39,8 +43,12 @@ private struct OKHandler: HTTP2RequestHandler {
         let group = EventLoopGroup(loopCount: 1, name: "tls-test")
         let server = try HTTP2Server(configuration: HTTP2ServerConfiguration(), tls: tls, group: group, handler: OKHandler())
         // curl trusts only the root: verification needs the intermediate from the server.
-        let result = try await ServerTestTools.run("curl", ["-sS", "--http2", "--cacert", folder.appendingPathComponent("root.pem").path,
-                                                            "--max-time", "10", "https://127.0.0.1:\(server.port)/"])
+        let result = try await ServerTestTools.run(
+            "curl",
+            [
+                "-sS", "--http2", "--cacert", folder.appendingPathComponent("root.pem").path,
+                "--max-time", "10", "https://127.0.0.1:\(server.port)/",
+            ])
         await server.shutdown()
         group.shutdown()
         #expect(result.output == "ok", "\(result.all)")
@@ -50,10 +58,18 @@ private struct OKHandler: HTTP2RequestHandler {
         let certificates = try await ServerTestCertificates.shared.value
         let group = EventLoopGroup(loopCount: 1, name: "tls-test")
         let server = try HTTP2Server(configuration: HTTP2ServerConfiguration(), tls: certificates.context(), group: group, handler: OKHandler())
-        let old = try await ServerTestTools.run("curl", ["-sS", "--http2", "--cacert", certificates.caFile, "--tlsv1.1", "--tls-max", "1.1",
-                                                         "--max-time", "10", "https://127.0.0.1:\(server.port)/"])
-        let current = try await ServerTestTools.run("curl", ["-sS", "--http2", "--cacert", certificates.caFile, "--tlsv1.2", "--tls-max", "1.2",
-                                                             "--max-time", "10", "https://127.0.0.1:\(server.port)/"])
+        let old = try await ServerTestTools.run(
+            "curl",
+            [
+                "-sS", "--http2", "--cacert", certificates.caFile, "--tlsv1.1", "--tls-max", "1.1",
+                "--max-time", "10", "https://127.0.0.1:\(server.port)/",
+            ])
+        let current = try await ServerTestTools.run(
+            "curl",
+            [
+                "-sS", "--http2", "--cacert", certificates.caFile, "--tlsv1.2", "--tls-max", "1.2",
+                "--max-time", "10", "https://127.0.0.1:\(server.port)/",
+            ])
         await server.shutdown()
         group.shutdown()
         #expect(old.status != 0, "\(old.all)")

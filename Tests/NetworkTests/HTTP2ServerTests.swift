@@ -8,12 +8,15 @@ private struct TestHandler: HTTP2RequestHandler {
         precondition(connection.loop.inEventLoop)
         switch request.path {
         case "/echo":
-            return .response(HTTPResponse(status: 200, headers: [
-                "x-connection-id": String(connection.id),
-                "x-remote": connection.remoteAddress,
-                "x-method": request.method,
-                "x-body-size": String(request.body.count),
-            ], body: request.body))
+            return .response(
+                HTTPResponse(
+                    status: 200,
+                    headers: [
+                        "x-connection-id": String(connection.id),
+                        "x-remote": connection.remoteAddress,
+                        "x-method": request.method,
+                        "x-body-size": String(request.body.count),
+                    ], body: request.body))
         case "/count":
             // Per-connection state: how many requests this connection has made.
             let counter = (connection.state as? Counter) ?? Counter()
@@ -117,27 +120,27 @@ private struct RunningServer {
         let running = try await RunningServer.start { $0.idleTimeout = .milliseconds(300) }
         // A client that sends its preface and SETTINGS, then nothing: it should see GOAWAY, then EOF.
         let script = """
-        import socket, ssl, sys
-        context = ssl.create_default_context(cafile=sys.argv[2])
-        context.set_alpn_protocols(["h2"])
-        s = context.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))), server_hostname="localhost")
-        s.settimeout(10)
-        s.sendall(b"PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
-        data = b""
-        try:
-            while True:
-                chunk = s.recv(65536)
-                if not chunk: break
-                data += chunk
-        except socket.timeout:
-            print("timeout"); sys.exit(0)
-        types = []
-        while len(data) >= 9:
-            length = int.from_bytes(data[0:3], "big")
-            types.append(data[3])
-            data = data[9 + length:]
-        print("eof", "goaway" if 7 in types else "no-goaway")
-        """
+            import socket, ssl, sys
+            context = ssl.create_default_context(cafile=sys.argv[2])
+            context.set_alpn_protocols(["h2"])
+            s = context.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))), server_hostname="localhost")
+            s.settimeout(10)
+            s.sendall(b"PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+            data = b""
+            try:
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk: break
+                    data += chunk
+            except socket.timeout:
+                print("timeout"); sys.exit(0)
+            types = []
+            while len(data) >= 9:
+                length = int.from_bytes(data[0:3], "big")
+                types.append(data[3])
+                data = data[9 + length:]
+            print("eof", "goaway" if 7 in types else "no-goaway")
+            """
         let result = try await ServerTestTools.run("python3", ["-c", script, String(running.server.port), running.certificates.caFile])
         await running.stop()
         #expect(result.output == "eof goaway\n", "\(result.all)")
@@ -163,8 +166,12 @@ private struct RunningServer {
 
     @Test func refusesClientsWithoutALPNh2() async throws {
         let running = try await RunningServer.start()
-        let result = try await ServerTestTools.run("curl", ["-sS", "--http1.1", "--cacert", running.certificates.caFile,
-                                                            "--max-time", "10", "\(running.url)/echo"])
+        let result = try await ServerTestTools.run(
+            "curl",
+            [
+                "-sS", "--http1.1", "--cacert", running.certificates.caFile,
+                "--max-time", "10", "\(running.url)/echo",
+            ])
         await running.stop()
         #expect(result.status != 0, "\(result.all)")
     }
@@ -174,8 +181,12 @@ private struct RunningServer {
         let folder = try ServerTestTools.temporaryFolder()
         defer { try? FileManager.default.removeItem(at: folder) }
         try Data(repeating: 0x7b, count: 300).write(to: folder.appendingPathComponent("body.json"))
-        let result = try await ServerTestTools.run("h2load", ["-n", "1000", "-c", "2", "-m", "20", "-d", "body.json",
-                                                              "\(running.url)/echo"], in: folder)
+        let result = try await ServerTestTools.run(
+            "h2load",
+            [
+                "-n", "1000", "-c", "2", "-m", "20", "-d", "body.json",
+                "\(running.url)/echo",
+            ], in: folder)
         let nghttp = try await running.nghttp(["-n", "-m", "50", "-s", "\(running.url)/echo"])
         await running.stop()
         #expect(result.output.contains("requests: 1000 total, 1000 started, 1000 done, 1000 succeeded, 0 failed"), "\(result.all)")
@@ -208,8 +219,10 @@ private struct RunningServer {
         try Data(repeating: 7, count: 500_000).write(to: file)
         let result = try await running.curl(["-o", "/dev/null", "-w", "%{http_code}", "--data-binary", "@\(file.path)", "\(running.url)/echo"])
         // Without Content-Length the limit is found while the body streams in.
-        let chunked = try await running.curl(["-o", "/dev/null", "-w", "%{http_code}", "-H", "Content-Length:",
-                                              "-H", "Transfer-Encoding: chunked", "--data-binary", "@\(file.path)", "\(running.url)/echo"])
+        let chunked = try await running.curl([
+            "-o", "/dev/null", "-w", "%{http_code}", "-H", "Content-Length:",
+            "-H", "Transfer-Encoding: chunked", "--data-binary", "@\(file.path)", "\(running.url)/echo",
+        ])
         let small = try await running.curl(["-o", "/dev/null", "-w", "%{http_code}", "--data-binary", "small", "\(running.url)/echo"])
         await running.stop()
         #expect(result.output == "413", "\(result.all)")
@@ -219,8 +232,10 @@ private struct RunningServer {
 
     @Test func resetsStreamsWithTooManyHeaderBytes() async throws {
         let running = try await RunningServer.start { $0.maxHeaderListSize = 4_096 }
-        let big = try await running.curl(["-o", "/dev/null", "-w", "%{http_code}", "-H", "x-big: \(String(repeating: "b", count: 8_000))",
-                                          "\(running.url)/echo"])
+        let big = try await running.curl([
+            "-o", "/dev/null", "-w", "%{http_code}", "-H", "x-big: \(String(repeating: "b", count: 8_000))",
+            "\(running.url)/echo",
+        ])
         let small = try await running.curl(["-o", "/dev/null", "-w", "%{http_code}", "-H", "x-small: s", "\(running.url)/echo"])
         await running.stop()
         #expect(big.output != "200", "\(big.all)")

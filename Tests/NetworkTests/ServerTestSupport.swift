@@ -67,12 +67,18 @@ struct ServerTestCertificates: Sendable {
         let folder = try ServerTestTools.temporaryFolder()
         try "subjectAltName=DNS:localhost,IP:127.0.0.1\n".write(to: folder.appendingPathComponent("ext.cnf"), atomically: true, encoding: .utf8)
         let steps: [[String]] = [
-            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
-             "-out", "ca.pem", "-days", "2", "-subj", "/CN=Marquee Test CA"],
-            ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "server.key",
-             "-out", "server.csr", "-subj", "/CN=localhost"],
-            ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf"],
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
+                "-out", "ca.pem", "-days", "2", "-subj", "/CN=Marquee Test CA",
+            ],
+            [
+                "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "server.key",
+                "-out", "server.csr", "-subj", "/CN=localhost",
+            ],
+            [
+                "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf",
+            ],
         ]
         for step in steps {
             let result = try await ServerTestTools.run("openssl", step, in: folder)

@@ -1,6 +1,7 @@
 import Foundation
-@testable import Network
 import Testing
+
+@testable import Network
 
 @Suite struct TLSClientTests {
     private func firstResult(_ connection: HTTP2ClientConnection) async -> Result<HTTPResponse, NetworkError> {

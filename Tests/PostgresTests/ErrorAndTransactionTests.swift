@@ -7,7 +7,8 @@ struct ErrorAndTransactionTests {
     static func schema() async throws -> PostgresConfiguration {
         let configuration = try await TestDatabase.fresh()
         let connection = try await PostgresConnection.connect(configuration)
-        try await connection.executeScript("""
+        try await connection.executeScript(
+            """
             CREATE TABLE parent (id int PRIMARY KEY);
             CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent (id),
                                 score int CONSTRAINT score_positive CHECK (score > 0));
@@ -156,10 +157,11 @@ struct ErrorAndTransactionTests {
         let host = try #require(url.host)
         let port = try #require(url.port)
         let user = try #require(url.user)
-        let connection = try await PostgresConnection.connect(PostgresConfiguration(settings: [
-            "host": host, "port": String(port), "user": user, "dbname": String(url.path.dropFirst()),
-            "application_name": "marquee-test",
-        ]))
+        let connection = try await PostgresConnection.connect(
+            PostgresConfiguration(settings: [
+                "host": host, "port": String(port), "user": user, "dbname": String(url.path.dropFirst()),
+                "application_name": "marquee-test",
+            ]))
         let row = try await connection.query("SELECT current_setting('application_name') AS name")[0]
         #expect(try row.decode(String.self, column: "name") == "marquee-test")
     }

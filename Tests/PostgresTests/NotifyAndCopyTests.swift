@@ -35,7 +35,8 @@ struct NotifyAndCopyTests {
 
     @Test func copyStreamsOneHundredThousandRowsWithEscaping() async throws {
         let connection = try await PostgresConnection.connect(try await TestDatabase.fresh())
-        try await connection.executeScript("""
+        try await connection.executeScript(
+            """
             CREATE TABLE copied (n bigint, label text, flag boolean, at timestamptz, blob bytea, tags text[])
             """)
         let at = Date(timeIntervalSince1970: 1_700_000_000.654321)
@@ -49,7 +50,8 @@ struct NotifyAndCopyTests {
             }
         }
         #expect(count == 100_000)
-        let summary = try await connection.query("""
+        let summary = try await connection.query(
+            """
             SELECT count(*) AS rows, count(label) AS labels, sum(n) AS total FROM copied
             """)[0]
         #expect(try summary.decode(Int.self, column: "rows") == 100_000)

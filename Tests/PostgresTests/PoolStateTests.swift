@@ -1,5 +1,6 @@
-@testable import Postgres
 import Testing
+
+@testable import Postgres
 
 /// The pool's state machine, driven without I/O (connections are plain numbers).
 struct PoolStateTests {

@@ -14,7 +14,10 @@ struct PoolTests {
             for task in 0..<50 {
                 group.addTask {
                     try await pool.withConnection { connection in
-                        inUse.withLock { $0.now += 1; $0.peak = max($0.peak, $0.now) }
+                        inUse.withLock {
+                            $0.now += 1
+                            $0.peak = max($0.peak, $0.now)
+                        }
                         defer { inUse.withLock { $0.now -= 1 } }
                         pids.withLock { _ = $0.insert(connection.backendPID) }
                         let row = try await connection.query("SELECT \(task) AS task, pg_sleep(0.02)")[0]
@@ -32,7 +35,8 @@ struct PoolTests {
         #expect(pids.withLock { $0.count } <= 10)
         #expect(pool.statistics.open <= 10)
         // The server agrees: at most 10 sessions belonged to this pool.
-        let active = try await pool.query("SELECT count(*) AS n FROM pg_stat_activity WHERE pid = ANY(\(pids.withLock { $0.map(String.init) }.sorted())::int[])")
+        let active = try await pool.query(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = ANY(\(pids.withLock { $0.map(String.init) }.sorted())::int[])")
         #expect(try active[0].decode(Int.self, column: "n") <= 10)
     }
 
@@ -72,8 +76,9 @@ struct PoolTests {
     }
 
     @Test func unreachableServerFailsTheWaiterInsteadOfHanging() async throws {
-        let pool = PostgresPool(configuration: PostgresConfiguration(url: "postgresql://x@127.0.0.1:1/x?connect_timeout=2"),
-                                maxConnections: 2)
+        let pool = PostgresPool(
+            configuration: PostgresConfiguration(url: "postgresql://x@127.0.0.1:1/x?connect_timeout=2"),
+            maxConnections: 2)
         defer { pool.close() }
         let error = try await #require(throws: PostgresError.self) { try await pool.query("SELECT 1") }
         #expect(error.kind == .connectionFailed)

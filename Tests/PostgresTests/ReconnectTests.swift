@@ -14,13 +14,20 @@ struct ReconnectTests {
         let direct = try await PostgresConnection.connect(configuration)
         let pool = PostgresPool(configuration: configuration, maxConnections: 1)
         let retryingPool = PostgresPool(configuration: configuration, maxConnections: 1)
-        defer { pool.close(); retryingPool.close() }
-        let listener = PostgresListener(configuration: configuration, channels: ["wake"],
-                                        reconnectDelay: .milliseconds(50))
+        defer {
+            pool.close()
+            retryingPool.close()
+        }
+        let listener = PostgresListener(
+            configuration: configuration, channels: ["wake"],
+            reconnectDelay: .milliseconds(50))
         defer { listener.stop() }
         var events = listener.events.makeAsyncIterator()
         #expect(await events.next() == .listening)
-        let before = try await pool.withConnection { try await $0.query("SELECT 1 AS n"); return $0.backendPID }
+        let before = try await pool.withConnection {
+            try await $0.query("SELECT 1 AS n")
+            return $0.backendPID
+        }
         try await retryingPool.query("SELECT 1")
 
         try await cluster.restart()

@@ -6,7 +6,8 @@ import Testing
 struct RoundTripTests {
     @Test func everySupportedTypeRoundTripsThroughATable() async throws {
         let connection = try await PostgresConnection.connect(try await TestDatabase.fresh())
-        try await connection.executeScript("""
+        try await connection.executeScript(
+            """
             CREATE TABLE everything (
                 t text, i8 bigint, i4 integer, i2 smallint, b boolean, d double precision,
                 bytes bytea, at timestamptz, id uuid, doc jsonb, tags text[])
@@ -17,7 +18,8 @@ struct RoundTripTests {
         let id = UUID()
         let doc = PostgresJSON(#"{"score": [1, 2], "name": "Zürich ⚽️"}"#)
         let tags = ["a", "", "with space", "comma,brace{}", "quote\"back\\slash", "NULL", "ünï", "😀"]
-        try await connection.execute("""
+        try await connection.execute(
+            """
             INSERT INTO everything VALUES (\(text), \(Int.max), \(Int32.min), \(Int16.max), \(true),
                 \(0.1), \(bytes), \(at), \(id), \(doc), \(tags))
             """)
@@ -33,7 +35,10 @@ struct RoundTripTests {
         #expect(abs(decodedAt.timeIntervalSince1970 - at.timeIntervalSince1970) < 0.000_000_5)
         #expect(try row.decode(UUID.self, column: "id") == id)
         let decodedDoc = try row.decode(PostgresJSON.self, column: "doc")
-        struct Doc: Decodable, Equatable { let score: [Int]; let name: String }
+        struct Doc: Decodable, Equatable {
+            let score: [Int]
+            let name: String
+        }
         #expect(try decodedDoc.decode(Doc.self) == Doc(score: [1, 2], name: "Zürich ⚽️"))
         #expect(try row.decode([String].self, column: "tags") == tags)
     }
@@ -42,8 +47,10 @@ struct RoundTripTests {
         let connection = try await PostgresConnection.connect(TestDatabase.shared)
         let missing: String? = nil
         let present: Int? = 42
-        let row = try #require(try await connection.query(
-            "SELECT \(missing)::text AS a, \(present) AS b, NULL::timestamptz AS c, NULL::uuid AS d").first)
+        let row = try #require(
+            try await connection.query(
+                "SELECT \(missing)::text AS a, \(present) AS b, NULL::timestamptz AS c, NULL::uuid AS d"
+            ).first)
         #expect(try row.decode(String?.self, column: "a") == nil)
         #expect(try row.decode(Int?.self, column: "b") == 42)
         #expect(try row.decode(Date?.self, column: "c") == nil)
@@ -57,13 +64,17 @@ struct RoundTripTests {
     @Test func typedBindsWorkWithoutCasts() async throws {
         let connection = try await PostgresConnection.connect(TestDatabase.shared)
         let at = Date(timeIntervalSince1970: -86_400 * 365.25 * 30 + 0.000_001)  // before 1970, microseconds
-        let row = try #require(try await connection.query("""
-            SELECT \(7) + 1 AS n, \(at) AS at, pg_typeof(\(at))::text AS at_type, \(["x", "y"]) AS tags,
-                   \(2.5) * 2 AS d, \(false) AS b, \(UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F")!) AS u
-            """).first)
+        let row = try #require(
+            try await connection.query(
+                """
+                SELECT \(7) + 1 AS n, \(at) AS at, pg_typeof(\(at))::text AS at_type, \(["x", "y"]) AS tags,
+                       \(2.5) * 2 AS d, \(false) AS b, \(UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F")!) AS u
+                """
+            ).first)
         #expect(try row.decode(Int.self, column: "n") == 8)
         #expect(try row.decode(String.self, column: "at_type") == "timestamp with time zone")
-        #expect(try row.decode(Date.self, column: "at") == at
+        #expect(
+            try row.decode(Date.self, column: "at") == at
                 || abs(try row.decode(Date.self, column: "at").timeIntervalSince(at)) < 0.000_000_5)
         #expect(try row.decode([String].self, column: "tags") == ["x", "y"])
         #expect(try row.decode(Double.self, column: "d") == 5)
@@ -73,17 +84,23 @@ struct RoundTripTests {
 
     @Test func timestamptzIsExactToTheMicrosecondInAnySessionTimeZone() async throws {
         let connection = try await PostgresConnection.connect(TestDatabase.shared)
-        let row = try #require(try await connection.query("""
-            SELECT '2024-02-29 23:59:59.999999+00'::timestamptz AS a,
-                   extract(epoch FROM '2024-02-29 23:59:59.999999+00'::timestamptz)::text AS a_epoch
-            """).first)
+        let row = try #require(
+            try await connection.query(
+                """
+                SELECT '2024-02-29 23:59:59.999999+00'::timestamptz AS a,
+                       extract(epoch FROM '2024-02-29 23:59:59.999999+00'::timestamptz)::text AS a_epoch
+                """
+            ).first)
         let a = try row.decode(Date.self, column: "a")
         #expect(a == Date(timeIntervalSince1970: 1_709_251_199.999999))
         // The server prints in another zone: the instant must not change.
         try await connection.executeScript("SET TimeZone TO 'Asia/Kolkata'")
-        let shifted = try #require(try await connection.query("""
-            SELECT '2024-02-29 23:59:59.999999+00'::timestamptz AS a, \(a)::timestamptz::text AS printed
-            """).first)
+        let shifted = try #require(
+            try await connection.query(
+                """
+                SELECT '2024-02-29 23:59:59.999999+00'::timestamptz AS a, \(a)::timestamptz::text AS printed
+                """
+            ).first)
         #expect(try shifted.decode(String.self, column: "printed").hasSuffix("+05:30"))
         #expect(try shifted.decode(Date.self, column: "a") == a)
     }
@@ -167,7 +184,8 @@ struct RoundTripTests {
                 #expect(try row.decode(Date?.self, column: "at").map { abs($0.timeIntervalSince(when!)) < 0.001 } ?? (when == nil))
             }
         }
-        let prepared = try await connection.query("""
+        let prepared = try await connection.query(
+            """
             SELECT parameter_types::text AS types FROM pg_prepared_statements WHERE statement LIKE 'SELECT $1 AS id%'
             """)
         #expect(try prepared.map { try $0.decode(String.self, column: "types") } == ["{bigint,\"timestamp with time zone\"}"])

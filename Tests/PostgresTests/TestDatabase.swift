@@ -59,7 +59,8 @@ struct PrivateCluster: Sendable {
         defer { try? FileManager.default.removeItem(atPath: outputPath) }
         let script = repositoryRoot.appendingPathComponent("Scripts/pg").path
         let argv = ["/bin/bash", "-c", "exec bash \"$0\" \"$@\" >\"$MARQUEE_PG_OUTPUT\" </dev/null", script] + arguments
-        let environment = ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" }
+        let environment =
+            ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" }
             + ["MARQUEE_PG_OUTPUT=\(outputPath)"]
         let status: Int32 = try await withCheckedThrowingContinuation { continuation in
             Thread.detachNewThread {

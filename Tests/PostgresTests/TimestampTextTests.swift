@@ -1,6 +1,7 @@
 import Foundation
-@testable import Postgres
 import Testing
+
+@testable import Postgres
 
 /// timestamptz text without a server: formatting and parsing agree to the microsecond.
 struct TimestampTextTests {

@@ -18,13 +18,15 @@ import Synchronization
 
 func signingKey(_ flags: Flags) throws -> APNsSigningKey {
     let pem = try String(contentsOfFile: try flags.required("key-file"), encoding: .utf8)
-    return try APNsSigningKey(keyID: try flags.required("key-id"), teamID: try flags.required("team-id"),
-                              key: P256.SigningKey(pemRepresentation: pem))
+    return try APNsSigningKey(
+        keyID: try flags.required("key-id"), teamID: try flags.required("team-id"),
+        key: P256.SigningKey(pemRepresentation: pem))
 }
 
 /// A push-to-start payload of about 300 bytes.
 func pushToStartPayload(_ n: Int) -> [UInt8] {
-    let text = #"{"aps":{"timestamp":\#(1_800_000_000 + n % 1_000),"event":"start","content-state":{"home":"Lyon","away":"Porto","score":"1-0","minute":"\#(n % 90)"},"#
+    let text =
+        #"{"aps":{"timestamp":\#(1_800_000_000 + n % 1_000),"event":"start","content-state":{"home":"Lyon","away":"Porto","score":"1-0","minute":"\#(n % 90)"},"#
         + #""attributes-type":"MatchAttributes","attributes":{"matchID":"m-\#(n % 10_000)","league":"Ligue 1"},"#
         + #""alert":{"title":"Kick-off","body":"Lyon v Porto has started","sound":"default"},"input-push-channel":"Y2hhbm5lbA=="}}"#
     return Array(text.utf8)
@@ -40,7 +42,8 @@ func runSimulator(_ flags: Flags) async throws {
     let simulator = try await APNsSimulator.start(configuration: configuration)
     let files = simulator.files
     // Written unbuffered: the script waits for this line.
-    let ready = "push_port=\(simulator.pushPort) management_port=\(simulator.managementPort) key_file=\(files.signingKeyFile) key_id=\(files.keyID) team_id=\(files.teamID) ca_file=\(files.caCertificateFile ?? "")\n"
+    let ready =
+        "push_port=\(simulator.pushPort) management_port=\(simulator.managementPort) key_file=\(files.signingKeyFile) key_id=\(files.keyID) team_id=\(files.teamID) ca_file=\(files.caCertificateFile ?? "")\n"
     FileHandle.standardOutput.write(Data(ready.utf8))
     // Runs until the script closes our standard input.
     await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
@@ -53,8 +56,9 @@ func runSimulator(_ flags: Flags) async throws {
     if configuration.devicesFile != nil {
         let report = simulator.deviceReport
         let ignored = report["startsOverBudget"]?.intValue ?? 0
-        FileHandle.standardOutput.write(Data(
-            "devices=\(report["devices"]?.intValue ?? 0) activities=\(report["activities"]?.intValue ?? 0) over_budget=\(ignored)\n".utf8))
+        FileHandle.standardOutput.write(
+            Data(
+                "devices=\(report["devices"]?.intValue ?? 0) activities=\(report["activities"]?.intValue ?? 0) over_budget=\(ignored)\n".utf8))
     }
     let statuses = simulator.engine.statusCounts.sorted { $0.key < $1.key }.map { "\($0.key):\($0.value)" }.joined(separator: ",")
     FileHandle.standardOutput.write(Data("statuses=\(statuses)\n".utf8))
@@ -88,13 +92,17 @@ func runClient(_ flags: Flags) async throws {
     let (accepted, failed, retried, lastFailure) = await withTaskGroup(of: (Int, Int, Int, String?).self) { tasks in
         for worker in 0..<concurrency {
             tasks.addTask {
-                var accepted = 0, failed = 0, retried = 0
+                var accepted = 0
+                var failed = 0
+                var retried = 0
                 var lastFailure: String?
                 var n = worker
                 while running.value.load(ordering: .relaxed) {
                     do {
                         let outcome = try await client.send(requests[n % requests.count])
-                        if outcome.acceptance != nil { accepted += 1 } else {
+                        if outcome.acceptance != nil {
+                            accepted += 1
+                        } else {
                             failed += 1
                             lastFailure = "\(outcome.result.failure.map { "\($0)" } ?? "")"
                         }
@@ -142,7 +150,8 @@ do {
     case "client":
         try await runClient(Flags(arguments.dropFirst(2)))
     default:
-        throw BenchError("usage: APNsBench simulator|token|payload|client ... (see the comment at the top of Benchmarks/Sources/APNsBench/main.swift)")
+        throw BenchError(
+            "usage: APNsBench simulator|token|payload|client ... (see the comment at the top of Benchmarks/Sources/APNsBench/main.swift)")
     }
 } catch {
     FileHandle.standardError.write(Data("APNsBench: \(error)\n".utf8))

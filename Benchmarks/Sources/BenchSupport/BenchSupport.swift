@@ -116,7 +116,8 @@ public struct CPUTimes: Sendable {
     public static func read(groups: [String: (processID: Int32, withChildren: Bool)]) -> CPUTimes {
         var times = CPUTimes(machineBusy: 0, groups: [:])
         if let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
-           let line = stat.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") }) {
+            let line = stat.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") })
+        {
             let fields = line.split(separator: " ").dropFirst().compactMap { Int($0) }
             // user nice system idle iowait irq softirq steal …
             times.machineBusy = fields.enumerated().filter { $0.offset != 3 && $0.offset != 4 && $0.offset < 8 }.map(\.element).reduce(0, +)
@@ -125,7 +126,8 @@ public struct CPUTimes: Sendable {
         var stats: [Int32: (parent: Int32, ticks: Int)] = [:]
         for process in processes {
             guard let text = try? String(contentsOfFile: "/proc/\(process)/stat", encoding: .utf8),
-                  let close = text.lastIndex(of: ")") else { continue }
+                let close = text.lastIndex(of: ")")
+            else { continue }
             // After "pid (comm)": state ppid … utime (14th field of the line) stime (15th).
             let fields = text[text.index(after: close)...].split(separator: " ")
             guard fields.count > 12, let parent = Int32(fields[1]), let user = Int(fields[11]), let system = Int(fields[12]) else { continue }

@@ -22,12 +22,16 @@ func runClient(_ flags: Flags) async throws {
 
     let tls = try TLSClientContext(configuration: TLSClientConfiguration(extraCAFile: flags.value("ca-file"), verification: verification))
     let group = EventLoopGroup(loopCount: loops, name: "bench")
-    let pool = HTTP2ConnectionPool(group: group, tls: tls, configuration: .init(connectionsPerKey: connections,
-                                                                                 maxQueuedPerConnection: concurrency))
+    let pool = HTTP2ConnectionPool(
+        group: group, tls: tls,
+        configuration: .init(
+            connectionsPerKey: connections,
+            maxQueuedPerConnection: concurrency))
     let origin = HTTP2Origin(host: host, port: url.port ?? 443)
-    let request = HTTPRequest(method: "POST", path: url.path.isEmpty ? "/" : url.path,
-                              headers: ["content-type": "application/json"],
-                              body: [UInt8](repeating: UInt8(ascii: "x"), count: bodySize))
+    let request = HTTPRequest(
+        method: "POST", path: url.path.isEmpty ? "/" : url.path,
+        headers: ["content-type": "application/json"],
+        body: [UInt8](repeating: UInt8(ascii: "x"), count: bodySize))
 
     let sampler = RSSSampler()
     sampler.start()
@@ -84,8 +88,9 @@ do {
     case "client":
         try await runClient(Flags(arguments.dropFirst(2), switches: ["insecure"]))
     default:
-        throw BenchError("usage: NetworkBench client --url URL [--connections N] [--concurrency N] [--seconds N] "
-                         + "[--body-size N] [--loops N] (--ca-file FILE | --insecure)")
+        throw BenchError(
+            "usage: NetworkBench client --url URL [--connections N] [--concurrency N] [--seconds N] "
+                + "[--body-size N] [--loops N] (--ca-file FILE | --insecure)")
     }
 } catch {
     FileHandle.standardError.write(Data("NetworkBench: \(error)\n".utf8))

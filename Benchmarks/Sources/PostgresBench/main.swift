@@ -31,7 +31,9 @@ case "inserts":
         var random = UInt64.random(in: 1...UInt64.max)  // xorshift, like pgbench's user-space generator
         while clock.now < deadline {
             for _ in 0..<100 {
-                random ^= random << 13; random ^= random >> 7; random ^= random << 17
+                random ^= random << 13
+                random ^= random >> 7
+                random ^= random << 17
                 let id = Int(random % 1_000_000_000) + 1
                 try await connection.execute("INSERT INTO bench_insert (id, payload) VALUES (\(id), \(payload))")
             }
@@ -39,7 +41,8 @@ case "inserts":
         }
         return Double(count) / seconds(clock.now - start)
     }
-    let pooled = ProcessInfo.processInfo.environment["PG_BENCH_ONLY_PINNED"] == nil
+    let pooled =
+        ProcessInfo.processInfo.environment["PG_BENCH_ONLY_PINNED"] == nil
         ? try await Task.detached { try await insertLoop() }.value : 0
     let pinned = try await withTaskExecutorPreference(connection.taskExecutor) { try await insertLoop() }
     print("inserts_per_second_cooperative=\(Int(pooled))")

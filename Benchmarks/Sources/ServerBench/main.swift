@@ -39,8 +39,9 @@ case "h2":
     guard arguments.count >= 5 else { usage() }
     group = EventLoopGroup(loopCount: arguments.count > 5 ? Int(arguments[5]) ?? 1 : 1, name: "bench-h2")
     let tls = try TLSServerContext(certificateChainFile: arguments[3], privateKeyFile: arguments[4])
-    let server = try HTTP2Server(configuration: HTTP2ServerConfiguration(port: port), tls: tls, group: group,
-                                 handler: TrivialHTTP2Handler())
+    let server = try HTTP2Server(
+        configuration: HTTP2ServerConfiguration(port: port), tls: tls, group: group,
+        handler: TrivialHTTP2Handler())
     shutdown = { await server.shutdown() }
 case "http1":
     group = EventLoopGroup(loopCount: arguments.count > 3 ? Int(arguments[3]) ?? 1 : 1, name: "bench-http1")

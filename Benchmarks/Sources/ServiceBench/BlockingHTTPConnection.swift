@@ -44,7 +44,8 @@ final class BlockingHTTPConnection {
 
     /// Sends one request and waits for its answer: the status and the body.
     func send(method: String, path: String, headers: [(String, String)] = [], body: [UInt8] = []) throws(BenchHTTPError)
-        -> (status: Int, body: [UInt8]) {
+        -> (status: Int, body: [UInt8])
+    {
         if descriptor < 0 { try connect() }
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }

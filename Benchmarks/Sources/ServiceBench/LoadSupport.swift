@@ -46,7 +46,8 @@ func firstID(in body: [UInt8]) -> Int? {
 
 /// The position of the first element >= `value` in an ascending array.
 func firstIndex(atLeast value: Int, in sorted: [Int]) -> Int? {
-    var low = 0, high = sorted.count
+    var low = 0
+    var high = sorted.count
     while low < high {
         let middle = (low + high) / 2
         if sorted[middle] < value { low = middle + 1 } else { high = middle }

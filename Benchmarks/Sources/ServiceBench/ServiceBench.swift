@@ -81,8 +81,9 @@ struct ServiceBench {
              "contentState": {"homeScore": {"type": "int", "significant": true}, "awayScore": {"type": "int", "significant": true},
                               "minute": "int", "lastEvent": "string?"}}
             """
-        let answer = try BlockingHTTPConnection(port: settings.port).send(method: "POST", path: "/v1/attribute-types",
-                                                                          headers: adminHeaders, body: Array(type.utf8))
+        let answer = try BlockingHTTPConnection(port: settings.port).send(
+            method: "POST", path: "/v1/attribute-types",
+            headers: adminHeaders, body: Array(type.utf8))
         guard answer.status == 201 || answer.status == 200 else {
             throw BenchError("POST /v1/attribute-types answered \(answer.status): \(String(decoding: answer.body, as: UTF8.self))")
         }
@@ -152,15 +153,19 @@ struct ServiceBench {
                 let sequence = index / settings.events + 1
                 let alert = sequence % 20 == 10
                 let home = (sequence + 10) / 20
-                var body = #"{"contentState": {"homeScore": \#(home), "awayScore": 0, "minute": \#(sequence), "lastEvent": "\#(alert ? "GOAL" : "play") \#(sequence)'"}"#
+                var body =
+                    #"{"contentState": {"homeScore": \#(home), "awayScore": 0, "minute": \#(sequence), "lastEvent": "\#(alert ? "GOAL" : "play") \#(sequence)'"}"#
                 if alert { body += #", "alert": {"title": "GOAL", "body": "Home \#(home)-0 (\#(sequence)')", "sound": "default"}"# }
                 body += "}"
                 var record = SentUpdate(due: due, sentAt: wallNanoseconds(), answeredAt: 0, status: 0, updateID: nil, event: event, alert: alert)
                 if let answer = try? connection.send(
                     method: "POST", path: "/v1/events/\(event)/updates",
-                    headers: [("Authorization", "Bearer \(settings.ingestKey)"), ("Content-Type", "application/json"),
-                              ("Idempotency-Key", "bench-\(settings.run)-\(event)-\(sequence)")],
-                    body: Array(body.utf8)) {
+                    headers: [
+                        ("Authorization", "Bearer \(settings.ingestKey)"), ("Content-Type", "application/json"),
+                        ("Idempotency-Key", "bench-\(settings.run)-\(event)-\(sequence)"),
+                    ],
+                    body: Array(body.utf8))
+                {
                     record.status = answer.status
                     record.updateID = answer.status == 202 ? firstID(in: answer.body) : nil
                 }
@@ -198,13 +203,16 @@ struct ServiceBench {
         var bySimulator: [(event: Int, updateID: Int, acceptedAt: Int64)] = []
         var byServe: [(event: Int, updateID: Int, acceptedAt: Int64)] = []
         var priorities: [Int: Int] = [:]
-        for row in try await database.query("""
+        for row in try await database.query(
+            """
             SELECT u.event_id, d.update_id, d.priority, d.apns_request_id::text AS request_id,
                    (extract(epoch FROM d.sent_at) * 1000000)::bigint AS sent_us
             FROM deliveries d JOIN updates u ON u.id = d.update_id
             WHERE d.kind = 'broadcast' AND d.status = 200
-            """) {
-            let event = try row.decode(Int.self, column: "event_id"), updateID = try row.decode(Int.self, column: "update_id")
+            """)
+        {
+            let event = try row.decode(Int.self, column: "event_id")
+            let updateID = try row.decode(Int.self, column: "update_id")
             let recorded = try row.decode(Int64.self, column: "sent_us") * 1_000
             byServe.append((event, updateID, recorded))
             if let id = try row.decode(String?.self, column: "request_id"), let at = answered[id.lowercased()] {
@@ -216,13 +224,15 @@ struct ServiceBench {
         for row in try await database.query("SELECT disposition, count(*) AS n FROM updates GROUP BY disposition") {
             dispositions[try row.decode(String.self, column: "disposition")] = try row.decode(Int.self, column: "n")
         }
-        let alertsBelowTen = try await count("""
+        let alertsBelowTen = try await count(
+            """
             SELECT count(*) AS n FROM updates u JOIN deliveries d ON d.update_id = u.id
             WHERE u.alert IS NOT NULL AND d.kind = 'broadcast' AND d.status = 200 AND d.priority <> 10
             """)
-        return AcceptedBroadcasts(bySimulator: bySimulator.count == byServe.count ? DeliveryTable(bySimulator) : nil,
-                                  byServe: DeliveryTable(byServe), matched: bySimulator.count, priorities: priorities,
-                                  dispositions: dispositions, alertsBelowTen: alertsBelowTen)
+        return AcceptedBroadcasts(
+            bySimulator: bySimulator.count == byServe.count ? DeliveryTable(bySimulator) : nil,
+            byServe: DeliveryTable(byServe), matched: bySimulator.count, priorities: priorities,
+            dispositions: dispositions, alertsBelowTen: alertsBelowTen)
     }
 
     /// When the simulator answered each accepted broadcast, by request id (its log's `ts`, in milliseconds).
@@ -233,7 +243,8 @@ struct ServiceBench {
         var times: [String: Int64] = [:]
         for line in text.split(separator: "\n") where line.contains("/4/broadcasts/") && line.contains(#""status":200"#) {
             guard let ts = Self.field("ts", in: line), let id = Self.field("request_id", in: line),
-                  let date = formatter.date(from: ts) else { continue }
+                let date = formatter.date(from: ts)
+            else { continue }
             times[id.lowercased()] = Int64((date.timeIntervalSince1970 * 1e9).rounded())
         }
         return times
@@ -322,10 +333,13 @@ func report(_ settings: ServiceBenchSettings, load: LoadOutcome, accepted broadc
     let rss = rssMaxima(load.rssSamples)
     let rssWithin = abs(rss.lastThird - rss.secondThird) <= rss.secondThird / 10
     // A target over no samples (a run too short to carry an alert) is not met.
-    let targets = (ingest: !accepted.isEmpty && ingest.p99 < 10_000_000, all: !deliveryAll.isEmpty && all.p99 < 1_200_000_000,
-                   alerts: !deliveryAlert.isEmpty && alerts.p99 < 20_000_000)
+    let targets = (
+        ingest: !accepted.isEmpty && ingest.p99 < 10_000_000, all: !deliveryAll.isEmpty && all.p99 < 1_200_000_000,
+        alerts: !deliveryAlert.isEmpty && alerts.p99 < 20_000_000
+    )
 
-    print("""
+    print(
+        """
         rate:      \(String(format: "%.1f", sustained)) updates/s sustained (\(accepted.count) of \(total) answered 202 in \
         \(format(seconds: lastAnswer - load.start)); scheduled \(settings.rate)/s; \(failures) failed\(statuses.isEmpty ? "" : " \(statuses)"); \
         \(late) sent > 1 ms after due)
@@ -356,7 +370,9 @@ func cpuAccount(_ load: LoadOutcome, updates: Int) -> String {
     let perUpdate = { (ticks: Int) in String(format: "%.3f ms", Double(ticks) * tick / Double(max(updates, 1))) }
     let order = ["PostgreSQL", "serve", "simulator", "driver"].filter { after.groups[$0] != nil }
     let counted = order.map { (after.groups[$0] ?? 0) - (before.groups[$0] ?? 0) }
-    return String(format: "the machine was %.0f%% busy (%d cores) during the load; CPU per update: ", 100 * busy / (Double(load.end - load.start) / 1e6) / Double(cores), cores)
+    return String(
+        format: "the machine was %.0f%% busy (%d cores) during the load; CPU per update: ",
+        100 * busy / (Double(load.end - load.start) / 1e6) / Double(cores), cores)
         + zip(order, counted).map { "\($0) \(perUpdate($1))" }.joined(separator: ", ")
 }
 
@@ -368,8 +384,11 @@ func writeSamples(to path: String, load: LoadOutcome, accepted broadcasts: Accep
     var lines = ["due_us,sent_us,answered_us,status,alert,delivered_us"]
     for update in load.sent.sorted(by: { $0.due < $1.due }) {
         let delivered = update.updateID.flatMap { deliveries.deliveredAt(event: update.event, updateID: $0) }
-        lines.append([micros(update.due), micros(update.sentAt), micros(update.answeredAt), String(update.status),
-                      update.alert ? "1" : "0", delivered.map(micros) ?? ""].joined(separator: ","))
+        lines.append(
+            [
+                micros(update.due), micros(update.sentAt), micros(update.answeredAt), String(update.status),
+                update.alert ? "1" : "0", delivered.map(micros) ?? "",
+            ].joined(separator: ","))
     }
     try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
 }

@@ -48,14 +48,17 @@ struct TokensBench {
         let span = Double((registrations.map(\.answeredAt).max() ?? 0) - (registrations.map(\.due).min() ?? 0)) / 1e9
         let latencyMet = answered.count == registrations.count && latency.p99 < 20_000_000
         print("tokens 1: \(registrations.count) PUT /v1/installations/{id} at \(rate)/s open loop over \(connections) connections")
-        print("  answered 200/201: \(answered.count), other: \(registrations.count - answered.count), achieved \(String(format: "%.0f", Double(answered.count) / max(span, 0.001)))/s")
+        print(
+            "  answered 200/201: \(answered.count), other: \(registrations.count - answered.count), achieved \(String(format: "%.0f", Double(answered.count) / max(span, 0.001)))/s"
+        )
         print("  latency from scheduled send: \(latency)")
         print("  target p99 < 20 ms: \(verdict(latencyMet))")
 
         let database = try await PostgresConnection.connect(url: databaseURL)
         let event = try await generateAudience(on: database)
         let reference = try await measure {
-            _ = try await database.query("""
+            _ = try await database.query(
+                """
                 SELECT count(*) AS n FROM (SELECT installation FROM follows WHERE event_id = \(event)
                     UNION SELECT installation FROM follows WHERE app_id = \(app) AND topic = 'bench:topic') f
                 """)
@@ -77,7 +80,9 @@ struct TokensBench {
         }
         let audienceMet = members == followers && elapsed < 1_000_000_000
         print("tokens 2: the audience of one event among \(installations) installations, \(followers) following it (half by topic)")
-        print("  \(members) members in \(pages) keyset pages of 1,000: \(ms(elapsed)); one count(*) of the same follows: \(ms(reference)) (ratio \(String(format: "%.1f", Double(elapsed) / Double(max(reference, 1)))))")
+        print(
+            "  \(members) members in \(pages) keyset pages of 1,000: \(ms(elapsed)); one count(*) of the same follows: \(ms(reference)) (ratio \(String(format: "%.1f", Double(elapsed) / Double(max(reference, 1)))))"
+        )
         print("  target under 1 s: \(verdict(audienceMet))")
         return latencyMet && audienceMet
     }
@@ -104,11 +109,14 @@ struct TokensBench {
                 let due = start + Int64(index) * interval
                 sleep(until: due)
                 let token = String(format: "%064x", index + 1)
-                let body = #"{"app": \#(app), "pushToStartToken": "\#(token)", "osVersion": "18.\#(index % 4)", "appBuild": "412", "locale": "en_GB", "frequentPushesEnabled": true}"#
+                let body =
+                    #"{"app": \#(app), "pushToStartToken": "\#(token)", "osVersion": "18.\#(index % 4)", "appBuild": "412", "locale": "en_GB", "frequentPushesEnabled": true}"#
                 var record = Registration(due: due, answeredAt: 0, status: 0)
-                if let answer = try? connection.send(method: "PUT", path: "/v1/installations/bench-\(run)-\(index)",
-                                                     headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json")],
-                                                     body: Array(body.utf8)) {
+                if let answer = try? connection.send(
+                    method: "PUT", path: "/v1/installations/bench-\(run)-\(index)",
+                    headers: [("Authorization", "Bearer \(key)"), ("Content-Type", "application/json")],
+                    body: Array(body.utf8))
+                {
                     record.status = answer.status
                 }
                 record.answeredAt = wallNanoseconds()
@@ -123,14 +131,17 @@ struct TokensBench {
     /// first half by the event, the second by its topic. Returns the event id.
     func generateAudience(on database: PostgresConnection) async throws -> Int {
         let started = wallNanoseconds()
-        let type = try await database.query("SELECT id FROM attribute_types WHERE app_id = \(app) ORDER BY id LIMIT 1")[0].decode(Int.self, column: "id")
-        let event = try await database.query("""
+        let type = try await database.query("SELECT id FROM attribute_types WHERE app_id = \(app) ORDER BY id LIMIT 1")[0].decode(
+            Int.self, column: "id")
+        let event = try await database.query(
+            """
             INSERT INTO events (app_id, external_id, kind, attribute_type_id, storage_policy, starts_at, topics)
             VALUES (\(app), 'bench-audience-' || extract(epoch FROM now())::bigint, 'match', \(type), 'mostRecent', now() + interval '1 day',
                     ARRAY['bench:topic'])
             RETURNING id
             """)[0].decode(Int.self, column: "id")
-        try await database.execute("""
+        try await database.execute(
+            """
             INSERT INTO installations (app_id, installation_id, os_version, os_major, os_minor, os_patch,
                                        push_to_start_token, token_registered_at, token_seen_at)
             SELECT \(app), 'generated-' || g, v.major || '.' || v.minor, v.major, v.minor, 0,
@@ -139,7 +150,8 @@ struct TokensBench {
                  LATERAL (SELECT (ARRAY[16, 17, 17, 18, 18, 18, 26])[1 + g % 7] AS major, g % 5 AS minor) v
             """)
         // Every (installations / followers)-th installation follows; alternately by the event and by the topic.
-        try await database.execute("""
+        try await database.execute(
+            """
             INSERT INTO follows (installation, app_id, event_id, topic)
             SELECT id, app_id, CASE WHEN (n / \(max(1, installations / followers))) % 2 = 0 THEN \(event) END,
                    CASE WHEN (n / \(max(1, installations / followers))) % 2 = 1 THEN 'bench:topic' END

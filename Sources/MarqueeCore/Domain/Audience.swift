@@ -32,7 +32,8 @@ public enum DeviceTokenError: Error, Sendable, Equatable, CustomStringConvertibl
 
     public var description: String {
         switch self {
-        case .length(let count): "\(count) characters; a token is \(DeviceTokenText.lengths.lowerBound) to \(DeviceTokenText.lengths.upperBound) hexadecimal characters"
+        case .length(let count):
+            "\(count) characters; a token is \(DeviceTokenText.lengths.lowerBound) to \(DeviceTokenText.lengths.upperBound) hexadecimal characters"
         case .notHex: "not hexadecimal"
         case .oddLength: "an odd number of hexadecimal characters"
         }
@@ -58,7 +59,8 @@ public struct OSVersion: Sendable, Hashable, Comparable, CustomStringConvertible
         var numbers: [Int] = []
         for part in parts {
             guard (1...3).contains(part.utf8.count), part.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
-                  let number = Int(part) else { return nil }
+                let number = Int(part)
+            else { return nil }
             numbers.append(number)
         }
         while numbers.count < 3 { numbers.append(0) }

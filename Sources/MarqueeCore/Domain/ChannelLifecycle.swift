@@ -378,11 +378,12 @@ public struct ChannelLifecycleError: Error, Equatable, CustomStringConvertible {
     public var event: ChannelLifecycle.Event
 
     public var description: String {
-        let hint = switch (state, event) {
-        case (.creating, .endRequested), (.createUnknown, .endRequested):
-            "; report the end again once the create has resolved"
-        default: ""
-        }
+        let hint =
+            switch (state, event) {
+            case (.creating, .endRequested), (.createUnknown, .endRequested):
+                "; report the end again once the create has resolved"
+            default: ""
+            }
         return "channel lifecycle: \(event.rawValue) does not apply in state \(state.rawValue)\(hint)"
     }
 }

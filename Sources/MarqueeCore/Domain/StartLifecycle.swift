@@ -63,7 +63,9 @@ public enum StartLifecycle {
     public static let openStates: [StartState] = StartState.allCases.filter { transition(from: $0, on: .sendBegan) != nil || $0 == .sending }
     /// States no event leaves.
     public static let finalStates: [StartState] = StartState.allCases.filter { state in
-        [Event.sendBegan, .accepted, .rejected, .notDone, .outcomeUnknown, .holderLost, .skipped].allSatisfy { transition(from: state, on: $0) == nil }
+        [Event.sendBegan, .accepted, .rejected, .notDone, .outcomeUnknown, .holderLost, .skipped].allSatisfy {
+            transition(from: state, on: $0) == nil
+        }
     }
     /// States that count as "started" for the event: the installation is not started again by a later run.
     public static let startedStates: [StartState] = [.sending, .accepted, .unknown]

@@ -32,7 +32,13 @@ public enum StoredChannelState: RawRepresentable, CaseIterable, Sendable, Hashab
     public static var allCases: [StoredChannelState] { ChannelLifecycle.State.allCases.map(Self.lifecycle) + [.unknown] }
 
     public init?(rawValue: String) {
-        if rawValue == "unknown" { self = .unknown } else if let state = ChannelLifecycle.State(rawValue: rawValue) { self = .lifecycle(state) } else { return nil }
+        if rawValue == "unknown" {
+            self = .unknown
+        } else if let state = ChannelLifecycle.State(rawValue: rawValue) {
+            self = .lifecycle(state)
+        } else {
+            return nil
+        }
     }
 
     /// The stored text.

@@ -40,7 +40,8 @@ public struct JSONParseError: Error, Equatable, CustomStringConvertible {
         switch reason {
         case .unexpectedEnd: what = "unexpected end of JSON text"
         case .unexpectedCharacter(let byte):
-            what = (0x21...0x7E).contains(byte)
+            what =
+                (0x21...0x7E).contains(byte)
                 ? "unexpected character '\(Character(UnicodeScalar(byte)))'"
                 : "unexpected byte 0x\(String(byte, radix: 16, uppercase: true))"
         case .invalidNumber: what = "invalid number"
@@ -99,9 +100,15 @@ struct JSONParser {
         case UInt8(ascii: "{"): return try parseObject()
         case UInt8(ascii: "["): return try parseArray()
         case UInt8(ascii: "\""): return .string(try parseString())
-        case UInt8(ascii: "t"): try expectLiteral("true"); return .bool(true)
-        case UInt8(ascii: "f"): try expectLiteral("false"); return .bool(false)
-        case UInt8(ascii: "n"): try expectLiteral("null"); return .null
+        case UInt8(ascii: "t"):
+            try expectLiteral("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectLiteral("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectLiteral("null")
+            return .null
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try parseNumber()
         case let byte: throw error(.unexpectedCharacter(byte))
         }

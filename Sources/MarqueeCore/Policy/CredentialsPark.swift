@@ -63,11 +63,14 @@ public struct CredentialsPark: Sendable, Equatable {
     /// The park after a refusal seen at `now`. Refusals of requests already in flight when the app was parked
     /// (several channels, several instances) fall inside the current window and do not add a strike; the first
     /// refusal after the window ends adds one.
-    public static func after(_ current: CredentialsPark?, refusal reason: String, at now: Date,
-                             policy: CredentialsParkPolicy) -> CredentialsPark {
+    public static func after(
+        _ current: CredentialsPark?, refusal reason: String, at now: Date,
+        policy: CredentialsParkPolicy
+    ) -> CredentialsPark {
         guard var park = current else {
-            return CredentialsPark(reason: reason, since: now, strikes: 1, retryAt: now.addingTimeInterval(policy.delay(strike: 1)),
-                                   lastAt: now)
+            return CredentialsPark(
+                reason: reason, since: now, strikes: 1, retryAt: now.addingTimeInterval(policy.delay(strike: 1)),
+                lastAt: now)
         }
         park.reason = reason
         park.lastAt = now

@@ -145,7 +145,9 @@ extension ActivityType {
         }
         for field in contentState.fields {
             let path: JSONPath = ["contentState", .key(field.name)]
-            if field.spec.isEventKey { throw SchemaError(path: path.appending(key: "eventKey"), message: "the event key is an attribute, not content state") }
+            if field.spec.isEventKey {
+                throw SchemaError(path: path.appending(key: "eventKey"), message: "the event key is an attribute, not content state")
+            }
             if let nested = Self.nestedEventKey(field.spec, at: path) {
                 throw SchemaError(path: nested, message: "eventKey marks a top-level string attribute only")
             }

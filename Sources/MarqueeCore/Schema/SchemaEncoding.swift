@@ -216,7 +216,8 @@ private struct ValueEncoder {
         case .array(let bounds) where bounds.count == 2:
             return ((bounds[0], path.appending(index: 0)), (bounds[1], path.appending(index: 1)))
         case .object(let object):
-            let names = object["lowerBound"] != nil || object["upperBound"] != nil
+            let names =
+                object["lowerBound"] != nil || object["upperBound"] != nil
                 ? ("lowerBound", "upperBound") : ("lower", "upper")
             for key in object.keys where key != names.0 && key != names.1 {
                 throw ValidationError(.unknownField, at: path.appending(key: key))

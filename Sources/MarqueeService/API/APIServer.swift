@@ -19,19 +19,23 @@ public final class APIServer: Sendable {
     private let requests: Counter
     private let durations: Histogram
 
-    public init(routes: [any APIRoutes], keys: APIKeyVerifier, metrics: MetricsRegistry, logger: Logger,
-                maxBodySize: Int = APIServer.defaultMaxBodySize) {
+    public init(
+        routes: [any APIRoutes], keys: APIKeyVerifier, metrics: MetricsRegistry, logger: Logger,
+        maxBodySize: Int = APIServer.defaultMaxBodySize
+    ) {
         var table = RouteTable()
         for group in routes { group.register(in: &table) }
         self.routes = table
         self.keys = keys
         self.logger = logger
         self.maxBodySize = maxBodySize
-        requests = metrics.counter("marquee_http_requests_total", help: "HTTP API requests by method, route template and status.",
-                                   labels: ["method", "route", "status"])
-        durations = metrics.histogram("marquee_http_request_duration_seconds",
-                                      help: "HTTP API request latency by method, route template and status.",
-                                      labels: ["method", "route", "status"])
+        requests = metrics.counter(
+            "marquee_http_requests_total", help: "HTTP API requests by method, route template and status.",
+            labels: ["method", "route", "status"])
+        durations = metrics.histogram(
+            "marquee_http_request_duration_seconds",
+            help: "HTTP API request latency by method, route template and status.",
+            labels: ["method", "route", "status"])
     }
 
     /// Answers one request; never throws.
@@ -76,8 +80,12 @@ public final class APIServer: Sendable {
         requests.increment(labels)
         durations.observe(seconds, labels)
         let milliseconds = LogValue.double((seconds * 1e6).rounded() / 1e3)
-        logger.info("request", ["method": .string(request.method), "route": .string(template), "status": .int(response.status),
-                                "duration_ms": milliseconds, "key_id": keyID.map(LogValue.string) ?? "-"])
+        logger.info(
+            "request",
+            [
+                "method": .string(request.method), "route": .string(template), "status": .int(response.status),
+                "duration_ms": milliseconds, "key_id": keyID.map(LogValue.string) ?? "-",
+            ])
         return response
     }
 

@@ -67,8 +67,10 @@ public struct RouteTable: Sendable {
     public init() {}
 
     /// Adds a route.
-    public mutating func add(_ method: String, _ template: String, access: RouteAccess, takesBody: Bool = false,
-                             _ handler: @escaping APIHandler) {
+    public mutating func add(
+        _ method: String, _ template: String, access: RouteAccess, takesBody: Bool = false,
+        _ handler: @escaping APIHandler
+    ) {
         router.add(method, template, APIRoute(method: method, template: template, access: access, takesBody: takesBody, handler: handler))
     }
 

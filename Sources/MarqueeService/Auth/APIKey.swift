@@ -46,8 +46,9 @@ public struct APIKeyText: Sendable {
     public init?(_ text: some StringProtocol) {
         let bytes = Array(text.utf8)
         guard bytes.count == 59, bytes[0] == UInt8(ascii: "m"), bytes[1] == UInt8(ascii: "q"), bytes[2] == UInt8(ascii: "_"),
-              bytes[15] == UInt8(ascii: "_"), bytes[3..<15].allSatisfy(Self.isHexDigit),
-              bytes[16...].allSatisfy(Self.isBase64URLCharacter) else { return nil }
+            bytes[15] == UInt8(ascii: "_"), bytes[3..<15].allSatisfy(Self.isHexDigit),
+            bytes[16...].allSatisfy(Self.isBase64URLCharacter)
+        else { return nil }
         id = String(decoding: bytes[3..<15], as: UTF8.self)
         secret = String(decoding: bytes[16...], as: UTF8.self)
     }
@@ -57,7 +58,8 @@ public struct APIKeyText: Sendable {
         let scheme = Array("bearer ".utf8)
         let utf8 = authorization.utf8
         guard utf8.count > scheme.count,
-              zip(utf8, scheme).allSatisfy({ byte, expected in ASCII.lowercased(byte) == expected }) else { return nil }
+            zip(utf8, scheme).allSatisfy({ byte, expected in ASCII.lowercased(byte) == expected })
+        else { return nil }
         self.init(Substring(authorization.utf8.dropFirst(scheme.count).drop { $0 == UInt8(ascii: " ") }))
     }
 

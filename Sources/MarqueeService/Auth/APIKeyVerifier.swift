@@ -72,8 +72,9 @@ public final class APIKeyVerifier: Sendable {
             if let row, !row.isRevoked, presented.matches(salt: row.salt, hash: row.hash) { await lookup.touch(id: presented.id) }
         }
         guard let row, !row.isRevoked, presented.matches(salt: row.salt, hash: row.hash) else { throw APIError.unauthorized }
-        return VerifiedAPIKey(keyID: row.keyID, scopes: row.scopes.compactMap(APIScope.init(rawValue:)), appID: row.appID,
-                              databaseID: row.id)
+        return VerifiedAPIKey(
+            keyID: row.keyID, scopes: row.scopes.compactMap(APIScope.init(rawValue:)), appID: row.appID,
+            databaseID: row.id)
     }
 
     /// Forgets every cached row (the next request of each key reads the database).

@@ -48,11 +48,13 @@ public struct ServeConfiguration: Sendable {
     /// How often this instance proves it is alive, and for how long (its claims are free that long after a crash).
     public var heartbeat = InstanceHeartbeatConfiguration()
 
-    public init(databaseURL: String, host: String = defaultHost, port: Int = defaultPort, migrate: Bool = true,
-                gracePeriod: Duration = .seconds(defaultGracePeriodSeconds), maxConnections: Int = defaultMaxConnections,
-                pipelineConnections: Int = defaultPipelineConnections,
-                apnsPushURL: String? = nil, apnsManageURL: String? = nil, apnsCAFile: String? = nil,
-                pipeline: PipelineSettings = PipelineSettings()) {
+    public init(
+        databaseURL: String, host: String = defaultHost, port: Int = defaultPort, migrate: Bool = true,
+        gracePeriod: Duration = .seconds(defaultGracePeriodSeconds), maxConnections: Int = defaultMaxConnections,
+        pipelineConnections: Int = defaultPipelineConnections,
+        apnsPushURL: String? = nil, apnsManageURL: String? = nil, apnsCAFile: String? = nil,
+        pipeline: PipelineSettings = PipelineSettings()
+    ) {
         self.databaseURL = databaseURL
         self.host = host
         self.port = port
@@ -179,10 +181,12 @@ public final class MarqueeDaemon: Sendable {
     public init(configuration: ServeConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
-        let pool = PostgresPool(configuration: PostgresConfiguration(url: configuration.databaseURL),
-                                maxConnections: configuration.maxConnections)
-        let pipelinePool = PostgresPool(configuration: PostgresConfiguration(url: configuration.databaseURL),
-                                        maxConnections: configuration.pipelineConnections)
+        let pool = PostgresPool(
+            configuration: PostgresConfiguration(url: configuration.databaseURL),
+            maxConnections: configuration.maxConnections)
+        let pipelinePool = PostgresPool(
+            configuration: PostgresConfiguration(url: configuration.databaseURL),
+            maxConnections: configuration.pipelineConnections)
         self.pipelinePool = pipelinePool
         let metrics = MetricsRegistry()
         let keys = APIKeyVerifier(lookup: APIKeyRepository(pool: pool))
@@ -201,32 +205,39 @@ public final class MarqueeDaemon: Sendable {
         // One view of the apps parked for a credentials fault: a refusal the dispatcher sees holds the scheduler's
         // creates at once, and the parks are read once per refresh for the whole process.
         let parking = CredentialsParking(pool: pipelinePool, metrics: pipelineMetrics, logger: logger)
-        let dispatcher = BroadcastDispatcher(pool: pipelinePool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
-                                             catalog: catalog,
-                                             configuration: configuration.pipeline.dispatcher(instance: instance),
-                                             metrics: pipelineMetrics, logger: logger, parking: parking)
+        let dispatcher = BroadcastDispatcher(
+            pool: pipelinePool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
+            catalog: catalog,
+            configuration: configuration.pipeline.dispatcher(instance: instance),
+            metrics: pipelineMetrics, logger: logger, parking: parking)
         let notifier = OutboxNotifier(pool: pool, sender: instance, logger: logger)
         notifier.onCommitted { [dispatcher] dueIn in dispatcher.wake(dueIn: dueIn) }
         self.dispatcher = dispatcher
-        heartbeat = InstanceHeartbeat(instance: instance, database: PostgresConfiguration(url: configuration.databaseURL),
-                                      configuration: configuration.heartbeat, logger: logger)
-        scheduler = ChannelScheduler(pool: pipelinePool, apns: apns, catalog: catalog,
-                                     configuration: configuration.pipeline.scheduler(instance: instance),
-                                     metrics: pipelineMetrics, logger: logger, notifier: notifier, parking: parking)
-        self.api = APIServer(routes: Self.routes(pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
-                                                 notifier: notifier, pacing: dispatcher.configuration.conflation.pacing,
-                                                 adminTimeout: .seconds(configuration.pipeline.adminTimeout),
-                                                 maxClockSkew: configuration.pipeline.maxClockSkew,
-                                                 settings: configuration.pipeline),
-                             keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
+        heartbeat = InstanceHeartbeat(
+            instance: instance, database: PostgresConfiguration(url: configuration.databaseURL),
+            configuration: configuration.heartbeat, logger: logger)
+        scheduler = ChannelScheduler(
+            pool: pipelinePool, apns: apns, catalog: catalog,
+            configuration: configuration.pipeline.scheduler(instance: instance),
+            metrics: pipelineMetrics, logger: logger, notifier: notifier, parking: parking)
+        self.api = APIServer(
+            routes: Self.routes(
+                pool: pool, metrics: metrics, attributeTypes: attributeTypes, scheduler: scheduler,
+                notifier: notifier, pacing: dispatcher.configuration.conflation.pacing,
+                adminTimeout: .seconds(configuration.pipeline.adminTimeout),
+                maxClockSkew: configuration.pipeline.maxClockSkew,
+                settings: configuration.pipeline),
+            keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
     }
 
     /// The API's feature areas. A new area adds its `APIRoutes` here (and its paths to the OpenAPI document).
-    public static func routes(pool: PostgresPool, metrics: MetricsRegistry, attributeTypes: AttributeTypeCatalog? = nil,
-                              scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
-                              adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout),
-                              maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew,
-                              settings: PipelineSettings = PipelineSettings()) -> [any APIRoutes] {
+    public static func routes(
+        pool: PostgresPool, metrics: MetricsRegistry, attributeTypes: AttributeTypeCatalog? = nil,
+        scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
+        adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout),
+        maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew,
+        settings: PipelineSettings = PipelineSettings()
+    ) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
         let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
         return [

@@ -61,8 +61,9 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     public static func methodNotAllowed(_ method: String, allowed: [String]) -> APIError {
-        APIError(status: 405, code: "method_not_allowed",
-                 message: "\(method) is not allowed here; allowed: \(allowed.joined(separator: ", "))", field: nil)
+        APIError(
+            status: 405, code: "method_not_allowed",
+            message: "\(method) is not allowed here; allowed: \(allowed.joined(separator: ", "))", field: nil)
     }
 
     public static func conflict(_ message: String, field: String? = nil) -> APIError {

@@ -10,9 +10,11 @@ extension QueryParameters {
     func integer(_ name: String, in range: ClosedRange<Int> = 1...Int.max) throws(APIError) -> Int? {
         guard let text = text(name) else { return nil }
         guard let value = Int(text), range.contains(value) else {
-            throw APIError.validation(range.upperBound == .max ? "expected a whole number from \(range.lowerBound) up"
-                                                               : "expected a whole number from \(range.lowerBound) to \(range.upperBound)",
-                                      field: name)
+            throw APIError.validation(
+                range.upperBound == .max
+                    ? "expected a whole number from \(range.lowerBound) up"
+                    : "expected a whole number from \(range.lowerBound) to \(range.upperBound)",
+                field: name)
         }
         return value
     }

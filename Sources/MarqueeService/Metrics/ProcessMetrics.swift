@@ -25,7 +25,8 @@ public struct ProcessMetrics: Sendable {
             cpuSeconds.set(user + system)
         }
         if let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
-           let pages = statm.split(separator: " ").dropFirst().first.flatMap({ Double($0) }) {
+            let pages = statm.split(separator: " ").dropFirst().first.flatMap({ Double($0) })
+        {
             residentMemory.set(pages * Double(sysconf(Int32(_SC_PAGESIZE))))
         }
         if let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") {

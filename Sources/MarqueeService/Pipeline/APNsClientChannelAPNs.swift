@@ -26,19 +26,26 @@ public struct APNsClientChannelAPNs: BroadcastChannelAPNs {
         try await send(.listChannels(bundleID: app.bundleID), for: app)
     }
 
-    public func broadcast(app: PipelineApp, channelID: String, payload: [UInt8], expiration: Int64,
-                          priority: PushPriority) async throws -> ChannelAPNsOutcome {
+    public func broadcast(
+        app: PipelineApp, channelID: String, payload: [UInt8], expiration: Int64,
+        priority: PushPriority
+    ) async throws -> ChannelAPNsOutcome {
         let apnsPriority: APNsPriority = priority == .high ? .immediate : .powerConsidered
-        return try await send(.broadcast(bundleID: app.bundleID, channelID: try APNsChannelID(channelID), payload: payload,
-                                         expiration: Int(expiration), priority: apnsPriority, requestID: .random()),
-                              for: app)
+        return try await send(
+            .broadcast(
+                bundleID: app.bundleID, channelID: try APNsChannelID(channelID), payload: payload,
+                expiration: Int(expiration), priority: apnsPriority, requestID: .random()),
+            for: app)
     }
 
     private func send(_ request: APNsRequest, for app: PipelineApp) async throws -> ChannelAPNsOutcome {
         let outcome = try await client(app).send(request)
-        return ChannelAPNsOutcome(result: outcome.result, attempts: outcome.attempts.map { attempt in
-            ChannelAPNsAttempt(result: attempt.result, requestID: attempt.requestID, uniqueID: attempt.uniqueID, latency: attempt.latency,
-                               outcomeUnknown: attempt.outcomeUnknown)
-        })
+        return ChannelAPNsOutcome(
+            result: outcome.result,
+            attempts: outcome.attempts.map { attempt in
+                ChannelAPNsAttempt(
+                    result: attempt.result, requestID: attempt.requestID, uniqueID: attempt.uniqueID, latency: attempt.latency,
+                    outcomeUnknown: attempt.outcomeUnknown)
+            })
     }
 }

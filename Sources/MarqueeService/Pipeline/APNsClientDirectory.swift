@@ -33,8 +33,9 @@ public actor APNsClientDirectory {
         } catch {
             throw APNsClientDirectoryError.invalidApp(app.id, "signing key \(stored.keyPath): \(error)")
         }
-        let endpoints = try APNsEndpoints.resolve(environment: environment, appPushURL: stored.pushURL,
-                                                  appManagementURL: stored.managementURL, processEnvironment: self.environment)
+        let endpoints = try APNsEndpoints.resolve(
+            environment: environment, appPushURL: stored.pushURL,
+            appManagementURL: stored.managementURL, processEnvironment: self.environment)
         // Another caller may have made one while this one read the key file.
         if let client = clients[app.id] { return client }
         let client = try APNsClient(signingKey: signingKey, endpoints: endpoints, signer: signer)

@@ -31,8 +31,10 @@ public struct ChannelAPNsAttempt: Sendable {
     /// APNs may have acted on it without an answer reaching us (`APNsAttempt.outcomeUnknown`).
     public var outcomeUnknown: Bool
 
-    public init(result: APNsResult, requestID: String? = nil, uniqueID: String? = nil, latency: Duration = .zero,
-                outcomeUnknown: Bool = false) {
+    public init(
+        result: APNsResult, requestID: String? = nil, uniqueID: String? = nil, latency: Duration = .zero,
+        outcomeUnknown: Bool = false
+    ) {
         self.result = result
         self.requestID = requestID
         self.uniqueID = uniqueID
@@ -91,19 +93,24 @@ public protocol BroadcastChannelAPNs: Sendable {
     /// `GET /1/apps/{bundle}/all-channels`; the acceptance carries `channels`.
     func listChannels(app: PipelineApp) async throws -> ChannelAPNsOutcome
     /// `POST /4/broadcasts/apps/{bundle}` on a channel; `expiration` in Unix seconds (0: do not store).
-    func broadcast(app: PipelineApp, channelID: String, payload: [UInt8], expiration: Int64,
-                   priority: PushPriority) async throws -> ChannelAPNsOutcome
+    func broadcast(
+        app: PipelineApp, channelID: String, payload: [UInt8], expiration: Int64,
+        priority: PushPriority
+    ) async throws -> ChannelAPNsOutcome
 }
 
 extension ChannelAPNsAttempt {
     /// The delivery row of this attempt.
-    func delivery(appID: Int, kind: DeliveryKind, channelID: Int?, updateID: Int? = nil, priority: Int? = nil,
-                  attempt: Int, apsTimestamp: Int64? = nil) -> DeliveryDraft {
-        DeliveryDraft(appID: appID, kind: kind, channelID: channelID, updateID: updateID,
-                      apnsRequestID: requestID.flatMap(UUID.init(uuidString:)), apnsUniqueID: uniqueID.flatMap(UUID.init(uuidString:)),
-                      status: status, reason: reasonText ?? (status == nil ? "no answer" : nil),
-                      latencyMicroseconds: Self.microseconds(latency), priority: priority, attempt: max(1, attempt),
-                      apsTimestamp: apsTimestamp)
+    func delivery(
+        appID: Int, kind: DeliveryKind, channelID: Int?, updateID: Int? = nil, priority: Int? = nil,
+        attempt: Int, apsTimestamp: Int64? = nil
+    ) -> DeliveryDraft {
+        DeliveryDraft(
+            appID: appID, kind: kind, channelID: channelID, updateID: updateID,
+            apnsRequestID: requestID.flatMap(UUID.init(uuidString:)), apnsUniqueID: uniqueID.flatMap(UUID.init(uuidString:)),
+            status: status, reason: reasonText ?? (status == nil ? "no answer" : nil),
+            latencyMicroseconds: Self.microseconds(latency), priority: priority, attempt: max(1, attempt),
+            apsTimestamp: apsTimestamp)
     }
 
     static func microseconds(_ duration: Duration) -> Int64 {

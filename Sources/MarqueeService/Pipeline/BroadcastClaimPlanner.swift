@@ -71,7 +71,8 @@ struct BroadcastClaimPlanner: Sendable {
 
     func plan(_ facts: ClaimFacts) -> ClaimPlan {
         let claim = facts.claim
-        let pending: [(id: Int, priority: RequestedPriority, alert: JSONValue?)] = claim.pending.isEmpty
+        let pending: [(id: Int, priority: RequestedPriority, alert: JSONValue?)] =
+            claim.pending.isEmpty
             ? [(claim.update.id, claim.update.priority, claim.update.alert)]
             : claim.pending.map { ($0.id, $0.priority, $0.alert) }
         let decision = conflation.decide(
@@ -92,22 +93,28 @@ struct BroadcastClaimPlanner: Sendable {
         let alert = alertJSON.flatMap { try? LiveActivityAlert(json: $0) }
         // The claim's own timestamp (the same on a send repeated after a crash), unless this instance
         // remembers sending a later one.
-        let apsTimestamp = claim.apsTimestamp.map { max($0, (facts.memory?.lastApsTimestamp ?? 0) + 1) }
-            ?? TimestampSequencer.next(after: [claim.lastApsTimestamp, facts.memory?.lastApsTimestamp].compactMap { $0 }.max(),
-                                       now: facts.now)
+        let apsTimestamp =
+            claim.apsTimestamp.map { max($0, (facts.memory?.lastApsTimestamp ?? 0) + 1) }
+            ?? TimestampSequencer.next(
+                after: [claim.lastApsTimestamp, facts.memory?.lastApsTimestamp].compactMap { $0 }.max(),
+                now: facts.now)
         let composed = Self.compose(claim.update, alert: alert, apsTimestamp: apsTimestamp)
         guard let body = composed.body else { return .refuse("payload over \(PayloadLimit.broadcast.rawValue) bytes") }
 
         let requested: RequestedPriority = wantsHighPriority ? .high : claim.update.priority
-        let significant = requested == .auto && !composed.hasAlert && facts.schema.map {
-            !$0.significantChanges(from: facts.memory?.lastState, to: claim.update.contentState).isEmpty
-        } == true
+        let significant =
+            requested == .auto && !composed.hasAlert
+            && facts.schema.map {
+                !$0.significantChanges(from: facts.memory?.lastState, to: claim.update.contentState).isEmpty
+            } == true
         let wanted = PushPriority.wanted(for: requested, hasAlert: composed.hasAlert, changesSignificantField: significant)
         var budget = facts.memory?.budget ?? HighPriorityBudget(limit: highPriorityBudget, window: highPriorityWindow)
         let priority = budget.admit(wanted, now: facts.now)
-        return .send(PlannedBroadcast(body: body, apsTimestamp: apsTimestamp, priority: priority.priority, downgraded: priority.downgraded,
-                                      droppedAlert: composed.droppedAlert, budget: budget,
-                                      conflated: pending.count(where: { $0.id < claim.update.id })))
+        return .send(
+            PlannedBroadcast(
+                body: body, apsTimestamp: apsTimestamp, priority: priority.priority, downgraded: priority.downgraded,
+                droppedAlert: composed.droppedAlert, budget: budget,
+                conflated: pending.count(where: { $0.id < claim.update.id })))
     }
 
     /// What the answer to a broadcast asks for; `retryDelay` is the backoff of the claim's next attempt.
@@ -118,7 +125,7 @@ struct BroadcastClaimPlanner: Sendable {
         case .rejected(let failure): return .reject(reason: failure.reason?.text ?? "\(failure)")
         case .credentialsFault(let failure): return .parkApp(failure)
         case .retryAfterBackoff(let failure), .tokenUpdatesTooFrequent(let failure), .refreshTokenAndRetry(let failure),
-             .reconnect(let failure):
+            .reconnect(let failure):
             // 429, 5xx, timeouts, I/O, an expired token that a refresh did not mend.
             return .retry(after: max(retryDelay, TimeInterval(failure.retryAfterSeconds ?? 0)))
         }
@@ -126,15 +133,18 @@ struct BroadcastClaimPlanner: Sendable {
 
     /// The body within 5,120 bytes; a carried alert is dropped when it would not fit.
     static func compose(_ update: OutboxUpdate, alert: LiveActivityAlert?, apsTimestamp: Int64)
-        -> (body: [UInt8]?, hasAlert: Bool, droppedAlert: Bool) {
+        -> (body: [UInt8]?, hasAlert: Bool, droppedAlert: Bool)
+    {
         func payload(_ alert: LiveActivityAlert?) -> LiveActivityPayload {
             switch update.action {
             case .update:
-                .update(timestamp: apsTimestamp, contentState: update.contentState, staleDate: update.staleDate,
-                        relevanceScore: update.relevanceScore, alert: alert)
+                .update(
+                    timestamp: apsTimestamp, contentState: update.contentState, staleDate: update.staleDate,
+                    relevanceScore: update.relevanceScore, alert: alert)
             case .end:
-                .end(timestamp: apsTimestamp, contentState: update.contentState == [:] ? nil : update.contentState,
-                     dismissalDate: update.dismissalDate, staleDate: update.staleDate, relevanceScore: update.relevanceScore, alert: alert)
+                .end(
+                    timestamp: apsTimestamp, contentState: update.contentState == [:] ? nil : update.contentState,
+                    dismissalDate: update.dismissalDate, staleDate: update.staleDate, relevanceScore: update.relevanceScore, alert: alert)
             }
         }
         if let body = try? payload(alert).body(within: .broadcast) { return (body, alert != nil, false) }

@@ -52,9 +52,11 @@ public final class BroadcastDispatcher: Service {
 
     /// `listenTo` is the database to LISTEN on for `marquee_outbox` (nil: poll only). `parking` is the process's view
     /// of apps parked for a credentials fault, shared with the scheduler (nil: one of its own).
-    public init(pool: PostgresPool, listenTo: PostgresConfiguration?, apns: any BroadcastChannelAPNs,
-                catalog: any PipelineCatalog, configuration: BroadcastDispatcherConfiguration, metrics: PipelineMetrics,
-                logger: Logger, clock: any WallClock = SystemWallClock(), parking: CredentialsParking? = nil) {
+    public init(
+        pool: PostgresPool, listenTo: PostgresConfiguration?, apns: any BroadcastChannelAPNs,
+        catalog: any PipelineCatalog, configuration: BroadcastDispatcherConfiguration, metrics: PipelineMetrics,
+        logger: Logger, clock: any WallClock = SystemWallClock(), parking: CredentialsParking? = nil
+    ) {
         self.pool = pool
         self.listenConfiguration = listenTo
         self.apns = apns
@@ -67,11 +69,13 @@ public final class BroadcastDispatcher: Service {
         let clockDrivesDatabase = configuration.clockDrivesDatabase
         databaseClock = { [clock] in clockDrivesDatabase ? clock.now : nil }
         self.parking = parking ?? CredentialsParking(pool: pool, metrics: metrics, logger: self.logger, clock: clock)
-        planner = BroadcastClaimPlanner(conflation: configuration.conflation, highPriorityBudget: configuration.highPriorityBudget,
-                                        highPriorityWindow: configuration.highPriorityWindow)
-        sender = BroadcastSender(pool: pool, apns: apns, catalog: catalog, configuration: configuration, planner: planner,
-                                 parking: self.parking, metrics: metrics, logger: self.logger, clock: clock, databaseClock: databaseClock,
-                                 wakeup: wakeup)
+        planner = BroadcastClaimPlanner(
+            conflation: configuration.conflation, highPriorityBudget: configuration.highPriorityBudget,
+            highPriorityWindow: configuration.highPriorityWindow)
+        sender = BroadcastSender(
+            pool: pool, apns: apns, catalog: catalog, configuration: configuration, planner: planner,
+            parking: self.parking, metrics: metrics, logger: self.logger, clock: clock, databaseClock: databaseClock,
+            wakeup: wakeup)
     }
 
     /// The time passed to the database instead of its `now()`: the injected clock's with
@@ -102,8 +106,12 @@ public final class BroadcastDispatcher: Service {
             listener?.stop()
             bridge.cancel()
         }
-        logger.info("dispatcher started", ["instance": .string(configuration.instance),
-                                           "max_concurrent_sends": .int(configuration.maxConcurrentSends)])
+        logger.info(
+            "dispatcher started",
+            [
+                "instance": .string(configuration.instance),
+                "max_concurrent_sends": .int(configuration.maxConcurrentSends),
+            ])
         await withDiscardingTaskGroup { group in
             if let listener {
                 group.addTask { [self] in
@@ -132,17 +140,21 @@ public final class BroadcastDispatcher: Service {
                     sender.dueTimes.withLock { $0.removeDue(by: ContinuousClock.now) }
                     do {
                         if mayHoldOrphans.withLock({ $0 }) { try await releaseOrphanedClaims() }
-                        let batch = try await outbox.claimBatch(instance: configuration.instance, limit: limit,
-                                                                lease: configuration.claimLease,
-                                                                pacing: configuration.conflation.pacing, now: databaseNow)
+                        let batch = try await outbox.claimBatch(
+                            instance: configuration.instance, limit: limit,
+                            lease: configuration.claimLease,
+                            pacing: configuration.conflation.pacing, now: databaseNow)
                         full = batch.taken == limit
                         claimFailures = 0
                         if let paced = batch.pacedUntil { noteDue(at: paced) }
                         if !batch.takenOver.isEmpty {
                             metrics.claimsTakenOver.increment(by: Double(batch.takenOver.count))
-                            logger.info("claims taken over from instances whose heartbeat or lease lapsed",
-                                        ["claims": .int(batch.takenOver.count),
-                                         "holders": .string(Set(batch.takenOver).sorted().joined(separator: ","))])
+                            logger.info(
+                                "claims taken over from instances whose heartbeat or lease lapsed",
+                                [
+                                    "claims": .int(batch.takenOver.count),
+                                    "holders": .string(Set(batch.takenOver).sorted().joined(separator: ",")),
+                                ])
                         }
                         await sender.rememberChannels(of: batch.claims)
                         claimsInFlight.withLock { $0.formUnion(batch.claims.map(\.claimToken)) }
@@ -151,7 +163,12 @@ public final class BroadcastDispatcher: Service {
                                 _ = await handle(claim, shutdown: shutdown)
                                 // Only a loop short of slots needs to hear of it: what a send leaves due
                                 // later (postponed, released) is in `dueTimes`.
-                                if slotWanted.withLock({ wanted in defer { wanted = false }; return wanted }) { requestClaim() }
+                                if slotWanted.withLock({ wanted in
+                                    defer { wanted = false }
+                                    return wanted
+                                }) {
+                                    requestClaim()
+                                }
                             }
                         }
                     } catch {
@@ -164,7 +181,9 @@ public final class BroadcastDispatcher: Service {
                         }
                     }
                 }
-                let backoff = claimFailures == 0 ? configuration.pollInterval
+                let backoff =
+                    claimFailures == 0
+                    ? configuration.pollInterval
                     : min(configuration.pollInterval * (1 << min(claimFailures, 6)), .seconds(5))
                 // Short of slots, due times wait too: a finished send asks for the next claim.
                 if !full {
@@ -191,15 +210,21 @@ public final class BroadcastDispatcher: Service {
             let left = end - ContinuousClock.now
             if left <= .zero { return }
             await wakeup.wait(upTo: left)
-            if claimRequested.withLock({ requested in defer { requested = false }; return requested }) { return }
+            if claimRequested.withLock({ requested in
+                defer { requested = false }
+                return requested
+            }) {
+                return
+            }
         }
     }
 
     /// Claims one batch and handles every claim in it (for tests and one-shot tools); returns the results.
     /// Unlike the run loop it claims rows that are too soon for the pacing too, so each due row gets a result.
     public func dispatchOnce(limit: Int? = nil) async throws -> [DispatchResult] {
-        let claims = try await outbox.claim(instance: configuration.instance, limit: limit ?? configuration.claimBatch,
-                                            lease: configuration.claimLease, now: databaseNow)
+        let claims = try await outbox.claim(
+            instance: configuration.instance, limit: limit ?? configuration.claimBatch,
+            lease: configuration.claimLease, now: databaseNow)
         await sender.rememberChannels(of: claims)
         claimsInFlight.withLock { $0.formUnion(claims.map(\.claimToken)) }
         return await withTaskGroup(of: (Int, DispatchResult).self) { group in
@@ -246,8 +271,12 @@ public final class BroadcastDispatcher: Service {
         do {
             return try await dispatch(claim, shutdown: shutdown)
         } catch {
-            logger.error("broadcast failed", ["event": .int(claim.eventID), "channel": .int(claim.channelID),
-                                              "error": .string("\(error)")])
+            logger.error(
+                "broadcast failed",
+                [
+                    "event": .int(claim.eventID), "channel": .int(claim.channelID),
+                    "error": .string("\(error)"),
+                ])
             await giveBack(claim, by: configuration.retryBackoff.delay(attempt: claim.attempts + 1))
             return .abandoned
         }
@@ -281,9 +310,10 @@ public final class BroadcastDispatcher: Service {
             return .parked(until: until)
         }
         let remembered = try await sender.memory(of: claim)
-        let facts = ClaimFacts(claim: claim, memory: remembered,
-                               schema: try await catalog.contentStateSchema(attributeTypeID: claim.attributeTypeID), now: now,
-                               stopping: shutdown?.isTriggered == true)
+        let facts = ClaimFacts(
+            claim: claim, memory: remembered,
+            schema: try await catalog.contentStateSchema(attributeTypeID: claim.attributeTypeID), now: now,
+            stopping: shutdown?.isTriggered == true)
         switch planner.plan(facts) {
         case .postpone(let delay):
             try await postpone(claim, by: delay)
@@ -293,8 +323,10 @@ public final class BroadcastDispatcher: Service {
             return .released
         case .refuse(let refusal):
             try await outbox.recordPermanentFailure(
-                claim, delivery: DeliveryDraft(appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
-                                               status: nil, reason: "not sent: \(refusal)", attempt: claim.attempts + 1),
+                claim,
+                delivery: DeliveryDraft(
+                    appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
+                    status: nil, reason: "not sent: \(refusal)", attempt: claim.attempts + 1),
                 channelNotRegistered: false, now: databaseNow)
             logger.error("broadcast refused locally", ["event": .int(claim.eventID), "update": .int(claim.update.id), "error": .string(refusal)])
             return .rejected(refusal)
@@ -302,6 +334,5 @@ public final class BroadcastDispatcher: Service {
             return try await sender.send(planned, claim: claim, now: now, shutdown: shutdown)
         }
     }
-
 
 }

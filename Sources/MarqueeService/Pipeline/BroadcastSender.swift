@@ -31,9 +31,11 @@ final class BroadcastSender: Sendable {
     let dueTimes = Mutex(DueSchedule(step: BroadcastDispatcherConfiguration.dueStep))
     private let wakeup: Wakeup
 
-    init(pool: PostgresPool, apns: any BroadcastChannelAPNs, catalog: any PipelineCatalog, configuration: BroadcastDispatcherConfiguration,
-         planner: BroadcastClaimPlanner, parking: CredentialsParking, metrics: PipelineMetrics, logger: Logger, clock: any WallClock,
-         databaseClock: @escaping @Sendable () -> Date?, wakeup: Wakeup) {
+    init(
+        pool: PostgresPool, apns: any BroadcastChannelAPNs, catalog: any PipelineCatalog, configuration: BroadcastDispatcherConfiguration,
+        planner: BroadcastClaimPlanner, parking: CredentialsParking, metrics: PipelineMetrics, logger: Logger, clock: any WallClock,
+        databaseClock: @escaping @Sendable () -> Date?, wakeup: Wakeup
+    ) {
         self.pool = pool
         self.apns = apns
         self.catalog = catalog
@@ -89,9 +91,10 @@ final class BroadcastSender: Sendable {
         guard let app = try await catalog.app(id: claim.appID) else { throw DispatcherError.unknownApp(claim.appID) }
         let outcome: ChannelAPNsOutcome
         do {
-            outcome = try await apns.broadcast(app: app, channelID: claim.apnsChannelID, payload: planned.body,
-                                               expiration: configuration.expiration.expiration(for: claim.storagePolicy, now: now),
-                                               priority: planned.priority)
+            outcome = try await apns.broadcast(
+                app: app, channelID: claim.apnsChannelID, payload: planned.body,
+                expiration: configuration.expiration.expiration(for: claim.storagePolicy, now: now),
+                priority: planned.priority)
         } catch {
             if Task.isCancelled || shutdown?.isTriggered == true {
                 // Unstructured, so a cancelled task still gives the row back.
@@ -107,8 +110,9 @@ final class BroadcastSender: Sendable {
         var attempts = outcome.attempts.isEmpty ? [ChannelAPNsAttempt(result: outcome.result)] : outcome.attempts
         let last = attempts.removeLast()
         func delivery(_ attempt: ChannelAPNsAttempt, number: Int) -> DeliveryDraft {
-            attempt.delivery(appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
-                             priority: planned.priority.rawValue, attempt: claim.attempts + number, apsTimestamp: planned.apsTimestamp)
+            attempt.delivery(
+                appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
+                priority: planned.priority.rawValue, attempt: claim.attempts + number, apsTimestamp: planned.apsTimestamp)
         }
         // The earlier attempts' rows go in after the outcome is recorded: the outcome is what matters.
         func withEarlierAttempts(_ result: DispatchResult) async -> DispatchResult {
@@ -132,8 +136,9 @@ final class BroadcastSender: Sendable {
             let recorded: BroadcastOutcome
             do {
                 // A newer update that arrived during the send is due when the pacing allows (at once if urgent).
-                let record = BroadcastRecord(claim: claim, delivery: final, apsTimestamp: planned.apsTimestamp,
-                                             nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now)
+                let record = BroadcastRecord(
+                    claim: claim, delivery: final, apsTimestamp: planned.apsTimestamp,
+                    nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now)
                 recorded = try await persistently(claim, "broadcast") { try await recorder.record(record) }
             } catch PipelineError.apsTimestampNotIncreasing {
                 // Another instance sent a later timestamp meanwhile: send again with a new one.
@@ -154,8 +159,11 @@ final class BroadcastSender: Sendable {
                 if claim.update.action == .end {
                     $0.forget(channelID: claim.channelID)
                 } else {
-                    $0.store(channelID: claim.channelID, ChannelMemory(lastApsTimestamp: planned.apsTimestamp, lastState: claim.update.contentState,
-                                                                       lastSentAt: now, budget: planned.budget))
+                    $0.store(
+                        channelID: claim.channelID,
+                        ChannelMemory(
+                            lastApsTimestamp: planned.apsTimestamp, lastState: claim.update.contentState,
+                            lastSentAt: now, budget: planned.budget))
                 }
             }
             if claim.update.action == .end { logger.info("end broadcast accepted; channel ended", logFields) }
@@ -169,9 +177,12 @@ final class BroadcastSender: Sendable {
             }
             memory.withLock { $0.forget(channelID: claim.channelID) }
             metrics.broadcasts.increment([label, "channel_lost"])
-            logger.error("APNs no longer knows the channel; event flagged channel_lost, broadcasting stopped",
-                         ["event": .int(claim.eventID), "channel": .int(claim.channelID),
-                          "apns_channel_id": .string(claim.apnsChannelID), "update": .int(claim.update.id)])
+            logger.error(
+                "APNs no longer knows the channel; event flagged channel_lost, broadcasting stopped",
+                [
+                    "event": .int(claim.eventID), "channel": .int(claim.channelID),
+                    "apns_channel_id": .string(claim.apnsChannelID), "update": .int(claim.update.id),
+                ])
             return await withEarlierAttempts(.channelLost)
 
         case .reject(let reason):
@@ -179,8 +190,12 @@ final class BroadcastSender: Sendable {
                 try await outbox.recordPermanentFailure(claim, delivery: final, channelNotRegistered: false, now: databaseNow)
             }
             metrics.broadcasts.increment([label, "rejected"])
-            logger.error("APNs refused the broadcast", ["event": .int(claim.eventID), "update": .int(claim.update.id),
-                                                        "reason": .string(outcome.failure.map { "\($0)" } ?? reason)])
+            logger.error(
+                "APNs refused the broadcast",
+                [
+                    "event": .int(claim.eventID), "update": .int(claim.update.id),
+                    "reason": .string(outcome.failure.map { "\($0)" } ?? reason),
+                ])
             return await withEarlierAttempts(.rejected(reason))
 
         case .parkApp(let failure):
@@ -201,10 +216,13 @@ final class BroadcastSender: Sendable {
             noteDue(after: delay)
             metrics.broadcasts.increment([label, "retryable"])
             metrics.retries.increment(["broadcast"])
-            logger.warning("broadcast failed; retrying after backoff",
-                           ["event": .int(claim.eventID), "update": .int(claim.update.id),
-                            "reason": .string(outcome.failure.map { "\($0)" } ?? "unknown"),
-                            "retry_in_seconds": .double(delay), "attempt": .int(claim.attempts + 1)])
+            logger.warning(
+                "broadcast failed; retrying after backoff",
+                [
+                    "event": .int(claim.eventID), "update": .int(claim.update.id),
+                    "reason": .string(outcome.failure.map { "\($0)" } ?? "unknown"),
+                    "retry_in_seconds": .double(delay), "attempt": .int(claim.attempts + 1),
+                ])
             return await withEarlierAttempts(.retryScheduled)
         }
     }
@@ -222,8 +240,9 @@ final class BroadcastSender: Sendable {
             do {
                 let result = try await body()
                 if failures > 0 {
-                    logger.info("claim outcome written once the database answered again",
-                                ["event": .int(claim.eventID), "write": .string(write), "failures": .int(failures)])
+                    logger.info(
+                        "claim outcome written once the database answered again",
+                        ["event": .int(claim.eventID), "write": .string(write), "failures": .int(failures)])
                 }
                 return result
             } catch let error as PostgresError where error.isRetryable {
@@ -231,8 +250,9 @@ final class BroadcastSender: Sendable {
                 let delay = Self.writeBackoff.delay(attempt: failures)
                 guard !Task.isCancelled, ContinuousClock.now + .seconds(delay) < deadline else { throw error }
                 if failures == 1 {
-                    logger.warning("claim outcome not written; retrying until the database answers",
-                                   ["event": .int(claim.eventID), "write": .string(write), "error": .string("\(error)")])
+                    logger.warning(
+                        "claim outcome not written; retrying until the database answers",
+                        ["event": .int(claim.eventID), "write": .string(write), "error": .string("\(error)")])
                 }
                 try await Task.sleep(for: .seconds(delay))
             }
@@ -267,14 +287,17 @@ final class BroadcastSender: Sendable {
     /// inside the budget window.
     private func loadMemories(_ claims: [ClaimedBroadcast]) async throws -> [Int: ChannelMemory] {
         let states = try await EventRepository(pool: pool).lastBroadcastStates(eventIDs: claims.map(\.eventID))
-        let sends = try await deliveries.highPrioritySends(channelIDs: claims.map(\.channelID),
-                                                           since: clock.now.addingTimeInterval(-configuration.highPriorityWindow))
+        let sends = try await deliveries.highPrioritySends(
+            channelIDs: claims.map(\.channelID),
+            since: clock.now.addingTimeInterval(-configuration.highPriorityWindow))
         var memories: [Int: ChannelMemory] = [:]
         for claim in claims {
             memories[claim.channelID] = ChannelMemory(
                 lastApsTimestamp: claim.lastApsTimestamp, lastState: states[claim.eventID], lastSentAt: nil,
-                budget: HighPriorityBudget(limit: configuration.highPriorityBudget, window: configuration.highPriorityWindow,
-                                           sends: sends[claim.channelID] ?? []))
+                budget: HighPriorityBudget(
+                    limit: configuration.highPriorityBudget, window: configuration.highPriorityWindow,
+                    sends: sends[claim.channelID] ?? []))
         }
         return memories
-    }}
+    }
+}

@@ -19,7 +19,8 @@ extension ChannelScheduler {
         if channel.state == .lifecycle(.deleted) { deletedWhileLive = try await events.get(id: eventID)?.channelLost == true }
         if deletedWhileLive { channel = try await channels.createPlanned(eventID: eventID) }
         guard var lifecycle = channel.lifecycle,
-              deletedWhileLive ? lifecycle.state == .planned : lifecycle.state == .lost || lifecycle.state == .createFailed else {
+            deletedWhileLive ? lifecycle.state == .planned : lifecycle.state == .lost || lifecycle.state == .createFailed
+        else {
             throw ChannelSchedulerError.refused(
                 "channel \(channel.id) of event \(eventID) is \(channel.state); only a lost or refused channel is recreated")
         }
@@ -46,7 +47,8 @@ extension ChannelScheduler {
             do {
                 action = try next.deleteRequested(force: force)
             } catch {
-                let hint = current.state == .open || current.state == .ending
+                let hint =
+                    current.state == .open || current.state == .ending
                     ? "it still carries the event's updates; end the event first, or force the delete"
                     : "its create is unresolved; try again once it settled"
                 throw ChannelSchedulerError.refused("channel \(id) is \(current.state.rawValue): \(hint)")
@@ -54,10 +56,12 @@ extension ChannelScheduler {
             try await requests.perform(ChannelStep(channel: channel, before: current, after: next, action: action), fence: nil, report: &report)
             if case .deleteChannel = action {
                 if ChannelLifecycle.broadcastingStates.contains(current.state), let eventID = channel.eventID,
-                   try await channels.get(id: id)?.state == .lifecycle(.deleted) {
+                    try await channels.get(id: id)?.state == .lifecycle(.deleted)
+                {
                     try await channels.stopBroadcasting(eventID: eventID)
-                    logger.warning("a live channel was deleted: its event is flagged channel_lost until 'marquee channel recreate'",
-                                   ["channel": .int(id), "event": .int(eventID)])
+                    logger.warning(
+                        "a live channel was deleted: its event is flagged channel_lost until 'marquee channel recreate'",
+                        ["channel": .int(id), "event": .int(eventID)])
                 }
             }
         }

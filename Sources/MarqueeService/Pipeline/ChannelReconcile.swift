@@ -8,8 +8,10 @@ import MarqueeStore
 extension ChannelRequests {
     /// Compares the app's channel list at APNs with the database: settles timed-out creates, flags
     /// channels APNs lost, deletes resurrected ones, reports unknown ones (deleting old ones if configured).
-    func reconcile(appID: Int, unresolved: [ChannelRecord], deleteUnknown: Bool, fence: LeaseGrant,
-                   report: inout SweepReport) async throws {
+    func reconcile(
+        appID: Int, unresolved: [ChannelRecord], deleteUnknown: Bool, fence: LeaseGrant,
+        report: inout SweepReport
+    ) async throws {
         guard let app = try await catalog.app(id: appID) else { return }
         let appLabel = "\(app.bundleID)/\(app.environment)"
         if await parking.heldUntil(appID: appID) != nil {
@@ -35,8 +37,9 @@ extension ChannelRequests {
         // Channels first seen after the list was taken cannot be in it.
         for channel in result.missing where (channel.firstSeenAt ?? .distantPast) < listedAt {
             guard let before = channel.lifecycle else { continue }
-            try await advance(channel, from: before, by: { try $0.reconcileNotFound() }, error: "not in APNs' channel list", fence: fence,
-                              report: &report)
+            try await advance(
+                channel, from: before, by: { try $0.reconcileNotFound() }, error: "not in APNs' channel list", fence: fence,
+                report: &report)
             appReport.missing.append(channel.id)
         }
         for channel in result.resurrected {
@@ -52,11 +55,16 @@ extension ChannelRequests {
             appReport.unknown.append(apnsID)
             if newlyRecorded.contains(channel.id) {
                 appReport.recorded.append(apnsID)
-                logger.warning("unknown channel in APNs' list", ["app": .string(appLabel), "apns_channel_id": .string(apnsID),
-                                                                 "delete_unknown": .bool(deleteUnknown)])
+                logger.warning(
+                    "unknown channel in APNs' list",
+                    [
+                        "app": .string(appLabel), "apns_channel_id": .string(apnsID),
+                        "delete_unknown": .bool(deleteUnknown),
+                    ])
             }
             guard deleteUnknown,
-                  let seen = channel.firstSeenAt, clock.now.timeIntervalSince(seen) >= configuration.unknownDeleteGrace else { continue }
+                let seen = channel.firstSeenAt, clock.now.timeIntervalSince(seen) >= configuration.unknownDeleteGrace
+            else { continue }
             if try await self.deleteUnknown(channel, fence: fence, report: &report) {
                 report.unknownDeleted.append(apnsID)
                 appReport.deleted.append(apnsID)

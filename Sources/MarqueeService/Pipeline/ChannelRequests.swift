@@ -22,8 +22,10 @@ final class ChannelRequests: Sendable {
     private let deliveries: DeliveryRepository
     let parking: CredentialsParking
 
-    init(configuration: ChannelSchedulerConfiguration, pool: PostgresPool, apns: any BroadcastChannelAPNs, catalog: any PipelineCatalog,
-         metrics: PipelineMetrics, logger: Logger, clock: any WallClock, parking: CredentialsParking) {
+    init(
+        configuration: ChannelSchedulerConfiguration, pool: PostgresPool, apns: any BroadcastChannelAPNs, catalog: any PipelineCatalog,
+        metrics: PipelineMetrics, logger: Logger, clock: any WallClock, parking: CredentialsParking
+    ) {
         self.configuration = configuration
         self.pool = pool
         self.apns = apns
@@ -43,8 +45,10 @@ final class ChannelRequests: Sendable {
     /// Writes a lifecycle step (`error` and `nextAttemptAt` with it) and does what its action asks: a request
     /// for `createChannel` and `deleteChannel` (which write their own step as they send), the operator's flags.
     /// `.scheduleRetry` needs `nextAttemptAt`; `.reconcile` is the create's unknown outcome.
-    func perform(_ step: ChannelStep, apnsChannelID: String? = nil, error: String? = nil, nextAttemptAt: Date? = nil,
-                 fence: LeaseGrant?, report: inout SweepReport) async throws {
+    func perform(
+        _ step: ChannelStep, apnsChannelID: String? = nil, error: String? = nil, nextAttemptAt: Date? = nil,
+        fence: LeaseGrant?, report: inout SweepReport
+    ) async throws {
         let channel = step.channel
         switch step.action {
         case .createChannel(let attempt):
@@ -56,20 +60,25 @@ final class ChannelRequests: Sendable {
         default:
             break
         }
-        try await channels.transition(channelID: channel.id, from: step.before, to: step.after, nextAttemptAt: nextAttemptAt,
-                                      apnsChannelID: apnsChannelID, error: error, fence: fence, now: databaseNow)
+        try await channels.transition(
+            channelID: channel.id, from: step.before, to: step.after, nextAttemptAt: nextAttemptAt,
+            apnsChannelID: apnsChannelID, error: error, fence: fence, now: databaseNow)
         switch step.action {
         case .flagLost:
             report.lost.append(channel.id)
             metrics.schedulerActions.increment(["lost"])
-            logger.error("APNs no longer knows the channel; event flagged channel_lost",
-                         ["channel": .int(channel.id), "event": .int(channel.eventID ?? 0), "apns_channel_id": .string(channel.apnsChannelID ?? ""),
-                          "reason": .string(error ?? "")])
+            logger.error(
+                "APNs no longer knows the channel; event flagged channel_lost",
+                [
+                    "channel": .int(channel.id), "event": .int(channel.eventID ?? 0), "apns_channel_id": .string(channel.apnsChannelID ?? ""),
+                    "reason": .string(error ?? ""),
+                ])
         case .flagCreateFailed:
             report.createsFailed.append(channel.id)
             metrics.schedulerActions.increment(["create_failed"])
-            logger.error("APNs refused to create the channel; an operator must act (marquee channel recreate)",
-                         ["channel": .int(channel.id), "event": .int(channel.eventID ?? 0), "reason": .string(error ?? "")])
+            logger.error(
+                "APNs refused to create the channel; an operator must act (marquee channel recreate)",
+                ["channel": .int(channel.id), "event": .int(channel.eventID ?? 0), "reason": .string(error ?? "")])
         case .reconcile:
             report.createsUnknown.append(channel.id)
             metrics.schedulerActions.increment(["create_unknown"])
@@ -81,8 +90,10 @@ final class ChannelRequests: Sendable {
     }
 
     /// Advances `channel` by `event` from the lifecycle read with it and performs the step.
-    func advance(_ channel: ChannelRecord, from before: ChannelLifecycle, by event: (inout ChannelLifecycle) throws -> ChannelLifecycle.Action,
-                 error: String? = nil, fence: LeaseGrant?, report: inout SweepReport) async throws {
+    func advance(
+        _ channel: ChannelRecord, from before: ChannelLifecycle, by event: (inout ChannelLifecycle) throws -> ChannelLifecycle.Action,
+        error: String? = nil, fence: LeaseGrant?, report: inout SweepReport
+    ) async throws {
         var after = before
         let action = try event(&after)
         try await perform(ChannelStep(channel: channel, before: before, after: after, action: action), error: error, fence: fence, report: &report)
@@ -131,8 +142,11 @@ final class ChannelRequests: Sendable {
             try await refuseForQuota(channel, state: before, app: appLabel, error: error.description, fence: fence, report: &report)
             return nil
         }
-        guard try await channels.transition(channelID: channel.id, from: before, to: step.after, inFlightTimeout: configuration.inFlightTimeout,
-                                            fence: fence, now: databaseNow) else { return nil }
+        guard
+            try await channels.transition(
+                channelID: channel.id, from: before, to: step.after, inFlightTimeout: configuration.inFlightTimeout,
+                fence: fence, now: databaseNow)
+        else { return nil }
         return AdmittedCreate(channel: channel, app: app, creating: step.after, attempt: attempt, inUse: inUse)
     }
 
@@ -171,56 +185,70 @@ final class ChannelRequests: Sendable {
         switch CreateAnswer(outcome, backoff: configuration.retryBackoff.delay(attempt: creating.attempt)) {
         case .opened(let id):
             let action = try next.createSucceeded()
-            try await perform(ChannelStep(channel: channel, before: creating, after: next, action: action), apnsChannelID: id, fence: fence,
-                              report: &report)
+            try await perform(
+                ChannelStep(channel: channel, before: creating, after: next, action: action), apnsChannelID: id, fence: fence,
+                report: &report)
             await parking.succeeded(app)
             report.opened.append(channel.id)
             metrics.schedulerActions.increment(["open"])
             logger.info("channel opened", ["channel": .int(channel.id), "event": .int(channel.eventID ?? 0), "apns_channel_id": .string(id)])
         case .quotaExhausted:
-            try await refuseForQuota(channel, state: creating, app: "\(app.bundleID)/\(app.environment)",
-                                     error: "channel quota exhausted: APNs refused to create a channel (CannotCreateChannelConfig) "
-                                         + "with \(admission.inUse) of \(configuration.quota.limit) channels counted here; "
-                                         + "delete ended channels or reconcile unknown ones before creating more",
-                                     fence: fence, report: &report)
+            try await refuseForQuota(
+                channel, state: creating, app: "\(app.bundleID)/\(app.environment)",
+                error: "channel quota exhausted: APNs refused to create a channel (CannotCreateChannelConfig) "
+                    + "with \(admission.inUse) of \(configuration.quota.limit) channels counted here; "
+                    + "delete ended channels or reconcile unknown ones before creating more",
+                fence: fence, report: &report)
         case .refusedForGood(let failure):
             let action = try next.createFailedPermanently()
-            try await perform(ChannelStep(channel: channel, before: creating, after: next, action: action), error: failure, fence: fence,
-                              report: &report)
+            try await perform(
+                ChannelStep(channel: channel, before: creating, after: next, action: action), error: failure, fence: fence,
+                report: &report)
         case .parkApp(let failure):
             // The app's key, not this create: it waits with the app's other work, and stays a retry.
             let park = try await parking.refused(app, failure: failure)
             let action = try next.createFailedRetryable()
-            try await perform(ChannelStep(channel: channel, before: creating, after: next, action: action), error: "\(failure)",
-                              nextAttemptAt: park.retryAt, fence: fence, report: &report)
+            try await perform(
+                ChannelStep(channel: channel, before: creating, after: next, action: action), error: "\(failure)",
+                nextAttemptAt: park.retryAt, fence: fence, report: &report)
             report.parked.append(channel.id)
         case .unknown(let failure):
             // Written and unanswered: APNs may have made the channel, so it is not created again before a reconcile tells.
             let action = try next.createTimedOut()
-            try await perform(ChannelStep(channel: channel, before: creating, after: next, action: action),
-                              error: "create unanswered: \(failure)", fence: fence, report: &report)
+            try await perform(
+                ChannelStep(channel: channel, before: creating, after: next, action: action),
+                error: "create unanswered: \(failure)", fence: fence, report: &report)
         case .retry(let failure, let delay):
             let action = try next.createFailedRetryable()
-            try await perform(ChannelStep(channel: channel, before: creating, after: next, action: action), error: failure,
-                              nextAttemptAt: clock.now.addingTimeInterval(delay), fence: fence, report: &report)
+            try await perform(
+                ChannelStep(channel: channel, before: creating, after: next, action: action), error: failure,
+                nextAttemptAt: clock.now.addingTimeInterval(delay), fence: fence, report: &report)
             report.createRetries.append(channel.id)
             metrics.retries.increment(["channel_create"])
-            logger.warning("channel create failed; retrying after backoff",
-                           ["channel": .int(channel.id), "reason": .string(failure), "retry_in_seconds": .double(delay)])
+            logger.warning(
+                "channel create failed; retrying after backoff",
+                ["channel": .int(channel.id), "reason": .string(failure), "retry_in_seconds": .double(delay)])
         }
     }
 
     /// Leaves the channel where it was (planned, or creating waiting for a retry) with the quota error.
-    private func refuseForQuota(_ channel: ChannelRecord, state: ChannelLifecycle, app: String, error: String, fence: LeaseGrant?,
-                                report: inout SweepReport) async throws {
+    private func refuseForQuota(
+        _ channel: ChannelRecord, state: ChannelLifecycle, app: String, error: String, fence: LeaseGrant?,
+        report: inout SweepReport
+    ) async throws {
         let retryAt: Date? = state.state == .creating ? clock.now.addingTimeInterval(configuration.quotaRetryDelay) : nil
-        try await channels.transition(channelID: channel.id, from: state, to: state, nextAttemptAt: retryAt, error: error,
-                                      fence: fence, now: databaseNow)
+        try await channels.transition(
+            channelID: channel.id, from: state, to: state, nextAttemptAt: retryAt, error: error,
+            fence: fence, now: databaseNow)
         report.quotaRefused.append(channel.id)
         metrics.quotaRefusals.increment([app])
         if channel.lastError != error {
-            logger.error("channel not created: quota", ["channel": .int(channel.id), "event": .int(channel.eventID ?? 0),
-                                                        "app": .string(app), "error": .string(error)])
+            logger.error(
+                "channel not created: quota",
+                [
+                    "channel": .int(channel.id), "event": .int(channel.eventID ?? 0),
+                    "app": .string(app), "error": .string(error),
+                ])
         }
     }
 
@@ -236,8 +264,11 @@ final class ChannelRequests: Sendable {
             report.parked.append(channel.id)
             return
         }
-        guard try await channels.transition(channelID: channel.id, from: before, to: deleting, inFlightTimeout: configuration.inFlightTimeout,
-                                            fence: fence, now: databaseNow) else { return }
+        guard
+            try await channels.transition(
+                channelID: channel.id, from: before, to: deleting, inFlightTimeout: configuration.inFlightTimeout,
+                fence: fence, now: databaseNow)
+        else { return }
         let outcome = await call("channel_delete") { try await apns.deleteChannel(app: app, channelID: apnsID) }
         try await record(outcome, kind: .channelDelete, appID: channel.appID, channelID: channel.id, firstAttempt: deleting.attempt)
         var next = deleting
@@ -251,17 +282,20 @@ final class ChannelRequests: Sendable {
         case .parkApp(let failure):
             let park = try await parking.refused(app, failure: failure)
             let action = try next.deleteFailed()
-            try await perform(ChannelStep(channel: channel, before: deleting, after: next, action: action), error: "\(failure)",
-                              nextAttemptAt: park.retryAt, fence: fence, report: &report)
+            try await perform(
+                ChannelStep(channel: channel, before: deleting, after: next, action: action), error: "\(failure)",
+                nextAttemptAt: park.retryAt, fence: fence, report: &report)
             report.parked.append(channel.id)
             return
         case .retry(let failure, let delay):
             let action = try next.deleteFailed()
-            try await perform(ChannelStep(channel: channel, before: deleting, after: next, action: action), error: failure,
-                              nextAttemptAt: clock.now.addingTimeInterval(delay), fence: fence, report: &report)
+            try await perform(
+                ChannelStep(channel: channel, before: deleting, after: next, action: action), error: failure,
+                nextAttemptAt: clock.now.addingTimeInterval(delay), fence: fence, report: &report)
             metrics.retries.increment(["channel_delete"])
-            logger.warning("channel delete failed; retrying after backoff",
-                           ["channel": .int(channel.id), "reason": .string(failure), "retry_in_seconds": .double(delay)])
+            logger.warning(
+                "channel delete failed; retrying after backoff",
+                ["channel": .int(channel.id), "reason": .string(failure), "retry_in_seconds": .double(delay)])
             return
         }
         try await perform(ChannelStep(channel: channel, before: deleting, after: next, action: gone), fence: fence, report: &report)
@@ -273,11 +307,15 @@ final class ChannelRequests: Sendable {
     /// Starts deleting an unknown channel (in Apple's list, never made here): it is driven from `deleting`
     /// with attempt 1 from then on.
     func deleteUnknown(_ channel: ChannelRecord, fence: LeaseGrant?, report: inout SweepReport) async throws -> Bool {
-        guard try await channels.beginDeletingUnknown(channelID: channel.id, inFlightTimeout: configuration.inFlightTimeout,
-                                                      fence: fence, now: databaseNow) else { return false }
+        guard
+            try await channels.beginDeletingUnknown(
+                channelID: channel.id, inFlightTimeout: configuration.inFlightTimeout,
+                fence: fence, now: databaseNow)
+        else { return false }
         let deleting = ChannelLifecycle(state: .deleting, attempt: 1)
-        try await delete(ChannelStep(channel: channel, before: deleting, after: deleting, action: .deleteChannel(attempt: 1)),
-                         fence: fence, report: &report)
+        try await delete(
+            ChannelStep(channel: channel, before: deleting, after: deleting, action: .deleteChannel(attempt: 1)),
+            fence: fence, report: &report)
         return true
     }
 
@@ -301,8 +339,10 @@ final class ChannelRequests: Sendable {
     func record(_ outcome: ChannelAPNsOutcome, kind: DeliveryKind, appID: Int, channelID: Int?, firstAttempt: Int) async throws {
         let attempts = outcome.attempts.isEmpty ? [ChannelAPNsAttempt(result: outcome.result)] : outcome.attempts
         for (index, attempt) in attempts.enumerated() {
-            try await deliveries.insert(attempt.delivery(appID: appID, kind: kind, channelID: channelID,
-                                                         attempt: max(1, firstAttempt) + index))
+            try await deliveries.insert(
+                attempt.delivery(
+                    appID: appID, kind: kind, channelID: channelID,
+                    attempt: max(1, firstAttempt) + index))
         }
     }
 

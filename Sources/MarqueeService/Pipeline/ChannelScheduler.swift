@@ -36,9 +36,11 @@ public final class ChannelScheduler: Service {
     /// Wakes dispatchers after the scheduler queues an end.
     private let notifier: OutboxNotifier?
 
-    public init(pool: PostgresPool, apns: any BroadcastChannelAPNs, catalog: any PipelineCatalog,
-                configuration: ChannelSchedulerConfiguration, metrics: PipelineMetrics, logger: Logger,
-                clock: any WallClock = SystemWallClock(), notifier: OutboxNotifier? = nil, parking: CredentialsParking? = nil) {
+    public init(
+        pool: PostgresPool, apns: any BroadcastChannelAPNs, catalog: any PipelineCatalog,
+        configuration: ChannelSchedulerConfiguration, metrics: PipelineMetrics, logger: Logger,
+        clock: any WallClock = SystemWallClock(), notifier: OutboxNotifier? = nil, parking: CredentialsParking? = nil
+    ) {
         self.notifier = notifier
         self.pool = pool
         self.apns = apns
@@ -51,9 +53,10 @@ public final class ChannelScheduler: Service {
         leases = LeaderLeaseRepository(pool: pool)
         ingest = IngestRepository(pool: pool)
         events = EventRepository(pool: pool)
-        requests = ChannelRequests(configuration: configuration, pool: pool, apns: apns, catalog: catalog, metrics: metrics,
-                                   logger: self.logger, clock: clock,
-                                   parking: parking ?? CredentialsParking(pool: pool, metrics: metrics, logger: self.logger, clock: clock))
+        requests = ChannelRequests(
+            configuration: configuration, pool: pool, apns: apns, catalog: catalog, metrics: metrics,
+            logger: self.logger, clock: clock,
+            parking: parking ?? CredentialsParking(pool: pool, metrics: metrics, logger: self.logger, clock: clock))
     }
 
     /// True while this instance holds the lease.
@@ -97,7 +100,10 @@ public final class ChannelScheduler: Service {
                 await wakeup.wait(upTo: configuration.tickInterval)
             }
         }
-        if let held = grant.withLock({ grant -> LeaseGrant? in defer { grant = nil }; return grant }) {
+        if let held = grant.withLock({ grant -> LeaseGrant? in
+            defer { grant = nil }
+            return grant
+        }) {
             do {
                 try await leases.release(held)
                 logger.info("scheduler lease released", ["fencing": .int(Int(held.fencing))])
@@ -119,8 +125,9 @@ public final class ChannelScheduler: Service {
             }
             if next == nil {
                 // Free or expired: take it (a takeover raises the fencing number).
-                next = try await leases.acquire(name: configuration.leaseName, holder: configuration.instance,
-                                                duration: configuration.leaseDuration, now: databaseNow)
+                next = try await leases.acquire(
+                    name: configuration.leaseName, holder: configuration.instance,
+                    duration: configuration.leaseDuration, now: databaseNow)
                 if let next, next.fencing != current?.fencing {
                     logger.info("scheduler lease acquired; leading", ["fencing": .int(Int(next.fencing))])
                 }
@@ -153,8 +160,11 @@ public final class ChannelScheduler: Service {
             await retention().purge(hourly: reconcile)
             return report
         }
-        guard let fence = try await leases.acquire(name: configuration.leaseName, holder: configuration.instance,
-                                                   duration: configuration.leaseDuration, now: databaseNow) else {
+        guard
+            let fence = try await leases.acquire(
+                name: configuration.leaseName, holder: configuration.instance,
+                duration: configuration.leaseDuration, now: databaseNow)
+        else {
             throw ChannelSchedulerError.leaseHeldElsewhere(holder: try? await leases.current(name: configuration.leaseName)?.holder)
         }
         do {
@@ -171,8 +181,9 @@ public final class ChannelScheduler: Service {
     /// The retention purges, run while this instance leads (a service of its own in the daemon; `runOnce`
     /// runs one pass after its sweep).
     public func retention() -> RetentionService {
-        RetentionService(pool: pool, configuration: configuration, metrics: metrics, logger: logger, clock: clock,
-                         leads: { [weak self] in self?.isLeader ?? false })
+        RetentionService(
+            pool: pool, configuration: configuration, metrics: metrics, logger: logger, clock: clock,
+            leads: { [weak self] in self?.isLeader ?? false })
     }
 
     private func reconcileDue() -> Bool {
@@ -204,13 +215,16 @@ public final class ChannelScheduler: Service {
             let started = try await events.markStarted(limit: configuration.batchLimit, fence: fence, now: databaseNow)
             report.eventsStarted += started
             if !started.isEmpty { metrics.schedulerActions.increment(["start"], by: Double(started.count)) }
-            let read = try await channels.dueWork(leadTime: configuration.leadTime, deleteDelay: configuration.deleteDelay,
-                                                  endGrace: configuration.endGrace, now: databaseNow, limit: configuration.batchLimit)
+            let read = try await channels.dueWork(
+                leadTime: configuration.leadTime, deleteDelay: configuration.deleteDelay,
+                endGrace: configuration.endGrace, now: databaseNow, limit: configuration.batchLimit)
             let work = read.excluding(handled)
             guard report.rounds == 0 || !started.isEmpty || !work.isEmpty else { break }
             report.rounds += 1
-            handled.formUnion(try await sweepRound(work, fence: fence, deleteUnknown: deleteUnknown, reconciled: &reconciled,
-                                                   report: &report))
+            handled.formUnion(
+                try await sweepRound(
+                    work, fence: fence, deleteUnknown: deleteUnknown, reconciled: &reconciled,
+                    report: &report))
             guard read.fills(limit: configuration.batchLimit) || started.count >= configuration.batchLimit else { break }
             guard let renewed = try await leases.renew(fence, duration: configuration.leaseDuration, now: databaseNow) else {
                 throw PipelineError.leaseNotHeld(name: fence.name)
@@ -230,8 +244,10 @@ public final class ChannelScheduler: Service {
 
     /// One round of a sweep: performs what the planner makes of one read of due work. Returns the items it
     /// handled (the work's, and the channels it planned).
-    private func sweepRound(_ work: SchedulerWork, fence: LeaseGrant, deleteUnknown: Bool, reconciled: inout Set<Int>,
-                            report: inout SweepReport) async throws -> Set<SchedulerWork.Item> {
+    private func sweepRound(
+        _ work: SchedulerWork, fence: LeaseGrant, deleteUnknown: Bool, reconciled: inout Set<Int>,
+        report: inout SweepReport
+    ) async throws -> Set<SchedulerWork.Item> {
         var plan = SweepPlanner.plan(work)
         for event in plan.eventsToEnd {
             try await requests.isolated("end event", event.id) { try await end(event, fence: fence, report: &report) }
@@ -240,8 +256,9 @@ public final class ChannelScheduler: Service {
             try await requests.isolated("end event without a channel", event.id) {
                 guard try await events.endWithoutChannel(eventID: event.id) else { return }
                 report.eventsEnded.append(event.id)
-                logger.warning("event ended with no channel to carry the end; its pending updates are unsent",
-                               ["event": .int(event.id), "external_id": .string(event.externalID)])
+                logger.warning(
+                    "event ended with no channel to carry the end; its pending updates are unsent",
+                    ["event": .int(event.id), "external_id": .string(event.externalID)])
             }
         }
         var planned: [ChannelRecord] = []
@@ -294,11 +311,13 @@ public final class ChannelScheduler: Service {
     /// it on the open channel); an event without a channel able to carry it is ended at once.
     private func end(_ event: EventRecord, fence: LeaseGrant, report: inout SweepReport) async throws {
         let now = clock.now
-        let draft = UpdateDraft(action: .end, dismissalDate: configuration.automaticEndDismissal.map { now.addingTimeInterval($0) },
-                                occurredAt: now, urgent: true)
+        let draft = UpdateDraft(
+            action: .end, dismissalDate: configuration.automaticEndDismissal.map { now.addingTimeInterval($0) },
+            occurredAt: now, urgent: true)
         do {
-            _ = try await ingest.ingest(eventID: event.id, draft, contentState: { $0.latestState ?? [:] },
-                                        response: { _ in StoredResponse(status: 202, body: Data()) })
+            _ = try await ingest.ingest(
+                eventID: event.id, draft, contentState: { $0.latestState ?? [:] },
+                response: { _ in StoredResponse(status: 202, body: Data()) })
         } catch PipelineError.eventClosed {
             return
         }

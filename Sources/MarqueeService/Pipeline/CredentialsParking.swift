@@ -20,8 +20,10 @@ public final class CredentialsParking: Sendable {
     /// The parks as known here; `changes` counts the ones made here, so a read started before one is not stored over it.
     private let view = Mutex<(parks: [Int: CredentialsPark], readAt: ContinuousClock.Instant?, changes: Int)>(([:], nil, 0))
 
-    public init(pool: PostgresPool, policy: CredentialsParkPolicy = CredentialsParkPolicy(), metrics: PipelineMetrics, logger: Logger,
-                clock: any WallClock = SystemWallClock(), refreshInterval: Duration = .seconds(2)) {
+    public init(
+        pool: PostgresPool, policy: CredentialsParkPolicy = CredentialsParkPolicy(), metrics: PipelineMetrics, logger: Logger,
+        clock: any WallClock = SystemWallClock(), refreshInterval: Duration = .seconds(2)
+    ) {
         self.policy = policy
         repository = CredentialsParkRepository(pool: pool)
         self.metrics = metrics
@@ -62,8 +64,9 @@ public final class CredentialsParking: Sendable {
 
     /// Records that APNs refused the app's credentials (`APNsResult.credentialsFault`); returns its park.
     public func refused(_ app: PipelineApp, failure: APNsFailure) async throws -> CredentialsPark {
-        let park = try await repository.recordRefusal(appID: app.id, reason: failure.reason?.text ?? "HTTP \(failure.status ?? 403)",
-                                                      now: clock.now, policy: policy)
+        let park = try await repository.recordRefusal(
+            appID: app.id, reason: failure.reason?.text ?? "HTTP \(failure.status ?? 403)",
+            now: clock.now, policy: policy)
         let earlier = view.withLock { view in
             defer {
                 view.parks[app.id] = park
@@ -74,9 +77,12 @@ public final class CredentialsParking: Sendable {
         metrics.credentialsParked.set(1, [Self.label(app)])
         if earlier?.strikes != park.strikes {
             metrics.credentialsRefusals.increment([Self.label(app)])
-            logger.error("APNs refused the app's credentials; its work is parked until they are fixed",
-                         ["app": .string(Self.label(app)), "reason": .string(park.reason), "strikes": .int(park.strikes),
-                          "retry_at": .string(park.retryAt.ISO8601Format())])
+            logger.error(
+                "APNs refused the app's credentials; its work is parked until they are fixed",
+                [
+                    "app": .string(Self.label(app)), "reason": .string(park.reason), "strikes": .int(park.strikes),
+                    "retry_at": .string(park.retryAt.ISO8601Format()),
+                ])
         }
         return park
     }
@@ -93,8 +99,12 @@ public final class CredentialsParking: Sendable {
             metrics.credentialsParked.set(0, [Self.label(app)])
             logger.notice("APNs accepted the app's credentials again; its work goes on", ["app": .string(Self.label(app))])
         } catch {
-            logger.warning("credentials park not cleared; the next success tries again", ["app": .string(Self.label(app)),
-                                                                                         "error": .string("\(error)")])
+            logger.warning(
+                "credentials park not cleared; the next success tries again",
+                [
+                    "app": .string(Self.label(app)),
+                    "error": .string("\(error)"),
+                ])
         }
     }
 

@@ -31,7 +31,8 @@ struct DueSchedule: Sendable {
     mutating func insert(_ time: Instant) -> Bool {
         let steps = max(0, ((time - origin) / step).rounded(.up))
         let rounded = origin + step * steps
-        var low = 0, high = times.count
+        var low = 0
+        var high = times.count
         while low < high {
             let middle = (low + high) / 2
             if times[middle] < rounded { low = middle + 1 } else { high = middle }

@@ -21,7 +21,8 @@ struct EndWithoutChannel: Sendable {
         if let current, let lifecycle = current.lifecycle {
             var ended = lifecycle
             guard (try? ended.endRequested()) == ChannelLifecycle.Action.nothing, ended.state == .deleted,
-                  try await channels.transition(channelID: current.id, from: lifecycle, to: ended, fence: fence, now: now) else { return false }
+                try await channels.transition(channelID: current.id, from: lifecycle, to: ended, fence: fence, now: now)
+            else { return false }
         }
         return try await events.endWithoutChannel(eventID: eventID)
     }

@@ -36,8 +36,10 @@ public final class InstanceHeartbeat: Sendable {
     /// Successful renewals so far (tests and logs).
     private let renewals = Atomic<Int>(0)
 
-    public init(instance: String, database: PostgresConfiguration, configuration: InstanceHeartbeatConfiguration = .init(),
-                logger: Logger) {
+    public init(
+        instance: String, database: PostgresConfiguration, configuration: InstanceHeartbeatConfiguration = .init(),
+        logger: Logger
+    ) {
         self.instance = instance
         self.database = database
         self.configuration = configuration
@@ -59,7 +61,12 @@ public final class InstanceHeartbeat: Sendable {
 
     /// Stops renewing and lapses the row (what this instance still claims is free at once).
     public func stop() async {
-        guard let task = loop.withLock({ task in defer { task = nil }; return task }) else { return }
+        guard
+            let task = loop.withLock({ task in
+                defer { task = nil }
+                return task
+            })
+        else { return }
         task.cancel()
         await task.value
     }
@@ -90,8 +97,12 @@ public final class InstanceHeartbeat: Sendable {
             try await repository.lapse(instance: instance, on: last)
             logger.info("heartbeat stopped; what this instance claimed is free to others", ["instance": .string(instance)])
         } catch {
-            logger.warning("heartbeat not lapsed; it runs out on its own", ["error": .string("\(error)"),
-                                                                            "ttl_seconds": .double(configuration.ttl)])
+            logger.warning(
+                "heartbeat not lapsed; it runs out on its own",
+                [
+                    "error": .string("\(error)"),
+                    "ttl_seconds": .double(configuration.ttl),
+                ])
         }
     }
 

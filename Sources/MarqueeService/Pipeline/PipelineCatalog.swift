@@ -29,16 +29,18 @@ public final class PostgresPipelineCatalog: PipelineCatalog {
     public func app(id: Int) async throws -> PipelineApp? {
         if let app = cache.withLock({ $0.apps[id] }) { return app }
         guard let row = try await pool.query("SELECT id, bundle_id, environment FROM apps WHERE id = \(id)").first else { return nil }
-        let app = PipelineApp(id: try row.decode(Int.self, column: "id"), bundleID: try row.decode(String.self, column: "bundle_id"),
-                              environment: try row.decode(String.self, column: "environment"))
+        let app = PipelineApp(
+            id: try row.decode(Int.self, column: "id"), bundleID: try row.decode(String.self, column: "bundle_id"),
+            environment: try row.decode(String.self, column: "environment"))
         cache.withLock { $0.apps[id] = app }
         return app
     }
 
     public func apps() async throws -> [PipelineApp] {
         let apps = try await pool.query("SELECT id, bundle_id, environment FROM apps ORDER BY id").map { row in
-            PipelineApp(id: try row.decode(Int.self, column: "id"), bundleID: try row.decode(String.self, column: "bundle_id"),
-                        environment: try row.decode(String.self, column: "environment"))
+            PipelineApp(
+                id: try row.decode(Int.self, column: "id"), bundleID: try row.decode(String.self, column: "bundle_id"),
+                environment: try row.decode(String.self, column: "environment"))
         }
         cache.withLock { cache in for app in apps { cache.apps[app.id] = app } }
         return apps
@@ -46,9 +48,13 @@ public final class PostgresPipelineCatalog: PipelineCatalog {
 
     public func contentStateSchema(attributeTypeID: Int) async throws -> ObjectSchema? {
         if let cached = cache.withLock({ $0.schemas[attributeTypeID] }) { return cached }
-        guard let row = try await pool.query("""
-            SELECT content_state_schema FROM attribute_types WHERE id = \(attributeTypeID)
-            """).first else { return nil }
+        guard
+            let row = try await pool.query(
+                """
+                SELECT content_state_schema FROM attribute_types WHERE id = \(attributeTypeID)
+                """
+            ).first
+        else { return nil }
         // Field order does not matter for significance, so the jsonb column serves (it sorts keys).
         let json = try JSONValue(parsing: try row.decode(PostgresJSON.self, column: "content_state_schema").text)
         let schema = try ObjectSchema(json: json)

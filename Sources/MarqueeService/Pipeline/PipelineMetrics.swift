@@ -50,7 +50,8 @@ public struct PipelineMetrics: Sendable {
         priorityDowngrades = registry.counter(
             "marquee_priority_downgrades_total", help: "Broadcasts sent at priority 5 because the channel's priority-10 budget was spent")
         apnsAnswers = registry.counter("marquee_apns_answers_total", help: "APNs answers by operation and reason", labels: ["operation", "reason"])
-        retries = registry.counter("marquee_apns_retries_total", help: "Requests scheduled for a retry after a transient failure", labels: ["operation"])
+        retries = registry.counter(
+            "marquee_apns_retries_total", help: "Requests scheduled for a retry after a transient failure", labels: ["operation"])
         conflated = registry.counter("marquee_updates_conflated_total", help: "Pending updates recorded as conflated")
         claimsTakenOver = registry.counter(
             "marquee_claims_taken_over_total", help: "Outbox claims taken from a holder whose heartbeat or lease had lapsed")
@@ -62,15 +63,19 @@ public struct PipelineMetrics: Sendable {
         quotaRefusals = registry.counter("marquee_channel_quota_refusals_total", help: "Channel creates refused by the quota", labels: ["app"])
         unknownChannels = registry.gauge("marquee_channels_unknown", help: "Channels in Apple's list Marquee did not make", labels: ["app"])
         schedulerActions = registry.counter("marquee_scheduler_actions_total", help: "Channel scheduler actions", labels: ["action"])
-        credentialsParked = registry.gauge("marquee_app_credentials_parked",
-                                           help: "1 while APNs refuses the app's credentials and its work waits", labels: ["app"])
-        installationsByState = registry.gauge("marquee_installations", help: "Registered installations by app id and state (sampled by the leader)",
-                                              labels: ["app", "state"])
-        tokenInvalidations = registry.gauge("marquee_token_invalidations",
-                                            help: "Recorded APNs refusals of device tokens by app id, reason and outcome (sampled by the leader)",
-                                            labels: ["app", "reason", "outcome"])
-        credentialsRefusals = registry.counter("marquee_app_credentials_refusals_total",
-                                               help: "Refusals of an app's credentials that parked (or parked again) its work", labels: ["app"])
+        credentialsParked = registry.gauge(
+            "marquee_app_credentials_parked",
+            help: "1 while APNs refuses the app's credentials and its work waits", labels: ["app"])
+        installationsByState = registry.gauge(
+            "marquee_installations", help: "Registered installations by app id and state (sampled by the leader)",
+            labels: ["app", "state"])
+        tokenInvalidations = registry.gauge(
+            "marquee_token_invalidations",
+            help: "Recorded APNs refusals of device tokens by app id, reason and outcome (sampled by the leader)",
+            labels: ["app", "reason", "outcome"])
+        credentialsRefusals = registry.counter(
+            "marquee_app_credentials_refusals_total",
+            help: "Refusals of an app's credentials that parked (or parked again) its work", labels: ["app"])
     }
 
     /// Sets the registry's gauges: installations by app and state (`disabled`, `no_token`, `refused`,
@@ -99,8 +104,10 @@ public struct PipelineMetrics: Sendable {
             for (state, count) in app.channelsByState { byState[["\(app.bundleID)/\(app.environment)", state]] = Double(count) }
         }
         channelsByState.replaceAll(byState)
-        credentialsParked.replaceAll(Dictionary(uniqueKeysWithValues: status.apps.map { app in
-            (["\(app.bundleID)/\(app.environment)"], app.credentialsPark == nil ? 0 : 1)
-        }))
+        credentialsParked.replaceAll(
+            Dictionary(
+                uniqueKeysWithValues: status.apps.map { app in
+                    (["\(app.bundleID)/\(app.environment)"], app.credentialsPark == nil ? 0 : 1)
+                }))
     }
 }

@@ -21,8 +21,10 @@ public final class RetentionService: Service {
     private let leads: @Sendable () -> Bool
 
     /// `leads` says whether this instance leads the scheduler now.
-    public init(pool: PostgresPool, configuration: ChannelSchedulerConfiguration, metrics: PipelineMetrics, logger: Logger, clock: any WallClock,
-         leads: @escaping @Sendable () -> Bool) {
+    public init(
+        pool: PostgresPool, configuration: ChannelSchedulerConfiguration, metrics: PipelineMetrics, logger: Logger, clock: any WallClock,
+        leads: @escaping @Sendable () -> Bool
+    ) {
         self.pool = pool
         self.configuration = configuration
         self.metrics = metrics
@@ -33,7 +35,10 @@ public final class RetentionService: Service {
 
     public func run(until shutdown: ShutdownSignal) async throws {
         let wakeup = Wakeup()
-        let bridge = Task { await shutdown.wait(); wakeup.signal() }
+        let bridge = Task {
+            await shutdown.wait()
+            wakeup.signal()
+        }
         defer { bridge.cancel() }
         var lastHourly: Date?
         var lastSample: Date?

@@ -57,8 +57,10 @@ enum SweepPlanner {
     }
 
     /// Each channel's step for `event`; a step whose action is `.nothing` needs no request and is left out.
-    private static func steps(_ channels: [ChannelRecord], _ event: ChannelLifecycle.Event,
-                              into skipped: inout [(channel: ChannelRecord, error: ChannelLifecycleError)]) -> [ChannelStep] {
+    private static func steps(
+        _ channels: [ChannelRecord], _ event: ChannelLifecycle.Event,
+        into skipped: inout [(channel: ChannelRecord, error: ChannelLifecycleError)]
+    ) -> [ChannelStep] {
         channels.compactMap { channel -> ChannelStep? in
             guard let before = channel.lifecycle else { return nil }  // unknown channels have no lifecycle
             var after = before
@@ -124,8 +126,9 @@ enum DeleteAnswer: Sendable, Equatable {
         case .rejected(let refusal) where refusal.reason == .channelNotRegistered: self = .notRegistered
         case .credentialsFault(let refusal): self = .parkApp(refusal)
         default:
-            self = .retry(outcome.failure.map { "\($0)" } ?? "unknown",
-                          after: max(backoff, TimeInterval(outcome.failure?.retryAfterSeconds ?? 0)))
+            self = .retry(
+                outcome.failure.map { "\($0)" } ?? "unknown",
+                after: max(backoff, TimeInterval(outcome.failure?.retryAfterSeconds ?? 0)))
         }
     }
 }

@@ -42,8 +42,9 @@ public struct AttributeTypeRoutes: APIRoutes {
             case .created(let stored): return .json(Self.json(stored), status: 201)
             case .unchanged(let stored): return .json(Self.json(stored), status: 200)
             case .conflict:
-                throw APIError.conflict("attribute type '\(type.name)' is registered with another schema; register the new shape under a new name",
-                                        field: "name")
+                throw APIError.conflict(
+                    "attribute type '\(type.name)' is registered with another schema; register the new shape under a new name",
+                    field: "name")
             }
         }
         table.add("GET", "/v1/attribute-types", access: .anyKey) { [types] request in

@@ -32,9 +32,10 @@ public struct ChannelRoutes: APIRoutes {
         let operate = Operator(timeout: adminTimeout)
         table.add("GET", "/v1/channels", access: .scope(.admin)) { [channels] request in
             let query = request.query
-            let list = try await channels.list(appID: try query.integer("app"), state: try query.choice("state"),
-                                               eventID: try query.integer("event"),
-                                               limit: try query.integer("limit", in: 1...500) ?? 100)
+            let list = try await channels.list(
+                appID: try query.integer("app"), state: try query.choice("state"),
+                eventID: try query.integer("event"),
+                limit: try query.integer("limit", in: 1...500) ?? 100)
             return .json(["channels": .array(list.map(EventRoutes.json))])
         }
         table.add("GET", "/v1/channels/{id}", access: .scope(.admin)) { [channels, deliveries] request in
@@ -59,16 +60,24 @@ public struct ChannelRoutes: APIRoutes {
             let deleteUnknown = try body.optionalBool("deleteUnknown") ?? false
             if dryRun {
                 let previews = try await operate { try await scheduler.reconcilePreview() }
-                return .json(["apps": .array(previews.map { preview in
-                    Self.reconcileJSON(app: preview.appID, unrecorded: preview.unrecorded, unknown: preview.unknown,
-                                       missing: preview.missing, resurrected: preview.resurrected, deleted: [])
-                })])
+                return .json([
+                    "apps": .array(
+                        previews.map { preview in
+                            Self.reconcileJSON(
+                                app: preview.appID, unrecorded: preview.unrecorded, unknown: preview.unknown,
+                                missing: preview.missing, resurrected: preview.resurrected, deleted: [])
+                        })
+                ])
             }
             let report = try await operate { try await scheduler.runOnce(reconcile: true, deleteUnknown: deleteUnknown ? true : nil) }
-            return .json(["apps": .array(report.reconciled.map { app in
-                Self.reconcileJSON(app: app.appID, unrecorded: app.recorded, unknown: app.unknown, missing: app.missing,
-                                   resurrected: app.resurrected, deleted: app.deleted)
-            }), "sweep": Self.json(report)])
+            return .json([
+                "apps": .array(
+                    report.reconciled.map { app in
+                        Self.reconcileJSON(
+                            app: app.appID, unrecorded: app.recorded, unknown: app.unknown, missing: app.missing,
+                            resurrected: app.resurrected, deleted: app.deleted)
+                    }), "sweep": Self.json(report),
+            ])
         }
         table.add("POST", "/v1/channels/sweep", access: .scope(.admin)) { [scheduler, operate] _ in
             .json(Self.json(try await operate { try await scheduler.runOnce() }))
@@ -77,24 +86,33 @@ public struct ChannelRoutes: APIRoutes {
             let current = try await status.status()
             let quota = scheduler.configuration.quota.limit
             return .json([
-                "apps": .array(current.apps.map { app in
-                    ["app": .int(Int64(app.appID)), "bundleId": .string(app.bundleID), "environment": .string(app.environment),
-                     "quota": .int(Int64(quota)), "inUse": .int(Int64(app.quotaInUse)),
-                     "channelsByState": .object(app.channelsByState.sorted { $0.key < $1.key }.reduce(into: JSONObject()) {
-                         $0[$1.key] = .int(Int64($1.value))
-                     }),
-                     "credentialsFault": app.credentialsPark.map { park -> JSONValue in
-                         ["reason": .string(park.reason), "since": EventRoutes.json(park.since), "strikes": .int(Int64(park.strikes)),
-                          "retryAt": EventRoutes.json(park.retryAt), "lastRefusedAt": EventRoutes.json(park.lastAt)]
-                     } ?? .null]
-                }),
+                "apps": .array(
+                    current.apps.map { app in
+                        [
+                            "app": .int(Int64(app.appID)), "bundleId": .string(app.bundleID), "environment": .string(app.environment),
+                            "quota": .int(Int64(quota)), "inUse": .int(Int64(app.quotaInUse)),
+                            "channelsByState": .object(
+                                app.channelsByState.sorted { $0.key < $1.key }.reduce(into: JSONObject()) {
+                                    $0[$1.key] = .int(Int64($1.value))
+                                }),
+                            "credentialsFault": app.credentialsPark.map { park -> JSONValue in
+                                [
+                                    "reason": .string(park.reason), "since": EventRoutes.json(park.since), "strikes": .int(Int64(park.strikes)),
+                                    "retryAt": EventRoutes.json(park.retryAt), "lastRefusedAt": EventRoutes.json(park.lastAt),
+                                ]
+                            } ?? .null,
+                        ]
+                    }),
                 "outboxBacklog": .int(Int64(current.outboxBacklog)),
                 "oldestOutboxAgeSeconds": current.oldestOutboxAge.map(JSONValue.double) ?? .null,
-                "lostChannels": .array(current.lostChannels.map { lost in
-                    ["event": .int(Int64(lost.eventID)), "app": .int(Int64(lost.appID)), "externalId": .string(lost.externalID),
-                     "channel": Self.optional(lost.channelID), "apnsChannelId": lost.apnsChannelID.map(JSONValue.string) ?? .null,
-                     "lastError": lost.lastError.map(JSONValue.string) ?? .null]
-                }),
+                "lostChannels": .array(
+                    current.lostChannels.map { lost in
+                        [
+                            "event": .int(Int64(lost.eventID)), "app": .int(Int64(lost.appID)), "externalId": .string(lost.externalID),
+                            "channel": Self.optional(lost.channelID), "apnsChannelId": lost.apnsChannelID.map(JSONValue.string) ?? .null,
+                            "lastError": lost.lastError.map(JSONValue.string) ?? .null,
+                        ]
+                    }),
                 "lastErrors": .array(current.lastErrors.map(Self.json)),
             ])
         }
@@ -114,8 +132,9 @@ public struct ChannelRoutes: APIRoutes {
                 outcome = .failure(error)
             }
             if deadline.cutShort {
-                throw APIError.apnsTimeout("APNs did not answer within \(timeout.components.seconds) s (serve --admin-timeout); "
-                    + "what was done is recorded and the scheduler retries the rest")
+                throw APIError.apnsTimeout(
+                    "APNs did not answer within \(timeout.components.seconds) s (serve --admin-timeout); "
+                        + "what was done is recorded and the scheduler retries the rest")
             }
             do {
                 return try outcome.get()
@@ -138,10 +157,14 @@ public struct ChannelRoutes: APIRoutes {
     }
 
     /// One app's reconcile, the same shape for a dry run (what it would do) and a real one (what it did).
-    private static func reconcileJSON(app: Int, unrecorded: [String], unknown: [String], missing: [Int], resurrected: [Int],
-                                      deleted: [String]) -> JSONValue {
-        ["app": .int(Int64(app)), "unrecorded": .array(unrecorded.map(JSONValue.string)), "unknown": .array(unknown.map(JSONValue.string)),
-         "missing": ids(missing), "resurrected": ids(resurrected), "deleted": .array(deleted.map(JSONValue.string))]
+    private static func reconcileJSON(
+        app: Int, unrecorded: [String], unknown: [String], missing: [Int], resurrected: [Int],
+        deleted: [String]
+    ) -> JSONValue {
+        [
+            "app": .int(Int64(app)), "unrecorded": .array(unrecorded.map(JSONValue.string)), "unknown": .array(unknown.map(JSONValue.string)),
+            "missing": ids(missing), "resurrected": ids(resurrected), "deleted": .array(deleted.map(JSONValue.string)),
+        ]
     }
 
     private static func ids(_ ids: [Int]) -> JSONValue { .array(ids.map { .int(Int64($0)) }) }

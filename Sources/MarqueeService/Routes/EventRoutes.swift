@@ -30,8 +30,10 @@ public struct EventRoutes: APIRoutes {
 
     /// `pacing`: the dispatcher's one broadcast per channel per interval (seconds), so a queued update is
     /// due when its channel may broadcast (nil: at once; the dispatcher's claim paces it then).
-    public init(pool: PostgresPool, types: AttributeTypeCatalog, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
-                maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew) {
+    public init(
+        pool: PostgresPool, types: AttributeTypeCatalog, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
+        maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew
+    ) {
         events = EventRepository(pool: pool)
         channels = ChannelRepository(pool: pool)
         ingest = IngestRepository(pool: pool, pacing: pacing)
@@ -65,8 +67,9 @@ public struct EventRoutes: APIRoutes {
         let typeName = try body.string("attributeType")
         guard let stored = try await types.find(name: typeName, appID: appID) else {
             if try await apps.find(id: appID) == nil { throw APIError.validation("no app with id \(appID)", field: "app") }
-            throw APIError.validation("app \(appID) has no attribute type '\(typeName)'; register it with POST /v1/attribute-types",
-                                      field: "attributeType")
+            throw APIError.validation(
+                "app \(appID) has no attribute type '\(typeName)'; register it with POST /v1/attribute-types",
+                field: "attributeType")
         }
         var rawAttributes = body.optional("attributes") ?? [:]
         if let key = stored.type.eventKey, case .object(var object) = rawAttributes {
@@ -74,8 +77,10 @@ public struct EventRoutes: APIRoutes {
             switch object[key] {
             case nil, .some(.null): object[key] = .string(externalID)
             case .some(.string(externalID)): break
-            case .some: throw APIError.validation("the event key attribute holds the event's externalId '\(externalID)'; omit it or send that",
-                                                  field: "attributes.\(key)")
+            case .some:
+                throw APIError.validation(
+                    "the event key attribute holds the event's externalId '\(externalID)'; omit it or send that",
+                    field: "attributes.\(key)")
             }
             rawAttributes = .object(object)
         }
@@ -89,15 +94,17 @@ public struct EventRoutes: APIRoutes {
         let storagePolicy: MessageStoragePolicy = try body.choice("storagePolicy", default: .mostRecent)
         let topics = try Self.topics(body)
         do {
-            let event = try await events.create(NewEvent(
-                appID: appID, externalID: externalID, kind: kind, attributeTypeID: stored.id, attributes: attributes,
-                storagePolicy: storagePolicy, startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
-                initialStateAt: startsAt < Date() ? startsAt : nil))
+            let event = try await events.create(
+                NewEvent(
+                    appID: appID, externalID: externalID, kind: kind, attributeTypeID: stored.id, attributes: attributes,
+                    storagePolicy: storagePolicy, startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
+                    initialStateAt: startsAt < Date() ? startsAt : nil))
             typeOfEvent.remember(eventID: event.id, typeID: stored.id)
             return .json(Self.json(event, typeName: stored.type.name), status: 201)
         } catch PipelineError.externalIDTaken(let app, let external) {
-            throw APIError.conflict("app \(app) already has an event with external id '\(external)'; GET /v1/events?app=\(app) finds it",
-                                    field: "externalId")
+            throw APIError.conflict(
+                "app \(app) already has an event with external id '\(external)'; GET /v1/events?app=\(app) finds it",
+                field: "externalId")
         } catch PipelineError.invalidReference(let what) {
             throw APIError.validation("invalid reference: \(what)", field: "app")
         }
@@ -108,11 +115,13 @@ public struct EventRoutes: APIRoutes {
     private func list(_ request: APIRequest) async throws -> HTTPResponse {
         let query = request.query
         if let unknown = query.names.first(where: { !Self.listParameters.contains($0) }) {
-            throw APIError.validation("unknown query parameter; allowed: \(Self.listParameters.sorted().joined(separator: ", "))",
-                                      field: unknown)
+            throw APIError.validation(
+                "unknown query parameter; allowed: \(Self.listParameters.sorted().joined(separator: ", "))",
+                field: unknown)
         }
-        var filter = EventFilter(status: try query.choice("status"), kind: try query.choice("kind"), topic: query.text("topic"),
-                                 startsAfter: try query.date("startsAfter"), startsBefore: try query.date("startsBefore"))
+        var filter = EventFilter(
+            status: try query.choice("status"), kind: try query.choice("kind"), topic: query.text("topic"),
+            startsAfter: try query.date("startsAfter"), startsBefore: try query.date("startsBefore"))
         filter.appID = try query.integer("app")
         if let bound = request.key?.appID {
             if let app = filter.appID, app != bound { throw APIError.validation("this API key is limited to app \(bound)", field: "app") }
@@ -176,8 +185,9 @@ public struct EventRoutes: APIRoutes {
         do {
             _ = try payload.body(within: .ingest)
         } catch {
-            throw APIError(status: 422, code: "payload_too_large", message: "the update's APNs \(error.description)",
-                           field: "contentState")
+            throw APIError(
+                status: 422, code: "payload_too_large", message: "the update's APNs \(error.description)",
+                field: "contentState")
         }
     }
 
@@ -185,7 +195,9 @@ public struct EventRoutes: APIRoutes {
 
     private static func topics(_ body: JSONFields) throws(APIError) -> [String] {
         guard let value = body.optional("topics") else { return [] }
-        guard case .array(let items) = value else { throw APIError.validation("expected an array of strings, found \(value.typeName)", field: "topics") }
+        guard case .array(let items) = value else {
+            throw APIError.validation("expected an array of strings, found \(value.typeName)", field: "topics")
+        }
         var topics: [String] = []
         for (index, item) in items.enumerated() {
             guard let topic = item.stringValue, (1...200).contains(topic.count) else {

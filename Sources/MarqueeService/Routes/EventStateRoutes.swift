@@ -97,12 +97,14 @@ public struct EventStateRoutes: APIRoutes {
 
     private func requestChannel(for event: EventRecord) async throws -> HTTPResponse {
         guard !EventLifecycle.endingStates.contains(event.status) && !EventLifecycle.finalStates.contains(event.status) else {
-            throw APIError(status: 409, code: "event_closed", message: "event \(event.id) is \(event.status.rawValue); it gets no channel",
-                           field: nil)
+            throw APIError(
+                status: 409, code: "event_closed", message: "event \(event.id) is \(event.status.rawValue); it gets no channel",
+                field: nil)
         }
         if event.channelLost {
-            throw APIError(status: 409, code: "channel_lost",
-                           message: "APNs no longer knows event \(event.id)'s channel; an operator must recreate it", field: nil)
+            throw APIError(
+                status: 409, code: "channel_lost",
+                message: "APNs no longer knows event \(event.id)'s channel; an operator must recreate it", field: nil)
         }
         let current = try await channels.channels(eventID: event.id).first {
             if case .lifecycle(let state) = $0.state { return ChannelLifecycle.currentStates.contains(state) }
@@ -114,21 +116,24 @@ public struct EventStateRoutes: APIRoutes {
         let window = min(settings.audience.channelRequestWindow ?? leadTime, 86400)
         let ahead = event.startsAt.timeIntervalSince(now)
         guard ahead <= window else {
-            throw APIError.validation("event \(event.id) starts in \(Int(ahead)) s, further ahead than the channel request window of \(Int(window)) s; "
-                                      + "start the activity with pushType .token, or ask again later", field: "startsAt")
+            throw APIError.validation(
+                "event \(event.id) starts in \(Int(ahead)) s, further ahead than the channel request window of \(Int(window)) s; "
+                    + "start the activity with pushType .token, or ask again later", field: "startsAt")
         }
         let used = try await channels.quotaCount(appID: event.appID)
         guard used < settings.channelQuota else {
-            throw APIError(status: 409, code: "channel_quota",
-                           message: "app \(event.appID) holds \(used) of its \(settings.channelQuota) channels (--channel-quota)", field: nil)
+            throw APIError(
+                status: 409, code: "channel_quota",
+                message: "app \(event.appID) holds \(used) of its \(settings.channelQuota) channels (--channel-quota)", field: nil)
         }
         if ahead > leadTime {
             let allowed = Int((Double(settings.channelQuota) * settings.audience.channelRequestShare).rounded(.down))
             let early = try await channels.quotaCount(appID: event.appID, eventsStartingAfter: now.addingTimeInterval(leadTime))
             guard early < allowed else {
-                throw APIError(status: 409, code: "channel_quota",
-                               message: "channels opened before the lead time hold \(early) of the \(allowed) slots --channel-request-share allows",
-                               field: nil)
+                throw APIError(
+                    status: 409, code: "channel_quota",
+                    message: "channels opened before the lead time hold \(early) of the \(allowed) slots --channel-request-share allows",
+                    field: nil)
             }
         }
         let planned = try await channels.createPlanned(eventID: event.id)
@@ -142,9 +147,11 @@ public struct EventStateRoutes: APIRoutes {
             return .json(["apnsChannelId": .string(id), "channelState": .string(channel.state.rawValue)])
         }
         if case .lifecycle(.createFailed) = channel.state {
-            return APIError(status: 409, code: "channel_failed",
-                            message: "APNs refused the event's channel (\(channel.lastError ?? "no reason recorded")); an operator must act",
-                            field: nil).response
+            return APIError(
+                status: 409, code: "channel_failed",
+                message: "APNs refused the event's channel (\(channel.lastError ?? "no reason recorded")); an operator must act",
+                field: nil
+            ).response
         }
         var response = HTTPResponse.json(["apnsChannelId": .null, "channelState": .string(channel.state.rawValue)], status: 202)
         response.headers.add("retry-after", "\(Self.retryAfterSeconds)")

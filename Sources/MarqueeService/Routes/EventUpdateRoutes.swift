@@ -41,8 +41,9 @@ extension EventRoutes {
             throw APIError.validation("send contentState or contentStatePatch, not both", field: "contentStatePatch")
         }
         if action == .update, whole == nil, patch == nil {
-            throw APIError.validation("required: contentState (the whole state) or contentStatePatch (a JSON merge patch)",
-                                      field: "contentState")
+            throw APIError.validation(
+                "required: contentState (the whole state) or contentStatePatch (a JSON merge patch)",
+                field: "contentState")
         }
         let alert = try body.optional("alert").map(Self.alert)
         let staleDate = try body.optionalDate("staleDate")
@@ -52,9 +53,10 @@ extension EventRoutes {
         // Absent: the time of arrival under the event lock (IngestRepository), never superseded.
         let occurredAt = try body.optionalDate("occurredAt")
         if let occurredAt, occurredAt.timeIntervalSinceNow > maxClockSkew {
-            throw APIError.validation("is \(Int(occurredAt.timeIntervalSinceNow)) s ahead of the server's clock, more than the "
-                + "\(Int(maxClockSkew)) s allowed (serve --max-clock-skew): it would supersede every true update until then; "
-                + "check the feed's clock", field: "occurredAt")
+            throw APIError.validation(
+                "is \(Int(occurredAt.timeIntervalSinceNow)) s ahead of the server's clock, more than the "
+                    + "\(Int(maxClockSkew)) s allowed (serve --max-clock-skew): it would supersede every true update until then; "
+                    + "check the feed's clock", field: "occurredAt")
         }
         let dismissalDate = action == .end ? try body.optionalDate("dismissalDate") : nil
         let notBefore = action == .end ? try body.optionalDate("at") : nil
@@ -64,16 +66,19 @@ extension EventRoutes {
         let encodedWhole = try whole.map { value in
             try Self.validated { () throws(ValidationError) in try type.encodeContentState(value) }
         }
-        let draft = UpdateDraft(action: action, alert: alert?.json, staleDate: staleDate, dismissalDate: dismissalDate,
-                                relevanceScore: relevanceScore, priority: priority, occurredAt: occurredAt,
-                                apiKeyID: request.key?.databaseID, urgent: priority == .high || alert != nil, notBefore: notBefore,
-                                replacesEnd: replacesEnd)
+        let draft = UpdateDraft(
+            action: action, alert: alert?.json, staleDate: staleDate, dismissalDate: dismissalDate,
+            relevanceScore: relevanceScore, priority: priority, occurredAt: occurredAt,
+            apiKeyID: request.key?.databaseID, urgent: priority == .high || alert != nil, notBefore: notBefore,
+            replacesEnd: replacesEnd)
         let timestamp = Self.unixSeconds(Date())
         // The real payload must fit, so every accepted update can travel.
         func checked(_ state: JSONValue) throws -> JSONValue {
-            let payload: LiveActivityPayload = action == .end
-                ? .end(timestamp: timestamp, contentState: state, dismissalDate: dismissalDate, staleDate: staleDate,
-                       relevanceScore: relevanceScore, alert: alert)
+            let payload: LiveActivityPayload =
+                action == .end
+                ? .end(
+                    timestamp: timestamp, contentState: state, dismissalDate: dismissalDate, staleDate: staleDate,
+                    relevanceScore: relevanceScore, alert: alert)
                 : .update(timestamp: timestamp, contentState: state, staleDate: staleDate, relevanceScore: relevanceScore, alert: alert)
             try Self.checkSize(payload)
             return state
@@ -83,38 +88,46 @@ extension EventRoutes {
         let result: IngestResult
         do {
             if let encodedWhole {
-                result = try await ingest.ingest(eventID: eventID, draft, state: try checked(encodedWhole), appID: appID,
-                                                 idempotency: idempotency, response: answerOf)
+                result = try await ingest.ingest(
+                    eventID: eventID, draft, state: try checked(encodedWhole), appID: appID,
+                    idempotency: idempotency, response: answerOf)
             } else {
-                result = try await ingest.ingest(eventID: eventID, draft, appID: appID, idempotency: idempotency, contentState: { snapshot in
-                    if let patch {
-                        return try checked(try Self.validated { () throws(ValidationError) in
-                            try type.patchContentState(snapshot.latestState ?? [:], with: patch, at: ["contentStatePatch"])
-                        })
-                    }
-                    guard let latest = snapshot.latestState else {
-                        throw APIError.validation("the event has no content-state yet; send one", field: "contentState")
-                    }
-                    return try checked(latest)
-                }, response: answerOf)
+                result = try await ingest.ingest(
+                    eventID: eventID, draft, appID: appID, idempotency: idempotency,
+                    contentState: { snapshot in
+                        if let patch {
+                            return try checked(
+                                try Self.validated { () throws(ValidationError) in
+                                    try type.patchContentState(snapshot.latestState ?? [:], with: patch, at: ["contentStatePatch"])
+                                })
+                        }
+                        guard let latest = snapshot.latestState else {
+                            throw APIError.validation("the event has no content-state yet; send one", field: "contentState")
+                        }
+                        return try checked(latest)
+                    }, response: answerOf)
             }
         } catch PipelineError.eventNotFound {
             throw APIError.notFound("event \(eventID)")
         } catch PipelineError.eventClosed(_, let status) {
-            throw APIError.conflict(status == .ending
-                ? "event \(eventID) is ending and takes only another end"
-                : "event \(eventID) is \(status.rawValue) and takes no more updates", field: nil)
+            throw APIError.conflict(
+                status == .ending
+                    ? "event \(eventID) is ending and takes only another end"
+                    : "event \(eventID) is \(status.rawValue) and takes no more updates", field: nil)
         } catch PipelineError.endAlreadyAccepted {
-            throw APIError.conflict("event \(eventID) is ending already: an end was accepted; send \"replace\": true to "
-                + "replace it (its state, dismissal date and at)", field: "replace")
+            throw APIError.conflict(
+                "event \(eventID) is ending already: an end was accepted; send \"replace\": true to "
+                    + "replace it (its state, dismissal date and at)", field: "replace")
         } catch PipelineError.eventBusy {
-            throw APIError(status: 503, code: "event_busy",
-                           message: "other updates of event \(eventID) kept changing the state this patch applies to; retry",
-                           field: nil)
+            throw APIError(
+                status: 503, code: "event_busy",
+                message: "other updates of event \(eventID) kept changing the state this patch applies to; retry",
+                field: nil)
         } catch PipelineError.idempotencyKeyReused {
-            throw APIError(status: 422, code: "idempotency_key_reused",
-                           message: "this Idempotency-Key was used in the last 24 h with another request; use a new key",
-                           field: "idempotency-key")
+            throw APIError(
+                status: 422, code: "idempotency_key_reused",
+                message: "this Idempotency-Key was used in the last 24 h with another request; use a new key",
+                field: "idempotency-key")
         }
         if case .accepted(let update, _) = result, update.disposition == .pending {
             notifier?.committed(urgent: draft.urgent, dueIn: update.dueIn)
@@ -151,8 +164,9 @@ extension EventRoutes {
         let head = Array("\(request.http.method) \(request.http.path)\n".utf8)
         let value = request.body?.sortingKeys().jsonBytes ?? request.http.body
         // Keys stored before this hashed the bytes (they live 24 h): a retry of those still matches.
-        return IdempotencyRequest(apiKeyID: apiKeyID, key: key, requestHash: Data(SHA256.hash(head + value)),
-                                  earlierHashes: [Data(SHA256.hash(head + request.http.body))])
+        return IdempotencyRequest(
+            apiKeyID: apiKeyID, key: key, requestHash: Data(SHA256.hash(head + value)),
+            earlierHashes: [Data(SHA256.hash(head + request.http.body))])
     }
 
     /// An alert as the API takes it: `title` and `body` are a string or `{"locKey", "locArgs"}`; `sound` is optional.
@@ -187,7 +201,7 @@ extension EventRoutes {
                 "disposition": .string(update.disposition.rawValue),
                 "occurredAt": json(update.occurredAt),
                 "receivedAt": json(update.receivedAt),
-            ],
+            ]
         ]
     }
 }

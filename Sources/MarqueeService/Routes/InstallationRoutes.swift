@@ -23,8 +23,9 @@ public struct InstallationRoutes: APIRoutes {
         events = EventRepository(pool: pool)
         self.types = types
         self.settings = settings
-        registrations = metrics.counter("marquee_installation_registrations_total", help: "Installation registrations (PUT), by app and outcome",
-                                        labels: ["app", "outcome"])
+        registrations = metrics.counter(
+            "marquee_installation_registrations_total", help: "Installation registrations (PUT), by app and outcome",
+            labels: ["app", "outcome"])
     }
 
     public func register(in table: inout RouteTable) {
@@ -43,9 +44,11 @@ public struct InstallationRoutes: APIRoutes {
             try await installations.clearPushToStartToken(installation: id)
             return HTTPResponse(status: 204)
         }
-        for (method, template, change) in [("PUT", "/v1/installations/{id}/follows", InstallationRepository.FollowChange.replace),
-                                           ("POST", "/v1/installations/{id}/follows", .add),
-                                           ("POST", "/v1/installations/{id}/follows/remove", .remove)] {
+        for (method, template, change) in [
+            ("PUT", "/v1/installations/{id}/follows", InstallationRepository.FollowChange.replace),
+            ("POST", "/v1/installations/{id}/follows", .add),
+            ("POST", "/v1/installations/{id}/follows/remove", .remove),
+        ] {
             table.add(method, template, access: .scope(.tokens), takesBody: true) { [self] request in try await follows(request, change) }
         }
         table.add("PUT", "/v1/installations/{id}/activities/{activityId}", access: .scope(.tokens), takesBody: true) { [self] in
@@ -175,8 +178,10 @@ public struct InstallationRoutes: APIRoutes {
             guard case .array(let items) = value else { throw APIError.validation("expected an array, found \(value.typeName)", field: "events") }
             guard items.count <= limit else { throw APIError.validation("at most \(limit) events", field: "events") }
             for (index, item) in items.enumerated() {
-                references.append(try Self.eventReference(try JSONFields(item, at: JSONPath.root.appending(key: "events").appending(index: index)),
-                                                          field: "events[\(index)]"))
+                references.append(
+                    try Self.eventReference(
+                        try JSONFields(item, at: JSONPath.root.appending(key: "events").appending(index: index)),
+                        field: "events[\(index)]"))
             }
         }
         var topics: [String] = []
@@ -195,8 +200,9 @@ public struct InstallationRoutes: APIRoutes {
             let follows = try await installations.changeFollows(change, installation: id, appID: appID, events: references, topics: topics)
             return .json(["follows": Self.json(follows)])
         } catch AudienceError.tooManyFollows(let count, let limit) {
-            throw APIError.validation("\(count) follows; an installation follows at most \(limit) events and topics",
-                                      field: topics.isEmpty ? "events" : "topics")
+            throw APIError.validation(
+                "\(count) follows; an installation follows at most \(limit) events and topics",
+                field: topics.isEmpty ? "events" : "topics")
         } catch let error as AudienceError {
             throw Self.apiError(error)
         }
@@ -237,10 +243,11 @@ public struct InstallationRoutes: APIRoutes {
         default: break
         }
         let (id, appID) = try await find(request)
-        let event: EventRecord? = switch reference {
-        case .id(let eventID): try await events.get(id: eventID, appID: appID)
-        case .externalID(let external): try await events.get(appID: appID, externalID: external)
-        }
+        let event: EventRecord? =
+            switch reference {
+            case .id(let eventID): try await events.get(id: eventID, appID: appID)
+            case .externalID(let external): try await events.get(appID: appID, externalID: external)
+            }
         guard let event else {
             throw APIError.validation("the app has no event \(reference)", field: body.optional("event") == nil ? "externalId" : "event")
         }
@@ -263,11 +270,12 @@ public struct InstallationRoutes: APIRoutes {
         if let unknown = request.query.names.first(where: { $0 != "state" && $0 != "app" }) {
             throw APIError.validation("unknown query parameter; allowed: app, state", field: unknown)
         }
-        let event: ActivityLifecycle.Event = switch request.query.text("state") {
-        case nil, "ended": .ended
-        case "dismissed": .dismissed
-        default: throw APIError.validation("state is ended or dismissed", field: "state")
-        }
+        let event: ActivityLifecycle.Event =
+            switch request.query.text("state") {
+            case nil, "ended": .ended
+            case "dismissed": .dismissed
+            default: throw APIError.validation("state is ended or dismissed", field: "state")
+            }
         let (id, _) = try await find(request)
         do {
             return .json(Self.json(try await installations.endActivity(installation: id, activityID: activityID, event: event)))
@@ -283,17 +291,18 @@ public struct InstallationRoutes: APIRoutes {
 
     /// The API's view of an installation (`Installation` in the OpenAPI document).
     public static func json(_ record: InstallationRecord) -> JSONValue {
-        let token: JSONValue = record.pushToStartToken.map { token in
-            [
-                "prefix": shown(token.token),
-                "registeredAt": EventRoutes.json(token.registeredAt),
-                "seenAt": EventRoutes.json(token.seenAt),
-                "previousPrefix": token.previousToken.map(shown) ?? .null,
-                "previousUntil": EventRoutes.json(token.previousUntil),
-                "refusedReason": token.refusedReason.map(JSONValue.string) ?? .null,
-                "refusedAt": EventRoutes.json(token.refusedAt),
-            ]
-        } ?? .null
+        let token: JSONValue =
+            record.pushToStartToken.map { token in
+                [
+                    "prefix": shown(token.token),
+                    "registeredAt": EventRoutes.json(token.registeredAt),
+                    "seenAt": EventRoutes.json(token.seenAt),
+                    "previousPrefix": token.previousToken.map(shown) ?? .null,
+                    "previousUntil": EventRoutes.json(token.previousUntil),
+                    "refusedReason": token.refusedReason.map(JSONValue.string) ?? .null,
+                    "refusedAt": EventRoutes.json(token.refusedAt),
+                ]
+            } ?? .null
         return [
             "installationId": .string(record.installationID),
             "app": .int(Int64(record.appID)),

@@ -32,8 +32,9 @@ public struct SystemRoutes: APIRoutes {
         }
         table.add("GET", "/metrics", access: .open) { [metrics, processMetrics] _ in
             processMetrics.sample()
-            return HTTPResponse(status: 200, headers: ["content-type": "text/plain; version=0.0.4; charset=utf-8"],
-                                body: Array(metrics.render().utf8))
+            return HTTPResponse(
+                status: 200, headers: ["content-type": "text/plain; version=0.0.4; charset=utf-8"],
+                body: Array(metrics.render().utf8))
         }
         table.add("GET", "/openapi.json", access: .open) { _ in
             HTTPResponse(status: 200, headers: ["content-type": "application/json"], body: Array(OpenAPIDocument.text.utf8))

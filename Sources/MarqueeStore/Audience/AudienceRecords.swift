@@ -31,7 +31,8 @@ public enum AudienceError: Error, Equatable, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .installationNotFound(let id): "installation \(id) not found"
-        case .installationInSeveralApps(let id, let apps): "installation \(id) exists in apps \(apps.map(String.init).joined(separator: ", ")); pass ?app="
+        case .installationInSeveralApps(let id, let apps):
+            "installation \(id) exists in apps \(apps.map(String.init).joined(separator: ", ")); pass ?app="
         case .unknownEvent(let reference, _): "the app has no event \(reference)"
         case .tooManyFollows(let count, let limit): "\(count) follows; an installation follows at most \(limit) events and topics"
         case .activityEnded(let id, let state): "activity \(id) is \(state.rawValue); a new activity has a new id"
@@ -67,8 +68,10 @@ public struct InstallationRegistration: Sendable {
     public var frequentPushesEnabled: Bool?
     public var liveActivitiesEnabled: Bool?
 
-    public init(appID: Int, installationID: String, pushToStartToken: String? = nil, osVersion: String? = nil, appBuild: String? = nil,
-                locale: String? = nil, frequentPushesEnabled: Bool? = nil, liveActivitiesEnabled: Bool? = nil) {
+    public init(
+        appID: Int, installationID: String, pushToStartToken: String? = nil, osVersion: String? = nil, appBuild: String? = nil,
+        locale: String? = nil, frequentPushesEnabled: Bool? = nil, liveActivitiesEnabled: Bool? = nil
+    ) {
         self.appID = appID
         self.installationID = installationID
         self.pushToStartToken = pushToStartToken

@@ -43,13 +43,18 @@ public struct AudienceRepository: Sendable {
         for row in rows {
             let installation: Int = try row.decode(column: "installation")
             last = installation
-            guard try row.decode(Bool.self, column: "live_activities_enabled"), let token = try row.decode(String?.self, column: "push_to_start_token"),
-                  try row.decode(String?.self, column: "token_refused_reason") == nil else { continue }
-            let version: OSVersion? = if let major = try row.decode(Int?.self, column: "os_major") {
-                OSVersion(major: major, minor: try row.decode(column: "os_minor"), patch: try row.decode(column: "os_patch"))
-            } else { nil }
-            members.append(AudienceMember(installation: installation, installationID: try row.decode(column: "installation_id"),
-                                          pushToStartToken: token, osVersion: version))
+            guard try row.decode(Bool.self, column: "live_activities_enabled"),
+                let token = try row.decode(String?.self, column: "push_to_start_token"),
+                try row.decode(String?.self, column: "token_refused_reason") == nil
+            else { continue }
+            let version: OSVersion? =
+                if let major = try row.decode(Int?.self, column: "os_major") {
+                    OSVersion(major: major, minor: try row.decode(column: "os_minor"), patch: try row.decode(column: "os_patch"))
+                } else { nil }
+            members.append(
+                AudienceMember(
+                    installation: installation, installationID: try row.decode(column: "installation_id"),
+                    pushToStartToken: token, osVersion: version))
         }
         return AudiencePage(members: members, nextAfter: rows.count < limit ? nil : last)
     }
@@ -57,7 +62,8 @@ public struct AudienceRepository: Sendable {
     /// The registry's counts, for one app or all.
     public func stats(appID: Int?) async throws -> AudienceStats {
         var stats = AudienceStats()
-        for row in try await pool.query("""
+        for row in try await pool.query(
+            """
             SELECT i.app_id, i.os_major, i.live_activities_enabled AS enabled,
                    CASE WHEN i.push_to_start_token IS NULL THEN 'none' WHEN i.token_refused_reason IS NOT NULL THEN 'refused'
                         ELSE 'current' END AS token,
@@ -65,26 +71,34 @@ public struct AudienceRepository: Sendable {
             FROM installations i
             WHERE \(appID)::bigint IS NULL OR i.app_id = \(appID)
             GROUP BY 1, 2, 3, 4, 5
-            """) {
-            stats.installations.append(AudienceStats.InstallationGroup(
-                appID: try row.decode(column: "app_id"), osMajor: try row.decode(column: "os_major"), enabled: try row.decode(column: "enabled"),
-                token: try row.decode(column: "token"), follows: try row.decode(column: "follows"), count: try row.decode(column: "n")))
+            """)
+        {
+            stats.installations.append(
+                AudienceStats.InstallationGroup(
+                    appID: try row.decode(column: "app_id"), osMajor: try row.decode(column: "os_major"), enabled: try row.decode(column: "enabled"),
+                    token: try row.decode(column: "token"), follows: try row.decode(column: "follows"), count: try row.decode(column: "n")))
         }
-        for row in try await pool.query("""
+        for row in try await pool.query(
+            """
             SELECT app_id, state, push_type, count(*)::bigint AS n FROM activities
             WHERE \(appID)::bigint IS NULL OR app_id = \(appID) GROUP BY 1, 2, 3
-            """) {
-            stats.activities.append(AudienceStats.ActivityGroup(
-                appID: try row.decode(column: "app_id"), state: try row.decode(column: "state"), pushType: try row.decode(column: "push_type"),
-                count: try row.decode(column: "n")))
+            """)
+        {
+            stats.activities.append(
+                AudienceStats.ActivityGroup(
+                    appID: try row.decode(column: "app_id"), state: try row.decode(column: "state"), pushType: try row.decode(column: "push_type"),
+                    count: try row.decode(column: "n")))
         }
-        for row in try await pool.query("""
+        for row in try await pool.query(
+            """
             SELECT app_id, reason, outcome, count(*)::bigint AS n FROM token_invalidations
             WHERE \(appID)::bigint IS NULL OR app_id = \(appID) GROUP BY 1, 2, 3
-            """) {
-            stats.invalidations.append(AudienceStats.InvalidationGroup(
-                appID: try row.decode(column: "app_id"), reason: try row.decode(column: "reason"), outcome: try row.decode(column: "outcome"),
-                count: try row.decode(column: "n")))
+            """)
+        {
+            stats.invalidations.append(
+                AudienceStats.InvalidationGroup(
+                    appID: try row.decode(column: "app_id"), reason: try row.decode(column: "reason"), outcome: try row.decode(column: "outcome"),
+                    count: try row.decode(column: "n")))
         }
         return stats
     }

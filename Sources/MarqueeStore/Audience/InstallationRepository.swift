@@ -21,7 +21,8 @@ public struct InstallationRepository: Sendable {
     /// The row id of the installation with the app's id `installationID`, in `appID` when given. Without an
     /// app, an id found under several apps throws `installationInSeveralApps`; none throws `installationNotFound`.
     public func find(installationID: String, appID: Int?) async throws -> (id: Int, appID: Int) {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             SELECT id, app_id FROM installations
             WHERE installation_id = \(installationID) AND (\(appID)::bigint IS NULL OR app_id = \(appID))
             ORDER BY app_id LIMIT 10
@@ -44,12 +45,15 @@ public struct InstallationRepository: Sendable {
     /// Registers or updates an installation; nil fields keep what is stored. A token held by another
     /// installation of the app moves here (the app was reinstalled); a new token keeps the one it replaces
     /// as `previous` for `previousTokenRetention`. Returns the stored record and whether it was created.
-    public func register(_ registration: InstallationRegistration, previousTokenRetention: TimeInterval) async throws -> (InstallationRecord, created: Bool) {
+    public func register(_ registration: InstallationRegistration, previousTokenRetention: TimeInterval) async throws -> (
+        InstallationRecord, created: Bool
+    ) {
         let version = registration.osVersion.flatMap(OSVersion.init)
         let hasVersion = version != nil
         do {
             return try await pool.withTransaction { tx in
-                let row = try await tx.query("""
+                let row = try await tx.query(
+                    """
                     INSERT INTO installations AS i (app_id, installation_id, os_version, os_major, os_minor, os_patch, app_build, locale,
                                                     frequent_pushes_enabled, live_activities_enabled)
                     VALUES (\(registration.appID), \(registration.installationID), \(hasVersion ? registration.osVersion : nil),
@@ -74,7 +78,8 @@ public struct InstallationRepository: Sendable {
                 }
                 return (try await Self.record(id: id, on: tx), created)
             }
-        } catch let error as PostgresError where error.sqlState == .uniqueViolation && error.constraint == "installations_push_to_start_token_unique" {
+        } catch let error as PostgresError where error.sqlState == .uniqueViolation && error.constraint == "installations_push_to_start_token_unique"
+        {
             throw AudienceError.tokenContended
         }
     }
@@ -82,12 +87,14 @@ public struct InstallationRepository: Sendable {
     /// Makes `token` the installation's current token: taken from another installation of the app that held
     /// it, and kept (seen again) when unchanged.
     private static func storeToken(_ token: String, installation: Int, appID: Int, retention: TimeInterval, on tx: PostgresConnection) async throws {
-        try await tx.execute("""
+        try await tx.execute(
+            """
             UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
                                      token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
             WHERE app_id = \(appID) AND push_to_start_token = \(token) AND id <> \(installation)
             """)
-        try await tx.execute("""
+        try await tx.execute(
+            """
             UPDATE installations SET
                 previous_token = CASE WHEN push_to_start_token IS NULL OR push_to_start_token = \(token) THEN previous_token
                                       ELSE push_to_start_token END,
@@ -104,7 +111,8 @@ public struct InstallationRepository: Sendable {
     /// Clears the installation's push-to-start token (the app turned push-to-start off); returns whether it had one.
     @discardableResult
     public func clearPushToStartToken(installation: Int) async throws -> Bool {
-        try await pool.execute("""
+        try await pool.execute(
+            """
             UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
                                      token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
             WHERE id = \(installation) AND push_to_start_token IS NOT NULL
@@ -126,33 +134,44 @@ public struct InstallationRepository: Sendable {
     }
 
     static func record(id: Int, on connection: PostgresConnection) async throws -> InstallationRecord {
-        guard let row = try await connection.query("""
-            SELECT i.id, i.app_id, i.installation_id, i.os_version, i.os_major, i.os_minor, i.os_patch, i.app_build, i.locale,
-                   i.frequent_pushes_enabled, i.live_activities_enabled, i.topic_refused_at, i.created_at, i.updated_at, i.registered_at,
-                   i.push_to_start_token, i.token_registered_at, i.token_seen_at, i.previous_token, i.previous_token_until,
-                   i.token_refused_reason, i.token_refused_at
-            FROM installations i
-            WHERE i.id = \(id)
-            """).first else { throw AudienceError.installationNotFound("\(id)") }
-        let token: StoredPushToStartToken? = if let text = try row.decode(String?.self, column: "push_to_start_token") {
-            StoredPushToStartToken(token: text, registeredAt: try row.decode(column: "token_registered_at"),
-                                   seenAt: try row.decode(column: "token_seen_at"), previousToken: try row.decode(column: "previous_token"),
-                                   previousUntil: try row.decode(column: "previous_token_until"),
-                                   refusedReason: try row.decode(column: "token_refused_reason"), refusedAt: try row.decode(column: "token_refused_at"))
-        } else { nil }
-        let version: OSVersion? = if let major = try row.decode(Int?.self, column: "os_major") {
-            OSVersion(major: major, minor: try row.decode(column: "os_minor"), patch: try row.decode(column: "os_patch"))
-        } else { nil }
-        let follows = try await connection.query("""
+        guard
+            let row = try await connection.query(
+                """
+                SELECT i.id, i.app_id, i.installation_id, i.os_version, i.os_major, i.os_minor, i.os_patch, i.app_build, i.locale,
+                       i.frequent_pushes_enabled, i.live_activities_enabled, i.topic_refused_at, i.created_at, i.updated_at, i.registered_at,
+                       i.push_to_start_token, i.token_registered_at, i.token_seen_at, i.previous_token, i.previous_token_until,
+                       i.token_refused_reason, i.token_refused_at
+                FROM installations i
+                WHERE i.id = \(id)
+                """
+            ).first
+        else { throw AudienceError.installationNotFound("\(id)") }
+        let token: StoredPushToStartToken? =
+            if let text = try row.decode(String?.self, column: "push_to_start_token") {
+                StoredPushToStartToken(
+                    token: text, registeredAt: try row.decode(column: "token_registered_at"),
+                    seenAt: try row.decode(column: "token_seen_at"), previousToken: try row.decode(column: "previous_token"),
+                    previousUntil: try row.decode(column: "previous_token_until"),
+                    refusedReason: try row.decode(column: "token_refused_reason"), refusedAt: try row.decode(column: "token_refused_at"))
+            } else { nil }
+        let version: OSVersion? =
+            if let major = try row.decode(Int?.self, column: "os_major") {
+                OSVersion(major: major, minor: try row.decode(column: "os_minor"), patch: try row.decode(column: "os_patch"))
+            } else { nil }
+        let follows = try await connection.query(
+            """
             SELECT f.event_id, e.external_id, f.topic FROM follows f LEFT JOIN events e ON e.id = f.event_id
             WHERE f.installation = \(id) ORDER BY f.topic NULLS FIRST, f.event_id
-            """).map { row -> StoredFollow in
+            """
+        ).map { row -> StoredFollow in
             if let topic = try row.decode(String?.self, column: "topic") { return .topic(topic) }
             return .event(id: try row.decode(column: "event_id"), externalID: try row.decode(column: "external_id"))
         }
-        let activities = try await connection.query("""
+        let activities = try await connection.query(
+            """
             SELECT \(unsafeRaw: StoredActivity.columns) FROM activities WHERE installation = \(id) ORDER BY id DESC LIMIT 100
-            """).map(StoredActivity.init(row:))
+            """
+        ).map(StoredActivity.init(row:))
         return InstallationRecord(
             id: id, appID: try row.decode(column: "app_id"), installationID: try row.decode(column: "installation_id"),
             osVersion: try row.decode(column: "os_version"), parsedOSVersion: version, appBuild: try row.decode(column: "app_build"),
@@ -176,8 +195,10 @@ public struct InstallationRepository: Sendable {
 
     /// Changes what the installation follows and returns the new set. An event the app does not have throws
     /// `unknownEvent` naming its index in `events`; a set above `followLimit` throws `tooManyFollows`.
-    public func changeFollows(_ change: FollowChange, installation: Int, appID: Int, events: [EventReference],
-                              topics: [String]) async throws -> [StoredFollow] {
+    public func changeFollows(
+        _ change: FollowChange, installation: Int, appID: Int, events: [EventReference],
+        topics: [String]
+    ) async throws -> [StoredFollow] {
         try await pool.withTransaction { tx in
             try await Self.lock(installation: installation, on: tx)
             let eventIDs = try await Self.resolve(events, appID: appID, on: tx)
@@ -185,12 +206,14 @@ public struct InstallationRepository: Sendable {
             switch change {
             case .replace, .add:
                 if case .replace = change { try await tx.execute("DELETE FROM follows WHERE installation = \(installation)") }
-                try await tx.execute("""
+                try await tx.execute(
+                    """
                     INSERT INTO follows (installation, app_id, event_id)
                     SELECT \(installation), \(appID), unnest(\(ids)::text[])::bigint
                     ON CONFLICT (event_id, installation) WHERE event_id IS NOT NULL DO NOTHING
                     """)
-                try await tx.execute("""
+                try await tx.execute(
+                    """
                     INSERT INTO follows (installation, app_id, topic)
                     SELECT \(installation), \(appID), unnest(\(topics)::text[])
                     ON CONFLICT (app_id, topic, installation) WHERE topic IS NOT NULL DO NOTHING
@@ -199,7 +222,8 @@ public struct InstallationRepository: Sendable {
                     .decode(Int.self, column: "n")
                 if count > Self.followLimit { throw AudienceError.tooManyFollows(count: count, limit: Self.followLimit) }
             case .remove:
-                try await tx.execute("""
+                try await tx.execute(
+                    """
                     DELETE FROM follows WHERE installation = \(installation)
                       AND (event_id = ANY(\(ids)::text[]::bigint[]) OR topic = ANY(\(topics)::text[]))
                     """)
@@ -228,10 +252,12 @@ public struct InstallationRepository: Sendable {
         }
         var byID: Set<Int> = []
         var byExternal: [String: Int] = [:]
-        for row in try await tx.query("""
+        for row in try await tx.query(
+            """
             SELECT id, external_id FROM events
             WHERE app_id = \(appID) AND (id = ANY(\(ids)::text[]::bigint[]) OR external_id = ANY(\(externals)::text[]))
-            """) {
+            """)
+        {
             let id: Int = try row.decode(column: "id")
             byID.insert(id)
             byExternal[try row.decode(column: "external_id")] = id
@@ -251,8 +277,10 @@ public struct InstallationRepository: Sendable {
     /// Registers a running activity (a new one, or a new token of one): `pushToken` only for `token` activities.
     /// An activity that ended throws `activityEnded` and changes nothing; one registered for another event
     /// throws `activityEventChanged`. Returns the stored activity and whether it was created.
-    public func registerActivity(installation: Int, appID: Int, activityID: String, event: EventReference, attributeType: String,
-                                 pushType: ActivityPushType, pushToken: String?) async throws -> (StoredActivity, created: Bool) {
+    public func registerActivity(
+        installation: Int, appID: Int, activityID: String, event: EventReference, attributeType: String,
+        pushType: ActivityPushType, pushToken: String?
+    ) async throws -> (StoredActivity, created: Bool) {
         try await pool.withTransaction { tx in
             try await Self.lock(installation: installation, on: tx)
             let eventID: Int
@@ -261,9 +289,11 @@ public struct InstallationRepository: Sendable {
             } catch AudienceError.unknownEvent(let reference, _) {
                 throw AudienceError.unknownEvent(reference, index: nil)
             }
-            let stored = try await tx.query("""
+            let stored = try await tx.query(
+                """
                 SELECT state, event_id FROM activities WHERE installation = \(installation) AND activity_id = \(activityID)
-                """).first
+                """
+            ).first
             let state: ActivityLifecycle.State? = try stored?.decode(column: "state")
             switch ActivityLifecycle.transition(from: state, on: .registered) {
             case .refuseEnded: throw AudienceError.activityEnded(activityID, state ?? .ended)
@@ -272,7 +302,8 @@ public struct InstallationRepository: Sendable {
                 if let storedEvent: Int = try stored?.decode(column: "event_id"), storedEvent != eventID {
                     throw AudienceError.activityEventChanged(activityID, storedEventID: storedEvent)
                 }
-                let row = try await tx.query("""
+                let row = try await tx.query(
+                    """
                     INSERT INTO activities AS a (app_id, installation, activity_id, event_id, attribute_type, push_type, push_token, state, token_seen_at)
                     VALUES (\(appID), \(installation), \(activityID), \(eventID), \(attributeType), \(pushType), \(pushToken), \(next),
                             CASE WHEN \(pushToken)::text IS NULL THEN NULL ELSE now() END)
@@ -291,20 +322,26 @@ public struct InstallationRepository: Sendable {
     /// tombstone. A repeated report changes nothing.
     public func endActivity(installation: Int, activityID: String, event: ActivityLifecycle.Event) async throws -> StoredActivity {
         try await pool.withTransaction { tx in
-            guard let row = try await tx.query("""
-                SELECT \(unsafeRaw: StoredActivity.columns) FROM activities
-                WHERE installation = \(installation) AND activity_id = \(activityID) FOR UPDATE
-                """).first else { throw AudienceError.activityNotFound(activityID) }
+            guard
+                let row = try await tx.query(
+                    """
+                    SELECT \(unsafeRaw: StoredActivity.columns) FROM activities
+                    WHERE installation = \(installation) AND activity_id = \(activityID) FOR UPDATE
+                    """
+                ).first
+            else { throw AudienceError.activityNotFound(activityID) }
             let activity = try StoredActivity(row: row)
             switch ActivityLifecycle.transition(from: activity.state, on: event) {
             case .keep, .refuseEnded:
                 return activity
             case .store(let next):
-                return try StoredActivity(row: try await tx.query("""
-                    UPDATE activities SET state = \(next), ended_at = coalesce(ended_at, now()), updated_at = now()
-                    WHERE installation = \(installation) AND activity_id = \(activityID)
-                    RETURNING \(unsafeRaw: StoredActivity.columns)
-                    """)[0])
+                return try StoredActivity(
+                    row: try await tx.query(
+                        """
+                        UPDATE activities SET state = \(next), ended_at = coalesce(ended_at, now()), updated_at = now()
+                        WHERE installation = \(installation) AND activity_id = \(activityID)
+                        RETURNING \(unsafeRaw: StoredActivity.columns)
+                        """)[0])
             }
         }
     }

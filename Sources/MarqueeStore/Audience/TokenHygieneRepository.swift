@@ -17,16 +17,18 @@ public struct TokenHygieneRepository: Sendable {
     @discardableResult
     public func refuse(appID: Int, token: String, kind: TokenKind, refusal: TokenRefusal) async throws -> InvalidationOutcome {
         try await pool.withTransaction { tx in
-            let (installation, outcome) = switch kind {
-            case .pushToStart: try await Self.refusePushToStart(appID: appID, token: token, refusal: refusal, on: tx)
-            case .activity: try await Self.refuseActivityToken(appID: appID, token: token, refusal: refusal, on: tx)
-            }
+            let (installation, outcome) =
+                switch kind {
+                case .pushToStart: try await Self.refusePushToStart(appID: appID, token: token, refusal: refusal, on: tx)
+                case .activity: try await Self.refuseActivityToken(appID: appID, token: token, refusal: refusal, on: tx)
+                }
             if outcome == .refused, case .notForTopic = refusal, let installation {
                 try await tx.execute("UPDATE installations SET topic_refused_at = now() WHERE id = \(installation)")
             }
             var milliseconds: Int64?
             if case .gone(_, let stamp) = refusal { milliseconds = stamp }
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 INSERT INTO token_invalidations (app_id, installation, token, token_sha256, token_kind, reason, apns_timestamp_ms, outcome)
                 VALUES (\(appID), \(installation), \(token), sha256(convert_to(\(token), 'UTF8')), \(kind), \(refusal.reason),
                         \(milliseconds), \(outcome))
@@ -35,22 +37,28 @@ public struct TokenHygieneRepository: Sendable {
         }
     }
 
-    private static func refusePushToStart(appID: Int, token: String, refusal: TokenRefusal,
-                                          on tx: PostgresConnection) async throws -> (Int?, InvalidationOutcome) {
-        if let row = try await tx.query("""
+    private static func refusePushToStart(
+        appID: Int, token: String, refusal: TokenRefusal,
+        on tx: PostgresConnection
+    ) async throws -> (Int?, InvalidationOutcome) {
+        if let row = try await tx.query(
+            """
             SELECT id, token_seen_at FROM installations WHERE app_id = \(appID) AND push_to_start_token = \(token) FOR UPDATE
-            """).first {
+            """
+        ).first {
             let installation: Int = try row.decode(column: "id")
             let outcome = refusal.outcome(tokenSeenAt: try row.decode(Date.self, column: "token_seen_at"))
             switch outcome {
             case .invalidated:
-                try await tx.execute("""
+                try await tx.execute(
+                    """
                     UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
                                              token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
                     WHERE id = \(installation)
                     """)
             case .refused:
-                try await tx.execute("""
+                try await tx.execute(
+                    """
                     UPDATE installations SET token_refused_reason = \(refusal.reason), token_refused_at = coalesce(token_refused_at, now())
                     WHERE id = \(installation)
                     """)
@@ -60,15 +68,20 @@ public struct TokenHygieneRepository: Sendable {
             return (installation, outcome)
         }
         // A token already rotated away: nothing current changes, but the record names its installation.
-        let previous = try await tx.query("""
+        let previous = try await tx.query(
+            """
             SELECT id FROM installations WHERE app_id = \(appID) AND previous_token = \(token) LIMIT 1
-            """).first
+            """
+        ).first
         return (try previous?.decode(Int.self, column: "id"), .unmatched)
     }
 
-    private static func refuseActivityToken(appID: Int, token: String, refusal: TokenRefusal,
-                                            on tx: PostgresConnection) async throws -> (Int?, InvalidationOutcome) {
-        let rows = try await tx.query("""
+    private static func refuseActivityToken(
+        appID: Int, token: String, refusal: TokenRefusal,
+        on tx: PostgresConnection
+    ) async throws -> (Int?, InvalidationOutcome) {
+        let rows = try await tx.query(
+            """
             SELECT id, installation, token_seen_at, state FROM activities
             WHERE app_id = \(appID) AND push_token = \(token) ORDER BY id DESC LIMIT 1 FOR UPDATE
             """)
@@ -78,7 +91,8 @@ public struct TokenHygieneRepository: Sendable {
         let outcome = refusal.outcome(tokenSeenAt: try row.decode(Date?.self, column: "token_seen_at"))
         // A token APNs no longer knows belongs to an activity that is gone: it ends (a tombstone).
         if outcome == .invalidated, case .store(let next) = ActivityLifecycle.transition(from: state, on: .ended) {
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 UPDATE activities SET state = \(next), ended_at = coalesce(ended_at, now()), updated_at = now() WHERE id = \(id)
                 """)
         }
@@ -90,7 +104,8 @@ public struct TokenHygieneRepository: Sendable {
     public func prune(notSeenFor maxAge: TimeInterval, batch: Int = 10_000, statements: Int = 20) async throws -> Int {
         var removed = 0
         for _ in 0..<statements {
-            let count = try await pool.execute("""
+            let count = try await pool.execute(
+                """
                 UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
                                          token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
                 WHERE id IN (
@@ -101,7 +116,8 @@ public struct TokenHygieneRepository: Sendable {
             removed += count
             if count < batch { break }
         }
-        try await pool.execute("""
+        try await pool.execute(
+            """
             UPDATE installations SET previous_token = NULL, previous_token_until = NULL
             WHERE previous_token IS NOT NULL AND previous_token_until < now()
             """)

@@ -96,8 +96,9 @@ public struct SchedulerWork: Sendable, Equatable {
 
     /// Every item, so that a later read can leave out what a sweep has already handled.
     public var items: Set<Item> {
-        Set(Self.eventKinds.flatMap { self[keyPath: $0].map { Item.event($0.id) } }
-            + Self.channelKinds.flatMap { self[keyPath: $0].map { Item.channel($0.id) } })
+        Set(
+            Self.eventKinds.flatMap { self[keyPath: $0].map { Item.event($0.id) } }
+                + Self.channelKinds.flatMap { self[keyPath: $0].map { Item.channel($0.id) } })
     }
 
     /// This work without the items in `handled`.
@@ -151,14 +152,16 @@ public struct ChannelRepository: Sendable {
     public func createPlanned(eventID: Int, fence: LeaseGrant? = nil) async throws -> ChannelRecord {
         try await pool.withTransaction { tx in
             try await LeaderLeaseRepository.requireHeld(fence, now: nil, on: tx)
-            let inserted = try await tx.query("""
+            let inserted = try await tx.query(
+                """
                 INSERT INTO channels (app_id, event_id, storage_policy)
                 SELECT app_id, id, storage_policy FROM events WHERE id = \(eventID)
                 ON CONFLICT (event_id) WHERE state IN \(ChannelLifecycle.currentStates.sql) DO NOTHING
                 RETURNING \(unsafeRaw: ChannelRecord.columns)
                 """)
             if let row = inserted.first { return try ChannelRecord(row: row) }
-            let live = try await tx.query("""
+            let live = try await tx.query(
+                """
                 SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
                 WHERE event_id = \(eventID) AND state IN \(ChannelLifecycle.currentStates.sql)
                 """)
@@ -175,27 +178,35 @@ public struct ChannelRepository: Sendable {
 
     /// The app's channel with Apple's id, or nil.
     public func get(appID: Int, apnsChannelID: String) async throws -> ChannelRecord? {
-        try await pool.query("""
+        try await pool.query(
+            """
             SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels WHERE app_id = \(appID) AND apns_channel_id = \(apnsChannelID)
-            """).first.map(ChannelRecord.init(row:))
+            """
+        ).first.map(ChannelRecord.init(row:))
     }
 
     /// Channels newest first, optionally of one app, in one stored state, or of one event.
-    public func list(appID: Int? = nil, state: StoredChannelState? = nil, eventID: Int? = nil,
-                     limit: Int = 100) async throws -> [ChannelRecord] {
-        try await pool.query("""
+    public func list(
+        appID: Int? = nil, state: StoredChannelState? = nil, eventID: Int? = nil,
+        limit: Int = 100
+    ) async throws -> [ChannelRecord] {
+        try await pool.query(
+            """
             SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
             WHERE (\(appID)::bigint IS NULL OR app_id = \(appID)) AND (\(state?.rawValue)::text IS NULL OR state = \(state?.rawValue))
               AND (\(eventID)::bigint IS NULL OR event_id = \(eventID))
             ORDER BY id DESC LIMIT \(limit)
-            """).map(ChannelRecord.init(row:))
+            """
+        ).map(ChannelRecord.init(row:))
     }
 
     /// The event's channels, newest first (the live one, if any, is among them).
     public func channels(eventID: Int) async throws -> [ChannelRecord] {
-        try await pool.query("""
+        try await pool.query(
+            """
             SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels WHERE event_id = \(eventID) ORDER BY id DESC
-            """).map(ChannelRecord.init(row:))
+            """
+        ).map(ChannelRecord.init(row:))
     }
 
     /// Persists a ChannelLifecycle step: writes `new` (state, attempt, retry time) only if the row still
@@ -209,14 +220,17 @@ public struct ChannelRepository: Sendable {
     /// if this instance dies before recording the answer, the request shows up in `retriesDue` then.
     /// With `fence`, nothing is written unless the lease still holds (`leaseNotHeld`).
     @discardableResult
-    public func transition(channelID: Int, from old: ChannelLifecycle, to new: ChannelLifecycle,
-                           nextAttemptAt: Date? = nil, apnsChannelID: String? = nil, error: String? = nil,
-                           inFlightTimeout: TimeInterval = 120, fence: LeaseGrant? = nil,
-                           now: Date? = nil) async throws -> Bool {
+    public func transition(
+        channelID: Int, from old: ChannelLifecycle, to new: ChannelLifecycle,
+        nextAttemptAt: Date? = nil, apnsChannelID: String? = nil, error: String? = nil,
+        inFlightTimeout: TimeInterval = 120, fence: LeaseGrant? = nil,
+        now: Date? = nil
+    ) async throws -> Bool {
         let requestInFlight = new.state == .creating || new.state == .deleting
         return try await pool.withTransaction { tx in
             try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
-            let rows = try await tx.query("""
+            let rows = try await tx.query(
+                """
                 UPDATE channels SET
                     state = \(new.state.rawValue), attempts = \(new.attempt),
                     next_attempt_at = coalesce(\(nextAttemptAt), CASE WHEN \(requestInFlight)
@@ -250,7 +264,8 @@ public struct ChannelRepository: Sendable {
 
     /// Flags the event channel_lost and drops its outbox row (ChannelNotRegistered, or missing at APNs).
     static func stopBroadcasting(eventID: Int, on tx: PostgresConnection) async throws {
-        try await tx.query("""
+        try await tx.query(
+            """
             WITH flagged AS (UPDATE events SET channel_lost = true, updated_at = now() WHERE id = \(eventID))
             DELETE FROM outbox WHERE event_id = \(eventID)
             """)
@@ -260,11 +275,14 @@ public struct ChannelRepository: Sendable {
     /// with attempt 1, driven from then on by `ChannelLifecycle(state: .deleting, attempt: 1)`.
     /// Returns false when it is no longer 'unknown'.
     @discardableResult
-    public func beginDeletingUnknown(channelID: Int, inFlightTimeout: TimeInterval = 120, fence: LeaseGrant? = nil,
-                                     now: Date? = nil) async throws -> Bool {
+    public func beginDeletingUnknown(
+        channelID: Int, inFlightTimeout: TimeInterval = 120, fence: LeaseGrant? = nil,
+        now: Date? = nil
+    ) async throws -> Bool {
         try await pool.withTransaction { tx in
             try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
-            return try await tx.execute("""
+            return try await tx.execute(
+                """
                 UPDATE channels SET state = \(ChannelLifecycle.State.deleting.sql), attempts = 1,
                     next_attempt_at = coalesce(\(now), now()) + make_interval(secs => \(inFlightTimeout)), updated_at = now()
                 WHERE id = \(channelID) AND state = \(StoredChannelState.unknown.sql)
@@ -275,7 +293,8 @@ public struct ChannelRepository: Sendable {
     /// A channel (re)opened: clears channel_lost and queues the newest pending update if no outbox
     /// row points at one (updates that arrived before the channel existed, or while it was lost).
     static func resumeBroadcasting(eventID: Int, on tx: PostgresConnection) async throws {
-        try await tx.query("""
+        try await tx.query(
+            """
             WITH cleared AS (UPDATE events SET channel_lost = false, updated_at = now() WHERE id = \(eventID) AND channel_lost)
             INSERT INTO outbox (event_id, update_id, not_before)
             SELECT \(eventID), id, not_before FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)
@@ -287,15 +306,18 @@ public struct ChannelRepository: Sendable {
 
     /// The app's channels that may exist at APNs (the quota's states, unknown ones included), oldest first.
     public func atAPNs(appID: Int) async throws -> [ChannelRecord] {
-        try await pool.query("""
+        try await pool.query(
+            """
             SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
             WHERE app_id = \(appID) AND state IN \(StoredChannelState.quotaStates.sql) ORDER BY id
-            """).map(ChannelRecord.init(row:))
+            """
+        ).map(ChannelRecord.init(row:))
     }
 
     /// Channels of the app that count against Apple's quota (lifecycle states that may exist at APNs, and unknown ones).
     public func quotaCount(appID: Int) async throws -> Int {
-        try await pool.query("""
+        try await pool.query(
+            """
             SELECT count(*) AS n FROM channels WHERE app_id = \(appID) AND state IN \(StoredChannelState.quotaStates.sql)
             """)[0].decode(Int.self, column: "n")
     }
@@ -303,7 +325,8 @@ public struct ChannelRepository: Sendable {
     /// Channels of the app in the quota's states whose event starts after `date`: those an app asked for
     /// before the lead time (`PUT /v1/events/{id}/channel`), which `--channel-request-share` bounds.
     public func quotaCount(appID: Int, eventsStartingAfter date: Date) async throws -> Int {
-        try await pool.query("""
+        try await pool.query(
+            """
             SELECT count(*) AS n FROM channels c JOIN events e ON e.id = c.event_id
             WHERE c.app_id = \(appID) AND c.state IN \(StoredChannelState.quotaStates.sql) AND e.starts_at > \(date)
             """)[0].decode(Int.self, column: "n")
@@ -313,8 +336,10 @@ public struct ChannelRepository: Sendable {
     /// Each read goes through a partial index, so a sweep costs what is due, not what is live: events
     /// become live only once they have a channel (`EventRepository.markStarted`), so only scheduled ones
     /// can need one, and ending past `ends_at` is a range on `events_to_end` or `events_to_start`.
-    public func dueWork(leadTime: TimeInterval, deleteDelay: TimeInterval, endGrace: TimeInterval,
-                        now: Date? = nil, limit: Int = 100) async throws -> SchedulerWork {
+    public func dueWork(
+        leadTime: TimeInterval, deleteDelay: TimeInterval, endGrace: TimeInterval,
+        now: Date? = nil, limit: Int = 100
+    ) async throws -> SchedulerWork {
         let statements = Self.dueWorkStatements(leadTime: leadTime, deleteDelay: deleteDelay, endGrace: endGrace, now: now, limit: limit)
         return try await pool.withTransaction(isolation: .repeatableRead) { tx in
             var work = SchedulerWork()
@@ -325,14 +350,20 @@ public struct ChannelRepository: Sendable {
     }
 
     /// The reads of `dueWork`, one statement per kind of work, each through a partial index.
-    static func dueWorkStatements(leadTime: TimeInterval, deleteDelay: TimeInterval, endGrace: TimeInterval, now: Date?,
-                                  limit: Int) -> (events: [(WritableKeyPath<SchedulerWork, [EventRecord]>, PostgresQuery)],
-                                                  channels: [(WritableKeyPath<SchedulerWork, [ChannelRecord]>, PostgresQuery)]) {
+    static func dueWorkStatements(
+        leadTime: TimeInterval, deleteDelay: TimeInterval, endGrace: TimeInterval, now: Date?,
+        limit: Int
+    ) -> (
+        events: [(WritableKeyPath<SchedulerWork, [EventRecord]>, PostgresQuery)],
+        channels: [(WritableKeyPath<SchedulerWork, [ChannelRecord]>, PostgresQuery)]
+    ) {
         func channels(_ condition: PostgresQuery) -> PostgresQuery {
             "SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels WHERE \(fragment: condition) ORDER BY id LIMIT \(limit)"
         }
         let events: [(WritableKeyPath<SchedulerWork, [EventRecord]>, PostgresQuery)] = [
-            (\.eventsNeedingChannel, """
+            (
+                \.eventsNeedingChannel,
+                """
                 SELECT \(unsafeRaw: EventRecord.columns) FROM events e
                 WHERE e.status IN \(EventLifecycle.toStartStates.sql) AND NOT e.channel_lost
                   AND (e.ends_at IS NULL OR e.ends_at > coalesce(\(now), now()))
@@ -340,41 +371,56 @@ public struct ChannelRepository: Sendable {
                        OR EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id))
                   AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
                 ORDER BY e.starts_at, e.id LIMIT \(limit)
-                """),
-            (\.eventsToEnd, """
+                """
+            ),
+            (
+                \.eventsToEnd,
+                """
                 SELECT \(unsafeRaw: EventRecord.columns) FROM events e
                 WHERE e.ends_at <= coalesce(\(now), now()) - make_interval(secs => \(endGrace))
                   AND (e.status = \(EventStatus.live.sql)
                        OR (e.status IN \(EventLifecycle.toStartStates.sql) AND e.starts_at <= coalesce(\(now), now()) - make_interval(secs => \(endGrace))))
                   AND NOT EXISTS (SELECT 1 FROM updates u WHERE u.event_id = e.id AND u.action = \(UpdateAction.end.sql))
                 ORDER BY e.ends_at, e.id LIMIT \(limit)
-                """),
-            (\.endsWithoutChannel, """
+                """
+            ),
+            (
+                \.endsWithoutChannel,
+                """
                 SELECT \(unsafeRaw: EventRecord.columns) FROM events e
                 WHERE e.status IN \(EventLifecycle.endingStates.sql)
                   AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
                                   AND c.state IN \(ChannelLifecycle.endCarryingStates.sql))
                 ORDER BY e.id LIMIT \(limit)
-                """),
+                """
+            ),
         ]
         let channelReads: [(WritableKeyPath<SchedulerWork, [ChannelRecord]>, PostgresQuery)] = [
             (\.plannedChannels, channels("state = \(ChannelLifecycle.State.planned.sql)")),
             (\.retriesDue, channels("state IN \(ChannelLifecycle.requestStates.sql) AND next_attempt_at <= coalesce(\(now), now())")),
             (\.unresolvedCreates, channels("state = \(ChannelLifecycle.State.createUnknown.sql)")),
-            (\.deletionsDue, channels("""
-                state IN \(ChannelLifecycle.deleteDueStates.sql) AND ended_at <= coalesce(\(now), now()) - make_interval(secs => \(deleteDelay))
-                """)),
+            (
+                \.deletionsDue,
+                channels(
+                    """
+                    state IN \(ChannelLifecycle.deleteDueStates.sql) AND ended_at <= coalesce(\(now), now()) - make_interval(secs => \(deleteDelay))
+                    """)
+            ),
         ]
         return (events, channelReads)
     }
 
     /// What a reconcile of the app would find in Apple's list `apnsChannelIDs`, changing nothing.
     public func reconcilePreview(appID: Int, apnsChannelIDs listed: [String]) async throws -> ReconcilePreview {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             SELECT id, apns_channel_id, state FROM channels WHERE app_id = \(appID) AND apns_channel_id IS NOT NULL ORDER BY id
-            """).map { row in
-            (id: try row.decode(Int.self, column: "id"), apnsID: try row.decode(String.self, column: "apns_channel_id"),
-             state: try row.decodeChannelState())
+            """
+        ).map { row in
+            (
+                id: try row.decode(Int.self, column: "id"), apnsID: try row.decode(String.self, column: "apns_channel_id"),
+                state: try row.decodeChannelState()
+            )
         }
         let listedSet = Set(listed)
         let recorded = Set(rows.map(\.apnsID))
@@ -391,38 +437,49 @@ public struct ChannelRepository: Sendable {
     /// 'unknown' (first_seen_at = now; storage policy 'none' as a placeholder, Apple's list has none),
     /// and reports unknown, missing and resurrected channels. Changes no known channel's state: the
     /// caller drives ChannelLifecycle with the report and persists through `transition`.
-    public func reconcile(appID: Int, apnsChannelIDs: [String], fence: LeaseGrant? = nil,
-                          now: Date? = nil) async throws -> ReconcileReport {
+    public func reconcile(
+        appID: Int, apnsChannelIDs: [String], fence: LeaseGrant? = nil,
+        now: Date? = nil
+    ) async throws -> ReconcileReport {
         try await pool.withTransaction { tx in
             try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
-            let newlyRecorded = try await tx.query("""
+            let newlyRecorded = try await tx.query(
+                """
                 INSERT INTO channels (app_id, apns_channel_id, storage_policy, state, first_seen_at)
                 SELECT \(appID), listed, 'none', \(StoredChannelState.unknown.sql), coalesce(\(now), now())
                 FROM unnest(\(apnsChannelIDs)::text[]) AS listed
                 ON CONFLICT (app_id, apns_channel_id) DO NOTHING
                 RETURNING \(unsafeRaw: ChannelRecord.columns)
-                """).map(ChannelRecord.init(row:))
-            let unknown = try await tx.query("""
+                """
+            ).map(ChannelRecord.init(row:))
+            let unknown = try await tx.query(
+                """
                 SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
                 WHERE app_id = \(appID) AND state = \(StoredChannelState.unknown.sql) AND apns_channel_id = ANY (\(apnsChannelIDs)::text[])
                 ORDER BY first_seen_at, id
-                """).map(ChannelRecord.init(row:))
-            let missing = try await tx.query("""
+                """
+            ).map(ChannelRecord.init(row:))
+            let missing = try await tx.query(
+                """
                 SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
                 WHERE app_id = \(appID) AND state IN \(ChannelLifecycle.listedStates.sql)
                   AND NOT (apns_channel_id = ANY (\(apnsChannelIDs)::text[]))
                 ORDER BY id
-                """).map(ChannelRecord.init(row:))
+                """
+            ).map(ChannelRecord.init(row:))
             // Unknown channels gone from Apple's list need nothing more: they are deleted.
-            try await tx.query("""
+            try await tx.query(
+                """
                 UPDATE channels SET state = \(ChannelLifecycle.State.deleted.sql), deleted_at = coalesce(\(now), now()), updated_at = now()
                 WHERE app_id = \(appID) AND state = \(StoredChannelState.unknown.sql) AND NOT (apns_channel_id = ANY (\(apnsChannelIDs)::text[]))
                 """)
-            let resurrected = try await tx.query("""
+            let resurrected = try await tx.query(
+                """
                 SELECT \(unsafeRaw: ChannelRecord.columns) FROM channels
                 WHERE app_id = \(appID) AND state = \(ChannelLifecycle.State.deleted.sql) AND apns_channel_id = ANY (\(apnsChannelIDs)::text[])
                 ORDER BY id
-                """).map(ChannelRecord.init(row:))
+                """
+            ).map(ChannelRecord.init(row:))
             return ReconcileReport(newlyRecorded: newlyRecorded, unknown: unknown, missing: missing, resurrected: resurrected)
         }
     }

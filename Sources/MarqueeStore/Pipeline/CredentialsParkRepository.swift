@@ -16,11 +16,14 @@ public struct CredentialsParkRepository: Sendable {
     /// from several instances add one strike per window).
     public func recordRefusal(appID: Int, reason: String, now: Date, policy: CredentialsParkPolicy) async throws -> CredentialsPark {
         try await pool.withTransaction { tx in
-            let current = try await tx.query("""
+            let current = try await tx.query(
+                """
                 SELECT \(unsafeRaw: Self.columns) FROM app_credential_faults WHERE app_id = \(appID) FOR UPDATE
-                """).first.map(Self.park(row:))
+                """
+            ).first.map(Self.park(row:))
             let park = CredentialsPark.after(current, refusal: reason, at: now, policy: policy)
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 INSERT INTO app_credential_faults (app_id, reason, since, strikes, retry_at, last_at, probe_until)
                 VALUES (\(appID), \(park.reason), \(park.since), \(park.strikes), \(park.retryAt), \(park.lastAt), \(park.probeUntil))
                 ON CONFLICT (app_id) DO UPDATE SET reason = EXCLUDED.reason, since = EXCLUDED.since, strikes = EXCLUDED.strikes,
@@ -33,11 +36,13 @@ public struct CredentialsParkRepository: Sendable {
     /// Takes the probe of a park whose window ended at `now`, if no other request holds it: the caller's
     /// request goes, others wait until `now + timeout`. Returns the park when taken, nil when another holds it.
     public func takeProbe(appID: Int, now: Date, timeout: TimeInterval) async throws -> CredentialsPark? {
-        try await pool.query("""
+        try await pool.query(
+            """
             UPDATE app_credential_faults SET probe_until = \(now.addingTimeInterval(timeout))
             WHERE app_id = \(appID) AND retry_at <= \(now) AND (probe_until IS NULL OR probe_until <= \(now))
             RETURNING \(unsafeRaw: Self.columns)
-            """).first.map(Self.park(row:))
+            """
+        ).first.map(Self.park(row:))
     }
 
     /// Ends the app's park (a request of it succeeded) and makes the app's broadcasts that waited for it due
@@ -46,7 +51,8 @@ public struct CredentialsParkRepository: Sendable {
     public func clear(appID: Int) async throws -> Bool {
         try await pool.withTransaction { tx in
             guard try await tx.execute("DELETE FROM app_credential_faults WHERE app_id = \(appID)") > 0 else { return false }
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 UPDATE outbox o SET next_attempt_at = now(), updated_at = now()
                 FROM events e
                 WHERE e.id = o.event_id AND e.app_id = \(appID) AND o.next_attempt_at > now() AND o.claimed_by IS NULL
@@ -68,8 +74,9 @@ public struct CredentialsParkRepository: Sendable {
     static let columns = "reason, since, strikes, retry_at, last_at, probe_until"
 
     static func park(row: PostgresRow) throws -> CredentialsPark {
-        CredentialsPark(reason: try row.decode(String.self, column: "reason"), since: try row.decode(Date.self, column: "since"),
-                        strikes: try row.decode(Int.self, column: "strikes"), retryAt: try row.decode(Date.self, column: "retry_at"),
-                        lastAt: try row.decode(Date.self, column: "last_at"), probeUntil: try row.decode(Date?.self, column: "probe_until"))
+        CredentialsPark(
+            reason: try row.decode(String.self, column: "reason"), since: try row.decode(Date.self, column: "since"),
+            strikes: try row.decode(Int.self, column: "strikes"), retryAt: try row.decode(Date.self, column: "retry_at"),
+            lastAt: try row.decode(Date.self, column: "last_at"), probeUntil: try row.decode(Date?.self, column: "probe_until"))
     }
 }

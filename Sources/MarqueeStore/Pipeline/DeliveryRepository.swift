@@ -29,9 +29,11 @@ public struct DeliveryDraft: Sendable, Equatable {
     public var attempt: Int
     public var apsTimestamp: Int64?
 
-    public init(appID: Int, kind: DeliveryKind, channelID: Int? = nil, updateID: Int? = nil, apnsRequestID: UUID? = nil,
-                apnsUniqueID: UUID? = nil, status: Int?, reason: String? = nil, latencyMicroseconds: Int64? = nil,
-                priority: Int? = nil, attempt: Int = 1, apsTimestamp: Int64? = nil) {
+    public init(
+        appID: Int, kind: DeliveryKind, channelID: Int? = nil, updateID: Int? = nil, apnsRequestID: UUID? = nil,
+        apnsUniqueID: UUID? = nil, status: Int?, reason: String? = nil, latencyMicroseconds: Int64? = nil,
+        priority: Int? = nil, attempt: Int = 1, apsTimestamp: Int64? = nil
+    ) {
         self.appID = appID
         self.kind = kind
         self.channelID = channelID
@@ -83,12 +85,14 @@ public struct DeliveryRepository: Sendable {
     /// (a channel's hourly budget, rebuilt after a restart or another instance's send).
     public func highPrioritySends(channelIDs: [Int], since: Date) async throws -> [Int: [Date]] {
         var sends: [Int: [Date]] = [:]
-        for row in try await pool.query("""
+        for row in try await pool.query(
+            """
             SELECT channel_id, sent_at FROM deliveries
             WHERE channel_id = ANY (\(channelIDs.map(String.init))::bigint[]) AND kind = \(DeliveryKind.broadcast.sql) AND status = 200
               AND priority = 10 AND sent_at > \(since)
             ORDER BY channel_id, sent_at
-            """) {
+            """)
+        {
             sends[try row.decode(Int.self, column: "channel_id"), default: []].append(try row.decode(Date.self, column: "sent_at"))
         }
         return sends
@@ -119,10 +123,12 @@ public struct DeliveryRepository: Sendable {
 
     /// The channel's latest exchanges, newest first.
     public func recent(channelID: Int, limit: Int = 20) async throws -> [DeliveryRecord] {
-        try await pool.query("""
+        try await pool.query(
+            """
             SELECT \(unsafeRaw: DeliveryRecord.columns) FROM deliveries WHERE channel_id = \(channelID)
             ORDER BY sent_at DESC, id DESC LIMIT \(limit)
-            """).map(DeliveryRecord.init(row:))
+            """
+        ).map(DeliveryRecord.init(row:))
     }
 
     /// Deletes the rows of exchanges sent before `cutoff`, oldest first, `batch` rows a statement (so no
@@ -132,7 +138,8 @@ public struct DeliveryRepository: Sendable {
     public func purge(sentBefore cutoff: Date, batch: Int = 10_000, statements: Int = .max) async throws -> Int {
         var purged = 0
         for _ in 0..<statements {
-            let deleted = try await pool.execute("""
+            let deleted = try await pool.execute(
+                """
                 DELETE FROM deliveries WHERE id IN (
                     SELECT id FROM deliveries WHERE sent_at < \(cutoff) ORDER BY sent_at LIMIT \(batch))
                 """)
@@ -144,10 +151,12 @@ public struct DeliveryRepository: Sendable {
 
     /// The latest failed exchanges (no answer, or a status of 400 and above), of one app or all, newest first.
     public func lastErrors(appID: Int? = nil, limit: Int = 20) async throws -> [DeliveryRecord] {
-        try await pool.query("""
+        try await pool.query(
+            """
             SELECT \(unsafeRaw: DeliveryRecord.columns) FROM deliveries
             WHERE (status IS NULL OR status >= 400) AND (\(appID)::bigint IS NULL OR app_id = \(appID))
             ORDER BY sent_at DESC, id DESC LIMIT \(limit)
-            """).map(DeliveryRecord.init(row:))
+            """
+        ).map(DeliveryRecord.init(row:))
     }
 }

@@ -18,9 +18,11 @@ public struct NewEvent: Sendable, Equatable {
     /// When the initial state holds from; nil: the database's now.
     public var initialStateAt: Date?
 
-    public init(appID: Int, externalID: String, kind: EventKind, attributeTypeID: Int, attributes: JSONValue = [:],
-                storagePolicy: MessageStoragePolicy = .mostRecent, startsAt: Date, endsAt: Date? = nil,
-                topics: [String] = [], initialState: JSONValue? = nil, initialStateAt: Date? = nil) {
+    public init(
+        appID: Int, externalID: String, kind: EventKind, attributeTypeID: Int, attributes: JSONValue = [:],
+        storagePolicy: MessageStoragePolicy = .mostRecent, startsAt: Date, endsAt: Date? = nil,
+        topics: [String] = [], initialState: JSONValue? = nil, initialStateAt: Date? = nil
+    ) {
         self.appID = appID
         self.externalID = externalID
         self.kind = kind
@@ -94,8 +96,10 @@ public struct EventFilter: Sendable, Equatable {
     /// Events starting before this instant.
     public var startsBefore: Date?
 
-    public init(appID: Int? = nil, status: EventStatus? = nil, kind: EventKind? = nil, topic: String? = nil,
-                startsAfter: Date? = nil, startsBefore: Date? = nil) {
+    public init(
+        appID: Int? = nil, status: EventStatus? = nil, kind: EventKind? = nil, topic: String? = nil,
+        startsAfter: Date? = nil, startsBefore: Date? = nil
+    ) {
         self.appID = appID
         self.status = status
         self.kind = kind
@@ -122,8 +126,10 @@ public struct EventCounts: Sendable, Equatable {
     public var deliveries = 0
     public var failedDeliveries = 0
 
-    public init(pending: Int = 0, broadcast: Int = 0, conflated: Int = 0, superseded: Int = 0, unsent: Int = 0,
-                deliveries: Int = 0, failedDeliveries: Int = 0) {
+    public init(
+        pending: Int = 0, broadcast: Int = 0, conflated: Int = 0, superseded: Int = 0, unsent: Int = 0,
+        deliveries: Int = 0, failedDeliveries: Int = 0
+    ) {
         self.pending = pending
         self.broadcast = broadcast
         self.conflated = conflated
@@ -155,7 +161,8 @@ public struct EventRepository: Sendable {
         let stateAt: Date? = event.initialState == nil ? nil : event.initialStateAt
         let hasState = event.initialState != nil
         do {
-            let rows = try await pool.query("""
+            let rows = try await pool.query(
+                """
                 INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy,
                                     starts_at, ends_at, topics, latest_state, latest_state_at)
                 VALUES (\(event.appID), \(event.externalID), \(event.kind), \(event.attributeTypeID),
@@ -174,7 +181,8 @@ public struct EventRepository: Sendable {
 
     /// The event with this id (limited to `appID` when given), or nil.
     public func get(id: Int, appID: Int? = nil) async throws -> EventRecord? {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             SELECT \(unsafeRaw: EventRecord.columns) FROM events
             WHERE id = \(id) AND (\(appID)::bigint IS NULL OR app_id = \(appID))
             """)
@@ -183,7 +191,8 @@ public struct EventRepository: Sendable {
 
     /// The app's event with this external id, or nil.
     public func get(appID: Int, externalID: String) async throws -> EventRecord? {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             SELECT \(unsafeRaw: EventRecord.columns) FROM events WHERE app_id = \(appID) AND external_id = \(externalID)
             """)
         return try rows.first.map(EventRecord.init(row:))
@@ -193,7 +202,8 @@ public struct EventRepository: Sendable {
     public func list(_ filter: EventFilter = EventFilter(), limit: Int = 100, cursor: String? = nil) async throws -> EventPage {
         let limit = min(max(1, limit), 1000)
         let after = try cursor.map(Self.decodeCursor)
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             SELECT \(unsafeRaw: EventRecord.columns) FROM events
             WHERE (\(filter.appID)::bigint IS NULL OR app_id = \(filter.appID))
               AND (\(filter.status)::text IS NULL OR status = \(filter.status))
@@ -216,25 +226,29 @@ public struct EventRepository: Sendable {
 
     /// The latest content-state of an event (limited to `appID` when given); throws `eventNotFound`.
     public func latestState(eventID: Int, appID: Int? = nil) async throws -> LatestState {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             SELECT latest_state, latest_state_at, latest_update_id FROM events
             WHERE id = \(eventID) AND (\(appID)::bigint IS NULL OR app_id = \(appID))
             """)
         guard let row = rows.first else { throw PipelineError.eventNotFound(eventID) }
-        return LatestState(eventID: eventID, state: try row.decodeJSON(column: "latest_state"),
-                           at: try row.decode(Date?.self, column: "latest_state_at"),
-                           updateID: try row.decode(Int?.self, column: "latest_update_id"))
+        return LatestState(
+            eventID: eventID, state: try row.decodeJSON(column: "latest_state"),
+            at: try row.decode(Date?.self, column: "latest_state_at"),
+            updateID: try row.decode(Int?.self, column: "latest_update_id"))
     }
 
     /// The content-state of each event's last broadcast update, by event id (events never broadcast are absent).
     public func lastBroadcastStates(eventIDs: [Int]) async throws -> [Int: JSONValue] {
         var states: [Int: JSONValue] = [:]
-        for row in try await pool.query("""
+        for row in try await pool.query(
+            """
             SELECT e.id AS event_id,
                    (SELECT content_state FROM updates u WHERE u.event_id = e.id AND u.disposition = \(UpdateDisposition.broadcast.sql)
                     ORDER BY u.id DESC LIMIT 1) AS content_state
             FROM unnest(\(eventIDs.map(String.init))::bigint[]) AS e (id)
-            """) {
+            """)
+        {
             guard let state = try row.decodeJSON(column: "content_state") else { continue }
             states[try row.decode(Int.self, column: "event_id")] = state
         }
@@ -244,7 +258,8 @@ public struct EventRepository: Sendable {
     /// Updates by disposition (with those purged past their retention, `purgeUpdates`) and deliveries of the
     /// event's channels.
     public func counts(eventID: Int) async throws -> EventCounts {
-        let row = try await pool.query("""
+        let row = try await pool.query(
+            """
             SELECT
               (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)) + coalesce(p.pending, 0) AS pending,
               (SELECT count(*) FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.broadcast.sql)) + coalesce(p.broadcast, 0) AS broadcast,
@@ -256,13 +271,14 @@ public struct EventRepository: Sendable {
                 WHERE c.event_id = \(eventID) AND (d.status IS NULL OR d.status >= 400)) AS failed
             FROM (VALUES (1)) AS one LEFT JOIN purged_update_counts p ON p.event_id = \(eventID)
             """)[0]
-        return EventCounts(pending: try row.decode(Int.self, column: "pending"),
-                           broadcast: try row.decode(Int.self, column: "broadcast"),
-                           conflated: try row.decode(Int.self, column: "conflated"),
-                           superseded: try row.decode(Int.self, column: "superseded"),
-                           unsent: try row.decode(Int.self, column: "unsent"),
-                           deliveries: try row.decode(Int.self, column: "deliveries"),
-                           failedDeliveries: try row.decode(Int.self, column: "failed"))
+        return EventCounts(
+            pending: try row.decode(Int.self, column: "pending"),
+            broadcast: try row.decode(Int.self, column: "broadcast"),
+            conflated: try row.decode(Int.self, column: "conflated"),
+            superseded: try row.decode(Int.self, column: "superseded"),
+            unsent: try row.decode(Int.self, column: "unsent"),
+            deliveries: try row.decode(Int.self, column: "deliveries"),
+            failedDeliveries: try row.decode(Int.self, column: "failed"))
     }
 
     /// Deletes the updates of events that ended before `cutoff` (an event's last change is its end), `batch`
@@ -282,29 +298,29 @@ public struct EventRepository: Sendable {
     /// One statement of `purgeUpdates`: `batch` final events past `cutoff`, their updates deleted and counted.
     static func purgeUpdatesStatement(endedBefore cutoff: Date, batch: Int) -> PostgresQuery {
         """
-            WITH doomed AS (
-                SELECT id FROM events
-                WHERE status IN \(EventLifecycle.finalStates.sql) AND updates_purged_at IS NULL AND updated_at < \(cutoff)
-                ORDER BY id LIMIT \(batch)
-            ), gone AS (
-                DELETE FROM updates u USING doomed d WHERE u.event_id = d.id RETURNING u.event_id, u.disposition
-            ), counted AS (
-                INSERT INTO purged_update_counts (event_id, pending, broadcast, conflated, superseded, unsent)
-                SELECT d.id, count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.pending.sql)), count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.broadcast.sql)),
-                       count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.conflated.sql)), count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.superseded.sql)),
-                       count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.unsent.sql))
-                FROM doomed d LEFT JOIN gone g ON g.event_id = d.id GROUP BY d.id
-                ON CONFLICT (event_id) DO UPDATE SET
-                    pending = purged_update_counts.pending + EXCLUDED.pending,
-                    broadcast = purged_update_counts.broadcast + EXCLUDED.broadcast,
-                    conflated = purged_update_counts.conflated + EXCLUDED.conflated,
-                    superseded = purged_update_counts.superseded + EXCLUDED.superseded,
-                    unsent = purged_update_counts.unsent + EXCLUDED.unsent
-            ), marked AS (
-                UPDATE events e SET updates_purged_at = now() FROM doomed d WHERE e.id = d.id
-            )
-            SELECT (SELECT count(*) FROM doomed) AS events, (SELECT count(*) FROM gone) AS updates
-            """
+        WITH doomed AS (
+            SELECT id FROM events
+            WHERE status IN \(EventLifecycle.finalStates.sql) AND updates_purged_at IS NULL AND updated_at < \(cutoff)
+            ORDER BY id LIMIT \(batch)
+        ), gone AS (
+            DELETE FROM updates u USING doomed d WHERE u.event_id = d.id RETURNING u.event_id, u.disposition
+        ), counted AS (
+            INSERT INTO purged_update_counts (event_id, pending, broadcast, conflated, superseded, unsent)
+            SELECT d.id, count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.pending.sql)), count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.broadcast.sql)),
+                   count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.conflated.sql)), count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.superseded.sql)),
+                   count(*) FILTER (WHERE g.disposition = \(UpdateDisposition.unsent.sql))
+            FROM doomed d LEFT JOIN gone g ON g.event_id = d.id GROUP BY d.id
+            ON CONFLICT (event_id) DO UPDATE SET
+                pending = purged_update_counts.pending + EXCLUDED.pending,
+                broadcast = purged_update_counts.broadcast + EXCLUDED.broadcast,
+                conflated = purged_update_counts.conflated + EXCLUDED.conflated,
+                superseded = purged_update_counts.superseded + EXCLUDED.superseded,
+                unsent = purged_update_counts.unsent + EXCLUDED.unsent
+        ), marked AS (
+            UPDATE events e SET updates_purged_at = now() FROM doomed d WHERE e.id = d.id
+        )
+        SELECT (SELECT count(*) FROM doomed) AS events, (SELECT count(*) FROM gone) AS updates
+        """
     }
 
     /// Ends an event no channel can carry (none opened, refused, or lost), if its lifecycle takes
@@ -313,7 +329,8 @@ public struct EventRepository: Sendable {
     public func endWithoutChannel(eventID: Int) async throws -> Bool {
         try await pool.withTransaction { tx in
             guard try await Self.perform(.endedWithoutChannel, eventID: eventID, on: tx) else { return false }
-            try await tx.execute("""
+            try await tx.execute(
+                """
                 UPDATE updates SET disposition = \(UpdateDisposition.unsent.sql), disposed_at = now()
                 WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)
                 """)
@@ -337,13 +354,13 @@ public struct EventRepository: Sendable {
     /// The statement of `markStarted`.
     static func markStartedStatement(limit: Int, now: Date?) -> PostgresQuery {
         """
-                UPDATE events SET status = \(fragment: Self.statusAfterStart), updated_at = now()
-                WHERE id IN (SELECT e.id FROM events e WHERE e.status IN \(Self.statesToStart) AND e.starts_at <= coalesce(\(now), now())
-                               AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
-                             ORDER BY e.starts_at, e.id LIMIT \(limit) FOR UPDATE OF e SKIP LOCKED)
-                  AND status IN \(Self.statesToStart)
-                RETURNING id
-                """
+        UPDATE events SET status = \(fragment: Self.statusAfterStart), updated_at = now()
+        WHERE id IN (SELECT e.id FROM events e WHERE e.status IN \(Self.statesToStart) AND e.starts_at <= coalesce(\(now), now())
+                       AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
+                     ORDER BY e.starts_at, e.id LIMIT \(limit) FOR UPDATE OF e SKIP LOCKED)
+          AND status IN \(Self.statesToStart)
+        RETURNING id
+        """
     }
 
     private static let statesToStart = EventLifecycle.states(accepting: .startsAtReached).sql
@@ -358,7 +375,8 @@ public struct EventRepository: Sendable {
     }
 
     static func perform(_ event: EventLifecycle.Event, eventID: Int, on connection: PostgresConnection) async throws -> Bool {
-        try await connection.execute("""
+        try await connection.execute(
+            """
             UPDATE events SET status = \(fragment: EventLifecycle.sqlStatus(after: event, column: "status")), updated_at = now()
             WHERE id = \(eventID) AND status IN \(EventLifecycle.states(accepting: event).sql)
             """) == 1

@@ -66,9 +66,11 @@ public struct UpdateDraft: Sendable, Equatable {
         }
     }
 
-    public init(action: UpdateAction = .update, alert: JSONValue? = nil, staleDate: Date? = nil,
-                dismissalDate: Date? = nil, relevanceScore: Double? = nil, priority: RequestedPriority = .auto,
-                occurredAt: Date?, apiKeyID: Int? = nil, urgent: Bool = false, notBefore: Date? = nil, replacesEnd: Bool = false) {
+    public init(
+        action: UpdateAction = .update, alert: JSONValue? = nil, staleDate: Date? = nil,
+        dismissalDate: Date? = nil, relevanceScore: Double? = nil, priority: RequestedPriority = .auto,
+        occurredAt: Date?, apiKeyID: Int? = nil, urgent: Bool = false, notBefore: Date? = nil, replacesEnd: Bool = false
+    ) {
         self.replacesEnd = replacesEnd
         self.action = action
         self.alert = alert
@@ -151,7 +153,6 @@ public enum IngestResult: Sendable, Equatable {
     }
 }
 
-
 /// Ingests updates: one round trip per update (two when the state derives from the latest one).
 public struct IngestRepository: Sendable {
     /// How long an idempotency key is remembered.
@@ -189,8 +190,9 @@ public struct IngestRepository: Sendable {
         now: Date? = nil,
         response: (IngestedUpdate) -> StoredResponse
     ) async throws -> IngestResult {
-        try await ingest(eventID: eventID, draft, appID: appID, idempotency: idempotency, now: now,
-                         contentState: { _ in state }, whole: state, response: response)
+        try await ingest(
+            eventID: eventID, draft, appID: appID, idempotency: idempotency, now: now,
+            contentState: { _ in state }, whole: state, response: response)
     }
 
     /// Stores one update whose content-state derives from the event's latest one: `contentState` gets a
@@ -205,8 +207,9 @@ public struct IngestRepository: Sendable {
         contentState: (EventSnapshot) throws -> JSONValue,
         response: (IngestedUpdate) -> StoredResponse
     ) async throws -> IngestResult {
-        try await ingest(eventID: eventID, draft, appID: appID, idempotency: idempotency, now: now,
-                         contentState: contentState, whole: nil, response: response)
+        try await ingest(
+            eventID: eventID, draft, appID: appID, idempotency: idempotency, now: now,
+            contentState: contentState, whole: nil, response: response)
     }
 
     private func ingest(
@@ -240,9 +243,11 @@ public struct IngestRepository: Sendable {
             }
             let rows: PostgresRows
             do {
-                rows = try await pool.query(Self.write(eventID: eventID, draft, state: state, appID: appID,
-                                                       expectedUpdateID: expectedUpdateID, idempotency: idempotency, now: now,
-                                                       pacing: pacing))
+                rows = try await pool.query(
+                    Self.write(
+                        eventID: eventID, draft, state: state, appID: appID,
+                        expectedUpdateID: expectedUpdateID, idempotency: idempotency, now: now,
+                        pacing: pacing))
             } catch let error as PostgresError where error.constraint == Self.keyConstraint {
                 // The key is another request's (or this one's, accepted before): answer as it was answered.
                 // An expired key is gone now, so the next write takes it.
@@ -252,11 +257,12 @@ public struct IngestRepository: Sendable {
                 continue
             }
             if let row = rows.first {
-                let update = IngestedUpdate(id: try row.decode(Int.self, column: "id"), eventID: eventID,
-                                            disposition: try row.decode(UpdateDisposition.self, column: "disposition"),
-                                            contentState: state, occurredAt: try row.decode(Date.self, column: "occurred_at"),
-                                            receivedAt: try row.decode(Date.self, column: "received_at"),
-                                            dueIn: try row.decode(Double?.self, column: "due_in"))
+                let update = IngestedUpdate(
+                    id: try row.decode(Int.self, column: "id"), eventID: eventID,
+                    disposition: try row.decode(UpdateDisposition.self, column: "disposition"),
+                    contentState: state, occurredAt: try row.decode(Date.self, column: "occurred_at"),
+                    receivedAt: try row.decode(Date.self, column: "received_at"),
+                    dueIn: try row.decode(Double?.self, column: "due_in"))
                 return .accepted(update, response(update))
             }
             // Nothing written: the event is gone or closed (the snapshot says so next time round), or
@@ -271,8 +277,10 @@ public struct IngestRepository: Sendable {
     /// fresh pool would otherwise pay for that in its first requests. `pacing` as the repository's.
     static func warmUp(on connection: PostgresConnection, pacing: TimeInterval?) async throws {
         let key = IdempotencyRequest(apiKeyID: 0, key: "marquee-warm-up", requestHash: Data(count: 32))
-        _ = try await connection.query(write(eventID: 0, UpdateDraft(occurredAt: Date(), apiKeyID: 0), state: [:], appID: nil,
-                                             expectedUpdateID: nil, idempotency: key, now: nil, pacing: pacing))
+        _ = try await connection.query(
+            write(
+                eventID: 0, UpdateDraft(occurredAt: Date(), apiKeyID: 0), state: [:], appID: nil,
+                expectedUpdateID: nil, idempotency: key, now: nil, pacing: pacing))
     }
 
     /// Deletes expired idempotency keys; returns how many went.
@@ -283,18 +291,20 @@ public struct IngestRepository: Sendable {
 
     /// The event for a derived state or a refusal; throws what the write's refusal means.
     private func snapshot(eventID: Int, appID: Int?, draft: UpdateDraft) async throws -> EventSnapshot {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             SELECT app_id, attribute_type_id, status, channel_lost, latest_state, latest_state_at, latest_update_id
             FROM events WHERE id = \(eventID)
             """)
         guard let row = rows.first else { throw PipelineError.eventNotFound(eventID) }
-        let snapshot = EventSnapshot(id: eventID, appID: try row.decode(Int.self, column: "app_id"),
-                                     attributeTypeID: try row.decode(Int.self, column: "attribute_type_id"),
-                                     status: try row.decode(EventStatus.self, column: "status"),
-                                     channelLost: try row.decode(Bool.self, column: "channel_lost"),
-                                     latestState: try row.decodeJSON(column: "latest_state"),
-                                     latestStateAt: try row.decode(Date?.self, column: "latest_state_at"),
-                                     latestUpdateID: try row.decode(Int?.self, column: "latest_update_id"))
+        let snapshot = EventSnapshot(
+            id: eventID, appID: try row.decode(Int.self, column: "app_id"),
+            attributeTypeID: try row.decode(Int.self, column: "attribute_type_id"),
+            status: try row.decode(EventStatus.self, column: "status"),
+            channelLost: try row.decode(Bool.self, column: "channel_lost"),
+            latestState: try row.decodeJSON(column: "latest_state"),
+            latestStateAt: try row.decode(Date?.self, column: "latest_state_at"),
+            latestUpdateID: try row.decode(Int?.self, column: "latest_update_id"))
         if let appID, appID != snapshot.appID { throw PipelineError.eventNotFound(eventID) }
         guard EventLifecycle.transition(from: snapshot.status, on: draft.lifecycleEvent) != nil else {
             if snapshot.status == .ending && draft.action == .end { throw PipelineError.endAlreadyAccepted(eventID) }
@@ -314,17 +324,20 @@ public struct IngestRepository: Sendable {
     /// variant of this statement reading 2.7 times the buffers (PostgreSQL's CPU per update 0.9-1.06 ms against
     /// 0.55-0.63 ms) without a plan this repository's tests could reproduce.
     private static let acceptance: [EventLifecycle.Event: (states: [String], status: PostgresQuery)] =
-        Dictionary(uniqueKeysWithValues: [EventLifecycle.Event.updateAccepted, .endAccepted, .endReplaced].map { event in
-            (event, (EventLifecycle.states(accepting: event).map(\.rawValue), EventLifecycle.sqlStatus(after: event, column: "e.status")))
-        })
+        Dictionary(
+            uniqueKeysWithValues: [EventLifecycle.Event.updateAccepted, .endAccepted, .endReplaced].map { event in
+                (event, (EventLifecycle.states(accepting: event).map(\.rawValue), EventLifecycle.sqlStatus(after: event, column: "e.status")))
+            })
 
     /// The write: the event row (only if open for this action, in the caller's app and still at the expected
     /// latest update), then the update, the outbox row (a new one due when `pacing` allows after the channel's
     /// last broadcast) and the idempotency key pointing at the update; nothing when the event refused. A key
     /// already there fails the statement on `keyConstraint`. Returns the update and in how many seconds its
     /// outbox row is due, or no row.
-    static func write(eventID: Int, _ draft: UpdateDraft, state: JSONValue, appID: Int?, expectedUpdateID: Int??,
-                              idempotency: IdempotencyRequest?, now: Date?, pacing: TimeInterval?) -> PostgresQuery {
+    static func write(
+        eventID: Int, _ draft: UpdateDraft, state: JSONValue, appID: Int?, expectedUpdateID: Int??,
+        idempotency: IdempotencyRequest?, now: Date?, pacing: TimeInterval?
+    ) -> PostgresQuery {
         """
         WITH input AS (
             SELECT \(eventID)::bigint AS event_id, \(draft.action)::text AS action, \(draft.occurredAt)::timestamptz AS occurred_at
@@ -381,9 +394,12 @@ public struct IngestRepository: Sendable {
     /// at ingest: superseded at once, or pending). Nil when there is none: no key, or an expired one, which
     /// goes here so that the next write takes the key. Throws `idempotencyKeyReused` for another request's
     /// key, `eventNotFound` when the stored update is gone with its event.
-    private func storedAnswer(_ request: IdempotencyRequest, eventID: Int, now: Date?,
-                              response: (IngestedUpdate) -> StoredResponse) async throws -> StoredResponse? {
-        let rows = try await pool.query("""
+    private func storedAnswer(
+        _ request: IdempotencyRequest, eventID: Int, now: Date?,
+        response: (IngestedUpdate) -> StoredResponse
+    ) async throws -> StoredResponse? {
+        let rows = try await pool.query(
+            """
             WITH expired AS (
                 DELETE FROM idempotency_keys
                 WHERE api_key_id = \(request.apiKeyID) AND key = \(request.key) AND expires_at <= coalesce(\(now), now())
@@ -400,10 +416,12 @@ public struct IngestRepository: Sendable {
         }
         guard let id = try row.decode(Int?.self, column: "id") else { throw PipelineError.eventNotFound(eventID) }
         let disposition = try row.decode(UpdateDisposition.self, column: "disposition")
-        return response(IngestedUpdate(id: id, eventID: try row.decode(Int.self, column: "event_id"),
-                                       disposition: disposition == .superseded ? .superseded : .pending,
-                                       contentState: try row.decodeJSON(column: "content_state") ?? [:],
-                                       occurredAt: try row.decode(Date.self, column: "occurred_at"),
-                                       receivedAt: try row.decode(Date.self, column: "received_at")))
+        return response(
+            IngestedUpdate(
+                id: id, eventID: try row.decode(Int.self, column: "event_id"),
+                disposition: disposition == .superseded ? .superseded : .pending,
+                contentState: try row.decodeJSON(column: "content_state") ?? [:],
+                occurredAt: try row.decode(Date.self, column: "occurred_at"),
+                receivedAt: try row.decode(Date.self, column: "received_at")))
     }
 }

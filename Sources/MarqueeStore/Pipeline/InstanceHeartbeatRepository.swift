@@ -11,7 +11,8 @@ public struct InstanceHeartbeatRepository: Sendable {
 
     /// Says that `instance` is alive until `ttl` seconds from now (the database's clock, or `now`).
     public func beat(instance: String, ttl: TimeInterval, now: Date? = nil, on connection: PostgresConnection) async throws {
-        try await connection.execute("""
+        try await connection.execute(
+            """
             INSERT INTO instance_heartbeats AS h (instance, alive_until)
             VALUES (\(instance), coalesce(\(now), now()) + make_interval(secs => \(ttl)))
             ON CONFLICT (instance) DO UPDATE SET alive_until = EXCLUDED.alive_until
@@ -20,14 +21,16 @@ public struct InstanceHeartbeatRepository: Sendable {
 
     /// Says that `instance` is gone (a graceful stop): what it still claims is free at once.
     public func lapse(instance: String, on connection: PostgresConnection) async throws {
-        try await connection.execute("""
+        try await connection.execute(
+            """
             UPDATE instance_heartbeats SET alive_until = least(alive_until, now()) WHERE instance = \(instance)
             """)
     }
 
     /// Deletes the rows of instances that lapsed more than `age` seconds ago; returns how many.
     public func purge(lapsedFor age: TimeInterval, pool: PostgresPool) async throws -> Int {
-        try await pool.execute("""
+        try await pool.execute(
+            """
             DELETE FROM instance_heartbeats WHERE alive_until < now() - make_interval(secs => \(age))
             """)
     }

@@ -24,7 +24,8 @@ public struct LeaderLeaseRepository: Sendable {
     /// Takes the lease if it is free, expired, or already ours (then it is renewed, same fencing);
     /// returns nil while another holder's lease runs. A takeover raises the fencing number.
     public func acquire(name: String, holder: String, duration: TimeInterval, now: Date? = nil) async throws -> LeaseGrant? {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             INSERT INTO leader_leases AS l (name, holder, fencing, acquired_at, renewed_at, expires_at)
             VALUES (\(name), \(holder), 1, coalesce(\(now), now()), coalesce(\(now), now()),
                     coalesce(\(now), now()) + make_interval(secs => \(duration)))
@@ -40,13 +41,15 @@ public struct LeaderLeaseRepository: Sendable {
             RETURNING fencing, expires_at
             """)
         guard let row = rows.first else { return nil }
-        return LeaseGrant(name: name, holder: holder, fencing: try row.decode(Int64.self, column: "fencing"),
-                          expiresAt: try row.decode(Date.self, column: "expires_at"))
+        return LeaseGrant(
+            name: name, holder: holder, fencing: try row.decode(Int64.self, column: "fencing"),
+            expiresAt: try row.decode(Date.self, column: "expires_at"))
     }
 
     /// Extends a lease still held with this fencing number; nil when it was lost (stop leader work).
     public func renew(_ grant: LeaseGrant, duration: TimeInterval, now: Date? = nil) async throws -> LeaseGrant? {
-        let rows = try await pool.query("""
+        let rows = try await pool.query(
+            """
             UPDATE leader_leases SET renewed_at = coalesce(\(now), now()),
                 expires_at = coalesce(\(now), now()) + make_interval(secs => \(duration))
             WHERE name = \(grant.name) AND holder = \(grant.holder) AND fencing = \(grant.fencing)
@@ -62,7 +65,8 @@ public struct LeaderLeaseRepository: Sendable {
     /// Gives the lease up (shutdown): it expires now, so another instance takes it at once. The row
     /// stays, so fencing numbers keep increasing.
     public func release(_ grant: LeaseGrant) async throws {
-        try await pool.execute("""
+        try await pool.execute(
+            """
             UPDATE leader_leases SET expires_at = greatest(acquired_at, now())
             WHERE name = \(grant.name) AND holder = \(grant.holder) AND fencing = \(grant.fencing)
             """)
@@ -71,17 +75,20 @@ public struct LeaderLeaseRepository: Sendable {
     /// The current lease row, if any: (holder, fencing, expiry).
     public func current(name: String) async throws -> LeaseGrant? {
         try await pool.query("SELECT holder, fencing, expires_at FROM leader_leases WHERE name = \(name)").first.map { row in
-            LeaseGrant(name: name, holder: try row.decode(String.self, column: "holder"),
-                       fencing: try row.decode(Int64.self, column: "fencing"),
-                       expiresAt: try row.decode(Date.self, column: "expires_at"))
+            LeaseGrant(
+                name: name, holder: try row.decode(String.self, column: "holder"),
+                fencing: try row.decode(Int64.self, column: "fencing"),
+                expiresAt: try row.decode(Date.self, column: "expires_at"))
         }
     }
 
     /// Runs `body` in a transaction only while `grant` still holds (same holder and fencing, not
     /// expired at `now`); the lease row stays share-locked until commit, so no takeover interleaves.
     /// Throws `leaseNotHeld` otherwise, having run nothing.
-    public func fenced<T: Sendable>(_ grant: LeaseGrant, now: Date? = nil,
-                                    _ body: (PostgresConnection) async throws -> T) async throws -> T {
+    public func fenced<T: Sendable>(
+        _ grant: LeaseGrant, now: Date? = nil,
+        _ body: (PostgresConnection) async throws -> T
+    ) async throws -> T {
         try await pool.withTransaction { tx in
             try await Self.requireHeld(grant, now: now, on: tx)
             return try await body(tx)
@@ -92,7 +99,8 @@ public struct LeaderLeaseRepository: Sendable {
     /// transaction ends. Repositories call it first in their own transaction for a `fence:` argument.
     static func requireHeld(_ grant: LeaseGrant?, now: Date?, on tx: PostgresConnection) async throws {
         guard let grant else { return }
-        let held = try await tx.query("""
+        let held = try await tx.query(
+            """
             SELECT 1 AS held FROM leader_leases
             WHERE name = \(grant.name) AND holder = \(grant.holder) AND fencing = \(grant.fencing)
               AND expires_at > coalesce(\(now), now())

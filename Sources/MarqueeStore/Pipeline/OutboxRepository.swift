@@ -92,8 +92,10 @@ public struct BroadcastRecord: Sendable, Equatable {
     /// When the send began (`channels.last_broadcast_at`, the pacing's reference); nil: now.
     public var sentAt: Date?
 
-    public init(claim: ClaimedBroadcast, delivery: DeliveryDraft, apsTimestamp: Int64, nextAttemptDelay: TimeInterval = 0,
-                sentAt: Date? = nil) {
+    public init(
+        claim: ClaimedBroadcast, delivery: DeliveryDraft, apsTimestamp: Int64, nextAttemptDelay: TimeInterval = 0,
+        sentAt: Date? = nil
+    ) {
         self.claim = claim
         self.delivery = delivery
         self.apsTimestamp = apsTimestamp
@@ -131,8 +133,10 @@ public struct OutboxRepository: Sendable {
     /// than `pacing` ago, and which has no urgent pending update (an alert or `high`: `ConflationPolicy`
     /// sends those at once) and is not marked urgent (`next_attempt_at` at the epoch), is not claimed
     /// but made due when the pacing allows; the batch says the earliest such time.
-    public func claimBatch(instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval? = nil,
-                           now: Date? = nil) async throws -> ClaimBatch {
+    public func claimBatch(
+        instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval? = nil,
+        now: Date? = nil
+    ) async throws -> ClaimBatch {
         // Two statements, no transaction. The claiming UPDATE may wait on an ingest's row lock and then
         // see the row's new update_id (READ COMMITTED re-check) while its own snapshot predates that
         // update; joining `updates` in the same statement would silently drop the row. The second
@@ -164,40 +168,42 @@ public struct OutboxRepository: Sendable {
         for row in rows {
             let outboxID = try row.decode(Int.self, column: "outbox_id")
             if let id = try row.decode(Int?.self, column: "pending_id") {
-                pending[outboxID, default: []].append(PendingUpdate(
-                    id: id,
-                    priority: try row.decodeRaw(RequestedPriority.self, column: "pending_priority"),
-                    alert: try row.decodeJSON(column: "pending_alert"),
-                    occurredAt: try row.decode(Date.self, column: "pending_occurred_at")))
+                pending[outboxID, default: []].append(
+                    PendingUpdate(
+                        id: id,
+                        priority: try row.decodeRaw(RequestedPriority.self, column: "pending_priority"),
+                        alert: try row.decodeJSON(column: "pending_alert"),
+                        occurredAt: try row.decode(Date.self, column: "pending_occurred_at")))
             }
             guard try row.decode(Bool.self, column: "carries_update") else { continue }
-            claims.append(ClaimedBroadcast(
-                outboxID: outboxID,
-                claimToken: try row.decode(UUID.self, column: "claim_token"),
-                claimedUntil: try row.decode(Date.self, column: "claimed_until"),
-                attempts: try row.decode(Int.self, column: "attempts"),
-                eventID: try row.decode(Int.self, column: "event_id"),
-                appID: try row.decode(Int.self, column: "app_id"),
-                attributeTypeID: try row.decode(Int.self, column: "attribute_type_id"),
-                channelID: try row.decode(Int.self, column: "channel_id"),
-                apnsChannelID: try row.decode(String.self, column: "apns_channel_id"),
-                storagePolicy: try row.decodeRaw(MessageStoragePolicy.self, column: "storage_policy"),
-                channelState: try row.decodeRaw(ChannelLifecycle.State.self, column: "channel_state"),
-                lastApsTimestamp: try row.decode(Int64?.self, column: "last_aps_timestamp"),
-                apsTimestamp: try row.decode(Int64?.self, column: "fixed_aps_timestamp"),
-                lastBroadcastAt: try row.decode(Date?.self, column: "last_broadcast_at"),
-                update: OutboxUpdate(
-                    id: try row.decode(Int.self, column: "update_id"),
-                    action: try row.decode(UpdateAction.self, column: "action"),
-                    contentState: try row.decodeJSON(column: "content_state") ?? [:],
-                    alert: try row.decodeJSON(column: "alert"),
-                    staleDate: try row.decode(Date?.self, column: "stale_date"),
-                    dismissalDate: try row.decode(Date?.self, column: "dismissal_date"),
-                    relevanceScore: try row.decode(Double?.self, column: "relevance_score"),
-                    priority: try row.decodeRaw(RequestedPriority.self, column: "priority"),
-                    occurredAt: try row.decode(Date.self, column: "occurred_at"),
-                    receivedAt: try row.decode(Date.self, column: "received_at")),
-                pending: []))
+            claims.append(
+                ClaimedBroadcast(
+                    outboxID: outboxID,
+                    claimToken: try row.decode(UUID.self, column: "claim_token"),
+                    claimedUntil: try row.decode(Date.self, column: "claimed_until"),
+                    attempts: try row.decode(Int.self, column: "attempts"),
+                    eventID: try row.decode(Int.self, column: "event_id"),
+                    appID: try row.decode(Int.self, column: "app_id"),
+                    attributeTypeID: try row.decode(Int.self, column: "attribute_type_id"),
+                    channelID: try row.decode(Int.self, column: "channel_id"),
+                    apnsChannelID: try row.decode(String.self, column: "apns_channel_id"),
+                    storagePolicy: try row.decodeRaw(MessageStoragePolicy.self, column: "storage_policy"),
+                    channelState: try row.decodeRaw(ChannelLifecycle.State.self, column: "channel_state"),
+                    lastApsTimestamp: try row.decode(Int64?.self, column: "last_aps_timestamp"),
+                    apsTimestamp: try row.decode(Int64?.self, column: "fixed_aps_timestamp"),
+                    lastBroadcastAt: try row.decode(Date?.self, column: "last_broadcast_at"),
+                    update: OutboxUpdate(
+                        id: try row.decode(Int.self, column: "update_id"),
+                        action: try row.decode(UpdateAction.self, column: "action"),
+                        contentState: try row.decodeJSON(column: "content_state") ?? [:],
+                        alert: try row.decodeJSON(column: "alert"),
+                        staleDate: try row.decode(Date?.self, column: "stale_date"),
+                        dismissalDate: try row.decode(Date?.self, column: "dismissal_date"),
+                        relevanceScore: try row.decode(Double?.self, column: "relevance_score"),
+                        priority: try row.decodeRaw(RequestedPriority.self, column: "priority"),
+                        occurredAt: try row.decode(Date.self, column: "occurred_at"),
+                        receivedAt: try row.decode(Date.self, column: "received_at")),
+                    pending: []))
         }
         for index in claims.indices { claims[index].pending = pending[claims[index].outboxID] ?? [] }
         return ClaimBatch(claims: claims, taken: taken.count, pacedUntil: pacedUntil, takenOver: takenOver)
@@ -211,10 +217,16 @@ public struct OutboxRepository: Sendable {
     /// moves the channel to 'ended' and the event to 'ended'. `last_broadcast_at` becomes `sentAt`
     /// (when the send began: the pacing's reference, as in the dispatcher's memory), else `now`.
     @discardableResult
-    public func recordBroadcast(_ claim: ClaimedBroadcast, delivery: DeliveryDraft, apsTimestamp: Int64,
-                                nextAttemptDelay: TimeInterval = 0, sentAt: Date? = nil, now: Date? = nil) async throws -> BroadcastOutcome {
-        try await recordBroadcasts([BroadcastRecord(claim: claim, delivery: delivery, apsTimestamp: apsTimestamp,
-                                                    nextAttemptDelay: nextAttemptDelay, sentAt: sentAt)], now: now)[0].get()
+    public func recordBroadcast(
+        _ claim: ClaimedBroadcast, delivery: DeliveryDraft, apsTimestamp: Int64,
+        nextAttemptDelay: TimeInterval = 0, sentAt: Date? = nil, now: Date? = nil
+    ) async throws -> BroadcastOutcome {
+        try await recordBroadcasts(
+            [
+                BroadcastRecord(
+                    claim: claim, delivery: delivery, apsTimestamp: apsTimestamp,
+                    nextAttemptDelay: nextAttemptDelay, sentAt: sentAt)
+            ], now: now)[0].get()
     }
 
     /// `recordBroadcast` for several claims (of different channels) in one statement: each record is
@@ -223,22 +235,23 @@ public struct OutboxRepository: Sendable {
     public func recordBroadcasts(_ records: [BroadcastRecord], now: Date? = nil) async throws -> [Result<BroadcastOutcome, PipelineError>] {
         precondition(Set(records.map(\.claim.channelID)).count == records.count, "one record per channel in a batch")
         guard !records.isEmpty else { return [] }
-        let input: JSONValue = .array(records.enumerated().map { index, record in
-            let claim = record.claim
-            let sent = Self.filled(record.delivery, claim)
-            func optional<T>(_ value: T?, _ json: (T) -> JSONValue) -> JSONValue { value.map(json) ?? .null }
-            return [
-                "n": .int(Int64(index)), "outbox_id": .int(Int64(claim.outboxID)), "claim_token": .string(claim.claimToken.uuidString),
-                "channel_id": .int(Int64(sent.channelID!)), "event_id": .int(Int64(claim.eventID)), "update_id": .int(Int64(sent.updateID!)),
-                "aps_timestamp": .int(record.apsTimestamp), "sent_at": optional(record.sentAt) { .double($0.timeIntervalSince1970) },
-                "ends": .bool(claim.update.action == .end), "delay": .double(max(0, record.nextAttemptDelay)),
-                "app_id": .int(Int64(sent.appID)), "apns_request_id": optional(sent.apnsRequestID) { .string($0.uuidString) },
-                "apns_unique_id": optional(sent.apnsUniqueID) { .string($0.uuidString) },
-                "status": optional(sent.status) { .int(Int64($0)) }, "reason": optional(sent.reason) { .string($0) },
-                "latency_us": optional(sent.latencyMicroseconds) { .int($0) }, "priority": optional(sent.priority) { .int(Int64($0)) },
-                "attempt": .int(Int64(sent.attempt)),
-            ]
-        })
+        let input: JSONValue = .array(
+            records.enumerated().map { index, record in
+                let claim = record.claim
+                let sent = Self.filled(record.delivery, claim)
+                func optional<T>(_ value: T?, _ json: (T) -> JSONValue) -> JSONValue { value.map(json) ?? .null }
+                return [
+                    "n": .int(Int64(index)), "outbox_id": .int(Int64(claim.outboxID)), "claim_token": .string(claim.claimToken.uuidString),
+                    "channel_id": .int(Int64(sent.channelID!)), "event_id": .int(Int64(claim.eventID)), "update_id": .int(Int64(sent.updateID!)),
+                    "aps_timestamp": .int(record.apsTimestamp), "sent_at": optional(record.sentAt) { .double($0.timeIntervalSince1970) },
+                    "ends": .bool(claim.update.action == .end), "delay": .double(max(0, record.nextAttemptDelay)),
+                    "app_id": .int(Int64(sent.appID)), "apns_request_id": optional(sent.apnsRequestID) { .string($0.uuidString) },
+                    "apns_unique_id": optional(sent.apnsUniqueID) { .string($0.uuidString) },
+                    "status": optional(sent.status) { .int(Int64($0)) }, "reason": optional(sent.reason) { .string($0) },
+                    "latency_us": optional(sent.latencyMicroseconds) { .int($0) }, "priority": optional(sent.priority) { .int(Int64($0)) },
+                    "attempt": .int(Int64(sent.attempt)),
+                ]
+            })
         // One statement, so atomic without a transaction: every step after the stamp is conditioned on
         // it (joined to `stamped`). All CTEs share one snapshot and no row is modified twice (the end
         // transition is part of the stamp; a batch has one record per channel). The outbox row is deleted
@@ -255,21 +268,30 @@ public struct OutboxRepository: Sendable {
         func indices(_ column: String) throws -> Set<Int> {
             Set(try row.decode(String.self, column: column).split(separator: ",").compactMap { Int($0) })
         }
-        let stamped = try indices("stamped"), deleted = try indices("deleted"), released = try indices("released")
+        let stamped = try indices("stamped")
+        let deleted = try indices("deleted")
+        let released = try indices("released")
         var outcomes: [Result<BroadcastOutcome, PipelineError>] = []
         for (index, record) in records.enumerated() {
             guard stamped.contains(index) else {
                 outcomes.append(.failure(.apsTimestampNotIncreasing(channelID: record.claim.channelID, attempted: record.apsTimestamp)))
                 continue
             }
-            if deleted.contains(index) { outcomes.append(.success(.completed)); continue }
-            if released.contains(index) { outcomes.append(.success(.newerPending)); continue }
+            if deleted.contains(index) {
+                outcomes.append(.success(.completed))
+                continue
+            }
+            if released.contains(index) {
+                outcomes.append(.success(.newerPending))
+                continue
+            }
             // Neither: the claim was lost, or an ingest committed a newer update_id after this statement's
             // snapshot (the DELETE re-checked the newest row and let go; the release saw the old one). The
             // broadcast is recorded; releasing now, on a new snapshot, tells the two apart.
             let again = try await pool.withConnection { connection in
-                try await Self.release(record.claim, attemptsSQL: "0", delay: record.nextAttemptDelay, error: nil, keepUrgent: true,
-                                       now: now, on: connection)
+                try await Self.release(
+                    record.claim, attemptsSQL: "0", delay: record.nextAttemptDelay, error: nil, keepUrgent: true,
+                    now: now, on: connection)
             }
             outcomes.append(.success(again ? .newerPending : .claimLost))
         }
@@ -280,10 +302,13 @@ public struct OutboxRepository: Sendable {
     /// counted, and the row released, due after `retryAfter` (from `RetryBackoff`). Returns false
     /// when the claim was lost meanwhile (the delivery is recorded all the same).
     @discardableResult
-    public func recordRetryableFailure(_ claim: ClaimedBroadcast, delivery: DeliveryDraft, retryAfter: TimeInterval,
-                                       now: Date? = nil) async throws -> Bool {
+    public func recordRetryableFailure(
+        _ claim: ClaimedBroadcast, delivery: DeliveryDraft, retryAfter: TimeInterval,
+        now: Date? = nil
+    ) async throws -> Bool {
         // One statement: the delivery row goes in whether or not the claim is still held.
-        try await pool.query("""
+        try await pool.query(
+            """
             WITH delivered AS (
                 \(fragment: DeliveryRepository.insertSelect(Self.filled(delivery, claim)))
                 RETURNING id
@@ -291,7 +316,8 @@ public struct OutboxRepository: Sendable {
             \(fragment: Self.releaseStatement(claim, attemptsSQL: "attempts + 1", delay: retryAfter,
                                               error: delivery.reason ?? delivery.status.map { "HTTP \($0)" }, now: now))
             RETURNING id
-            """).count == 1
+            """
+        ).count == 1
     }
 
     /// Records a permanent refusal: the delivery row, and
@@ -305,13 +331,16 @@ public struct OutboxRepository: Sendable {
     /// end goes (`ended`), as the lifecycle says.
     static let endedState = ChannelLifecycle.sqlState(after: [.endRequested, .endSent], from: ChannelLifecycle.broadcastingStates, column: "c.state")
 
-    public func recordPermanentFailure(_ claim: ClaimedBroadcast, delivery: DeliveryDraft,
-                                       channelNotRegistered: Bool, now: Date? = nil) async throws {
+    public func recordPermanentFailure(
+        _ claim: ClaimedBroadcast, delivery: DeliveryDraft,
+        channelNotRegistered: Bool, now: Date? = nil
+    ) async throws {
         try await pool.withTransaction { tx in
             let reason = delivery.reason ?? delivery.status.map { "HTTP \($0)" } ?? "refused"
             try await DeliveryRepository.insert(Self.filled(delivery, claim), on: tx)
             if channelNotRegistered {
-                try await tx.query("""
+                try await tx.query(
+                    """
                     UPDATE channels SET state = \(fragment: Self.lostState), attempts = 0, next_attempt_at = NULL, last_error = \(reason),
                         last_error_at = coalesce(\(now), now()), updated_at = now()
                     WHERE id = \(claim.channelID) AND state IN \(ChannelLifecycle.broadcastingStates.sql)
@@ -319,7 +348,8 @@ public struct OutboxRepository: Sendable {
                 try await ChannelRepository.stopBroadcasting(eventID: claim.eventID, on: tx)
                 return
             }
-            let deleted = try await tx.execute("""
+            let deleted = try await tx.execute(
+                """
                 DELETE FROM outbox WHERE id = \(claim.outboxID) AND claim_token = \(claim.claimToken) AND update_id = \(claim.update.id)
                 """)
             if deleted == 0 {
@@ -340,7 +370,8 @@ public struct OutboxRepository: Sendable {
     /// Gives claims back unchanged (shutdown), so another instance can take them at once.
     public func release(_ claims: [ClaimedBroadcast]) async throws {
         guard !claims.isEmpty else { return }
-        try await pool.execute("""
+        try await pool.execute(
+            """
             UPDATE outbox SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL, updated_at = now()
             WHERE claim_token = ANY (\(claims.map { $0.claimToken.uuidString.lowercased() })::uuid[])
             """)
@@ -352,7 +383,8 @@ public struct OutboxRepository: Sendable {
     /// this frees them at once instead of after their lease.
     @discardableResult
     public func releaseClaims(of instance: String, keeping: [UUID]) async throws -> Int {
-        try await pool.execute("""
+        try await pool.execute(
+            """
             UPDATE outbox SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL, updated_at = now()
             WHERE claimed_by = \(instance) AND claim_token <> ALL (\(keeping.map { $0.uuidString.lowercased() })::uuid[])
             """)
@@ -360,16 +392,22 @@ public struct OutboxRepository: Sendable {
 
     /// Clears the claim if still owned, setting attempts (SQL expression) and the next due time.
     @discardableResult
-    private static func release(_ claim: ClaimedBroadcast, attemptsSQL: String, delay: TimeInterval, error: String?,
-                                keepUrgent: Bool = false, now: Date?, on connection: PostgresConnection) async throws -> Bool {
-        try await connection.execute(releaseStatement(claim, attemptsSQL: attemptsSQL, delay: delay, error: error,
-                                                      keepUrgent: keepUrgent, now: now)) == 1
+    private static func release(
+        _ claim: ClaimedBroadcast, attemptsSQL: String, delay: TimeInterval, error: String?,
+        keepUrgent: Bool = false, now: Date?, on connection: PostgresConnection
+    ) async throws -> Bool {
+        try await connection.execute(
+            releaseStatement(
+                claim, attemptsSQL: attemptsSQL, delay: delay, error: error,
+                keepUrgent: keepUrgent, now: now)) == 1
     }
 
     /// The UPDATE of `release`: due after `delay`, or, with `keepUrgent`, still at once when an urgent
     /// ingest marked it so (`IngestRepository.urgentDue`).
-    private static func releaseStatement(_ claim: ClaimedBroadcast, attemptsSQL: String, delay: TimeInterval, error: String?,
-                                         keepUrgent: Bool = false, now: Date?) -> PostgresQuery {
+    private static func releaseStatement(
+        _ claim: ClaimedBroadcast, attemptsSQL: String, delay: TimeInterval, error: String?,
+        keepUrgent: Bool = false, now: Date?
+    ) -> PostgresQuery {
         """
         UPDATE outbox SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL,
             attempts = \(unsafeRaw: attemptsSQL), last_error = coalesce(\(error), last_error),
@@ -395,72 +433,72 @@ public struct OutboxRepository: Sendable {
     /// The claim's first statement: takes due rows (see `claimBatch`).
     static func claimStatement(instance: String, limit: Int, lease: TimeInterval, pacing: TimeInterval?, now: Date?) -> PostgresQuery {
         """
-            WITH due AS (
-                SELECT o.id, live.channel_id, live.last_aps_timestamp, o.claimed_by AS previous_holder,
-                       CASE WHEN o.next_attempt_at > \(IngestRepository.urgentDue)
-                                 AND live.last_broadcast_at > coalesce(\(now), now()) - make_interval(secs => \(pacing)::float8)
-                                 AND NOT EXISTS (
-                                     SELECT 1 FROM updates p
-                                     WHERE p.event_id = o.event_id AND p.disposition = \(UpdateDisposition.pending.sql) AND p.id <= o.update_id
-                                       AND (p.priority = 'high' OR p.alert IS NOT NULL))
-                            THEN live.last_broadcast_at + make_interval(secs => \(pacing)::float8) END AS paced_until
-                FROM outbox o
-                CROSS JOIN LATERAL (
-                    SELECT c.id AS channel_id, c.last_broadcast_at, c.last_aps_timestamp
-                    FROM channels c JOIN events e ON e.id = c.event_id
-                    WHERE c.event_id = o.event_id AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) AND NOT e.channel_lost
-                    LIMIT 1
-                ) live
-                WHERE o.next_attempt_at <= coalesce(\(now), now())
-                  AND (o.claimed_until IS NULL OR o.claimed_until <= coalesce(\(now), now())
-                       OR o.claimed_by = ANY (\(fragment: InstanceHeartbeatRepository.lapsedInstances(now: now))))
-                  AND (o.not_before IS NULL OR o.not_before <= coalesce(\(now), now()))
-                ORDER BY o.next_attempt_at, o.id
-                LIMIT \(limit)
-                FOR UPDATE OF o SKIP LOCKED
-            )
-            UPDATE outbox o SET
-                claimed_by = CASE WHEN due.paced_until IS NULL THEN \(instance) END,
-                claim_token = CASE WHEN due.paced_until IS NULL THEN gen_random_uuid() END,
-                claimed_until = CASE WHEN due.paced_until IS NULL
-                                     THEN coalesce(\(now), now()) + make_interval(secs => \(lease)) END,
-                next_attempt_at = coalesce(due.paced_until, o.next_attempt_at),
-                aps_timestamp = CASE WHEN due.paced_until IS NOT NULL THEN o.aps_timestamp
-                                     WHEN o.aps_timestamp_update_id = o.update_id
-                                          AND o.aps_timestamp > coalesce(due.last_aps_timestamp, 0) THEN o.aps_timestamp
-                                     ELSE greatest(floor(extract(epoch FROM coalesce(\(now), now())))::bigint,
-                                                   due.last_aps_timestamp + 1, o.aps_timestamp + 1) END,
-                aps_timestamp_update_id = CASE WHEN due.paced_until IS NULL THEN o.update_id ELSE o.aps_timestamp_update_id END,
-                channel_id = due.channel_id, updated_at = now()
-            FROM due WHERE o.id = due.id AND o.id = ANY (ARRAY(SELECT id FROM due))
-            RETURNING o.id, o.claim_token, o.next_attempt_at, due.previous_holder
-            """
+        WITH due AS (
+            SELECT o.id, live.channel_id, live.last_aps_timestamp, o.claimed_by AS previous_holder,
+                   CASE WHEN o.next_attempt_at > \(IngestRepository.urgentDue)
+                             AND live.last_broadcast_at > coalesce(\(now), now()) - make_interval(secs => \(pacing)::float8)
+                             AND NOT EXISTS (
+                                 SELECT 1 FROM updates p
+                                 WHERE p.event_id = o.event_id AND p.disposition = \(UpdateDisposition.pending.sql) AND p.id <= o.update_id
+                                   AND (p.priority = 'high' OR p.alert IS NOT NULL))
+                        THEN live.last_broadcast_at + make_interval(secs => \(pacing)::float8) END AS paced_until
+            FROM outbox o
+            CROSS JOIN LATERAL (
+                SELECT c.id AS channel_id, c.last_broadcast_at, c.last_aps_timestamp
+                FROM channels c JOIN events e ON e.id = c.event_id
+                WHERE c.event_id = o.event_id AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) AND NOT e.channel_lost
+                LIMIT 1
+            ) live
+            WHERE o.next_attempt_at <= coalesce(\(now), now())
+              AND (o.claimed_until IS NULL OR o.claimed_until <= coalesce(\(now), now())
+                   OR o.claimed_by = ANY (\(fragment: InstanceHeartbeatRepository.lapsedInstances(now: now))))
+              AND (o.not_before IS NULL OR o.not_before <= coalesce(\(now), now()))
+            ORDER BY o.next_attempt_at, o.id
+            LIMIT \(limit)
+            FOR UPDATE OF o SKIP LOCKED
+        )
+        UPDATE outbox o SET
+            claimed_by = CASE WHEN due.paced_until IS NULL THEN \(instance) END,
+            claim_token = CASE WHEN due.paced_until IS NULL THEN gen_random_uuid() END,
+            claimed_until = CASE WHEN due.paced_until IS NULL
+                                 THEN coalesce(\(now), now()) + make_interval(secs => \(lease)) END,
+            next_attempt_at = coalesce(due.paced_until, o.next_attempt_at),
+            aps_timestamp = CASE WHEN due.paced_until IS NOT NULL THEN o.aps_timestamp
+                                 WHEN o.aps_timestamp_update_id = o.update_id
+                                      AND o.aps_timestamp > coalesce(due.last_aps_timestamp, 0) THEN o.aps_timestamp
+                                 ELSE greatest(floor(extract(epoch FROM coalesce(\(now), now())))::bigint,
+                                               due.last_aps_timestamp + 1, o.aps_timestamp + 1) END,
+            aps_timestamp_update_id = CASE WHEN due.paced_until IS NULL THEN o.update_id ELSE o.aps_timestamp_update_id END,
+            channel_id = due.channel_id, updated_at = now()
+        FROM due WHERE o.id = due.id AND o.id = ANY (ARRAY(SELECT id FROM due))
+        RETURNING o.id, o.claim_token, o.next_attempt_at, due.previous_holder
+        """
     }
 
     /// The claim's second statement: the claimed rows with their update and pending updates.
     static func claimedRowsStatement(ids: [String], tokens: [String]) -> PostgresQuery {
         """
-            SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id, e.attribute_type_id,
-                   c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state,
-                   CASE WHEN o.aps_timestamp_update_id = o.update_id THEN o.aps_timestamp END AS fixed_aps_timestamp,
-                   greatest(c.last_aps_timestamp, CASE WHEN o.aps_timestamp_update_id IS DISTINCT FROM o.update_id
-                                                       THEN o.aps_timestamp END) AS last_aps_timestamp,
-                   c.last_broadcast_at, p.id IS NULL OR p.newest AS carries_update,
-                   u.id AS update_id, u.action, CASE WHEN p.id IS NULL OR p.newest THEN u.content_state END AS content_state,
-                   CASE WHEN p.id IS NULL OR p.newest THEN u.alert END AS alert, u.stale_date, u.dismissal_date,
-                   u.relevance_score, u.priority, u.occurred_at, u.received_at,
-                   p.id AS pending_id, p.priority AS pending_priority, p.alert AS pending_alert, p.occurred_at AS pending_occurred_at
-            FROM outbox o
-            JOIN events e ON e.id = o.event_id
-            JOIN channels c ON c.id = o.channel_id
-            JOIN updates u ON u.id = o.update_id
-            LEFT JOIN LATERAL (
-                SELECT id, priority, alert, occurred_at, id = max(id) OVER () AS newest FROM updates
-                WHERE event_id = o.event_id AND disposition = \(UpdateDisposition.pending.sql) AND id <= o.update_id
-            ) p ON true
-            WHERE o.id = ANY (\(ids)::bigint[]) AND o.claim_token = ANY (\(tokens)::uuid[])
-            ORDER BY o.next_attempt_at, o.id, p.id
-            """
+        SELECT o.id AS outbox_id, o.claim_token, o.claimed_until, o.attempts, o.event_id, e.app_id, e.attribute_type_id,
+               c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state,
+               CASE WHEN o.aps_timestamp_update_id = o.update_id THEN o.aps_timestamp END AS fixed_aps_timestamp,
+               greatest(c.last_aps_timestamp, CASE WHEN o.aps_timestamp_update_id IS DISTINCT FROM o.update_id
+                                                   THEN o.aps_timestamp END) AS last_aps_timestamp,
+               c.last_broadcast_at, p.id IS NULL OR p.newest AS carries_update,
+               u.id AS update_id, u.action, CASE WHEN p.id IS NULL OR p.newest THEN u.content_state END AS content_state,
+               CASE WHEN p.id IS NULL OR p.newest THEN u.alert END AS alert, u.stale_date, u.dismissal_date,
+               u.relevance_score, u.priority, u.occurred_at, u.received_at,
+               p.id AS pending_id, p.priority AS pending_priority, p.alert AS pending_alert, p.occurred_at AS pending_occurred_at
+        FROM outbox o
+        JOIN events e ON e.id = o.event_id
+        JOIN channels c ON c.id = o.channel_id
+        JOIN updates u ON u.id = o.update_id
+        LEFT JOIN LATERAL (
+            SELECT id, priority, alert, occurred_at, id = max(id) OVER () AS newest FROM updates
+            WHERE event_id = o.event_id AND disposition = \(UpdateDisposition.pending.sql) AND id <= o.update_id
+        ) p ON true
+        WHERE o.id = ANY (\(ids)::bigint[]) AND o.claim_token = ANY (\(tokens)::uuid[])
+        ORDER BY o.next_attempt_at, o.id, p.id
+        """
     }
 
     private static let eventStatusAfterEnd = EventLifecycle.sqlStatus(after: .endBroadcast, column: "e.status")
@@ -471,60 +509,60 @@ public struct OutboxRepository: Sendable {
     /// The statement of `recordBroadcasts`, for `count` records as one jsonb array.
     private static func recordStatement(input: JSONValue, count: Int, now: Date?) -> PostgresQuery {
         """
-            WITH input AS (
-                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i(
-                    n integer, outbox_id bigint, claim_token uuid, channel_id bigint, event_id bigint, update_id bigint,
-                    aps_timestamp bigint, sent_at float8, ends boolean, delay float8, app_id bigint, apns_request_id uuid,
-                    apns_unique_id uuid, status integer, reason text, latency_us bigint, priority smallint, attempt integer)
-                LIMIT \(count)
-            ), stamped AS (
-                UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
-                    last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
-                    state = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN \(fragment: Self.endedState) ELSE c.state END,
-                    attempts = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN 0 ELSE c.attempts END,
-                    next_attempt_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN NULL ELSE c.next_attempt_at END,
-                    ended_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN coalesce(\(now), now()) ELSE c.ended_at END,
-                    updated_at = now()
-                FROM input i
-                WHERE c.id = i.channel_id AND (c.last_aps_timestamp IS NULL OR c.last_aps_timestamp < i.aps_timestamp)
-                RETURNING i.*
-            ), disposed AS (
-                UPDATE updates u SET disposition = CASE WHEN u.id = s.update_id THEN \(UpdateDisposition.broadcast.sql) ELSE \(UpdateDisposition.conflated.sql) END,
-                                     disposed_at = now()
-                FROM stamped s
-                WHERE u.event_id = s.event_id AND u.disposition = \(UpdateDisposition.pending.sql) AND u.id <= s.update_id
-                RETURNING u.id
-            ), delivered AS (
-                INSERT INTO deliveries (app_id, kind, channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
-                                        latency_us, priority, attempt, aps_timestamp)
-                SELECT app_id, 'broadcast', channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
-                       latency_us, priority, attempt, aps_timestamp
-                FROM stamped ORDER BY n
-                RETURNING id
-            ), event_ended AS (
-                UPDATE events e SET status = \(fragment: eventStatusAfterEnd), updated_at = now()
-                FROM stamped s
-                WHERE e.id = s.event_id AND s.ends AND e.status = ANY (\(eventStatesTakingTheEnd)::text[])
-                RETURNING e.id
-            ), deleted AS (
-                DELETE FROM outbox o USING stamped s
-                WHERE o.id = s.outbox_id AND o.claim_token = s.claim_token AND o.update_id = s.update_id
-                RETURNING s.n
-            ), released AS (
-                UPDATE outbox o SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL, attempts = 0,
-                    next_attempt_at = CASE WHEN o.next_attempt_at <= \(IngestRepository.urgentDue) THEN o.next_attempt_at
-                                           ELSE coalesce(\(now), now()) + make_interval(secs => s.delay) END,
-                    updated_at = now()
-                FROM stamped s
-                WHERE o.id = s.outbox_id AND o.claim_token = s.claim_token AND o.update_id <> s.update_id
-                RETURNING s.n
-            )
-            SELECT (SELECT coalesce(string_agg(n::text, ','), '') FROM stamped) AS stamped,
-                   (SELECT count(*) FROM disposed) AS disposed, (SELECT count(*) FROM delivered) AS delivered,
-                   (SELECT count(*) FROM event_ended) AS ended,
-                   (SELECT coalesce(string_agg(n::text, ','), '') FROM deleted) AS deleted,
-                   (SELECT coalesce(string_agg(n::text, ','), '') FROM released) AS released
-            """
+        WITH input AS (
+            SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i(
+                n integer, outbox_id bigint, claim_token uuid, channel_id bigint, event_id bigint, update_id bigint,
+                aps_timestamp bigint, sent_at float8, ends boolean, delay float8, app_id bigint, apns_request_id uuid,
+                apns_unique_id uuid, status integer, reason text, latency_us bigint, priority smallint, attempt integer)
+            LIMIT \(count)
+        ), stamped AS (
+            UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
+                last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
+                state = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN \(fragment: Self.endedState) ELSE c.state END,
+                attempts = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN 0 ELSE c.attempts END,
+                next_attempt_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN NULL ELSE c.next_attempt_at END,
+                ended_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN coalesce(\(now), now()) ELSE c.ended_at END,
+                updated_at = now()
+            FROM input i
+            WHERE c.id = i.channel_id AND (c.last_aps_timestamp IS NULL OR c.last_aps_timestamp < i.aps_timestamp)
+            RETURNING i.*
+        ), disposed AS (
+            UPDATE updates u SET disposition = CASE WHEN u.id = s.update_id THEN \(UpdateDisposition.broadcast.sql) ELSE \(UpdateDisposition.conflated.sql) END,
+                                 disposed_at = now()
+            FROM stamped s
+            WHERE u.event_id = s.event_id AND u.disposition = \(UpdateDisposition.pending.sql) AND u.id <= s.update_id
+            RETURNING u.id
+        ), delivered AS (
+            INSERT INTO deliveries (app_id, kind, channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
+                                    latency_us, priority, attempt, aps_timestamp)
+            SELECT app_id, 'broadcast', channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
+                   latency_us, priority, attempt, aps_timestamp
+            FROM stamped ORDER BY n
+            RETURNING id
+        ), event_ended AS (
+            UPDATE events e SET status = \(fragment: eventStatusAfterEnd), updated_at = now()
+            FROM stamped s
+            WHERE e.id = s.event_id AND s.ends AND e.status = ANY (\(eventStatesTakingTheEnd)::text[])
+            RETURNING e.id
+        ), deleted AS (
+            DELETE FROM outbox o USING stamped s
+            WHERE o.id = s.outbox_id AND o.claim_token = s.claim_token AND o.update_id = s.update_id
+            RETURNING s.n
+        ), released AS (
+            UPDATE outbox o SET claimed_by = NULL, claim_token = NULL, claimed_until = NULL, attempts = 0,
+                next_attempt_at = CASE WHEN o.next_attempt_at <= \(IngestRepository.urgentDue) THEN o.next_attempt_at
+                                       ELSE coalesce(\(now), now()) + make_interval(secs => s.delay) END,
+                updated_at = now()
+            FROM stamped s
+            WHERE o.id = s.outbox_id AND o.claim_token = s.claim_token AND o.update_id <> s.update_id
+            RETURNING s.n
+        )
+        SELECT (SELECT coalesce(string_agg(n::text, ','), '') FROM stamped) AS stamped,
+               (SELECT count(*) FROM disposed) AS disposed, (SELECT count(*) FROM delivered) AS delivered,
+               (SELECT count(*) FROM event_ended) AS ended,
+               (SELECT coalesce(string_agg(n::text, ','), '') FROM deleted) AS deleted,
+               (SELECT coalesce(string_agg(n::text, ','), '') FROM released) AS released
+        """
     }
 
     private static func filled(_ delivery: DeliveryDraft, _ claim: ClaimedBroadcast) -> DeliveryDraft {

@@ -38,7 +38,8 @@ public enum PipelineError: Error, Equatable, Sendable, CustomStringConvertible {
         case .invalidReference(let what): "invalid reference: \(what)"
         case .idempotencyKeyReused(let key): "idempotency key \(key) was used with another request body in the last 24 h; use a new key"
         case .eventBusy(let id): "event \(id) kept changing under this update; retry it"
-        case .apsTimestampNotIncreasing(let channel, let ts): "aps.timestamp \(ts) is not above channel \(channel)'s last one; take the next from TimestampSequencer"
+        case .apsTimestampNotIncreasing(let channel, let ts):
+            "aps.timestamp \(ts) is not above channel \(channel)'s last one; take the next from TimestampSequencer"
         case .leaseNotHeld(let name): "lease \(name) is not held any more; stop leader work and try to acquire it again"
         case .invalidCursor: "the list cursor is not valid; list again without one"
         }
@@ -81,7 +82,6 @@ extension PostgresRow {
         try decodeRaw(StoredChannelState.self, column: column)
     }
 }
-
 
 /// A value in a stored row that the schema should have prevented.
 struct StoredValueError: Error, CustomStringConvertible {

@@ -40,4 +40,3 @@ extension ChannelLifecycle {
         return "\(fragment: cases) ELSE \(column) END"
     }
 }
-

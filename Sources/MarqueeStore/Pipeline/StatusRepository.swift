@@ -45,16 +45,21 @@ public struct StatusRepository: Sendable {
     public func status(errorLimit: Int = 10) async throws -> PipelineStatus {
         try await pool.withTransaction(isolation: .repeatableRead) { tx in
             var apps: [Int: AppChannelStatus] = [:]
-            for row in try await tx.query("""
+            for row in try await tx.query(
+                """
                 SELECT a.id, a.bundle_id, a.environment, c.state, count(c.id) AS n
                 FROM apps a LEFT JOIN channels c ON c.app_id = a.id
                 GROUP BY a.id, a.bundle_id, a.environment, c.state ORDER BY a.id
-                """) {
+                """)
+            {
                 let id = try row.decode(Int.self, column: "id")
                 let bundleID = try row.decode(String.self, column: "bundle_id")
                 let environment = try row.decode(String.self, column: "environment")
-                var app = apps[id] ?? AppChannelStatus(appID: id, bundleID: bundleID, environment: environment,
-                                                       channelsByState: [:], quotaInUse: 0)
+                var app =
+                    apps[id]
+                    ?? AppChannelStatus(
+                        appID: id, bundleID: bundleID, environment: environment,
+                        channelsByState: [:], quotaInUse: 0)
                 if let state = try row.decode(String?.self, column: "state") {
                     let count = try row.decode(Int.self, column: "n")
                     app.channelsByState[state] = count
@@ -65,29 +70,36 @@ public struct StatusRepository: Sendable {
             for row in try await tx.query("SELECT app_id, \(unsafeRaw: CredentialsParkRepository.columns) FROM app_credential_faults") {
                 apps[try row.decode(Int.self, column: "app_id")]?.credentialsPark = try CredentialsParkRepository.park(row: row)
             }
-            let backlog = try await tx.query("""
+            let backlog = try await tx.query(
+                """
                 SELECT count(*) AS n, extract(epoch FROM now() - min(created_at))::float8 AS oldest FROM outbox
                 """)[0]
-            let lost = try await tx.query("""
+            let lost = try await tx.query(
+                """
                 SELECT e.id, e.app_id, e.external_id, c.id AS channel_id, c.apns_channel_id, c.last_error
                 FROM events e
                 LEFT JOIN LATERAL (SELECT * FROM channels WHERE event_id = e.id ORDER BY id DESC LIMIT 1) c ON true
                 WHERE e.channel_lost ORDER BY e.id
-                """).map { row in
-                LostChannel(eventID: try row.decode(Int.self, column: "id"), appID: try row.decode(Int.self, column: "app_id"),
-                            externalID: try row.decode(String.self, column: "external_id"),
-                            channelID: try row.decode(Int?.self, column: "channel_id"),
-                            apnsChannelID: try row.decode(String?.self, column: "apns_channel_id"),
-                            lastError: try row.decode(String?.self, column: "last_error"))
+                """
+            ).map { row in
+                LostChannel(
+                    eventID: try row.decode(Int.self, column: "id"), appID: try row.decode(Int.self, column: "app_id"),
+                    externalID: try row.decode(String.self, column: "external_id"),
+                    channelID: try row.decode(Int?.self, column: "channel_id"),
+                    apnsChannelID: try row.decode(String?.self, column: "apns_channel_id"),
+                    lastError: try row.decode(String?.self, column: "last_error"))
             }
-            let errors = try await tx.query("""
+            let errors = try await tx.query(
+                """
                 SELECT \(unsafeRaw: DeliveryRecord.columns) FROM deliveries WHERE status IS NULL OR status >= 400
                 ORDER BY sent_at DESC, id DESC LIMIT \(errorLimit)
-                """).map(DeliveryRecord.init(row:))
-            return PipelineStatus(apps: apps.values.sorted { $0.appID < $1.appID },
-                                  outboxBacklog: try backlog.decode(Int.self, column: "n"),
-                                  oldestOutboxAge: try backlog.decode(Double?.self, column: "oldest"),
-                                  lostChannels: lost, lastErrors: errors)
+                """
+            ).map(DeliveryRecord.init(row:))
+            return PipelineStatus(
+                apps: apps.values.sorted { $0.appID < $1.appID },
+                outboxBacklog: try backlog.decode(Int.self, column: "n"),
+                oldestOutboxAge: try backlog.decode(Double?.self, column: "oldest"),
+                lostChannels: lost, lastErrors: errors)
         }
     }
 }

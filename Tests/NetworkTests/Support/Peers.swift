@@ -1,12 +1,13 @@
-// Real HTTP/2 peers for the client tests, on loopback: nghttpd (Debian's nghttp2-server) and nginx, with
-// a throwaway CA and server certificate made by the openssl command line in a temporary folder.
-// Process launches and waits are blocking, so they run on a Dispatch thread, never on the Swift pool.
-import Foundation
-@testable import Network
 // The settings peer below is nghttp2 in server mode; nothing else in the tests touches C.
 internal import CLibEvent
 internal import CNGHTTP2
 internal import COpenSSL
+// Real HTTP/2 peers for the client tests, on loopback: nghttpd (Debian's nghttp2-server) and nginx, with
+// a throwaway CA and server certificate made by the openssl command line in a temporary folder.
+// Process launches and waits are blocking, so they run on a Dispatch thread, never on the Swift pool.
+import Foundation
+
+@testable import Network
 
 /// Runs blocking work on a Dispatch thread and awaits its result.
 func clientOffPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
@@ -64,14 +65,22 @@ final class ClientCertificates: Sendable {
         let openssl = "/usr/bin/openssl"
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
         for name in ["ca", "other-ca"] {
-            try clientRun(openssl, ["req", "-x509"] + ec + ["-keyout", "\(name).key", "-out", "\(name).pem", "-days", "2",
-                                    "-subj", "/CN=Marquee test \(name)"], in: directory)
+            try clientRun(
+                openssl,
+                ["req", "-x509"] + ec + [
+                    "-keyout", "\(name).key", "-out", "\(name).pem", "-days", "2",
+                    "-subj", "/CN=Marquee test \(name)",
+                ], in: directory)
         }
         try "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
             .write(to: directory.appendingPathComponent("server.ext"), atomically: true, encoding: .utf8)
         try clientRun(openssl, ["req"] + ec + ["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"], in: directory)
-        try clientRun(openssl, ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                                "-out", "server.pem", "-days", "2", "-extfile", "server.ext"], in: directory)
+        try clientRun(
+            openssl,
+            [
+                "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", "server.pem", "-days", "2", "-extfile", "server.ext",
+            ], in: directory)
     }
 }
 
@@ -185,8 +194,10 @@ final class ClientPeerProcess: @unchecked Sendable {
 enum ClientNGHTTPD {
     static let bigFileSize = 1 << 20
 
-    static func start(host: String = "127.0.0.1", port: Int? = nil, maxConcurrentStreams: Int? = nil,
-                      echoUpload: Bool = false, verbose: Bool = false) async throws -> ClientPeerProcess {
+    static func start(
+        host: String = "127.0.0.1", port: Int? = nil, maxConcurrentStreams: Int? = nil,
+        echoUpload: Bool = false, verbose: Bool = false
+    ) async throws -> ClientPeerProcess {
         let certificates = ClientCertificates.shared
         return try await clientOffPool {
             let root = FileManager.default.temporaryDirectory.appendingPathComponent("marquee-nghttpd-\(UUID().uuidString)")
@@ -244,8 +255,9 @@ enum ClientNginx {
                 }
                 """
             try config.write(to: root.appendingPathComponent("nginx.conf"), atomically: true, encoding: .utf8)
-            return try ClientPeerProcess(executable: "/usr/sbin/nginx", arguments: ["-p", root.path, "-c", root.appendingPathComponent("nginx.conf").path],
-                                         port: port, directory: root)
+            return try ClientPeerProcess(
+                executable: "/usr/sbin/nginx", arguments: ["-p", root.path, "-c", root.appendingPathComponent("nginx.conf").path],
+                port: port, directory: root)
         }
     }
 }
@@ -286,25 +298,28 @@ final class ClientSettingsPeer: @unchecked Sendable {
         self.responseDelay = responseDelay
         let certificates = ClientCertificates.shared
         guard let context = SSL_CTX_new(TLS_server_method()),
-              SSL_CTX_use_certificate_chain_file(context, certificates.serverCertificate) == 1,
-              SSL_CTX_use_PrivateKey_file(context, certificates.serverKey, SSL_FILETYPE_PEM) == 1 else {
+            SSL_CTX_use_certificate_chain_file(context, certificates.serverCertificate) == 1,
+            SSL_CTX_use_PrivateKey_file(context, certificates.serverKey, SSL_FILETYPE_PEM) == 1
+        else {
             throw ClientPeerError(description: "cannot set up the peer's TLS context")
         }
         // ALPN: choose h2 when offered.
-        SSL_CTX_set_alpn_select_cb(context, { _, out, outLength, input, inputLength, _ in
-            guard let input, let out, let outLength else { return SSL_TLSEXT_ERR_NOACK }
-            var index = 0
-            while index < Int(inputLength) {
-                let length = Int(input[index])
-                if length == 2 && index + 2 < Int(inputLength) && input[index + 1] == UInt8(ascii: "h") && input[index + 2] == UInt8(ascii: "2") {
-                    out.pointee = input + index + 1
-                    outLength.pointee = 2
-                    return SSL_TLSEXT_ERR_OK
+        SSL_CTX_set_alpn_select_cb(
+            context,
+            { _, out, outLength, input, inputLength, _ in
+                guard let input, let out, let outLength else { return SSL_TLSEXT_ERR_NOACK }
+                var index = 0
+                while index < Int(inputLength) {
+                    let length = Int(input[index])
+                    if length == 2 && index + 2 < Int(inputLength) && input[index + 1] == UInt8(ascii: "h") && input[index + 2] == UInt8(ascii: "2") {
+                        out.pointee = input + index + 1
+                        outLength.pointee = 2
+                        return SSL_TLSEXT_ERR_OK
+                    }
+                    index += 1 + length
                 }
-                index += 1 + length
-            }
-            return SSL_TLSEXT_ERR_ALERT_FATAL
-        }, nil)
+                return SSL_TLSEXT_ERR_ALERT_FATAL
+            }, nil)
         sslContext = context
         loop = EventLoop(name: "settings-peer")
     }
@@ -332,10 +347,12 @@ final class ClientSettingsPeer: @unchecked Sendable {
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let listener = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                evconnlistener_new_bind(loop.base, { _, fd, _, _, context in
-                    Unmanaged<ClientSettingsPeer>.fromOpaque(context!).takeUnretainedValue().accept(fd)
-                }, Unmanaged.passUnretained(self).toOpaque(), UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE), -1,
-                $0, Int32(MemoryLayout<sockaddr_in>.size))
+                evconnlistener_new_bind(
+                    loop.base,
+                    { _, fd, _, _, context in
+                        Unmanaged<ClientSettingsPeer>.fromOpaque(context!).takeUnretainedValue().accept(fd)
+                    }, Unmanaged.passUnretained(self).toOpaque(), UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE), -1,
+                    $0, Int32(MemoryLayout<sockaddr_in>.size))
             }
         }
         guard let listener else { throw ClientPeerError(description: "cannot listen") }
@@ -350,8 +367,10 @@ final class ClientSettingsPeer: @unchecked Sendable {
 
     private func accept(_ fd: Int32) {
         guard let ssl = SSL_new(sslContext),
-              let bev = bufferevent_openssl_socket_new(loop.base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                                       Int32(BEV_OPT_CLOSE_ON_FREE.rawValue | BEV_OPT_DEFER_CALLBACKS.rawValue)) else {
+            let bev = bufferevent_openssl_socket_new(
+                loop.base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                Int32(BEV_OPT_CLOSE_ON_FREE.rawValue | BEV_OPT_DEFER_CALLBACKS.rawValue))
+        else {
             close(fd)
             return
         }
@@ -379,12 +398,15 @@ private final class ClientSettingsPeerConnection {
     init(peer: ClientSettingsPeer, bev: OpaquePointer) {
         self.peer = peer
         self.bev = bev
-        bufferevent_setcb(bev, { _, context in
-            Unmanaged<ClientSettingsPeerConnection>.fromOpaque(context!).takeUnretainedValue().read()
-        }, nil, { _, events, context in
-            let connection = Unmanaged<ClientSettingsPeerConnection>.fromOpaque(context!).takeUnretainedValue()
-            if events & Int16(BEV_EVENT_CONNECTED) != 0 { connection.start() }
-        }, Unmanaged.passUnretained(self).toOpaque())
+        bufferevent_setcb(
+            bev,
+            { _, context in
+                Unmanaged<ClientSettingsPeerConnection>.fromOpaque(context!).takeUnretainedValue().read()
+            }, nil,
+            { _, events, context in
+                let connection = Unmanaged<ClientSettingsPeerConnection>.fromOpaque(context!).takeUnretainedValue()
+                if events & Int16(BEV_EVENT_CONNECTED) != 0 { connection.start() }
+            }, Unmanaged.passUnretained(self).toOpaque())
         bufferevent_enable(bev, Int16(EV_READ | EV_WRITE))
     }
 
@@ -408,8 +430,9 @@ private final class ClientSettingsPeerConnection {
             let connection = Unmanaged<ClientSettingsPeerConnection>.fromOpaque(context!).takeUnretainedValue()
             if frame!.pointee.headers.cat == NGHTTP2_HCAT_REQUEST {
                 connection.openStreams += 1
-                connection.peer.streamOpened(openStreams: connection.openStreams, lowered: connection.lowered,
-                                             acknowledged: connection.acknowledged)
+                connection.peer.streamOpened(
+                    openStreams: connection.openStreams, lowered: connection.lowered,
+                    acknowledged: connection.acknowledged)
             }
             return 0
         }
@@ -422,8 +445,11 @@ private final class ClientSettingsPeerConnection {
             return 0
         }
         nghttp2_session_server_new(&session, callbacks, Unmanaged.passUnretained(self).toOpaque())
-        var settings = [nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
-                                               value: UInt32(peer.initialLimit))]
+        var settings = [
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
+                value: UInt32(peer.initialLimit))
+        ]
         nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, 1)
         flush()
     }
@@ -467,12 +493,12 @@ private final class ClientSettingsPeerConnection {
         var value = Array("200".utf8)
         name.withUnsafeMutableBufferPointer { name in
             value.withUnsafeMutableBufferPointer { value in
-                var field = nghttp2_nv(name: name.baseAddress, value: value.baseAddress, namelen: name.count,
-                                       valuelen: value.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+                var field = nghttp2_nv(
+                    name: name.baseAddress, value: value.baseAddress, namelen: name.count,
+                    valuelen: value.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
                 _ = nghttp2_submit_response(session, id, &field, 1, nil)
             }
         }
         flush()
     }
 }
-
