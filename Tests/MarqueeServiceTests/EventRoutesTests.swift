@@ -140,6 +140,41 @@ struct EventRoutesTests {
         expectError(await s.harness.send("GET", "/v1/events/\(id)/state", key: s.ingest), 403, code: "forbidden")
     }
 
+    @Test func anEventCarriesItsAudienceLeadAndStartAlertAndItsStartMustFitADevicePush() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let alert: JSONValue = ["title": "Kick-off", "body": ["loc-key": "KICKOFF_BODY", "loc-args": ["Arsenal", "Chelsea"]], "sound": "default"]
+        let created = await s.create("with-start", ["audienceLead": 900, "startAlert": alert])
+        #expect(created.status == 201, "\(created.text)")
+        #expect(created.json?["audienceLead"] == 900 && created.json?["startAlert"] == alert)
+        let id = try #require(created.json?["id"]?.intValue)
+        #expect(await s.harness.send("GET", "/v1/events/\(id)", key: s.admin).json?["startAlert"] == alert)
+        #expect(await s.create("without-start").json?["audienceLead"] == .null)
+        let bad: [(JSONValue, JSONValue, String)] = [
+            (-1, .null, "audienceLead"), (604_801, .null, "audienceLead"), ("900", .null, "audienceLead"),
+            (.null, ["title": "Kick-off"], "startAlert.body"), (.null, ["title": 1, "body": "x"], "startAlert.title"),
+            (.null, ["title": "a", "body": "b", "colour": "red"], "startAlert.colour"),
+        ]
+        for (lead, startAlert, field) in bad {
+            var fields: [String: JSONValue] = [:]
+            if lead != .null { fields["audienceLead"] = lead }
+            if startAlert != .null { fields["startAlert"] = startAlert }
+            let answer = await s.create("bad-\(field)", fields)
+            #expect(answer.status == 422 && answer.errorField == field, "\(fields): \(answer.text)")
+        }
+        // Attributes that fit an update (content-state only) but not a start, which carries them too.
+        let big = await s.create(
+            "too-big-to-start",
+            [
+                "attributes": [
+                    "homeTeam": .string(String(repeating: "A", count: 3_000)), "awayTeam": .string(String(repeating: "C", count: 1_000)),
+                    "kickoff": "2026-11-29T18:30:00Z",
+                ]
+            ])
+        #expect(big.status == 422 && big.errorCode == "start_payload_too_large", "\(big.text)")
+        #expect(try await s.harness.count("events") == 2)
+    }
+
     @Test func theEventKeyAttributeIsFilledWithTheExternalIDOrChecked() async throws {
         let s = try await Setup.make()
         defer { s.harness.pool.close() }

@@ -52,6 +52,7 @@ public struct EventRoutes: APIRoutes {
 
     private static let createFields: Set<String> = [
         "app", "externalId", "kind", "attributeType", "attributes", "contentState", "startsAt", "endsAt", "storagePolicy", "topics",
+        "audienceLead", "startAlert",
     ]
 
     private func create(_ request: APIRequest) async throws -> HTTPResponse {
@@ -93,12 +94,22 @@ public struct EventRoutes: APIRoutes {
         if let endsAt, endsAt <= startsAt { throw APIError.validation("must be after startsAt", field: "endsAt") }
         let storagePolicy: MessageStoragePolicy = try body.choice("storagePolicy", default: .mostRecent)
         let topics = try Self.topics(body)
+        let audienceLead = try body.optional("audienceLead").map { _ in Int(try body.int("audienceLead", in: 0...604_800)) }
+        var startAlert: LiveActivityAlert?
+        if let alert = body.optional("startAlert") {
+            do {
+                startAlert = try LiveActivityAlert(json: alert, at: ["startAlert"])
+            } catch {
+                throw APIError.validation(error.description, field: "\(error.path)")
+            }
+        }
+        try Self.checkStartSize(typeName: stored.type.name, attributes: attributes, state: state, alert: startAlert)
         do {
             let event = try await events.create(
                 NewEvent(
                     appID: appID, externalID: externalID, kind: kind, attributeTypeID: stored.id, attributes: attributes,
                     storagePolicy: storagePolicy, startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
-                    initialStateAt: startsAt < Date() ? startsAt : nil))
+                    initialStateAt: startsAt < Date() ? startsAt : nil, audienceLead: audienceLead, startAlert: startAlert?.json))
             typeOfEvent.remember(eventID: event.id, typeID: stored.id)
             return .json(Self.json(event, typeName: stored.type.name), status: 201)
         } catch PipelineError.externalIDTaken(let app, let external) {
@@ -191,6 +202,22 @@ public struct EventRoutes: APIRoutes {
         }
     }
 
+    /// Refuses an event whose push-to-start would exceed a device push's 4,096 bytes, with 422
+    /// `start_payload_too_large`: the start carries the attributes, the state and the alert together, on the
+    /// longest `input-push-channel` a channel id takes.
+    static func checkStartSize(typeName: String, attributes: JSONValue, state: JSONValue, alert: LiveActivityAlert?) throws(APIError) {
+        let payload = LiveActivityPayload.start(
+            timestamp: unixSeconds(Date()), attributesType: typeName, attributes: attributes, contentState: state,
+            alert: alert ?? LiveActivityAlert(title: .plain(""), body: .plain("")), subscription: .channel(String(repeating: "A", count: 64)))
+        do {
+            _ = try payload.body(within: .device)
+        } catch {
+            throw APIError(
+                status: 422, code: "start_payload_too_large",
+                message: "the event's push-to-start (attributes, content-state and start alert) \(error.description)", field: "attributes")
+        }
+    }
+
     static func unixSeconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970.rounded(.down)) }
 
     private static func topics(_ body: JSONFields) throws(APIError) -> [String] {
@@ -227,6 +254,8 @@ public struct EventRoutes: APIRoutes {
             "startsAt": json(event.startsAt),
             "endsAt": json(event.endsAt),
             "topics": .array(event.topics.map(JSONValue.string)),
+            "audienceLead": event.audienceLead.map { .int(Int64($0)) } ?? .null,
+            "startAlert": event.startAlert ?? .null,
             "contentState": event.latestState ?? .null,
             "contentStateAt": json(event.latestStateAt),
             "createdAt": json(event.createdAt),

@@ -17,11 +17,16 @@ public struct NewEvent: Sendable, Equatable {
     public var initialState: JSONValue?
     /// When the initial state holds from; nil: the database's now.
     public var initialStateAt: Date?
+    /// Seconds before `startsAt` at which the audience is to be started; nil: the start fan-out's default.
+    public var audienceLead: Int?
+    /// The alert of the event's push-to-start, as `LiveActivityAlert.json` writes it; nil: none.
+    public var startAlert: JSONValue?
 
     public init(
         appID: Int, externalID: String, kind: EventKind, attributeTypeID: Int, attributes: JSONValue = [:],
         storagePolicy: MessageStoragePolicy = .mostRecent, startsAt: Date, endsAt: Date? = nil,
-        topics: [String] = [], initialState: JSONValue? = nil, initialStateAt: Date? = nil
+        topics: [String] = [], initialState: JSONValue? = nil, initialStateAt: Date? = nil, audienceLead: Int? = nil,
+        startAlert: JSONValue? = nil
     ) {
         self.appID = appID
         self.externalID = externalID
@@ -34,6 +39,8 @@ public struct NewEvent: Sendable, Equatable {
         self.topics = topics
         self.initialState = initialState
         self.initialStateAt = initialStateAt
+        self.audienceLead = audienceLead
+        self.startAlert = startAlert
     }
 }
 
@@ -57,10 +64,15 @@ public struct EventRecord: Sendable, Equatable {
     public var latestUpdateID: Int?
     public var createdAt: Date
     public var updatedAt: Date
+    /// Seconds before `startsAt` at which the audience is to be started; nil: the start fan-out's default.
+    public var audienceLead: Int?
+    /// The alert of the event's push-to-start; nil: none.
+    public var startAlert: JSONValue?
 
     static let columns = """
         id, app_id, external_id, kind, attribute_type_id, attributes, storage_policy, status, channel_lost, \
-        starts_at, ends_at, topics, latest_state, latest_state_at, latest_update_id, created_at, updated_at
+        starts_at, ends_at, topics, latest_state, latest_state_at, latest_update_id, created_at, updated_at, \
+        audience_lead, start_alert
         """
 
     init(row: PostgresRow) throws {
@@ -81,6 +93,8 @@ public struct EventRecord: Sendable, Equatable {
         latestUpdateID = try row.decode(Int?.self, column: "latest_update_id")
         createdAt = try row.decode(Date.self, column: "created_at")
         updatedAt = try row.decode(Date.self, column: "updated_at")
+        audienceLead = try row.decode(Int?.self, column: "audience_lead")
+        startAlert = try row.decodeJSON(column: "start_alert")
     }
 }
 
@@ -164,11 +178,11 @@ public struct EventRepository: Sendable {
             let rows = try await pool.query(
                 """
                 INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy,
-                                    starts_at, ends_at, topics, latest_state, latest_state_at)
+                                    starts_at, ends_at, topics, latest_state, latest_state_at, audience_lead, start_alert)
                 VALUES (\(event.appID), \(event.externalID), \(event.kind), \(event.attributeTypeID),
                         \(event.attributes.postgresJSON), \(event.storagePolicy.rawValue), \(event.startsAt),
                         \(event.endsAt), \(event.topics), \(event.initialState?.postgresJSON),
-                        CASE WHEN \(hasState) THEN coalesce(\(stateAt), now()) END)
+                        CASE WHEN \(hasState) THEN coalesce(\(stateAt), now()) END, \(event.audienceLead), \(event.startAlert?.postgresJSON))
                 RETURNING \(unsafeRaw: EventRecord.columns)
                 """)
             return try EventRecord(row: rows[0])
