@@ -47,6 +47,9 @@ enum EventCommands {
             .option("topic", value: "TOPIC", help: "An audience topic, e.g. team:arsenal or flight:UA1234.", repeatable: true),
             .option("attributes", value: "JSON", help: "The static attributes, a JSON object or @FILE."),
             .option("content-state", value: "JSON", help: "The initial content state, a JSON object or @FILE.", required: true),
+            .option("audience-lead", value: "SECONDS", help: "Start the followers' Live Activities this long before --starts-at (0 to 604800)."),
+            .option(
+                "start-alert", value: "JSON", help: #"The push-to-start's alert, e.g. {"title":"Kick-off","body":"Arsenal v Chelsea"}, or @FILE."#),
         ] + AdminAPIClient.options
     ) { arguments in
         let input = APIInput(arguments)
@@ -69,6 +72,8 @@ enum EventCommands {
         if !arguments.strings("topic").isEmpty { body["topics"] = .array(arguments.strings("topic").map(JSONValue.string)) }
         body["attributes"] = try await input.object("attributes") ?? .object([:])
         body["contentState"] = try await input.object("content-state")
+        if let lead = try arguments.int("audience-lead", in: 0...604_800) { body["audienceLead"] = .int(Int64(lead)) }
+        if let alert = try await input.object("start-alert") { body["startAlert"] = alert }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events", body: .object(body)) }
         APIText.emit(arguments, answer) { "created event \(APIText.cell($0["id"]))\n" + eventBlock($0) }
     }

@@ -71,6 +71,12 @@ import Testing
                     "--starts-at", "now+1h",
                 ], "missing --content-state"
             ),
+            (
+                [
+                    "event", "create", "--app", "1", "--external-id", "x", "--kind", "match", "--attribute-type", "T",
+                    "--starts-at", "now+1h", "--content-state", "{}", "--audience-lead", "-5",
+                ], "--audience-lead"
+            ),
             (["event", "list", "--limit", "501"], "--limit takes a whole number from 1 to 500"),
             (["channel", "list", "--state", "opened"], "--state must be one of"),
             (["channel", "delete", "0"], "ID takes a positive whole number"),
@@ -291,6 +297,14 @@ import Testing
         let table = try await server.cli(["event", "list", "--all", "--limit", "2"])
         #expect(table.stdout.split(separator: "\n").count == 4, "a header and three rows: \(table.stdout)")
         #expect(table.stdout.hasPrefix("ID  APP  EXTERNAL ID  KIND   STATUS"), "\(table.stdout)")
+        let withStart = try await server.cli([
+            "event", "create", "--app", String(app), "--external-id", "epl-start", "--kind", "match",
+            "--attribute-type", "MatchAttributes", "--starts-at", "2031-05-01T19:45:00Z",
+            "--attributes", #"{"homeTeam":"Arsenal","awayTeam":"Chelsea"}"#, "--content-state", #"{"homeScore":0,"awayScore":0}"#,
+            "--audience-lead", "900", "--start-alert", #"{"title":"Kick-off","body":"Arsenal v Chelsea"}"#, "--json",
+        ])
+        let started = try JSONValue(parsing: withStart.stdout)
+        #expect(started["audienceLead"] == 900 && started["startAlert"]?["title"] == "Kick-off", "\(withStart.stdout) \(withStart.stderr)")
 
         // An update with an alert, repeated with its idempotency key, then the key reused for another body.
         let update = [
