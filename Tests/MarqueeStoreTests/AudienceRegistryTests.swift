@@ -260,6 +260,19 @@ struct AudienceRegistryTests {
         #expect(try await installations.record(id: fresh.id).pushToStartToken != nil)
     }
 
+    @Test func oldTokenRefusalsArePurged() async throws {
+        let fixture = try await PipelineFixture.make()
+        defer { fixture.pool.close() }
+        let hygiene = TokenHygieneRepository(pool: fixture.pool)
+        for byte in ["31", "32", "33"] {
+            try await hygiene.refuse(appID: fixture.appID, token: Self.token(byte), kind: .pushToStart, refusal: .badDeviceToken)
+        }
+        try await fixture.pool.execute("UPDATE token_invalidations SET recorded_at = now() - interval '40 days' WHERE token <> \(Self.token("33"))")
+        #expect(try await hygiene.purgeInvalidations(recordedBefore: Date().addingTimeInterval(-30 * 86400), batch: 1) == 2)
+        let left = try await fixture.pool.query("SELECT token FROM token_invalidations").map { try $0.decode(String.self, column: "token") }
+        #expect(left == [Self.token("33")])
+    }
+
     @Test func statsCountByVersionEnablementTokenAndFollows() async throws {
         let fixture = try await PipelineFixture.make()
         defer { fixture.pool.close() }

@@ -1,8 +1,9 @@
 // Retention: what Marquee keeps only for a while is deleted here, in bounded statements. Every tick, the
 // delivery rows (one per APNs exchange) that fell out of `deliveryRetention` since the last, so the deletes
 // are spread evenly; every hour, idempotency keys past their 24 hours, the updates of events ended past
-// `updateRetention` (their counts by disposition kept), the heartbeats of instances gone for a day, and
-// push-to-start tokens no app sent again within `tokenMaxAge`. Every minute, it samples the audience
+// `updateRetention` (their counts by disposition kept), the heartbeats of instances gone for a day,
+// push-to-start tokens no app sent again within `tokenMaxAge`, and recorded token refusals older than
+// `deliveryRetention`. Every minute, it samples the audience
 // registry's gauges (installations by app and state, recorded token invalidations).
 // It runs on the instance that leads the channel scheduler, so instances do not delete the same rows.
 import Foundation
@@ -73,6 +74,12 @@ public final class RetentionService: Service {
         }
         await purge("push-to-start tokens not seen within --token-max-age", action: "prune_tokens", level: .info) {
             try await TokenHygieneRepository(pool: pool).prune(notSeenFor: configuration.tokenMaxAge)
+        }
+        if let retention = configuration.deliveryRetention {
+            // The refusals of device tokens are APNs' answers too: they follow the delivery rows' retention.
+            await purge("token refusals past the delivery retention", action: "purge_token_refusals", level: .debug) {
+                try await TokenHygieneRepository(pool: pool).purgeInvalidations(recordedBefore: clock.now.addingTimeInterval(-retention))
+            }
         }
         if let retention = configuration.updateRetention {
             await purge("updates of events ended past their retention", action: "purge_updates", level: .info) {

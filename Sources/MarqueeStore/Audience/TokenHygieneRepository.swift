@@ -99,6 +99,21 @@ public struct TokenHygieneRepository: Sendable {
         return (try row.decode(Int.self, column: "installation"), outcome)
     }
 
+    /// Deletes recorded refusals older than `date`, in statements of at most `batch` rows; returns how many went.
+    public func purgeInvalidations(recordedBefore date: Date, batch: Int = 10_000, statements: Int = 20) async throws -> Int {
+        var removed = 0
+        for _ in 0..<statements {
+            let count = try await pool.execute(
+                """
+                DELETE FROM token_invalidations WHERE id IN (
+                    SELECT id FROM token_invalidations WHERE recorded_at < \(date) ORDER BY recorded_at LIMIT \(batch))
+                """)
+            removed += count
+            if count < batch { break }
+        }
+        return removed
+    }
+
     /// The hourly prune: push-to-start tokens no registration sent within `maxAge`, and previous tokens past
     /// their retention, in statements of at most `batch` rows. Returns the tokens removed.
     public func prune(notSeenFor maxAge: TimeInterval, batch: Int = 10_000, statements: Int = 20) async throws -> Int {
