@@ -389,7 +389,11 @@ struct BroadcastPipelineTests {
             #expect(zip(timestamps, timestamps.dropFirst()).allSatisfy { $0 < $1 }, "\(timestamps)")
 
             // Then the channel is deleted at APNs after --channel-delete-delay.
-            try await h.waitUntil("the channel is deleted at the simulator") { h.simulator.engine.channel(id: channel) == nil }
+            // The simulator forgets the channel before it records the request, so wait for the record.
+            try await h.waitUntil("the channel's delete is recorded at the simulator") {
+                h.simulator.engine.channelOperations.contains { $0.kind == .delete && $0.channelID == channel }
+            }
+            #expect(h.simulator.engine.channel(id: channel) == nil)
             let deletion = try #require(h.simulator.engine.channelOperations.first { $0.kind == .delete && $0.channelID == channel })
             #expect(deletion.at.timeIntervalSince(end.broadcast.receivedAt) >= 1, "deleted before --channel-delete-delay")
             try await h.waitUntil("the channel is recorded deleted") {
@@ -458,7 +462,11 @@ struct BroadcastPipelineTests {
             let end = try #require(endPush)
             #expect(end.broadcast.receivedAt >= endsAt.addingTimeInterval(1), "ended before endsAt + --end-grace")
             #expect(end.push.aps.contentState == state)
-            try await h.waitUntil("the channel is deleted at the simulator") { h.simulator.engine.channel(id: channel) == nil }
+            // The simulator forgets the channel before it records the request, so wait for the record.
+            try await h.waitUntil("the channel's delete is recorded at the simulator") {
+                h.simulator.engine.channelOperations.contains { $0.kind == .delete && $0.channelID == channel }
+            }
+            #expect(h.simulator.engine.channel(id: channel) == nil)
             let deletion = try #require(h.simulator.engine.channelOperations.first { $0.kind == .delete && $0.channelID == channel })
             #expect(deletion.at.timeIntervalSince(end.broadcast.receivedAt) >= 1, "deleted before --channel-delete-delay")
             try await h.waitUntil("the event is ended and its channel deleted") {
