@@ -194,6 +194,16 @@ enum AppCommands {
         CommandFailure("no app with id \(id)", exitCode: .failure, code: "not_found", field: "id")
     }
 
+    /// `--app ID`, when given: a positive app id (see 'marquee app list').
+    static func appOption(_ arguments: ParsedArguments) throws -> Int? {
+        guard let text = arguments.string("app") else { return nil }
+        guard let id = Int(text), id > 0 else {
+            throw UsageError(
+                "--app takes an app id, a positive whole number (see 'marquee app list')", field: "app", commandPath: arguments.commandPath)
+        }
+        return id
+    }
+
     static func appID(_ arguments: ParsedArguments) throws -> Int {
         guard let id = Int(try arguments.required("id")), id > 0 else {
             throw UsageError("an app id is a positive whole number (see 'marquee app list')", field: "id", commandPath: arguments.commandPath)

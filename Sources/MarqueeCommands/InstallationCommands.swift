@@ -14,14 +14,14 @@ enum InstallationCommands {
 
     static let exitCodes = ExitCode.help([.success, .failure, .usage, .unavailable])
 
-    static let appOption = Argument.option("app", value: "ID", help: "The app id (marquee app list).")
+    static let appArgument = Argument.option("app", value: "ID", help: "The app id (marquee app list).")
 
     static let show = Command(
         "show", summary: "Show one installation: its token, follows and newest activities.", discussion: exitCodes,
-        arguments: [Database.option, .positional("id", help: "The app's installation id."), appOption]
+        arguments: [Database.option, .positional("id", help: "The app's installation id."), appArgument]
     ) { arguments in
         let installationID = try arguments.required("id")
-        let app = try appID(arguments)
+        let app = try AppCommands.appOption(arguments)
         let record = try await Database.withPool(arguments) { pool in
             let installations = InstallationRepository(pool: pool)
             do {
@@ -61,22 +61,22 @@ enum InstallationCommands {
 
     static let stats = Command(
         "stats", summary: "Count installations by OS major version, token state, enablement and follows; activities; token refusals.",
-        discussion: exitCodes, arguments: [Database.option, appOption]
+        discussion: exitCodes, arguments: [Database.option, appArgument]
     ) { arguments in
-        let app = try appID(arguments)
+        let app = try AppCommands.appOption(arguments)
         let stats = try await Database.withPool(arguments) { pool in try await AudienceRepository(pool: pool).stats(appID: app) }
         let total = stats.installations.reduce(0) { $0 + $1.count }
-        func count(_ key: (AudienceStats.InstallationGroup) -> String) -> [(String, Int)] {
-            Dictionary(grouping: stats.installations, by: key).map { ($0.key, $0.value.reduce(0) { $0 + $1.count }) }.sorted { $0.0 < $1.0 }
+        /// The groups' counts summed by `key`, sorted by key.
+        func totals<Group>(_ groups: [Group], by key: (Group) -> String, count: (Group) -> Int) -> [(String, Int)] {
+            Dictionary(grouping: groups, by: key).map { ($0.key, $0.value.reduce(0) { $0 + count($1) }) }.sorted { $0.0 < $1.0 }
         }
+        func count(_ key: (AudienceStats.InstallationGroup) -> String) -> [(String, Int)] { totals(stats.installations, by: key, count: \.count) }
         let byOS = count { $0.osMajor.map { "iOS \($0)" } ?? "unknown" }
         let byToken = count { $0.token }
         let byEnabled = count { $0.enabled ? "enabled" : "disabled" }
         let byFollows = count { $0.follows ? "following" : "following nothing" }
-        let activities = Dictionary(grouping: stats.activities) { "\($0.state.rawValue) \($0.pushType.rawValue)" }
-            .map { ($0.key, $0.value.reduce(0) { $0 + $1.count }) }.sorted { $0.0 < $1.0 }
-        let refusals = Dictionary(grouping: stats.invalidations) { "\($0.reason) \($0.outcome.rawValue)" }
-            .map { ($0.key, $0.value.reduce(0) { $0 + $1.count }) }.sorted { $0.0 < $1.0 }
+        let activities = totals(stats.activities, by: { "\($0.state.rawValue) \($0.pushType.rawValue)" }, count: \.count)
+        let refusals = totals(stats.invalidations, by: { "\($0.reason) \($0.outcome.rawValue)" }, count: \.count)
         func lines(_ title: String, _ rows: [(String, Int)]) -> String {
             "\(title):\n"
                 + (rows.isEmpty
@@ -100,14 +100,5 @@ enum InstallationCommands {
                 "installations": .int(Int64(total)), "byOS": json(byOS), "byToken": json(byToken), "byEnablement": json(byEnabled),
                 "byFollows": json(byFollows), "activities": json(activities), "tokenRefusals": json(refusals),
             ])
-    }
-
-    private static func appID(_ arguments: ParsedArguments) throws -> Int? {
-        guard let text = arguments.string("app") else { return nil }
-        guard let id = Int(text), id > 0 else {
-            throw UsageError(
-                "--app takes an app id, a positive whole number (see 'marquee app list')", field: "app", commandPath: arguments.commandPath)
-        }
-        return id
     }
 }

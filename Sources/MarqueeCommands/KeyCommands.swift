@@ -26,15 +26,7 @@ enum KeyCommands {
         ]
     ) { arguments in
         let scopes = Array(Set(arguments.strings("scope"))).sorted()
-        var app: Int?
-        if let text = arguments.string("app") {
-            guard let id = Int(text), id > 0 else {
-                throw UsageError(
-                    "--app takes an app id, a positive whole number (see 'marquee app list')", field: "app",
-                    commandPath: arguments.commandPath)
-            }
-            app = id
-        }
+        let app = try AppCommands.appOption(arguments)
         let name = try arguments.required("name")
         guard !name.isEmpty, name.count <= 200 else {
             throw UsageError("--name takes 1 to 200 characters", commandPath: arguments.commandPath)

@@ -9,6 +9,14 @@ extension ActivityLifecycle.State: PostgresCodable {}
 extension TokenKind: PostgresCodable {}
 extension InvalidationOutcome: PostgresCodable {}
 
+extension PostgresRow {
+    /// An installation's OS version from its `os_major`, `os_minor` and `os_patch` columns; nil when not told.
+    func osVersion() throws -> OSVersion? {
+        guard let major = try decode(Int?.self, column: "os_major") else { return nil }
+        return OSVersion(major: major, minor: try decode(column: "os_minor"), patch: try decode(column: "os_patch"))
+    }
+}
+
 /// A refusal by an audience repository; each case says what the caller should answer.
 public enum AudienceError: Error, Equatable, Sendable, CustomStringConvertible {
     /// No such installation in the app: answer 404.

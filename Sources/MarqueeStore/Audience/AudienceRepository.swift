@@ -47,10 +47,7 @@ public struct AudienceRepository: Sendable {
                 let token = try row.decode(String?.self, column: "push_to_start_token"),
                 try row.decode(String?.self, column: "token_refused_reason") == nil
             else { continue }
-            let version: OSVersion? =
-                if let major = try row.decode(Int?.self, column: "os_major") {
-                    OSVersion(major: major, minor: try row.decode(column: "os_minor"), patch: try row.decode(column: "os_patch"))
-                } else { nil }
+            let version = try row.osVersion()
             members.append(
                 AudienceMember(
                     installation: installation, installationID: try row.decode(column: "installation_id"),

@@ -14,6 +14,12 @@ public struct InstallationRepository: Sendable {
     /// How many events and topics one installation may follow.
     public static let followLimit = 500
 
+    /// The SET list that leaves an installation without a push-to-start token (cleared, moved away, invalid or stale).
+    static let tokenCleared: PostgresStaticSQL = """
+        push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL, token_refused_reason = NULL, \
+        token_refused_at = NULL, updated_at = now()
+        """
+
     public init(pool: PostgresPool) { self.pool = pool }
 
     // MARK: Finding an installation
@@ -89,8 +95,7 @@ public struct InstallationRepository: Sendable {
     private static func storeToken(_ token: String, installation: Int, appID: Int, retention: TimeInterval, on tx: PostgresConnection) async throws {
         try await tx.execute(
             """
-            UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
-                                     token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
+            UPDATE installations SET \(Self.tokenCleared)
             WHERE app_id = \(appID) AND push_to_start_token = \(token) AND id <> \(installation)
             """)
         try await tx.execute(
@@ -113,8 +118,7 @@ public struct InstallationRepository: Sendable {
     public func clearPushToStartToken(installation: Int) async throws -> Bool {
         try await pool.execute(
             """
-            UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
-                                     token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
+            UPDATE installations SET \(Self.tokenCleared)
             WHERE id = \(installation) AND push_to_start_token IS NOT NULL
             """) > 0
     }
@@ -154,10 +158,7 @@ public struct InstallationRepository: Sendable {
                     previousUntil: try row.decode(column: "previous_token_until"),
                     refusedReason: try row.decode(column: "token_refused_reason"), refusedAt: try row.decode(column: "token_refused_at"))
             } else { nil }
-        let version: OSVersion? =
-            if let major = try row.decode(Int?.self, column: "os_major") {
-                OSVersion(major: major, minor: try row.decode(column: "os_minor"), patch: try row.decode(column: "os_patch"))
-            } else { nil }
+        let version = try row.osVersion()
         let follows = try await connection.query(
             """
             SELECT f.event_id, e.external_id, f.topic FROM follows f LEFT JOIN events e ON e.id = f.event_id
@@ -291,30 +292,29 @@ public struct InstallationRepository: Sendable {
             }
             let stored = try await tx.query(
                 """
-                SELECT state, event_id FROM activities WHERE installation = \(installation) AND activity_id = \(activityID)
+                SELECT state, event_id FROM activities WHERE installation = \(installation) AND activity_id = \(activityID) FOR UPDATE
                 """
             ).first
             let state: ActivityLifecycle.State? = try stored?.decode(column: "state")
-            switch ActivityLifecycle.transition(from: state, on: .registered) {
-            case .refuseEnded: throw AudienceError.activityEnded(activityID, state ?? .ended)
-            case .keep: break
-            case .store(let next):
-                if let storedEvent: Int = try stored?.decode(column: "event_id"), storedEvent != eventID {
-                    throw AudienceError.activityEventChanged(activityID, storedEventID: storedEvent)
-                }
-                let row = try await tx.query(
-                    """
-                    INSERT INTO activities AS a (app_id, installation, activity_id, event_id, attribute_type, push_type, push_token, state, token_seen_at)
-                    VALUES (\(appID), \(installation), \(activityID), \(eventID), \(attributeType), \(pushType), \(pushToken), \(next),
-                            CASE WHEN \(pushToken)::text IS NULL THEN NULL ELSE now() END)
-                    ON CONFLICT (installation, activity_id) DO UPDATE SET
-                        attribute_type = EXCLUDED.attribute_type, push_type = EXCLUDED.push_type, push_token = EXCLUDED.push_token,
-                        token_seen_at = EXCLUDED.token_seen_at, updated_at = now()
-                    RETURNING \(unsafeRaw: StoredActivity.columns), (xmax = 0) AS created
-                    """)[0]
-                return (try StoredActivity(row: row), try row.decode(Bool.self, column: "created"))
+            // A registration stores an active activity, or is refused for one that ended (held by FOR UPDATE, so an
+            // end committed meanwhile is seen).
+            guard case .store(let next) = ActivityLifecycle.transition(from: state, on: .registered) else {
+                throw AudienceError.activityEnded(activityID, state ?? .ended)
             }
-            throw AudienceError.activityNotFound(activityID)
+            if let storedEvent: Int = try stored?.decode(column: "event_id"), storedEvent != eventID {
+                throw AudienceError.activityEventChanged(activityID, storedEventID: storedEvent)
+            }
+            let row = try await tx.query(
+                """
+                INSERT INTO activities AS a (app_id, installation, activity_id, event_id, attribute_type, push_type, push_token, state, token_seen_at)
+                VALUES (\(appID), \(installation), \(activityID), \(eventID), \(attributeType), \(pushType), \(pushToken), \(next),
+                        CASE WHEN \(pushToken)::text IS NULL THEN NULL ELSE now() END)
+                ON CONFLICT (installation, activity_id) DO UPDATE SET
+                    attribute_type = EXCLUDED.attribute_type, push_type = EXCLUDED.push_type, push_token = EXCLUDED.push_token,
+                    token_seen_at = EXCLUDED.token_seen_at, updated_at = now()
+                RETURNING \(unsafeRaw: StoredActivity.columns), (xmax = 0) AS created
+                """)[0]
+            return (try StoredActivity(row: row), try row.decode(Bool.self, column: "created"))
         }
     }
 

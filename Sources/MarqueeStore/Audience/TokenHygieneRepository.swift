@@ -52,9 +52,7 @@ public struct TokenHygieneRepository: Sendable {
             case .invalidated:
                 try await tx.execute(
                     """
-                    UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
-                                             token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
-                    WHERE id = \(installation)
+                    UPDATE installations SET \(InstallationRepository.tokenCleared) WHERE id = \(installation)
                     """)
             case .refused:
                 try await tx.execute(
@@ -101,35 +99,27 @@ public struct TokenHygieneRepository: Sendable {
 
     /// Deletes recorded refusals older than `date`, in statements of at most `batch` rows; returns how many went.
     public func purgeInvalidations(recordedBefore date: Date, batch: Int = 10_000, statements: Int = 20) async throws -> Int {
-        var removed = 0
-        for _ in 0..<statements {
-            let count = try await pool.execute(
+        try await BatchedStatements.run(batch: batch, limit: statements) {
+            try await pool.execute(
                 """
                 DELETE FROM token_invalidations WHERE id IN (
                     SELECT id FROM token_invalidations WHERE recorded_at < \(date) ORDER BY recorded_at LIMIT \(batch))
                 """)
-            removed += count
-            if count < batch { break }
         }
-        return removed
     }
 
     /// The hourly prune: push-to-start tokens no registration sent within `maxAge`, and previous tokens past
     /// their retention, in statements of at most `batch` rows. Returns the tokens removed.
     public func prune(notSeenFor maxAge: TimeInterval, batch: Int = 10_000, statements: Int = 20) async throws -> Int {
-        var removed = 0
-        for _ in 0..<statements {
-            let count = try await pool.execute(
+        let removed = try await BatchedStatements.run(batch: batch, limit: statements) {
+            try await pool.execute(
                 """
-                UPDATE installations SET push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL,
-                                         token_refused_reason = NULL, token_refused_at = NULL, updated_at = now()
+                UPDATE installations SET \(InstallationRepository.tokenCleared)
                 WHERE id IN (
                     SELECT id FROM installations
                     WHERE push_to_start_token IS NOT NULL AND token_seen_at < now() - make_interval(secs => \(maxAge)::double precision)
                     LIMIT \(batch))
                 """)
-            removed += count
-            if count < batch { break }
         }
         try await pool.execute(
             """

@@ -136,17 +136,13 @@ public struct DeliveryRepository: Sendable {
     /// went. Nothing points at deliveries.
     @discardableResult
     public func purge(sentBefore cutoff: Date, batch: Int = 10_000, statements: Int = .max) async throws -> Int {
-        var purged = 0
-        for _ in 0..<statements {
-            let deleted = try await pool.execute(
+        try await BatchedStatements.run(batch: batch, limit: statements) {
+            try await pool.execute(
                 """
                 DELETE FROM deliveries WHERE id IN (
                     SELECT id FROM deliveries WHERE sent_at < \(cutoff) ORDER BY sent_at LIMIT \(batch))
                 """)
-            purged += deleted
-            if deleted < batch { break }
         }
-        return purged
     }
 
     /// The latest failed exchanges (no answer, or a status of 400 and above), of one app or all, newest first.
