@@ -145,7 +145,8 @@ private func failure(_ body: () async throws(HTTP1ClientError) -> HTTPResponse) 
     @Test func aRefusedConnectionSaysTheServerIsNotRunning() async throws {
         let loop = EventLoop(name: "http1-client-refused")
         defer { loop.shutdown() }
-        let port = clientFreePort()
+        let (fd, port) = try #require(clientRefusingPort())
+        defer { close(fd) }
         let client = try HTTP1Client(url: "http://127.0.0.1:\(port)", loop: loop)
         let error = await failure { () async throws(HTTP1ClientError) in try await client.send(HTTPRequest(method: "GET", path: "/")) }
         #expect(error == .connectionRefused("http://127.0.0.1:\(port)"))

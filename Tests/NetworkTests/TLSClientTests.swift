@@ -67,7 +67,9 @@ import Testing
     @Test func aRefusedConnectionIsARetryableConnectFailure() async throws {
         let harness = try ClientHarness(name: "tls-refused")
         defer { harness.loop.shutdown() }
-        let result = await firstResult(harness.connect(to: HTTP2Origin(host: "127.0.0.1", port: clientFreePort())))
+        let (fd, port) = try #require(clientRefusingPort())
+        defer { close(fd) }
+        let result = await firstResult(harness.connect(to: HTTP2Origin(host: "127.0.0.1", port: port)))
         guard case .failure(let error) = result, case .connectFailed = error else {
             Issue.record("expected connectFailed, got \(result)")
             return

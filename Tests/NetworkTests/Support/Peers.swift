@@ -129,6 +129,11 @@ func clientFreePort() -> Int {
     return port
 }
 
+/// A port of 127.0.0.1 bound but not listening, held until the caller closes `fd`: connections to it are refused,
+/// and no other test's listener can take it meanwhile. (A port only found free could be taken by a concurrent
+/// test's listener, whose accept loop then served the connection meant to be refused.)
+func clientRefusingPort() -> (fd: Int32, port: Int)? { clientLoopbackSocket() }
+
 /// True once something accepts TCP connections on host:port.
 func clientPortAccepts(_ port: Int, host: String = "127.0.0.1") -> Bool {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
