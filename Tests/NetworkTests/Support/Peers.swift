@@ -27,12 +27,21 @@ func clientRun(_ executable: String, _ arguments: [String], in directory: URL? =
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
     if let directory { process.currentDirectoryURL = directory }
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
+    // The output goes to a file, read once the process has exited: a pipe's end of file never comes while a
+    // process spawned at the same moment by another test holds an inherited copy of its write end (seen once:
+    // every test waited on ClientCertificates.shared, whose openssl had exited).
+    let outputFile = FileManager.default.temporaryDirectory.appendingPathComponent("marquee-run-\(UUID().uuidString).out")
+    guard FileManager.default.createFile(atPath: outputFile.path, contents: nil) else {
+        throw ClientPeerError(description: "cannot create \(outputFile.path)")
+    }
+    defer { try? FileManager.default.removeItem(at: outputFile) }
+    let handle = try FileHandle(forWritingTo: outputFile)
+    process.standardOutput = handle
+    process.standardError = handle
     try process.run()
-    let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
     process.waitUntilExit()
+    try handle.close()
+    let output = String(decoding: (try? Data(contentsOf: outputFile)) ?? Data(), as: UTF8.self)
     guard process.terminationStatus == 0 else {
         throw ClientPeerError(description: "\(executable) \(arguments.joined(separator: " ")) failed: \(output)")
     }
