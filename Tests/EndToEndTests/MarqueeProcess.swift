@@ -57,7 +57,8 @@ enum MarqueeProcess {
         let serve = try start(
             ["serve", "--listen", "127.0.0.1:0", "--log-format", "json"] + pool + arguments,
             databaseURL: databaseURL, environment: extra)
-        let deadline = Date().addingTimeInterval(30)
+        // Generous: in a parallel run, a dozen serve processes migrate fresh databases at once on two cores.
+        let deadline = Date().addingTimeInterval(180)
         while Date() < deadline {
             for line in serve.stderr.split(separator: "\n") {
                 if let record = try? JSONValue(parsing: String(line)), record["msg"] == "listening", let port = record["port"]?.intValue {
