@@ -181,16 +181,16 @@ public final class APNsClient: Sendable {
         }
     }
 
-    /// Sends `request`, retrying as `configuration.retryPolicy` says, and returns every attempt and the final result.
-    /// Waits first while `maxInFlight` requests are running.
-    public func send(_ request: APNsRequest) async throws(APNsClientError) -> APNsOutcome {
+    /// Sends `request`, retrying as `retryPolicy` (default `configuration.retryPolicy`) says, and returns every
+    /// attempt and the final result. Waits first while `maxInFlight` requests are running.
+    public func send(_ request: APNsRequest, retryPolicy: RetryPolicy? = nil) async throws(APNsClientError) -> APNsOutcome {
         try await gate.enter()
         defer { gate.leave() }
         let endpoint = endpoints[request.hostKind]
         let idHeader = request.operation == .devicePush ? APNsHeader.id : APNsHeader.requestID
         // One id for every attempt, so APNs' logs and ours name the request the same way.
         let requestID = request.headers[idHeader] ?? APNsRequestID.random().value
-        var retry = RetryState(policy: configuration.retryPolicy)
+        var retry = RetryState(policy: retryPolicy ?? configuration.retryPolicy)
         var attempts: [APNsAttempt] = []
         let deadline = APNsDeadline.current
         while true {

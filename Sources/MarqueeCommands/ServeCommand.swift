@@ -82,6 +82,42 @@ enum ServeCommand {
             "The share of the quota that channels opened on request before the lead time may hold (0 to 1; 0: none).",
             "MARQUEE_CHANNEL_REQUEST_SHARE", seconds(defaults.audience.channelRequestShare)
         ),
+        (
+            "audience-lead", "SECONDS", "Start an event's audience (push-to-start) this long before startsAt, unless the event has its own.",
+            "MARQUEE_AUDIENCE_LEAD", seconds(defaults.starts.audienceLead)
+        ),
+        (
+            "start-max-lateness", "SECONDS", "Skip an automatic start run due longer ago than this (serve was down at the lead).",
+            "MARQUEE_START_MAX_LATENESS", seconds(defaults.starts.maxLateness)
+        ),
+        (
+            "start-channel-wait", "SECONDS", "iOS 18 installations wait this long for the event's channel, then start with input-push-token.",
+            "MARQUEE_START_CHANNEL_WAIT", seconds(defaults.starts.channelWait)
+        ),
+        (
+            "late-start-cutoff", "SECONDS", "Start late followers until endsAt minus this.", "MARQUEE_LATE_START_CUTOFF",
+            seconds(defaults.starts.lateStartCutoff)
+        ),
+        (
+            "late-start-interval", "SECONDS", "Time between the passes that start late followers.", "MARQUEE_LATE_START_INTERVAL",
+            seconds(defaults.starts.lateStartInterval)
+        ),
+        (
+            "start-ttl", "SECONDS", "apns-expiration of a push-to-start: now plus this, and never past endsAt.", "MARQUEE_START_TTL",
+            seconds(defaults.starts.startTTL)
+        ),
+        (
+            "starts-per-device-hour", "N", "Push-to-starts per installation per hour (observed by developers, not documented by Apple).",
+            "MARQUEE_STARTS_PER_DEVICE_HOUR", "\(defaults.starts.limits.startsPerDeviceHour)"
+        ),
+        (
+            "max-concurrent-activities", "N", "Activities started per installation for events at the same time (direct follows first).",
+            "MARQUEE_MAX_CONCURRENT_ACTIVITIES", "\(defaults.starts.limits.maxConcurrentActivities)"
+        ),
+        (
+            "start-send-window", "N", "Push-to-starts in flight per chunk of 1,000 followers, marked sending together.",
+            "MARQUEE_START_SEND_WINDOW", "\(defaults.starts.sendWindow)"
+        ),
     ]
 
     private static let defaults = PipelineSettings()
@@ -133,6 +169,17 @@ enum ServeCommand {
             }
             settings.audience.channelRequestShare = value
         }
+        settings.starts.audienceLead = try arguments.seconds("audience-lead", in: 0...604_800) ?? settings.starts.audienceLead
+        settings.starts.maxLateness = try arguments.seconds("start-max-lateness", in: 0...86400) ?? settings.starts.maxLateness
+        settings.starts.channelWait = try arguments.seconds("start-channel-wait", in: 0...3600) ?? settings.starts.channelWait
+        settings.starts.lateStartCutoff = try arguments.seconds("late-start-cutoff", in: 0...86400) ?? settings.starts.lateStartCutoff
+        settings.starts.lateStartInterval = try arguments.seconds("late-start-interval", in: 1...3600) ?? settings.starts.lateStartInterval
+        settings.starts.startTTL = try arguments.seconds("start-ttl", in: 1...86400) ?? settings.starts.startTTL
+        settings.starts.limits.startsPerDeviceHour =
+            try arguments.int("starts-per-device-hour", in: 1...1000) ?? settings.starts.limits.startsPerDeviceHour
+        settings.starts.limits.maxConcurrentActivities =
+            try arguments.int("max-concurrent-activities", in: 1...100) ?? settings.starts.limits.maxConcurrentActivities
+        settings.starts.sendWindow = try arguments.int("start-send-window", in: 1...5000) ?? settings.starts.sendWindow
         let environment = ProcessInfo.processInfo.environment["MARQUEE_DELETE_UNKNOWN_CHANNELS"]?.lowercased()
         settings.deleteUnknownChannels = arguments.flag("delete-unknown-channels") || ["1", "true", "yes", "on"].contains(environment ?? "")
         return settings

@@ -39,6 +39,8 @@ public struct ServeConfiguration: Sendable {
     /// 20 connections in all: a pool small enough that few backends plan again after each autovacuum pass.
     public static let defaultMaxConnections = 16
     public static let defaultPipelineConnections = 4
+    /// The start fan-out's own pool (its run steps, chunk claims, marks and records).
+    public static let startConnections = 2
     /// APNs endpoints and CA, carried for the broadcast pipeline (nil: Apple's hosts and the system CAs).
     public var apnsPushURL: String?
     public var apnsManageURL: String?
@@ -124,6 +126,8 @@ public struct PipelineSettings: Sendable, Equatable {
     public var maxClockSkew: TimeInterval = 60
     /// The audience registry's settings (tokens, channel requests).
     public var audience = AudienceSettings()
+    /// The start fan-out's settings.
+    public var starts = StartSettings()
 
     public init() {}
 
@@ -177,6 +181,10 @@ public final class MarqueeDaemon: Sendable {
     public let dispatcher: BroadcastDispatcher
     /// Proves this instance alive, so its claims end with it (started before the services, stopped after).
     public let heartbeat: InstanceHeartbeat
+    /// Starts events' audiences (push-to-start).
+    public let starts: StartFanOut
+    /// The fan-out's connections (`ServeConfiguration.startConnections`).
+    public let startPool: PostgresPool
 
     public init(configuration: ServeConfiguration, logger: Logger) {
         self.configuration = configuration
@@ -216,6 +224,14 @@ public final class MarqueeDaemon: Sendable {
         heartbeat = InstanceHeartbeat(
             instance: instance, database: PostgresConfiguration(url: configuration.databaseURL),
             configuration: configuration.heartbeat, logger: logger)
+        // The fan-out's own connections, so a kick-off's million starts never make a broadcast wait for one.
+        let startPool = PostgresPool(
+            configuration: PostgresConfiguration(url: configuration.databaseURL), maxConnections: ServeConfiguration.startConnections)
+        self.startPool = startPool
+        let starts = StartFanOut(
+            pool: startPool, apns: apns, configuration: StartFanOutConfiguration(instance: instance, settings: configuration.pipeline.starts),
+            metrics: StartMetrics(registry: metrics), logger: logger)
+        self.starts = starts
         scheduler = ChannelScheduler(
             pool: pipelinePool, apns: apns, catalog: catalog,
             configuration: configuration.pipeline.scheduler(instance: instance),
@@ -226,7 +242,7 @@ public final class MarqueeDaemon: Sendable {
                 notifier: notifier, pacing: dispatcher.configuration.conflation.pacing,
                 adminTimeout: .seconds(configuration.pipeline.adminTimeout),
                 maxClockSkew: configuration.pipeline.maxClockSkew,
-                settings: configuration.pipeline),
+                settings: configuration.pipeline, starts: starts),
             keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
     }
 
@@ -236,7 +252,7 @@ public final class MarqueeDaemon: Sendable {
         scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
         adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout),
         maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew,
-        settings: PipelineSettings = PipelineSettings()
+        settings: PipelineSettings = PipelineSettings(), starts: StartFanOut? = nil
     ) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
         let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
@@ -248,13 +264,14 @@ public final class MarqueeDaemon: Sendable {
             EventRoutes(pool: pool, types: attributeTypes, notifier: notifier, pacing: pacing, maxClockSkew: maxClockSkew),
             EventStateRoutes(pool: pool, scheduler: scheduler, settings: settings),
             InstallationRoutes(pool: pool, types: attributeTypes, settings: settings.audience, metrics: metrics),
+            StartRoutes(pool: pool, settings: settings.starts, fanOut: starts),
         ]
     }
 
     /// The long-running parts, given the HTTP service: the API, the broadcast dispatcher, the channel
-    /// scheduler (one leader across instances) and the retention purges (on the leader).
+    /// scheduler (one leader across instances), the retention purges (on the leader) and the start fan-out.
     public func services(http: any Service) -> [any Service] {
-        [http, dispatcher, scheduler, scheduler.retention()]
+        [http, dispatcher, scheduler, scheduler.retention(), starts]
     }
 
     /// Migrates (or, with `migrate` off, requires a current schema); returns the migrations applied.
@@ -306,6 +323,7 @@ public final class MarqueeDaemon: Sendable {
         defer {
             pool.close()
             pipelinePool.close()
+            startPool.close()
         }
         try await heartbeat.start()
         do {

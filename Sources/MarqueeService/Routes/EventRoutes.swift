@@ -220,7 +220,7 @@ public struct EventRoutes: APIRoutes {
 
     static func unixSeconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970.rounded(.down)) }
 
-    private static func topics(_ body: JSONFields) throws(APIError) -> [String] {
+    static func topics(_ body: JSONFields) throws(APIError) -> [String] {
         guard let value = body.optional("topics") else { return [] }
         guard case .array(let items) = value else {
             throw APIError.validation("expected an array of strings, found \(value.typeName)", field: "topics")

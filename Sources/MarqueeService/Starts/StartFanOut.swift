@@ -1,0 +1,422 @@
+// The start fan-out: push-to-starts of an event's audience at kick-off, each installation once, on the
+// event's channel where the device can join it (docs/apns.md#push-to-start). Every instance runs it. Its
+// loop creates the automatic runs that are due, advances the open runs (cuts their audience into keyset
+// chunks, rolls them into late-follower passes, finishes them) and claims chunks; a chunk is read,
+// decided through `StartPlanner`, and sent in windows: each window is marked `sending` in one statement
+// just before it goes, and its answers are written in one statement after. A start is resent only when an
+// answer proves APNs did nothing; a chunk whose holder died has its `sending` starts settled `unknown`.
+import APNs
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Postgres
+import Synchronization
+
+/// What the fan-out needs from APNs: one device push, retried as `retryPolicy` says, with every attempt.
+public protocol DevicePushAPNs: Sendable {
+    func devicePush(
+        app: PipelineApp, token: String, payload: [UInt8], expiration: Int64, priority: PushPriority, retryPolicy: RetryPolicy
+    ) async throws -> ChannelAPNsOutcome
+}
+
+extension APNsClientChannelAPNs: DevicePushAPNs {
+    public func devicePush(
+        app: PipelineApp, token: String, payload: [UInt8], expiration: Int64, priority: PushPriority, retryPolicy: RetryPolicy
+    ) async throws -> ChannelAPNsOutcome {
+        let request = try APNsRequest.devicePush(
+            bundleID: app.bundleID, deviceToken: try APNsDeviceToken(hex: token), payload: payload,
+            priority: priority == .high ? .immediate : .powerConsidered, expiration: Int(expiration), apnsID: .random())
+        let outcome = try await client(app).send(request, retryPolicy: retryPolicy)
+        return ChannelAPNsOutcome(
+            result: outcome.result,
+            attempts: outcome.attempts.map {
+                ChannelAPNsAttempt(
+                    result: $0.result, requestID: $0.requestID, uniqueID: $0.uniqueID, latency: $0.latency, outcomeUnknown: $0.outcomeUnknown)
+            })
+    }
+}
+
+/// The fan-out's settings that serve's flags set (seconds unless named).
+public struct StartSettings: Sendable, Equatable {
+    /// `--audience-lead`: an event's audience starts this long before `startsAt`, unless it has its own.
+    public var audienceLead: TimeInterval = 600
+    /// `--start-max-lateness`: a run due longer ago than this is skipped as `late`.
+    public var maxLateness: TimeInterval = 1800
+    /// `--start-channel-wait`: iOS 18 installations wait this long for the event's channel.
+    public var channelWait: TimeInterval = 60
+    /// `--late-start-cutoff`: late followers are started until `endsAt` minus this.
+    public var lateStartCutoff: TimeInterval = 900
+    /// `--late-start-interval`: time between the passes for late followers.
+    public var lateStartInterval: TimeInterval = 60
+    /// `--start-ttl`: `apns-expiration` is `min(now + this, endsAt)`.
+    public var startTTL: TimeInterval = 900
+    /// `--starts-per-device-hour`, `--max-concurrent-activities`.
+    public var limits = StartLimits()
+    /// `--start-send-window`: starts in flight per chunk, marked `sending` together.
+    public var sendWindow = 500
+
+    public init() {}
+}
+
+/// The fan-out's configuration: serve's settings and the fixed parts.
+public struct StartFanOutConfiguration: Sendable, Equatable {
+    public var instance: String
+    public var settings: StartSettings
+    public var audienceLead: TimeInterval { settings.audienceLead }
+    public var maxLateness: TimeInterval { settings.maxLateness }
+    public var channelWait: TimeInterval { settings.channelWait }
+    public var lateStartCutoff: TimeInterval { settings.lateStartCutoff }
+    public var lateStartInterval: TimeInterval { settings.lateStartInterval }
+    public var startTTL: TimeInterval { settings.startTTL }
+    public var limits: StartLimits { settings.limits }
+    public var sendWindow: Int { settings.sendWindow }
+    /// Followers per chunk.
+    public var chunkSize = 1000
+    /// Chunks one instance works on at once.
+    public var concurrentChunks = 2
+    /// Chunks cut ahead of the claims, per run.
+    public var cutAhead = 4
+    /// A chunk's lease, renewed each window; it ends sooner with its holder's heartbeat.
+    public var chunkLease: TimeInterval = 60
+    /// How often the loop looks for due runs and chunks when nothing wakes it.
+    public var pollInterval: Duration = .seconds(1)
+    /// A chunk that met 500 or 503 waits this long, doubled each time, up to a minute.
+    public var chunkBackoff = RetryBackoff(base: 1, maximum: 60)
+    /// Retries inside one send (APNsClient's): one retry of a 429 or 5xx that proves nothing was done.
+    public var retryPolicy = RetryPolicy(maxAttempts: 2, baseDelay: .milliseconds(200), maxDelay: .seconds(5))
+
+    public init(instance: String, settings: StartSettings = StartSettings()) {
+        self.instance = instance
+        self.settings = settings
+    }
+}
+
+/// The fan-out's metrics.
+public struct StartMetrics: Sendable {
+    /// Starts by `result` (accepted, rejected, unknown, skipped, retry) and `reason`.
+    public let starts: Counter
+    /// Starts sent and not yet answered.
+    public let inFlight: Gauge
+    /// Runs created or finished, by `kind` and `state`.
+    public let runs: Counter
+    /// Seconds from a run's start to its last accepted start, when its first pass ends.
+    public let lag: Histogram
+    /// Accepted starts of the last day, and those the app's registration shows adopted, by `os_major`.
+    public let accepted: Gauge
+    public let adopted: Gauge
+
+    public init(registry: MetricsRegistry) {
+        starts = registry.counter("marquee_starts_total", help: "Push-to-starts by result and reason.", labels: ["result", "reason"])
+        inFlight = registry.gauge("marquee_starts_in_flight", help: "Push-to-starts sent and not yet answered.")
+        runs = registry.counter("marquee_start_runs_total", help: "Start runs by kind and state reached.", labels: ["kind", "state"])
+        lag = registry.histogram(
+            "marquee_start_run_lag_seconds", help: "Seconds from a run's start to its last accepted start, at the end of its first pass.",
+            buckets: [1, 5, 10, 30, 60, 120, 300, 600, 1800])
+        accepted = registry.gauge(
+            "marquee_start_accepted", help: "Push-to-starts APNs accepted in the last 24 hours, by OS major version.", labels: ["os_major"])
+        adopted = registry.gauge(
+            "marquee_start_adopted",
+            help: "Accepted push-to-starts of the last 24 hours whose activity the app registered within 10 minutes, by OS major version.",
+            labels: ["os_major"])
+    }
+}
+
+/// Starts events' audiences.
+public final class StartFanOut: Service {
+    public let name = "starts"
+    public let configuration: StartFanOutConfiguration
+    private let repository: StartRepository
+    private let hygiene: TokenHygieneRepository
+    private let apns: any DevicePushAPNs
+    private let metrics: StartMetrics
+    private let logger: Logger
+    private let planner: StartPlanner
+    private let runPlanner: StartRunPlanner
+    private let wakeup = Wakeup()
+    private let working = Mutex(0)
+    private let inFlight = Mutex(0)
+
+    public init(
+        pool: PostgresPool, apns: any DevicePushAPNs, configuration: StartFanOutConfiguration, metrics: StartMetrics, logger: Logger
+    ) {
+        repository = StartRepository(pool: pool)
+        hygiene = TokenHygieneRepository(pool: pool)
+        self.apns = apns
+        self.configuration = configuration
+        self.metrics = metrics
+        self.logger = logger.with(["service": "starts"])
+        planner = StartPlanner(limits: configuration.limits)
+        runPlanner = StartRunPlanner(lateStartInterval: configuration.lateStartInterval)
+    }
+
+    /// A run was created in this process: look for its chunks now.
+    public func wake() { wakeup.signal() }
+
+    public func run(until shutdown: ShutdownSignal) async throws {
+        let bridge = Task { [wakeup] in
+            await shutdown.wait()
+            wakeup.signal()
+        }
+        defer { bridge.cancel() }
+        logger.info("start fan-out started", ["instance": .string(configuration.instance)])
+        var lastAdoptionSample: ContinuousClock.Instant?
+        await withDiscardingTaskGroup { group in
+            var failures = 0
+            while !shutdown.isTriggered && !Task.isCancelled {
+                do {
+                    try await createDueRuns()
+                    try await advanceRuns()
+                    while working.withLock({ $0 < configuration.concurrentChunks }), !shutdown.isTriggered,
+                        let chunk = try await repository.claimChunk(instance: configuration.instance, lease: configuration.chunkLease)
+                    {
+                        working.withLock { $0 += 1 }
+                        group.addTask { [self] in
+                            await work(chunk, shutdown: shutdown)
+                            working.withLock { $0 -= 1 }
+                            wakeup.signal()
+                        }
+                    }
+                    if lastAdoptionSample.map({ ContinuousClock.now - $0 >= .seconds(60) }) ?? true {
+                        lastAdoptionSample = .now
+                        try await sampleAdoption()
+                    }
+                    failures = 0
+                } catch {
+                    failures += 1
+                    if failures % 10 == 1 { logger.error("start fan-out pass failed", ["error": .string("\(error)"), "failures": .int(failures)]) }
+                }
+                let wait = failures == 0 ? configuration.pollInterval : min(configuration.pollInterval * (1 << min(failures, 5)), .seconds(10))
+                await wakeup.wait(upTo: wait)
+            }
+        }
+        logger.info("start fan-out stopped", ["instance": .string(configuration.instance)])
+    }
+
+    private func createDueRuns() async throws {
+        for run in try await repository.createDueAutomaticRuns(
+            lead: configuration.audienceLead, maxLateness: configuration.maxLateness, channelWait: configuration.channelWait)
+        {
+            metrics.runs.increment([StartRunKind.automatic.rawValue, run.state.rawValue])
+            if let reason = run.skipReason {
+                logger.warning("automatic start run skipped", ["event": .int(run.eventID), "run": .int(run.id), "reason": .string(reason.rawValue)])
+            } else {
+                logger.info("automatic start run began", ["event": .int(run.eventID), "run": .int(run.id)])
+            }
+        }
+    }
+
+    private func advanceRuns() async throws {
+        for runID in try await repository.openRunIDs() {
+            guard
+                let advanced = try await repository.advance(
+                    runID: runID, lateStartCutoff: configuration.lateStartCutoff, chunkSize: configuration.chunkSize,
+                    cutAhead: configuration.cutAhead, decide: { [runPlanner] in runPlanner.next($0) })
+            else { continue }
+            if let lag = advanced.firstPassLag {
+                metrics.lag.observe(lag)
+                logger.info("start run's first pass done", ["run": .int(runID), "lag_seconds": .double(lag)])
+            }
+            if case .finish(let state) = advanced.step {
+                metrics.runs.increment([advanced.kind.rawValue, state.rawValue])
+                logger.info("start run finished", ["run": .int(runID), "state": .string(state.rawValue)])
+            }
+        }
+    }
+
+    private func sampleAdoption() async throws {
+        for group in try await repository.adoption(window: 86400) {
+            metrics.accepted.set(Double(group.accepted), [group.osMajor])
+            metrics.adopted.set(Double(group.adopted), [group.osMajor])
+        }
+    }
+
+    // MARK: one chunk
+
+    private func work(_ chunk: ClaimedStartChunk, shutdown: ShutdownSignal) async {
+        let logger = logger.with(["run": .int(chunk.runID), "event": .int(chunk.eventID), "chunk": .int(chunk.id)])
+        do {
+            let abandoned = try await repository.settleAbandoned(chunk)
+            if abandoned > 0 {
+                metrics.starts.increment([StartState.unknown.rawValue, "holder_lost"], by: Double(abandoned))
+                logger.warning("starts left sending by a holder that is gone are unknown", ["starts": .int(abandoned)])
+            }
+            let work = try await repository.work(of: chunk)
+            guard StartRepository.startableEventStates.contains(work.eventStatus) else {
+                try await repository.finish(chunk, instance: configuration.instance)
+                return
+            }
+            guard let alertJSON = work.startAlert, let alert = try? LiveActivityAlert(json: alertJSON, at: ["startAlert"]) else {
+                // A run never begins without an alert; an event whose alert was removed since ends the chunk unsent.
+                logger.error("start run has no alert; chunk left unsent")
+                try await repository.finish(chunk, instance: configuration.instance)
+                return
+            }
+            let now = Date()
+            var skipped: [SkippedStart] = []
+            var sends: [PlannedStart] = []
+            var waitUntil: Date?
+            for member in work.members {
+                let candidate = member.candidate
+                switch planner.decide(candidate, channelID: work.channelID, channelWaitUntil: chunk.channelWaitUntil, now: now) {
+                case .none:
+                    break
+                case .skip(let reason):
+                    guard let token = candidate.token ?? member.plannedToken else { continue }
+                    skipped.append(
+                        SkippedStart(
+                            installation: candidate.installation, token: token, osMajor: member.osMajor, reason: reason,
+                            plannedStartID: member.plannedStartID))
+                case .wait(let until):
+                    waitUntil = min(waitUntil ?? until, until)
+                case .send(let route):
+                    guard let token = candidate.token else { continue }
+                    sends.append(
+                        PlannedStart(
+                            installation: candidate.installation, token: token, osMajor: member.osMajor, route: route,
+                            plannedStartID: member.plannedStartID))
+                }
+            }
+            try await repository.skip(chunk, skipped)
+            for start in skipped { metrics.starts.increment([StartState.skipped.rawValue, start.reason.rawValue]) }
+            let composer = StartComposer(work: work, alert: alert, ttl: configuration.startTTL)
+            var backOff = false
+            var index = 0
+            while index < sends.count && !backOff && !shutdown.isTriggered {
+                let window = Array(sends[index..<min(index + configuration.sendWindow, sends.count)])
+                index += window.count
+                guard try await repository.renew(chunk, instance: configuration.instance, lease: configuration.chunkLease) else {
+                    logger.warning("start chunk claim lost; its holder now is another instance")
+                    return
+                }
+                let outcome = try await send(window, chunk: chunk, app: work.app, composer: composer)
+                backOff = outcome.backOff
+                if let retry = outcome.retryAt { waitUntil = min(waitUntil ?? retry, retry) }
+            }
+            if backOff || index < sends.count {
+                let delay = backOff ? configuration.chunkBackoff.delay(attempt: chunk.attempts) : 0
+                try await repository.release(chunk, instance: configuration.instance, after: delay)
+                if backOff { logger.warning("APNs could not take starts; chunk backs off", ["retry_in_seconds": .double(delay)]) }
+            } else if let waitUntil {
+                try await repository.release(chunk, instance: configuration.instance, after: max(0.1, min(waitUntil.timeIntervalSinceNow, 5)))
+            } else {
+                try await repository.finish(chunk, instance: configuration.instance)
+            }
+        } catch {
+            logger.error("start chunk failed; it is claimed again later", ["error": .string("\(error)")])
+            try? await repository.release(chunk, instance: configuration.instance, after: configuration.chunkBackoff.delay(attempt: chunk.attempts))
+        }
+    }
+
+    /// Marks one window `sending`, sends it, and records the answers (at most `sendWindow` per statement).
+    private func send(
+        _ window: [PlannedStart], chunk: ClaimedStartChunk, app: StartApp, composer: StartComposer
+    ) async throws -> (backOff: Bool, retryAt: Date?) {
+        let marked = try await repository.markSending(chunk, window)
+        guard !marked.isEmpty else { return (false, nil) }
+        let pipelineApp = PipelineApp(id: chunk.appID, bundleID: app.bundleID, environment: app.environment)
+        inFlight.withLock { $0 += marked.count }
+        metrics.inFlight.set(Double(inFlight.withLock { $0 }))
+        let answers = await withTaskGroup(of: (SendingStart, StartAnswer, ChannelAPNsOutcome?).self) { group in
+            for start in marked {
+                group.addTask { [self] in
+                    do {
+                        let body = try composer.body(route: start.route)
+                        let outcome = try await apns.devicePush(
+                            app: pipelineApp, token: start.token, payload: body, expiration: composer.expiration(now: Date()),
+                            priority: .high, retryPolicy: configuration.retryPolicy)
+                        return (start, Self.answer(outcome), outcome)
+                    } catch {
+                        // No request could be made (a signing key unreadable, a payload too large): nothing went out.
+                        return (start, .rejected(reason: "not sent: \(error)", refusal: nil), nil)
+                    }
+                }
+            }
+            var answers: [(SendingStart, StartAnswer, ChannelAPNsOutcome?)] = []
+            for await answer in group { answers.append(answer) }
+            return answers
+        }
+        inFlight.withLock { $0 -= marked.count }
+        metrics.inFlight.set(Double(inFlight.withLock { $0 }))
+        var records: [StartAnswerRecord] = []
+        var backOff = false
+        var retryAt: Date?
+        for (start, answer, outcome) in answers {
+            let plan = planner.afterAnswer(answer, attempt: start.attempt)
+            records.append(
+                StartAnswerRecord(
+                    startID: start.id, state: plan.state, reason: plan.reason, status: outcome?.attempts.last?.status,
+                    retryAfter: plan.retryAfter, apnsUniqueID: outcome?.attempts.last?.uniqueID))
+            backOff = backOff || plan.backOffChunk
+            if let delay = plan.retryAfter {
+                let at = Date().addingTimeInterval(delay)
+                retryAt = min(retryAt ?? at, at)
+            }
+            let result = plan.state == .planned ? "retry" : plan.state.rawValue
+            metrics.starts.increment([result, plan.reason ?? (plan.state == .accepted ? "ok" : "-")])
+        }
+        try await repository.record(runID: chunk.runID, records)
+        for (start, answer, _) in answers {
+            guard case .rejected(_, let refusal?) = answer else { continue }
+            do {
+                let outcome = try await hygiene.refuse(appID: chunk.appID, token: start.token, kind: .pushToStart, refusal: refusal)
+                logger.info(
+                    "push-to-start token refused by APNs",
+                    ["installation": .int(start.installation), "reason": .string(refusal.reason), "outcome": .string(outcome.rawValue)])
+            } catch {
+                logger.warning("token refusal not recorded", ["installation": .int(start.installation), "error": .string("\(error)")])
+            }
+        }
+        return (backOff, retryAt)
+    }
+
+    /// What an outcome says about a start.
+    static func answer(_ outcome: ChannelAPNsOutcome) -> StartAnswer {
+        if outcome.acceptance != nil { return .accepted }
+        if outcome.outcomeUnknown { return .unknown }
+        guard let failure = outcome.failure else { return .unknown }
+        guard let status = failure.status else { return .notDone }
+        let reason = failure.reason?.text ?? "status \(status)"
+        switch status {
+        case 429: return failure.reason == .tooManyProviderTokenUpdates ? .notDone : .throttled
+        case 500, 503: return .notDone
+        case 403: return .notDone
+        case 410: return .rejected(reason: reason, refusal: .gone(reason: reason, apnsTimestampMilliseconds: failure.timestamp))
+        default:
+            switch failure.reason {
+            case .badDeviceToken?: return .rejected(reason: reason, refusal: .badDeviceToken)
+            case .deviceTokenNotForTopic?: return .rejected(reason: reason, refusal: .notForTopic)
+            case .expiredProviderToken?: return .notDone
+            default: return .rejected(reason: reason, refusal: nil)
+            }
+        }
+    }
+}
+
+/// The start payload of one chunk (docs/apns.md#push-to-start): `event: start` with the last broadcast's
+/// content-state and aps.timestamp, the attributes, the alert, and the subscription of its route.
+struct StartComposer: Sendable {
+    let work: StartChunkWork
+    let alert: LiveActivityAlert
+    let ttl: TimeInterval
+
+    func body(route: StartRoute) throws -> [UInt8] {
+        let subscription: StartSubscription? =
+            switch route {
+            case .channel: work.channelID.map { .channel($0) }
+            case .token: .pushToken
+            case .plain: nil
+            }
+        return try LiveActivityPayload.start(
+            timestamp: work.apsTimestamp, attributesType: work.attributesType, attributes: work.attributes,
+            contentState: work.contentState, alert: alert, subscription: subscription, staleDate: work.staleDate,
+            relevanceScore: work.relevanceScore
+        ).body(within: .device)
+    }
+
+    /// `min(now + ttl, endsAt)` in Unix seconds: APNs must not keep a start for an offline phone past the event.
+    func expiration(now: Date) -> Int64 {
+        var until = now.addingTimeInterval(ttl)
+        if let endsAt = work.endsAt { until = min(until, endsAt) }
+        return max(1, Int64(until.timeIntervalSince1970.rounded(.down)))
+    }
+}

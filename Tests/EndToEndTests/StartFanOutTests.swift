@@ -1,0 +1,188 @@
+import APNsSimulator
+import Foundation
+import MarqueeCore
+import Postgres
+import Testing
+
+/// The start fan-out through `marquee serve` as a process, a real PostgreSQL and the simulator playing the
+/// devices: what every device shows, not what APNs answered.
+@Suite(.enabled(if: MarqueeProcess.available))
+struct StartFanOutTests {
+    /// One installation of the test audience.
+    struct Member {
+        let installationID: String
+        let token: String
+        let os: String
+        let follows: Bool
+        let enabled: Bool
+    }
+
+    static func token(_ index: Int, generation: Int = 0) -> String {
+        let hex = String(index, radix: 16)
+        return (generation == 0 ? "ab" : "cd") + String(repeating: "0", count: 62 - hex.count) + hex
+    }
+
+    /// `count` installations: half on iOS 18, most of the rest on 17.2 to 17.x, every tenth below 17.2;
+    /// every 23rd follows nothing and every 37th turned Live Activities off.
+    static func audience(_ count: Int) -> [Member] {
+        (1...count).map { index in
+            let os =
+                switch index % 10 {
+                case 0...4: "18.\(index % 3)"
+                case 5...8: "17.\(2 + index % 4)"
+                default: "16.4"
+                }
+            return Member(
+                installationID: "phone-\(index)", token: token(index), os: os, follows: index % 23 != 0, enabled: index % 37 != 0)
+        }
+    }
+
+    /// Stores the members straight in the registry (one statement each for installations and follows), and
+    /// gives the simulator their devices.
+    static func seed(_ members: [Member], topic: String, harness: BroadcastHarness) async throws {
+        let rows = JSONValue.array(
+            members.map {
+                let version = OSVersion($0.os)!
+                return [
+                    "id": .string($0.installationID), "token": .string($0.token), "os": .string($0.os), "major": .int(Int64(version.major)),
+                    "minor": .int(Int64(version.minor)), "patch": .int(Int64(version.patch)), "follows": .bool($0.follows),
+                    "enabled": .bool($0.enabled),
+                ]
+            })
+        try await harness.pool.execute(
+            """
+            WITH input AS (
+                SELECT * FROM jsonb_to_recordset(\(unsafeRaw: "'" + rows.jsonString.replacingOccurrences(of: "'", with: "''") + "'")::jsonb)
+                    AS i (id text, token text, os text, major integer, minor integer, patch integer, follows boolean, enabled boolean)
+            ), stored AS (
+                INSERT INTO installations (app_id, installation_id, os_version, os_major, os_minor, os_patch, push_to_start_token,
+                                           token_registered_at, token_seen_at, live_activities_enabled)
+                SELECT \(harness.appID), id, os, major, minor, patch, token, now(), now(), enabled FROM input
+                RETURNING id, installation_id
+            )
+            INSERT INTO follows (installation, app_id, topic)
+            SELECT s.id, \(harness.appID), \(topic) FROM stored s JOIN input i ON i.id = s.installation_id WHERE i.follows
+            """)
+        _ = harness.simulator.engine.devices.add(
+            members.map {
+                SimulatedDeviceSpec(pushToStartToken: $0.token, osVersion: SimulatorOSVersion(parsing: $0.os)!, installationID: $0.installationID)
+            })
+    }
+
+    /// `POST /v1/events` for a match on `team:arsenal` with a start alert; returns its id.
+    static func createMatch(_ harness: BroadcastHarness, _ externalID: String, startsIn: TimeInterval = 600, extra: JSONObject = [:])
+        async throws -> Int
+    {
+        var body: JSONObject = [
+            "app": .int(Int64(harness.appID)), "externalId": .string(externalID), "kind": "match", "attributeType": "MatchAttributes",
+            "attributes": ["homeTeam": "Arsenal", "awayTeam": "Chelsea"], "contentState": MatchState().input,
+            "startsAt": .string(BroadcastHarness.iso(Date().addingTimeInterval(startsIn))),
+            "endsAt": .string(BroadcastHarness.iso(Date().addingTimeInterval(startsIn + 7200))), "topics": ["team:arsenal"],
+            "startAlert": ["title": "Kick-off soon", "body": "Arsenal v Chelsea"],
+        ]
+        for (key, value) in extra { body[key] = value }
+        let response = try await harness.api("POST", "/v1/events", .object(body))
+        try #require(response.status == 201, "POST /v1/events: \(response.text)")
+        return Int(try #require(response.json["id"]?.intValue))
+    }
+
+    /// The event's newest run, once `condition` holds for it.
+    static func run(
+        of event: Int, _ harness: BroadcastHarness, timeout: Double = 60, until condition: @escaping (JSONValue) -> Bool
+    ) async throws -> JSONValue {
+        var newest: JSONValue = .null
+        try await harness.waitUntil("event \(event)'s start run settles", timeout: timeout) {
+            newest = try await harness.api("GET", "/v1/events/\(event)/starts").json["runs"]?.arrayValue?.first ?? .null
+            return newest != .null && condition(newest)
+        }
+        return newest
+    }
+
+    static func firstPassDone(_ run: JSONValue) -> Bool { run["state"] != "running" }
+
+    /// The activities each device shows, by push-to-start token.
+    static func activities(_ harness: BroadcastHarness) -> [String: [SimulatedActivity]] {
+        var shown: [String: [SimulatedActivity]] = [:]
+        for device in harness.simulator.engine.devices.snapshot(at: Date()) { shown[device.pushToStartToken] = device.activities }
+        return shown
+    }
+
+    @Test func everyFollowerShowsOneActivityOnThePathItsOSAllows() async throws {
+        try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900"]) { harness in
+            let members = Self.audience(1200)
+            try await Self.seed(members, topic: "team:arsenal", harness: harness)
+            // Outsiders: a device the registry does not know of.
+            _ = harness.simulator.engine.devices.add([SimulatedDeviceSpec(pushToStartToken: Self.token(99_999), osVersion: SimulatorOSVersion(18))])
+            let event = try await Self.createMatch(harness, "fanout-1")
+            let channel = try await harness.openChannel(of: event)
+            let run = try await Self.run(of: event, harness, until: Self.firstPassDone)
+            let startable = members.filter { $0.follows && $0.enabled && OSVersion($0.os)! >= .pushToStart }
+            let notStartable = members.filter { $0.follows && $0.enabled && OSVersion($0.os)! < .pushToStart }
+            #expect(run["kind"] == "automatic")
+            #expect(run["counts"]?["accepted"]?.intValue == Int64(startable.count), "\(run)")
+            #expect(run["counts"]?["notStartable"]?.intValue == Int64(notStartable.count), "\(run)")
+            #expect(run["counts"]?["unknown"] == 0 && run["counts"]?["sending"] == 0, "\(run)")
+            #expect(run["counts"]?["noChannel"] == 0, "\(run)")
+            #expect(run["progress"]?["estimatedAudience"]?.intValue == Int64(members.filter(\.follows).count), "\(run)")
+
+            let shown = Self.activities(harness)
+            for member in members {
+                let activities = shown[member.token] ?? []
+                let os = OSVersion(member.os)!
+                if member.follows && member.enabled && os >= .pushToStart {
+                    try #require(activities.count == 1, "\(member.installationID) on \(member.os) shows \(activities.count) activities")
+                    let activity = activities[0]
+                    #expect(activity.attributesType == "MatchAttributes" && activity.attributes["homeTeam"] == "Arsenal")
+                    if os >= .channels {
+                        #expect(activity.channelID == channel, "\(member.installationID) on \(member.os) listens on \(activity.updatePath)")
+                    } else {
+                        #expect(activity.updateToken != nil, "\(member.installationID) on \(member.os) has an update token")
+                    }
+                } else {
+                    #expect(activities.isEmpty, "\(member.installationID) (follows \(member.follows), enabled \(member.enabled), \(member.os))")
+                }
+            }
+            #expect(shown[Self.token(99_999)]?.isEmpty == true)
+
+            // A broadcast reaches every activity on the channel; a second run of the event starts nobody again.
+            var goal = MatchState()
+            goal.homeScore = 1
+            #expect(try await harness.update(event, goal, extra: ["priority": "high"]).status == 202)
+            try await harness.waitUntil("the goal reaches the channel's activities") {
+                let now = Self.activities(harness)
+                return members.filter { $0.follows && $0.enabled && OSVersion($0.os)! >= .channels }.allSatisfy {
+                    now[$0.token]?.first?.contentState["homeScore"] == 1
+                }
+            }
+            let again = try await harness.api("POST", "/v1/events/\(event)/starts", [:])
+            #expect(again.status == 202, "\(again.text)")
+            let second = try await Self.run(of: event, harness, until: Self.firstPassDone)
+            #expect(second["id"] != run["id"] && second["kind"] == "manual")
+            #expect(second["counts"]?["accepted"] == 0, "\(second)")
+            #expect(Self.activities(harness).values.allSatisfy { $0.count <= 1 }, "no device shows two activities")
+        }
+    }
+
+    @Test func manualRunsAreValidatedAndNothingStartsForAnEventThatIsOver() async throws {
+        try await BroadcastHarness.run { harness in
+            let event = try await Self.createMatch(harness, "fanout-refusals", startsIn: 7200, extra: ["startAlert": .null])
+            let noAlert = try await harness.api("POST", "/v1/events/\(event)/starts", [:])
+            #expect(noAlert.status == 422 && noAlert.errorCode == "no_alert" && noAlert.json["error"]?["field"] == "alert", "\(noAlert.text)")
+            let badTopic = try await harness.api(
+                "POST", "/v1/events/\(event)/starts", ["topics": ["team:spurs"], "alert": ["title": "t", "body": "b"]])
+            #expect(badTopic.status == 422 && badTopic.json["error"]?["field"] == "topics[0]", "\(badTopic.text)")
+            let unknownField = try await harness.api("POST", "/v1/events/\(event)/starts", ["alrt": ["title": "t"]])
+            #expect(unknownField.status == 422 && unknownField.json["error"]?["field"] == "alrt", "\(unknownField.text)")
+            let badAlert = try await harness.api("POST", "/v1/events/\(event)/starts", ["alert": ["title": 3]])
+            #expect(badAlert.status == 422, "\(badAlert.text)")
+            #expect(try await harness.api("GET", "/v1/events/\(event)/starts").json["runs"] == [], "refusals created no run")
+            #expect(try await harness.api("POST", "/v1/events/999999/starts", [:]).status == 404)
+            let tokensKey = try await harness.key(scope: "tokens")
+            #expect(try await harness.api("GET", "/v1/events/\(event)/starts", key: tokensKey).status == 403)
+
+            #expect(try await harness.api("POST", "/v1/events/\(event)/end", ["contentState": MatchState().input]).status == 202)
+            let over = try await harness.api("POST", "/v1/events/\(event)/starts", ["alert": ["title": "t", "body": "b"]])
+            #expect(over.status == 409 && over.errorCode == "event_over", "\(over.text)")
+        }
+    }
+}
