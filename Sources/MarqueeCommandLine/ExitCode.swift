@@ -50,7 +50,7 @@ public enum ExitCode: Int32, Sendable, CaseIterable {
             "not allowed: the API key is missing or wrong (401) or lacks the scope (403), "
                 + "or APNs refused the provider token (403)"
         case .configuration: "configuration is missing or invalid (serve --no-migrate on a schema that is behind)"
-        case .interrupted: "interrupted (Ctrl-C during event list --all, which says where to resume)"
+        case .interrupted: "interrupted (Ctrl-C during event list --all, which says where to resume, or event starts --follow)"
         }
     }
 

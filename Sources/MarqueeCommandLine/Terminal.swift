@@ -76,10 +76,13 @@ public final class ProgressBar: @unchecked Sendable {
         let percent = done * 100 / total
         guard enabled, percent != lastDrawn else { return }
         lastDrawn = percent
-        let width = 30
-        let filled = done * width / total
-        let bar = String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
-        FileHandle.standardError.write(Data("\r\(label) [\(bar)] \(percent)% \(done)/\(total)".utf8))
+        FileHandle.standardError.write(Data("\r\(label) [\(Self.bar(done: done, total: total))] \(percent)% \(done)/\(total)".utf8))
+    }
+
+    /// The inside of a bar: `done` of `total` as `#`, the rest as spaces, `width` characters in all.
+    public static func bar(done: Int, total: Int, width: Int = 30) -> String {
+        let filled = total > 0 ? min(width, max(0, done) * width / total) : 0
+        return String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
     }
 
     /// Ends the bar's line.
@@ -87,6 +90,42 @@ public final class ProgressBar: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         if enabled && lastDrawn >= 0 { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+}
+
+/// A status line on standard error that a long wait redraws: in place on a terminal, else one line per `show`
+/// (a log keeps every poll). Silent when disabled (with --json).
+public final class StatusLine: @unchecked Sendable {
+    /// Whether the line is redrawn in place (standard error is a terminal).
+    public let inPlace: Bool
+    private let enabled: Bool
+    private let lock = NSLock()
+    private var drawn = false
+
+    public init(inPlace: Bool = Terminal.standardErrorIsTerminal, enabled: Bool = true) {
+        self.inPlace = inPlace
+        self.enabled = enabled
+    }
+
+    /// Shows `line`: over the previous one on a terminal (clearing what it leaves of it), else as a line of its own.
+    public func show(_ line: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard enabled else { return }
+        if inPlace {
+            FileHandle.standardError.write(Data("\r\(line)\u{1B}[K".utf8))
+            drawn = true
+        } else {
+            Terminal.error(line)
+        }
+    }
+
+    /// Ends a line drawn in place, so what follows starts on a line of its own; safe to call more than once.
+    public func finish() {
+        lock.lock()
+        defer { lock.unlock() }
+        if drawn { FileHandle.standardError.write(Data("\n".utf8)) }
+        drawn = false
     }
 }
 

@@ -1,15 +1,18 @@
 // `marquee event create|list|show|update|end`: events through the HTTP API (POST /v1/events, GET /v1/events,
-// GET /v1/events/{id}, POST /v1/events/{id}/updates, POST /v1/events/{id}/end).
+// GET /v1/events/{id}, POST /v1/events/{id}/updates, POST /v1/events/{id}/end); `start` and `starts` are in
+// EventStartCommands.swift.
 import Foundation
 import MarqueeCommandLine
 import MarqueeCore
 
 enum EventCommands {
     static let command = Command(
-        "event", summary: "Create, list, show, update and end events (matches, flights) through the API.",
+        "event", summary: "Create, list, show, update and end events (matches, flights), and start their followers' activities.",
         discussion: """
             Each event gets its own APNs broadcast channel, opened a lead time before it starts. Updates
-            become broadcasts; an end sends the final state and the channel is deleted after a delay.
+            become broadcasts; an end sends the final state and the channel is deleted after a delay. A start
+            run sends the push-to-start of the followers' Live Activities: on its own --audience-lead before the
+            event starts, or at once with 'event start'; 'event starts' shows the runs.
 
             Example:
               export MARQUEE_URL=http://127.0.0.1:8080 MARQUEE_API_KEY=mq_...
@@ -19,7 +22,7 @@ enum EventCommands {
 
             \(AdminAPIClient.exitCodes)
             """,
-        subcommands: [create, list, show, update, end])
+        subcommands: [create, list, show, update, end, start, starts])
 
     static let create = Command(
         "create", summary: "Create an event; its channel opens a lead time before it starts.",

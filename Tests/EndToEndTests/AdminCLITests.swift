@@ -78,6 +78,11 @@ import Testing
                 ], "--audience-lead"
             ),
             (["event", "list", "--limit", "501"], "--limit takes a whole number from 1 to 500"),
+            (["event", "start", "4", "--alert-title", "Kick-off"], "missing --alert-body"),
+            (["event", "start", "4", "--alert-sound", "default"], "--alert-sound needs --alert-title and --alert-body"),
+            (["event", "start", "0"], "ID takes a positive whole number"),
+            (["event", "starts", "4", "--interval", "2"], "--interval goes with --follow"),
+            (["event", "starts", "4", "--follow", "--interval", "0"], "--interval takes a number of seconds from 0.1"),
             (["channel", "list", "--state", "opened"], "--state must be one of"),
             (["channel", "delete", "0"], "ID takes a positive whole number"),
             (["status", "--timeout", "0"], "--timeout takes a whole number from 1 to 3600"),
@@ -96,7 +101,10 @@ import Testing
     }
 
     @Test(.enabled(if: binaryBuilt)) func helpDocumentsTheExitCodes() async throws {
-        for command in [["--help"], ["event", "--help"], ["event", "update", "--help"], ["channel", "reconcile", "--help"], ["status", "--help"]] {
+        for command in [
+            ["--help"], ["event", "--help"], ["event", "update", "--help"], ["event", "start", "--help"], ["event", "starts", "--help"],
+            ["channel", "reconcile", "--help"], ["status", "--help"],
+        ] {
             let result = try await Self.cli(command)
             #expect(result.status == 0)
             for line in [
