@@ -52,7 +52,7 @@ struct CLIOutputTests {
         try await BroadcastHarness.run { h in
             let cli = CLI(h: h)
             let leaves = try await cli.leafCommands()
-            #expect(leaves.count == 29 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
+            #expect(leaves.count == 31 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
             var covered: Set<[String]> = []
             func good(_ words: [String], succeeds: Bool = true) async throws -> JSONValue {
                 if let leaf = leaves.first(where: { words.starts(with: $0) }) { covered.insert(leaf) }
@@ -93,6 +93,11 @@ struct CLIOutputTests {
             _ = try await good(["event", "list"])
             _ = try await good(["event", "show", String(event)])
             _ = try await good(["event", "update", String(event), "--patch", #"{"homeScore":1}"#])
+            let run = try await good(["event", "start", String(event), "--alert-title", "Kick-off", "--alert-body", "Arsenal v Chelsea"])
+            #expect(run["kind"] == "manual", "\(run)")
+            let runs = try await good(["event", "starts", String(event)])
+            // The automatic run of this live event without a start alert is there too, skipped as no_alert.
+            #expect(runs["runs"]?.arrayValue?.contains { $0["id"] == run["id"] } == true, "\(runs)")
             _ = try await good(["channel", "list"])
             _ = try await good(["channel", "show", String(channelRow)])
             _ = try await good(["channel", "reconcile", "--dry-run"])
