@@ -1,0 +1,134 @@
+import Foundation
+import MarqueeCore
+import Testing
+
+/// The start fan-out's decisions, without I/O.
+struct StartPlannerTests {
+    let planner = StartPlanner(limits: StartLimits(startsPerDeviceHour: 8, maxConcurrentActivities: 2, throttleRetryDelay: 30))
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+    var waitOver: Date { now.addingTimeInterval(-1) }
+    var waitAhead: Date { now.addingTimeInterval(45) }
+
+    func member(_ os: String?, _ adjust: (inout StartCandidate) -> Void = { _ in }) -> StartCandidate {
+        var candidate = StartCandidate(installation: 7, os: os.flatMap(OSVersion.init), token: String(repeating: "ab", count: 32))
+        adjust(&candidate)
+        return candidate
+    }
+
+    @Test func theOSVersionDecidesThePath() {
+        #expect(planner.decide(member("18.0"), channelID: "Y2g=", channelWaitUntil: waitAhead, now: now) == .send(.channel))
+        #expect(planner.decide(member("17.2"), channelID: "Y2g=", channelWaitUntil: waitAhead, now: now) == .send(.plain))
+        #expect(planner.decide(member("17.10"), channelID: nil, channelWaitUntil: waitAhead, now: now) == .send(.plain))
+        #expect(planner.decide(member(nil), channelID: "Y2g=", channelWaitUntil: waitAhead, now: now) == .send(.plain))
+        #expect(planner.decide(member("17.1.2"), channelID: "Y2g=", channelWaitUntil: waitAhead, now: now) == .skip(.notStartable))
+        #expect(planner.decide(member("16.4"), channelID: "Y2g=", channelWaitUntil: waitAhead, now: now) == .skip(.notStartable))
+    }
+
+    @Test func iOS18WaitsForTheChannelThenAsksForAToken() {
+        #expect(planner.decide(member("18.2"), channelID: nil, channelWaitUntil: waitAhead, now: now) == .wait(until: waitAhead))
+        #expect(planner.decide(member("18.2"), channelID: nil, channelWaitUntil: waitOver, now: now) == .send(.token))
+    }
+
+    @Test func membersOutsideTheAudienceOrStartedAlreadyGetNothing() {
+        #expect(planner.decide(member("18.0") { $0.enabled = false }, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .none)
+        #expect(planner.decide(member("18.0") { $0.token = nil }, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .none)
+        #expect(planner.decide(member("18.0") { $0.startedForEvent = true }, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .none)
+        for state in [StartState.accepted, .rejected, .unknown, .skipped, .sending] {
+            #expect(
+                planner.decide(member("18.0") { $0.runStateForToken = state }, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .none,
+                "\(state)")
+        }
+        // A planned retry whose member left the audience is settled, so the run does not wait for it.
+        let disabled = member("18.0") {
+            $0.enabled = false
+            $0.hasPlannedStart = true
+        }
+        #expect(planner.decide(disabled, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .skip(.disabled))
+        let startedElsewhere = member("18.0") {
+            $0.startedForEvent = true
+            $0.hasPlannedStart = true
+        }
+        #expect(planner.decide(startedElsewhere, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .skip(.startedByAnotherRun))
+    }
+
+    @Test func aPlannedRetryGoesWhenDue() {
+        let later = now.addingTimeInterval(20)
+        let waiting = member("17.4") {
+            $0.runStateForToken = .planned
+            $0.retryAt = later
+            $0.hasPlannedStart = true
+        }
+        #expect(planner.decide(waiting, channelID: nil, channelWaitUntil: waitOver, now: now) == .wait(until: later))
+        #expect(planner.decide(waiting, channelID: nil, channelWaitUntil: waitOver, now: later) == .send(.plain))
+    }
+
+    @Test func thePerDeviceLimitAndTheConcurrencyCapWithDirectFollowsFirst() {
+        #expect(planner.decide(member("18.0") { $0.startsLastHour = 7 }, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .send(.channel))
+        #expect(
+            planner.decide(member("18.0") { $0.startsLastHour = 8 }, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .skip(.deviceLimit))
+        #expect(
+            planner.decide(member("18.0") { $0.concurrentEvents = 1 }, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .send(.channel))
+        #expect(
+            planner.decide(member("18.0") { $0.concurrentEvents = 2 }, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .skip(.concurrency)
+        )
+        // A topic follower with one activity running keeps the last place for an event it follows itself.
+        let topicOnly = member("18.0") {
+            $0.followsEventDirectly = false
+            $0.concurrentEvents = 1
+            $0.directFollowsWaiting = 1
+        }
+        #expect(planner.decide(topicOnly, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .skip(.concurrency))
+        var direct = topicOnly
+        direct.followsEventDirectly = true
+        #expect(planner.decide(direct, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .send(.channel))
+    }
+
+    @Test func answersFollowTheNoRepeatPolicy() {
+        #expect(planner.afterAnswer(.accepted, attempt: 1).state == .accepted)
+        #expect(planner.afterAnswer(.unknown, attempt: 1).state == .unknown, "a lost answer is never resent")
+        let gone = planner.afterAnswer(
+            .rejected(reason: "Unregistered", refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: 5)), attempt: 1)
+        #expect(gone.state == .rejected && gone.reason == "Unregistered" && gone.refusal != nil)
+        let throttled = planner.afterAnswer(.throttled, attempt: 1)
+        #expect(throttled.state == .planned && throttled.retryAfter == 30 && !throttled.backOffChunk, "one later retry of that token only")
+        let throttledAgain = planner.afterAnswer(.throttled, attempt: 2)
+        #expect(throttledAgain.state == .skipped && throttledAgain.reason == StartSkipReason.throttled.rawValue)
+        let notDone = planner.afterAnswer(.notDone, attempt: 3)
+        #expect(notDone.state == .planned && notDone.backOffChunk && notDone.retryAfter == nil, "500 and 503 back off the chunk")
+    }
+
+    @Test func aRunCutsChunksThenRollsIntoLatePassesUntilTheCutoff() {
+        let runs = StartRunPlanner(lateStartInterval: 60)
+        func facts(_ state: StartRunState, _ adjust: (inout StartRunFacts) -> Void = { _ in }) -> StartRunFacts {
+            var facts = StartRunFacts(
+                state: state, eventStatus: .live, planningDone: true, openChunks: 0, nextPassAt: nil,
+                lateStartCutoff: now.addingTimeInterval(3600), now: now)
+            adjust(&facts)
+            return facts
+        }
+        #expect(runs.next(facts(.running) { $0.planningDone = false }) == .cutChunk)
+        #expect(runs.next(facts(.running) { $0.openChunks = 3 }) == .wait(until: nil))
+        #expect(runs.next(facts(.running)) == .roll(nextPassAt: now.addingTimeInterval(60)))
+        #expect(runs.next(facts(.rolling) { $0.nextPassAt = now.addingTimeInterval(10) }) == .wait(until: now.addingTimeInterval(10)))
+        #expect(runs.next(facts(.rolling) { $0.nextPassAt = now }) == .beginPass)
+        #expect(runs.next(facts(.rolling)) == .roll(nextPassAt: now.addingTimeInterval(60)), "a late pass ended")
+        #expect(runs.next(facts(.rolling) { $0.lateStartCutoff = now }) == .finish(.done))
+        #expect(runs.next(facts(.running) { $0.lateStartCutoff = now.addingTimeInterval(-1) }) == .finish(.done))
+        #expect(
+            runs.next(
+                facts(.rolling) {
+                    $0.lateStartCutoff = nil
+                    $0.nextPassAt = now
+                }) == .beginPass, "no end: while the event lasts")
+        for status in [EventStatus.ending, .ended, .cancelled] {
+            #expect(
+                runs.next(
+                    facts(.running) {
+                        $0.eventStatus = status
+                        $0.planningDone = false
+                    }) == .finish(.stopped))
+            #expect(runs.next(facts(.rolling) { $0.eventStatus = status }) == .finish(.done))
+        }
+        #expect(runs.next(facts(.done)) == .wait(until: nil))
+    }
+}
