@@ -185,4 +185,180 @@ struct StartFanOutTests {
             #expect(over.status == 409 && over.errorCode == "event_over", "\(over.text)")
         }
     }
+
+    /// Installation ids of the run's starts in `state`.
+    static func installations(in state: String, run: JSONValue, _ harness: BroadcastHarness) async throws -> Set<String> {
+        let rows = try await harness.pool.query(
+            """
+            SELECT i.installation_id FROM starts s JOIN installations i ON i.id = s.installation
+            WHERE s.run_id = \(Int(run["id"]?.intValue ?? 0)) AND s.state = \(state)
+            """)
+        return Set(try rows.map { try $0.decode(String.self, column: "installation_id") })
+    }
+
+    /// Every startable follower shows at most one activity, and those without one are all `unknown`.
+    static func expectOnceEach(_ members: [Member], run: JSONValue, _ harness: BroadcastHarness) async throws {
+        let unknown = try await installations(in: "unknown", run: run, harness)
+        let shown = activities(harness)
+        for member in members {
+            let count = shown[member.token]?.count ?? 0
+            #expect(count <= 1, "\(member.installationID) shows \(count) activities")
+            guard member.follows && member.enabled && OSVersion(member.os)! >= .pushToStart else {
+                #expect(count == 0, "\(member.installationID) is not in the audience")
+                continue
+            }
+            if count == 0 { #expect(unknown.contains(member.installationID), "\(member.installationID) was skipped without being counted unknown") }
+        }
+    }
+
+    @Test func aKillAndLostAnswersDuringARunStartNoDeviceTwiceAndSkipOnlyTheUnknown() async throws {
+        try await BroadcastHarness.run(
+            simulator: {
+                $0.latency = .milliseconds(20) ... .milliseconds(40)
+                $0.faults.dropAnswers = 0.03
+            }, serveArguments: ["--audience-lead", "900", "--start-send-window", "20"]
+        ) { harness in
+            let members = Self.audience(2000)
+            try await Self.seed(members, topic: "team:arsenal", harness: harness)
+            let event = try await Self.createMatch(harness, "fanout-kill")
+            let before = try await Self.run(of: event, harness) { ($0["counts"]?["accepted"]?.intValue ?? 0) >= 200 }
+            try await harness.killAndRestart()
+            #expect(before["state"] == "running", "killed in the middle of the run: \(before)")
+            let run = try await Self.run(of: event, harness, timeout: 120, until: Self.firstPassDone)
+            let startable = members.filter { $0.follows && $0.enabled && OSVersion($0.os)! >= .pushToStart }.count
+            let counts = try #require(run["counts"])
+            let accepted = Int(counts["accepted"]?.intValue ?? 0)
+            let unknown = Int(counts["unknown"]?.intValue ?? 0)
+            #expect(accepted + unknown == startable, "\(run)")
+            #expect(unknown >= harness.simulator.engine.droppedAnswers, "every lost answer is unknown: \(run)")
+            #expect(harness.simulator.engine.droppedAnswers > 0, "the simulator dropped answers")
+            try await Self.expectOnceEach(members, run: run, harness)
+        }
+    }
+
+    @Test func twoServesShareOneRunAndADisableDuringItStopsThatInstallationsStart() async throws {
+        try await BroadcastHarness.run(
+            simulator: { $0.latency = .milliseconds(20) ... .milliseconds(40) }, instances: 2,
+            serveArguments: ["--audience-lead", "900", "--start-send-window", "10"]
+        ) { harness in
+            var members = Self.audience(3000)
+            try await Self.seed(members, topic: "team:arsenal", harness: harness)
+            let event = try await Self.createMatch(harness, "fanout-shared")
+            _ = try await Self.run(of: event, harness) { ($0["counts"]?["accepted"]?.intValue ?? 0) >= 10 }
+            // The last 30 installations (the end of the last chunk) turn Live Activities off.
+            let tokensKey = try await harness.key(scope: "tokens")
+            for index in members.indices.suffix(30) where members[index].follows && members[index].enabled {
+                let answer = try await harness.api(
+                    "PUT", "/v1/installations/\(members[index].installationID)",
+                    ["app": .int(Int64(harness.appID)), "liveActivitiesEnabled": false], key: tokensKey)
+                #expect(answer.status == 200, "\(answer.text)")
+                let member = members[index]
+                members[index] = Member(
+                    installationID: member.installationID, token: member.token, os: member.os, follows: member.follows, enabled: false)
+            }
+            let run = try await Self.run(of: event, harness, timeout: 120, until: Self.firstPassDone)
+            let startable = members.filter { $0.follows && $0.enabled && OSVersion($0.os)! >= .pushToStart }.count
+            #expect(run["counts"]?["accepted"]?.intValue == Int64(startable), "\(run)")
+            try await Self.expectOnceEach(members, run: run, harness)
+            let first = try await harness.metric("marquee_starts_total", ["result": "accepted"], instance: 0)
+            let second = try await harness.metric("marquee_starts_total", ["result": "accepted"], instance: 1)
+            #expect(first > 0 && second > 0 && Int(first + second) == startable, "both instances sent: \(first) and \(second)")
+        }
+    }
+
+    @Test func theDeviceLimitTheConcurrencyCapAndLateFollowers() async throws {
+        try await BroadcastHarness.run(
+            serveArguments: [
+                "--audience-lead", "900", "--starts-per-device-hour", "2", "--max-concurrent-activities", "2", "--late-start-interval", "1",
+            ]
+        ) { harness in
+            // Topic followers, and one that also follows the third match itself.
+            let members = (1...20).map { Member(installationID: "fan-\($0)", token: Self.token($0), os: "18.1", follows: true, enabled: true) }
+            try await Self.seed(members, topic: "team:arsenal", harness: harness)
+            // Three overlapping matches, started by hand one after the other; fan-1 follows the friendly itself.
+            var events: [Int] = []
+            for (index, name) in ["league", "cup", "friendly"].enumerated() {
+                events.append(try await Self.createMatch(harness, name, startsIn: 7200 + Double(index)))
+            }
+            let tokensKey = try await harness.key(scope: "tokens")
+            let follow = try await harness.api(
+                "POST", "/v1/installations/fan-1/follows?app=\(harness.appID)", ["events": [["event": .int(Int64(events[2]))]]], key: tokensKey)
+            #expect(follow.status == 200, "\(follow.text)")
+            var runs: [JSONValue] = []
+            for event in events {
+                #expect(try await harness.api("POST", "/v1/events/\(event)/starts", [:]).status == 202)
+                runs.append(try await Self.run(of: event, harness, until: Self.firstPassDone))
+            }
+            // fan-1 follows the friendly itself: the league started it (one place kept), the cup did not.
+            #expect(runs[0]["counts"]?["accepted"] == 20, "\(runs[0])")
+            #expect(runs[1]["counts"]?["accepted"] == 19 && runs[1]["counts"]?["skipped"]?["concurrency"] == 1, "\(runs[1])")
+            #expect(runs[2]["counts"]?["accepted"] == 1 && runs[2]["counts"]?["skipped"]?["device_limit"] == 19, "\(runs[2])")
+            let shown = Self.activities(harness)
+            #expect(members.allSatisfy { shown[$0.token]?.count == 2 }, "each device shows two activities")
+
+            // A late follower of the cup: started by the run's next pass.
+            let late = Self.token(500)
+            _ = harness.simulator.engine.devices.add([SimulatedDeviceSpec(pushToStartToken: late, osVersion: SimulatorOSVersion(18, 2))])
+            let registered = try await harness.api(
+                "PUT", "/v1/installations/late-fan", ["app": .int(Int64(harness.appID)), "pushToStartToken": .string(late), "osVersion": "18.2"],
+                key: tokensKey)
+            #expect(registered.status == 201, "\(registered.text)")
+            let lateFollow = try await harness.api(
+                "PUT", "/v1/installations/late-fan/follows?app=\(harness.appID)", ["events": [["event": .int(Int64(events[1]))]]], key: tokensKey)
+            #expect(lateFollow.status == 200, "\(lateFollow.text)")
+            _ = try await Self.run(of: events[1], harness) { $0["counts"]?["accepted"] == 20 }
+            #expect(Self.activities(harness)[late]?.count == 1)
+        }
+    }
+
+    @Test func withoutAChannelIOS18StartsWithATokenAndRefusedTokensGoToTheRegistry() async throws {
+        try await BroadcastHarness.run(
+            simulator: { $0.channelQuota = 0 }, serveArguments: ["--audience-lead", "900", "--start-channel-wait", "1"]
+        ) { harness in
+            let members = (1...6).map {
+                Member(installationID: "nc-\($0)", token: Self.token($0), os: $0 <= 3 ? "18.0" : "17.5", follows: true, enabled: true)
+            }
+            try await Self.seed(members, topic: "team:arsenal", harness: harness)
+            // APNs calls two tokens gone: one before the app last registered it (kept), one after (invalidated).
+            harness.simulator.engine.markDeviceTokenInvalid(Self.token(1), at: Date().addingTimeInterval(-3600))
+            harness.simulator.engine.markDeviceTokenInvalid(Self.token(4), at: Date().addingTimeInterval(5))
+            let event = try await Self.createMatch(harness, "fanout-no-channel")
+            let run = try await Self.run(of: event, harness, until: Self.firstPassDone)
+            #expect(run["counts"]?["accepted"] == 4 && run["counts"]?["noChannel"] == 2, "\(run)")
+            #expect(run["counts"]?["rejected"]?["Unregistered"] == 2, "\(run)")
+            let shown = Self.activities(harness)
+            for member in members where member.installationID != "nc-1" && member.installationID != "nc-4" {
+                let activity = try #require(shown[member.token]?.first, "\(member.installationID)")
+                #expect(activity.updateToken != nil, "\(member.installationID) listens on a token: \(activity.updatePath)")
+            }
+            let tokensKey = try await harness.key(scope: "tokens")
+            let kept = try await harness.api("GET", "/v1/installations/nc-1?app=\(harness.appID)", key: tokensKey)
+            #expect(kept.json["pushToStartToken"] != .null, "registered after APNs' time: kept \(kept.text)")
+            let invalidated = try await harness.api("GET", "/v1/installations/nc-4?app=\(harness.appID)", key: tokensKey)
+            #expect(invalidated.json["pushToStartToken"] == .null, "\(invalidated.text)")
+            #expect(try await harness.count("SELECT count(*) AS n FROM token_invalidations WHERE outcome = 'kept'") == 1)
+            #expect(try await harness.count("SELECT count(*) AS n FROM token_invalidations WHERE outcome = 'invalidated'") == 1)
+        }
+    }
+
+    @Test func aStartAndABroadcastInTheSameSecondShowTheBroadcast() async throws {
+        try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900"]) { harness in
+            let members = (1...400).map { Member(installationID: "s-\($0)", token: Self.token($0), os: "18.\($0 % 3)", follows: true, enabled: true) }
+            try await Self.seed(members, topic: "team:arsenal", harness: harness)
+            let event = try await Self.createMatch(harness, "fanout-race", startsIn: 7200)
+            let channel = try await harness.openChannel(of: event)
+            var goal = MatchState()
+            goal.homeScore = 1
+            async let run = harness.api("POST", "/v1/events/\(event)/starts", [:])
+            async let update = harness.update(event, goal, extra: ["priority": "high"])
+            let (started, updated) = try await (run, update)
+            #expect(started.status == 202 && updated.status == 202, "\(started.text) \(updated.text)")
+            _ = try await Self.run(of: event, harness, until: Self.firstPassDone)
+            try await harness.waitUntil("every device shows the goal") {
+                let shown = Self.activities(harness)
+                return members.allSatisfy { shown[$0.token]?.count == 1 && shown[$0.token]?.first?.contentState["homeScore"] == 1 }
+            }
+            #expect(Self.activities(harness).values.allSatisfy { $0.allSatisfy { $0.channelID == channel } })
+        }
+    }
 }

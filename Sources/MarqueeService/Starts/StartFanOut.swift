@@ -240,24 +240,25 @@ public final class StartFanOut: Service {
                 metrics.starts.increment([StartState.unknown.rawValue, "holder_lost"], by: Double(abandoned))
                 logger.warning("starts left sending by a holder that is gone are unknown", ["starts": .int(abandoned)])
             }
-            let work = try await repository.work(of: chunk)
-            guard StartRepository.startableEventStates.contains(work.eventStatus) else {
+            var content = try await repository.content(of: chunk)
+            guard StartRepository.startableEventStates.contains(content.eventStatus) else {
                 try await repository.finish(chunk, instance: configuration.instance)
                 return
             }
-            guard let alertJSON = work.startAlert, let alert = try? LiveActivityAlert(json: alertJSON, at: ["startAlert"]) else {
+            guard let alertJSON = content.startAlert, let alert = try? LiveActivityAlert(json: alertJSON, at: ["startAlert"]) else {
                 // A run never begins without an alert; an event whose alert was removed since ends the chunk unsent.
                 logger.error("start run has no alert; chunk left unsent")
                 try await repository.finish(chunk, instance: configuration.instance)
                 return
             }
+            let members = try await repository.members(of: chunk)
             let now = Date()
             var skipped: [SkippedStart] = []
             var sends: [PlannedStart] = []
             var waitUntil: Date?
-            for member in work.members {
+            for member in members {
                 let candidate = member.candidate
-                switch planner.decide(candidate, channelID: work.channelID, channelWaitUntil: chunk.channelWaitUntil, now: now) {
+                switch planner.decide(candidate, channelID: content.channelID, channelWaitUntil: chunk.channelWaitUntil, now: now) {
                 case .none:
                     break
                 case .skip(let reason):
@@ -278,7 +279,6 @@ public final class StartFanOut: Service {
             }
             try await repository.skip(chunk, skipped)
             for start in skipped { metrics.starts.increment([StartState.skipped.rawValue, start.reason.rawValue]) }
-            let composer = StartComposer(work: work, alert: alert, ttl: configuration.startTTL)
             var backOff = false
             var index = 0
             while index < sends.count && !backOff && !shutdown.isTriggered {
@@ -288,7 +288,11 @@ public final class StartFanOut: Service {
                     logger.warning("start chunk claim lost; its holder now is another instance")
                     return
                 }
-                let outcome = try await send(window, chunk: chunk, app: work.app, composer: composer)
+                if index > window.count { content = try await repository.content(of: chunk) }
+                // The event ended or was cancelled during the chunk: nothing more starts.
+                guard StartRepository.startableEventStates.contains(content.eventStatus) else { break }
+                let composer = StartComposer(content: content, alert: alert, ttl: configuration.startTTL)
+                let outcome = try await send(window, chunk: chunk, app: content.app, composer: composer)
                 backOff = outcome.backOff
                 if let retry = outcome.retryAt { waitUntil = min(waitUntil ?? retry, retry) }
             }
@@ -395,28 +399,28 @@ public final class StartFanOut: Service {
 /// The start payload of one chunk (docs/apns.md#push-to-start): `event: start` with the last broadcast's
 /// content-state and aps.timestamp, the attributes, the alert, and the subscription of its route.
 struct StartComposer: Sendable {
-    let work: StartChunkWork
+    let content: StartContent
     let alert: LiveActivityAlert
     let ttl: TimeInterval
 
     func body(route: StartRoute) throws -> [UInt8] {
         let subscription: StartSubscription? =
             switch route {
-            case .channel: work.channelID.map { .channel($0) }
+            case .channel: content.channelID.map { .channel($0) }
             case .token: .pushToken
             case .plain: nil
             }
         return try LiveActivityPayload.start(
-            timestamp: work.apsTimestamp, attributesType: work.attributesType, attributes: work.attributes,
-            contentState: work.contentState, alert: alert, subscription: subscription, staleDate: work.staleDate,
-            relevanceScore: work.relevanceScore
+            timestamp: content.apsTimestamp, attributesType: content.attributesType, attributes: content.attributes,
+            contentState: content.contentState, alert: alert, subscription: subscription, staleDate: content.staleDate,
+            relevanceScore: content.relevanceScore
         ).body(within: .device)
     }
 
     /// `min(now + ttl, endsAt)` in Unix seconds: APNs must not keep a start for an offline phone past the event.
     func expiration(now: Date) -> Int64 {
         var until = now.addingTimeInterval(ttl)
-        if let endsAt = work.endsAt { until = min(until, endsAt) }
+        if let endsAt = content.endsAt { until = min(until, endsAt) }
         return max(1, Int64(until.timeIntervalSince1970.rounded(.down)))
     }
 }

@@ -310,15 +310,16 @@ public struct StartRepository: Sendable {
             """)
     }
 
-    /// What the fan-out needs to decide and compose the chunk's starts: the event, its start payload's
-    /// parts (one consistent read of the channel's last aps.timestamp and the last broadcast), and every
-    /// member of the audience in the chunk's range with its facts.
-    public func work(
-        of chunk: ClaimedStartChunk, maxConcurrentWindow: TimeInterval = 8 * 3600, now: Date? = nil
-    ) async throws -> StartChunkWork {
+    /// What a start of the chunk's event carries, read just before each send window (so a broadcast accepted
+    /// meanwhile is in the next window's starts): the event's status and parts, and one consistent read of the
+    /// channel's last aps.timestamp with the last broadcast's content-state. Before the first broadcast the
+    /// event's latest state goes, with a timestamp from the channel's sequence recorded as its last, so every
+    /// later broadcast (and mirrored push) is newer than any start of the event; with no channel at all, the
+    /// second before now.
+    public func content(of chunk: ClaimedStartChunk, now: Date? = nil) async throws -> StartContent {
         let event = try await pool.query(
             """
-            SELECT e.status, e.attributes, e.starts_at, e.ends_at, e.start_alert, e.latest_state, t.name AS type_name, a.bundle_id,
+            SELECT e.status, e.attributes, e.ends_at, e.start_alert, e.latest_state, t.name AS type_name, a.bundle_id,
                    a.environment, c.id AS channel_id, c.apns_channel_id, c.last_aps_timestamp, b.content_state AS broadcast_state,
                    b.stale_date, b.relevance_score
             FROM events e
@@ -339,8 +340,6 @@ public struct StartRepository: Sendable {
         let channelID: Int? = try event.decode(column: "channel_id")
         var apsTimestamp: Int64? = try event.decode(column: "last_aps_timestamp")
         if let channelID, apsTimestamp == nil {
-            // Before the first broadcast: a timestamp from the channel's sequence, recorded as its last, so every
-            // later broadcast (and mirrored push) is newer than any start of the event.
             apsTimestamp = try await pool.query(
                 """
                 UPDATE channels SET last_aps_timestamp = coalesce(last_aps_timestamp, floor(extract(epoch FROM coalesce(\(now), now())))::bigint)
@@ -348,6 +347,25 @@ public struct StartRepository: Sendable {
                 """
             ).first?.decode(Int64.self, column: "last_aps_timestamp")
         }
+        let broadcastState = try event.decodeJSON(column: "broadcast_state")
+        let latestState = try event.decodeJSON(column: "latest_state")
+        let eventAlert = try event.decodeJSON(column: "start_alert")
+        return StartContent(
+            eventStatus: try event.decodeRaw(EventStatus.self, column: "status"),
+            app: StartApp(bundleID: try event.decode(column: "bundle_id"), environment: try event.decode(column: "environment")),
+            attributesType: try event.decode(column: "type_name"), attributes: try event.decodeJSON(column: "attributes") ?? [:],
+            contentState: broadcastState ?? latestState ?? [:],
+            apsTimestamp: apsTimestamp ?? Int64((now ?? Date()).timeIntervalSince1970.rounded(.down)) - 1,
+            channelID: try event.decode(column: "apns_channel_id"),
+            startAlert: chunk.runAlert ?? eventAlert,
+            staleDate: try event.decode(column: "stale_date"), relevanceScore: try event.decode(column: "relevance_score"),
+            endsAt: try event.decode(column: "ends_at"))
+    }
+
+    /// Every member of the audience in the chunk's range with the planner's facts.
+    public func members(of chunk: ClaimedStartChunk, maxConcurrentWindow: TimeInterval = 8 * 3600, now: Date? = nil) async throws
+        -> [StartChunkMember]
+    {
         let members = try await pool.query(Self.membersStatement(chunk, maxConcurrentWindow: maxConcurrentWindow, now: now))
         var candidates: [StartChunkMember] = []
         candidates.reserveCapacity(members.count)
@@ -367,19 +385,7 @@ public struct StartRepository: Sendable {
                     plannedStartID: try row.decode(column: "planned_id"), plannedToken: try row.decode(column: "planned_token"),
                     osMajor: try row.decode(column: "os_major")))
         }
-        let broadcastState = try event.decodeJSON(column: "broadcast_state")
-        let latestState = try event.decodeJSON(column: "latest_state")
-        let eventAlert = try event.decodeJSON(column: "start_alert")
-        return StartChunkWork(
-            eventStatus: try event.decodeRaw(EventStatus.self, column: "status"),
-            app: StartApp(bundleID: try event.decode(column: "bundle_id"), environment: try event.decode(column: "environment")),
-            attributesType: try event.decode(column: "type_name"), attributes: try event.decodeJSON(column: "attributes") ?? [:],
-            contentState: broadcastState ?? latestState ?? [:],
-            apsTimestamp: apsTimestamp ?? Int64((now ?? Date()).timeIntervalSince1970.rounded(.down)) - 1,
-            channelID: try event.decode(column: "apns_channel_id"),
-            startAlert: chunk.runAlert ?? eventAlert,
-            staleDate: try event.decode(column: "stale_date"), relevanceScore: try event.decode(column: "relevance_score"),
-            endsAt: try event.decode(column: "ends_at"), members: candidates)
+        return candidates
     }
 
     /// Every member of the chunk's range with what the planner reads. Concurrency counts other events not
@@ -657,8 +663,8 @@ public struct StartChunkMember: Sendable, Equatable {
     public let osMajor: Int?
 }
 
-/// A chunk's event and members.
-public struct StartChunkWork: Sendable {
+/// What a start of an event carries, and the event's status.
+public struct StartContent: Sendable {
     public let eventStatus: EventStatus
     public let app: StartApp
     public let attributesType: String
@@ -674,7 +680,6 @@ public struct StartChunkWork: Sendable {
     public let staleDate: Date?
     public let relevanceScore: Double?
     public let endsAt: Date?
-    public let members: [StartChunkMember]
 }
 
 /// A start the run decided not to send.
