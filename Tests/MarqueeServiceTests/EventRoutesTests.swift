@@ -173,6 +173,21 @@ struct EventRoutesTests {
             ])
         #expect(big.status == 422 && big.errorCode == "start_payload_too_large", "\(big.text)")
         #expect(try await s.harness.count("events") == 2)
+
+        // An update of an event that starts its audience is checked as a start too: its state travels there with
+        // the attributes. The same update of an event without a start alert fits a device push and is taken.
+        let wide: JSONValue = [
+            "homeTeam": .string(String(repeating: "A", count: 2_500)), "awayTeam": "Chelsea", "kickoff": "2026-11-29T18:30:00Z",
+        ]
+        let starting = try #require(await s.create("wide-start", ["attributes": wide, "startAlert": alert]).json?["id"]?.intValue)
+        let quiet = try #require(await s.create("wide-quiet", ["attributes": wide]).json?["id"]?.intValue)
+        var state = Self.initialState.objectValue!
+        state["lastScorer"] = .string(String(repeating: "x", count: 1_500))
+        let body = JSONValue.object(["contentState": .object(state)]).jsonString
+        let refused = await s.post("/v1/events/\(starting)/updates", body: body)
+        #expect(refused.status == 422 && refused.errorCode == "start_payload_too_large" && refused.errorField == "contentState", "\(refused.text)")
+        #expect(await s.post("/v1/events/\(quiet)/updates", body: body).status == 202)
+        #expect(try await s.harness.count("updates") == 1, "the refused update stored nothing")
     }
 
     @Test func theEventKeyAttributeIsFilledWithTheExternalIDOrChecked() async throws {

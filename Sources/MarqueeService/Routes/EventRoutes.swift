@@ -110,7 +110,9 @@ public struct EventRoutes: APIRoutes {
                     appID: appID, externalID: externalID, kind: kind, attributeTypeID: stored.id, attributes: attributes,
                     storagePolicy: storagePolicy, startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
                     initialStateAt: startsAt < Date() ? startsAt : nil, audienceLead: audienceLead, startAlert: startAlert?.json))
-            typeOfEvent.remember(eventID: event.id, typeID: stored.id)
+            typeOfEvent.remember(
+                eventID: event.id, typeID: stored.id,
+                startOverhead: .some(Self.startOverhead(typeName: stored.type.name, attributes: attributes, alert: startAlert)))
             return .json(Self.json(event, typeName: stored.type.name), status: 201)
         } catch PipelineError.externalIDTaken(let app, let external) {
             throw APIError.conflict(
@@ -205,6 +207,16 @@ public struct EventRoutes: APIRoutes {
     /// Refuses an event whose push-to-start would exceed a device push's 4,096 bytes, with 422
     /// `start_payload_too_large`: the start carries the attributes, the state and the alert together, on the
     /// longest `input-push-channel` a channel id takes.
+    /// The bytes an event's push-to-start adds to its content-state's JSON (on the longest channel id), or nil
+    /// without a start alert: an update's state plus this must fit a device push while starts may go out.
+    static func startOverhead(typeName: String, attributes: JSONValue, alert: LiveActivityAlert?) -> Int? {
+        guard let alert else { return nil }
+        let payload = LiveActivityPayload.start(
+            timestamp: unixSeconds(Date()), attributesType: typeName, attributes: attributes, contentState: [:], alert: alert,
+            subscription: .channel(String(repeating: "A", count: 64)))
+        return payload.bytes.count - JSONValue.object([:]).jsonBytes.count
+    }
+
     static func checkStartSize(typeName: String, attributes: JSONValue, state: JSONValue, alert: LiveActivityAlert?) throws(APIError) {
         let payload = LiveActivityPayload.start(
             timestamp: unixSeconds(Date()), attributesType: typeName, attributes: attributes, contentState: state,
@@ -300,17 +312,28 @@ public struct EventRoutes: APIRoutes {
     }
 }
 
-/// The attribute type id of each event seen by this process (an event's type never changes).
+/// What this process knows of each event it saw: its attribute type id (an event's type never changes) and,
+/// once an update needed it, the size its push-to-start adds to a content-state.
 final class EventTypeCache: Sendable {
-    private let typeOfEvent = Mutex<[Int: Int]>([:])
+    struct Shape: Sendable {
+        var typeID: Int
+        /// `.some(nil)`: the event has no start alert, so no automatic start; nil: not read yet.
+        var startOverhead: Int??
+    }
+
+    private let shapes = Mutex<[Int: Shape]>([:])
     private static let capacity = 100_000
 
-    func typeID(eventID: Int) -> Int? { typeOfEvent.withLock { $0[eventID] } }
+    func typeID(eventID: Int) -> Int? { shapes.withLock { $0[eventID]?.typeID } }
 
-    func remember(eventID: Int, typeID: Int) {
-        typeOfEvent.withLock { cache in
+    /// The start overhead of the event, if read (see `Shape.startOverhead`).
+    func startOverhead(eventID: Int) -> Int?? { shapes.withLock { $0[eventID]?.startOverhead } }
+
+    func remember(eventID: Int, typeID: Int, startOverhead: Int?? = nil) {
+        shapes.withLock { cache in
             if cache.count >= Self.capacity { cache.removeAll() }
-            cache[eventID] = typeID
+            let known = cache[eventID]?.startOverhead
+            cache[eventID] = Shape(typeID: typeID, startOverhead: startOverhead ?? known)
         }
     }
 }

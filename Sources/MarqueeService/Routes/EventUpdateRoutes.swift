@@ -62,7 +62,7 @@ extension EventRoutes {
         let notBefore = action == .end ? try body.optionalDate("at") : nil
         let replacesEnd = action == .end ? try body.optionalBool("replace") ?? false : false
 
-        let type = try await attributeType(eventID: eventID, key: request.key)
+        let (type, startOverhead) = try await attributeType(eventID: eventID, key: request.key)
         let encodedWhole = try whole.map { value in
             try Self.validated { () throws(ValidationError) in try type.encodeContentState(value) }
         }
@@ -81,6 +81,14 @@ extension EventRoutes {
                     relevanceScore: relevanceScore, alert: alert)
                 : .update(timestamp: timestamp, contentState: state, staleDate: staleDate, relevanceScore: relevanceScore, alert: alert)
             try Self.checkSize(payload)
+            // An event that starts its audience: the state goes in its push-to-start too, with the attributes.
+            if action == .update, let startOverhead, state.jsonBytes.count + startOverhead > PayloadLimit.device.rawValue {
+                throw APIError(
+                    status: 422, code: "start_payload_too_large",
+                    message: "with this content-state the event's push-to-start (attributes, state and start alert) would be "
+                        + "\(state.jsonBytes.count + startOverhead) bytes, more than the \(PayloadLimit.device.rawValue) a device push takes",
+                    field: whole != nil ? "contentState" : "contentStatePatch")
+            }
             return state
         }
         let answerOf = { (update: IngestedUpdate) in StoredResponse(status: 202, body: Data(Self.json(update, action: action).jsonBytes)) }
@@ -140,16 +148,20 @@ extension EventRoutes {
         return HTTPResponse(status: answer.status, headers: headers, body: Array(answer.body))
     }
 
-    /// The event's attribute type (cached per event: it never changes). 404 for an event outside the key's app.
-    private func attributeType(eventID: Int, key: VerifiedAPIKey?) async throws -> ActivityType {
-        var typeID = typeOfEvent.typeID(eventID: eventID)
-        if typeID == nil {
-            guard let event = try await events.get(id: eventID, appID: key?.appID) else { throw APIError.notFound("event \(eventID)") }
-            typeOfEvent.remember(eventID: eventID, typeID: event.attributeTypeID)
-            typeID = event.attributeTypeID
+    /// The event's attribute type and the bytes its push-to-start adds to a state (nil: it has no start
+    /// alert), cached per event. 404 for an event outside the key's app.
+    private func attributeType(eventID: Int, key: VerifiedAPIKey?) async throws -> (ActivityType, startOverhead: Int?) {
+        if let typeID = typeOfEvent.typeID(eventID: eventID), let overhead = typeOfEvent.startOverhead(eventID: eventID),
+            let stored = try await types.find(id: typeID)
+        {
+            return (stored.type, overhead)
         }
-        guard let typeID, let stored = try await types.find(id: typeID) else { throw APIError.notFound("event \(eventID)") }
-        return stored.type
+        guard let event = try await events.get(id: eventID, appID: key?.appID), let stored = try await types.find(id: event.attributeTypeID)
+        else { throw APIError.notFound("event \(eventID)") }
+        let alert = event.startAlert.flatMap { try? LiveActivityAlert(json: $0, at: ["startAlert"]) }
+        let overhead = EventRoutes.startOverhead(typeName: stored.type.name, attributes: event.attributes, alert: alert)
+        typeOfEvent.remember(eventID: eventID, typeID: event.attributeTypeID, startOverhead: .some(overhead))
+        return (stored.type, overhead)
     }
 
     /// The `Idempotency-Key` header, bound to the caller's key and a hash of method, path and body.
