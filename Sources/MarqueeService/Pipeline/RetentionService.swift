@@ -2,8 +2,8 @@
 // delivery rows (one per APNs exchange) that fell out of `deliveryRetention` since the last, so the deletes
 // are spread evenly; every hour, idempotency keys past their 24 hours, the updates of events ended past
 // `updateRetention` (their counts by disposition kept), the heartbeats of instances gone for a day,
-// push-to-start tokens no app sent again within `tokenMaxAge`, and recorded token refusals older than
-// `deliveryRetention`. Every minute, it samples the audience
+// push-to-start tokens no app sent again within `tokenMaxAge`, and recorded token refusals and the start runs
+// of events over (their starts) older than `deliveryRetention`. Every minute, it samples the audience
 // registry's gauges (installations by app and state, recorded token invalidations).
 // It runs on the instance that leads the channel scheduler, so instances do not delete the same rows.
 import Foundation
@@ -79,6 +79,10 @@ public final class RetentionService: Service {
             // The refusals of device tokens are APNs' answers too: they follow the delivery rows' retention.
             await purge("token refusals past the delivery retention", action: "purge_token_refusals", level: .debug) {
                 try await TokenHygieneRepository(pool: pool).purgeInvalidations(recordedBefore: clock.now.addingTimeInterval(-retention))
+            }
+            // So are the starts: one row per push-to-start, kept while their run is shown.
+            await purge("start runs of events over past the delivery retention", action: "purge_starts", level: .info) {
+                try await StartRepository(pool: pool).purge(finishedBefore: clock.now.addingTimeInterval(-retention))
             }
         }
         if let retention = configuration.updateRetention {

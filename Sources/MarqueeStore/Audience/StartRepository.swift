@@ -542,6 +542,30 @@ public struct StartRepository: Sendable {
             """)
     }
 
+    // MARK: retention
+
+    /// Deletes the runs (and their chunks and starts) of events that ended or were cancelled and whose runs
+    /// finished before `cutoff`, `batch` starts per statement and at most `statements` statements; returns the
+    /// starts deleted.
+    public func purge(finishedBefore cutoff: Date, batch: Int = 50_000, statements: Int = 20) async throws -> Int {
+        let over = EventLifecycle.finalStates.sql
+        let purged = try await BatchedStatements.run(batch: batch, limit: statements) {
+            try await pool.execute(
+                """
+                DELETE FROM starts WHERE id IN (
+                    SELECT s.id FROM start_runs r JOIN events e ON e.id = r.event_id JOIN starts s ON s.run_id = r.id
+                    WHERE r.finished_at < \(cutoff) AND e.status IN \(over) LIMIT \(batch))
+                """)
+        }
+        try await pool.execute(
+            """
+            DELETE FROM start_runs r USING events e
+            WHERE e.id = r.event_id AND r.finished_at < \(cutoff) AND e.status IN \(over)
+              AND NOT EXISTS (SELECT 1 FROM starts s WHERE s.run_id = r.id)
+            """)
+        return purged
+    }
+
     // MARK: reports
 
     /// The event's runs, newest first, with their counts (at most `limit`).

@@ -1,0 +1,134 @@
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Postgres
+import Testing
+
+/// Start runs, chunks and starts on a real PostgreSQL (Sql/0025).
+@Suite(.enabled(if: TestDatabase.available))
+struct StartRepositoryTests {
+    static func token(_ index: Int) -> String {
+        let hex = String(index, radix: 16)
+        return "ab" + String(repeating: "0", count: 62 - hex.count) + hex
+    }
+
+    /// `count` installations on iOS 18 following `topic`; their row ids.
+    static func followers(_ count: Int, topic: String, _ f: PipelineFixture) async throws -> [Int] {
+        var ids: [Int] = []
+        let installations = InstallationRepository(pool: f.pool)
+        for index in 1...count {
+            let (record, _) = try await installations.register(
+                InstallationRegistration(appID: f.appID, installationID: "i-\(index)", pushToStartToken: token(index), osVersion: "18.1"),
+                previousTokenRetention: 60)
+            _ = try await installations.changeFollows(.replace, installation: record.id, appID: f.appID, events: [], topics: [topic])
+            ids.append(record.id)
+        }
+        return ids
+    }
+
+    static let alert: JSONValue = ["title": "Kick-off", "body": "Arsenal v Chelsea"]
+
+    func event(_ f: PipelineFixture, startsIn: TimeInterval, alert: JSONValue? = StartRepositoryTests.alert, lead: Int? = nil) async throws -> Int {
+        try await f.events.create(
+            NewEvent(
+                appID: f.appID, externalID: "m-\(UUID().uuidString.prefix(8))", kind: .match, attributeTypeID: f.typeID,
+                startsAt: Date().addingTimeInterval(startsIn), endsAt: Date().addingTimeInterval(startsIn + 7200), topics: ["team:ars"],
+                initialState: ["home": 0], initialStateAt: nil, audienceLead: lead, startAlert: alert)
+        ).id
+    }
+
+    @Test func automaticRunsAreCreatedOnceWhenDueAndSkippedWhenLateOrWithoutAnAlert() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let repository = StartRepository(pool: f.pool)
+        let due = try await event(f, startsIn: 300)
+        let notYet = try await event(f, startsIn: 3600)
+        let late = try await event(f, startsIn: -7200)
+        let silent = try await event(f, startsIn: 300, alert: nil)
+        let ownLead = try await event(f, startsIn: 3000, lead: 3600)
+        let created = try await repository.createDueAutomaticRuns(lead: 600, maxLateness: 1800, channelWait: 60)
+        var byEvent: [Int: CreatedStartRun] = [:]
+        for run in created { byEvent[run.eventID] = run }
+        #expect(byEvent[due]?.state == .running && byEvent[ownLead]?.state == .running)
+        #expect(byEvent[notYet] == nil)
+        #expect(byEvent[late]?.state == .skipped && byEvent[late]?.skipReason == .late)
+        #expect(byEvent[silent]?.state == .skipped && byEvent[silent]?.skipReason == .noAlert)
+        #expect(try await repository.createDueAutomaticRuns(lead: 600, maxLateness: 1800, channelWait: 60).isEmpty, "once per event")
+        await #expect(throws: PipelineError.eventNotFound(999_999)) {
+            _ = try await repository.createManualRun(appID: nil, eventID: 999_999, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
+        }
+    }
+
+    @Test func chunksAreCutInKeysetOrderClaimedOnceAndAStartGoesOncePerEventAcrossRuns() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let repository = StartRepository(pool: f.pool)
+        let ids = try await Self.followers(25, topic: "team:ars", f)
+        let eventID = try await event(f, startsIn: 7200)
+        let first = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: "k", channelWait: 60)
+        let planner = StartRunPlanner(lateStartInterval: 60)
+        let step = try await repository.advance(runID: first, lateStartCutoff: 900, chunkSize: 10, cutAhead: 2) { planner.next($0) }
+        #expect(step?.step == .cutChunk)
+        // Two cut ahead, then the third once one is claimed.
+        let a = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        #expect(a.after == 0 && a.through == ids[9])
+        _ = try await repository.advance(runID: first, lateStartCutoff: 900, chunkSize: 10, cutAhead: 2) { planner.next($0) }
+        let b = try #require(try await repository.claimChunk(instance: "two", lease: 60))
+        let c = try #require(try await repository.claimChunk(instance: "two", lease: 60))
+        #expect(b.after == ids[9] && b.through == ids[19] && c.after == ids[19] && c.through == ids[24])
+        #expect(try await repository.claimChunk(instance: "three", lease: 60) == nil, "a held chunk is nobody else's")
+
+        let members = try await repository.members(of: a)
+        #expect(members.map(\.candidate.installation) == Array(ids[0..<10]))
+        let planned = members.map {
+            PlannedStart(installation: $0.candidate.installation, token: $0.candidate.token!, osMajor: 18, route: .channel, plannedStartID: nil)
+        }
+        let marked = try await repository.markSending(a, planned)
+        #expect(marked.count == 10 && marked.allSatisfy { $0.attempt == 1 })
+        #expect(try await repository.markSending(a, planned).isEmpty, "marked once")
+        // A second run of the same event, racing: its starts of the same installations are left out.
+        let second = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: "k", channelWait: 60)
+        _ = try await repository.advance(runID: second, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { planner.next($0) }
+        let other = try #require(try await repository.claimChunk(instance: "four", lease: 60))
+        #expect(other.runID == second)
+        #expect(try await repository.markSending(other, planned).isEmpty, "starts_once_per_event")
+        #expect(try await repository.members(of: other).allSatisfy(\.candidate.startedForEvent))
+
+        // Answers: one accepted, one throttled (planned again), the rest left sending by a holder that died.
+        try await repository.record(
+            runID: first,
+            [
+                StartAnswerRecord(startID: marked[0].id, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil),
+                StartAnswerRecord(startID: marked[1].id, state: .planned, reason: "TooManyRequests", status: 429, retryAfter: 30, apnsUniqueID: nil),
+            ])
+        #expect(try await repository.settleAbandoned(a) == 8)
+        let run = try #require(try await repository.runs(eventID: eventID).first { $0.id == first })
+        #expect(run.counts.accepted == 1 && run.counts.planned == 1 && run.counts.unknown == 8 && run.lastAcceptedAt != nil)
+        let retry = try #require(try await repository.members(of: a).first { $0.candidate.installation == marked[1].installation })
+        #expect(retry.candidate.runStateForToken == .planned && retry.plannedStartID == marked[1].id && retry.candidate.retryAt != nil)
+        #expect(!retry.candidate.startedForEvent, "a planned start has not started the installation")
+    }
+
+    @Test func aFinishedRunOfAnEventOverIsPurgedWithItsStarts() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let repository = StartRepository(pool: f.pool)
+        let ids = try await Self.followers(3, topic: "team:ars", f)
+        let eventID = try await event(f, startsIn: 7200)
+        let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
+        let chunk = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        try await repository.skip(
+            chunk,
+            ids.map {
+                SkippedStart(
+                    installation: $0, token: Self.token(1 + ids.firstIndex(of: $0)!), osMajor: 16, reason: .notStartable, plannedStartID: nil)
+            })
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { _ in .finish(.done) }
+        #expect(try await repository.purge(finishedBefore: Date().addingTimeInterval(60)) == 0, "the event is not over")
+        try await f.pool.execute("UPDATE events SET status = 'ended' WHERE id = \(eventID)")
+        #expect(try await repository.purge(finishedBefore: Date().addingTimeInterval(-60)) == 0, "finished too recently")
+        #expect(try await repository.purge(finishedBefore: Date().addingTimeInterval(60), batch: 2) == 3)
+        #expect(try await repository.runs(eventID: eventID).isEmpty)
+    }
+}
