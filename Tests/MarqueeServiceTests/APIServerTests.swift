@@ -31,6 +31,8 @@ struct APIServerTests {
         "GET /v1/events": .scope(.admin),
         "GET /v1/events/{id}": .scope(.admin),
         "GET /v1/events/{id}/state": .scope(.tokens),
+        "POST /v1/events/{id}/starts": .scope(.admin),
+        "GET /v1/events/{id}/starts": .scope(.admin),
         "POST /v1/events/{id}/updates": .scope(.ingest),
         "POST /v1/events/{id}/end": .scope(.ingest),
         "GET /v1/apps/{app}/events/by-external-id/{externalId}/state": .scope(.tokens),

@@ -210,12 +210,14 @@ struct PipelineDispatchTests {
             try await f.outbox.recordRetryableFailure(
                 claim, delivery: f.delivery(for: claim, status: 503, reason: "ServiceUnavailable"), retryAfter: 60))
         #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).isEmpty)
-        let retry = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: Date() + 61).first)
+        // One reading of the clock, so a slow machine between the statements changes nothing.
+        let later = Date() + 61
+        let retry = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: later).first)
         #expect(retry.attempts == 1)
         // Paced: given back unsent, due a little later, attempts unchanged.
-        #expect(try await f.outbox.postpone(retry, by: 1, now: Date() + 61))
-        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: Date() + 61.5).isEmpty)
-        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: Date() + 63).first?.attempts == 1)
+        #expect(try await f.outbox.postpone(retry, by: 1, now: later))
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: later + 0.5).isEmpty)
+        #expect(try await f.outbox.claim(instance: "a", limit: 1, lease: 30, now: later + 2).first?.attempts == 1)
         #expect(try await f.deliveries.lastErrors(appID: f.appID).map(\.draft.reason) == ["ServiceUnavailable"])
         #expect(try await f.deliveries.recent(channelID: channel.id).first?.draft.status == 503)
     }

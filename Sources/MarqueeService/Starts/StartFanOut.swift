@@ -358,7 +358,8 @@ public final class StartFanOut: Service {
             let result = plan.state == .planned ? "retry" : plan.state.rawValue
             metrics.starts.increment([result, plan.reason ?? (plan.state == .accepted ? "ok" : "-")])
         }
-        try await repository.record(runID: chunk.runID, records)
+        // The answers are known: written as soon as PostgreSQL takes them, else the starts would count unknown.
+        try await persistently(for: configuration.chunkLease) { try await repository.record(runID: chunk.runID, records) }
         for (start, answer, _) in answers {
             guard case .rejected(_, let refusal?) = answer else { continue }
             do {
@@ -372,6 +373,27 @@ public final class StartFanOut: Service {
         }
         return (backOff, retryAt)
     }
+
+    /// Runs a write until PostgreSQL takes it: a failure a retry can mend (a lost connection, a server
+    /// restarting) is tried again after a backoff (50 ms doubling to 1 s) for up to `seconds`; any other
+    /// error is thrown at once.
+    private func persistently(for seconds: TimeInterval, _ body: () async throws -> Void) async throws {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        var failures = 0
+        while true {
+            do {
+                return try await body()
+            } catch let error as PostgresError where error.isRetryable {
+                failures += 1
+                let delay = Self.writeBackoff.delay(attempt: failures)
+                guard !Task.isCancelled, ContinuousClock.now + .seconds(delay) < deadline else { throw error }
+                if failures == 1 { logger.warning("start answers not written; retrying until the database answers", ["error": .string("\(error)")]) }
+                try await Task.sleep(for: .seconds(delay))
+            }
+        }
+    }
+
+    private static let writeBackoff = RetryBackoff(base: 0.05, maximum: 1)
 
     /// What an outcome says about a start.
     static func answer(_ outcome: ChannelAPNsOutcome) -> StartAnswer {

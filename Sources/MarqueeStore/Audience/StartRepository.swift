@@ -388,7 +388,7 @@ public struct StartRepository: Sendable {
         return candidates
     }
 
-    /// Every member of the chunk's range with what the planner reads. Concurrency counts other events not
+    /// The members of the chunk's range with something to decide, with what the planner reads. Concurrency counts other events not
     /// over that the installation has a start or an active activity of; `waiting` counts other events not
     /// over, overlapping this one (within `maxConcurrentWindow` of an end when one has none), that it follows
     /// directly and has no start of.
@@ -435,6 +435,12 @@ public struct StartRepository: Sendable {
                 WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation AND s.state = \(StartState.planned)
                 ORDER BY s.id DESC LIMIT 1
             ) planned ON true
+            -- Only members with something to decide (so a late pass over a started audience reads little more
+            -- than its follows): in the audience and not settled in this run for their token, or with a
+            -- planned retry.
+            WHERE planned.id IS NOT NULL
+               OR (i.live_activities_enabled AND i.push_to_start_token IS NOT NULL AND i.token_refused_reason IS NULL
+                   AND (mine.state IS NULL OR mine.state = \(StartState.planned)))
             ORDER BY m.installation
             """
     }
