@@ -109,7 +109,7 @@ struct StartFanOutTests {
 
     @Test func everyFollowerShowsOneActivityOnThePathItsOSAllows() async throws {
         try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900"]) { harness in
-            let members = Self.audience(1200)
+            let members = Self.audience(2000)
             try await Self.seed(members, topic: "team:arsenal", harness: harness)
             // Outsiders: a device the registry does not know of.
             _ = harness.simulator.engine.devices.add([SimulatedDeviceSpec(pushToStartToken: Self.token(99_999), osVersion: SimulatorOSVersion(18))])
@@ -154,6 +154,27 @@ struct StartFanOutTests {
                     now[$0.token]?.first?.contentState["homeScore"] == 1
                 }
             }
+            // Adoption: the app registers the activities it sees start (here three of them); APNs' 200 is not adoption.
+            #expect(run["adoption"]?["total"] == 0)
+            let tokensKey = try await harness.key(scope: "tokens")
+            for member in [
+                startable.first { $0.os.hasPrefix("18") }!, startable.last { $0.os.hasPrefix("18") }!, startable.first { $0.os.hasPrefix("17") }!,
+            ] {
+                let activity = try #require(shown[member.token]?.first)
+                var body: JSONObject = ["event": .int(Int64(event)), "attributesType": "MatchAttributes"]
+                if let token = activity.updateToken {
+                    body["pushType"] = "token"
+                    body["pushToken"] = .string(token)
+                } else {
+                    body["pushType"] = "channel"
+                }
+                let registered = try await harness.api(
+                    "PUT", "/v1/installations/\(member.installationID)/activities/\(activity.id)?app=\(harness.appID)", .object(body), key: tokensKey)
+                #expect(registered.status == 201, "\(registered.text)")
+            }
+            let adopted = try await Self.run(of: event, harness) { $0["adoption"]?["total"] == 3 }
+            #expect(adopted["adoption"]?["byOSMajor"] == ["17": 1, "18": 2], "\(adopted)")
+
             let again = try await harness.api("POST", "/v1/events/\(event)/starts", [:])
             #expect(again.status == 202, "\(again.text)")
             let second = try await Self.run(of: event, harness, until: Self.firstPassDone)
