@@ -77,10 +77,11 @@ private func failure(_ body: () async throws(HTTP1ClientError) -> HTTPResponse) 
     }
 
     @Test func reusesOneConnectionForSequentialAndConcurrentRequests() async throws {
-        let echo = try EchoServer()
-        // A generous timeout: a timed-out request would close the connection and the next would open another,
-        // which is not what this test is about (it failed that way alongside the parallel suite on 2 cores).
-        let client = try echo.client(timeout: .seconds(60))
+        // Generous timeouts on both sides: a timed-out request would close the connection, and so would the
+        // server after 10 s of an idle keep-alive (a test task starved that long alongside the parallel suite on
+        // 2 cores); the next request would then rightly open another, which is not what this test is about.
+        let echo = try EchoServer { $0.requestReadTimeout = .seconds(300) }
+        let client = try echo.client(timeout: .seconds(300))
         var connections: Set<String> = []
         for method in ["GET", "DELETE", "PUT", "GET"] {
             let response = try await client.send(HTTPRequest(method: method, path: "/x"))
