@@ -65,7 +65,8 @@ struct InitialSchemaTests {
         #expect(
             tables == [
                 "activities", "api_keys", "app_credential_faults", "apps", "attribute_types", "channels", "deliveries", "events",
-                "follows", "idempotency_keys", "installations", "instance_heartbeats", "leader_leases", "outbox", "purged_update_counts",
+                "follows", "idempotency_keys", "installations", "instance_heartbeats", "leader_leases", "mirror_chunks", "mirror_passes", "outbox",
+                "purged_update_counts",
                 "schema_migrations", "start_chunks", "start_runs", "starts", "token_invalidations", "updates",
             ])
         let file = try String(contentsOf: TestDatabase.repositoryRoot.appendingPathComponent("Sql/0001_init.sql"), encoding: .utf8)

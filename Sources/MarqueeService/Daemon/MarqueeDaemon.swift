@@ -39,8 +39,8 @@ public struct ServeConfiguration: Sendable {
     /// 20 connections in all: a pool small enough that few backends plan again after each autovacuum pass.
     public static let defaultMaxConnections = 16
     public static let defaultPipelineConnections = 4
-    /// The start fan-out's own pool (its run steps, chunk claims, marks and records).
-    public static let startConnections = 2
+    /// The start fan-out's and mirroring's own pool (run and pass steps, chunk claims, marks and records).
+    public static let audienceConnections = 3
     /// APNs endpoints and CA, carried for the broadcast pipeline (nil: Apple's hosts and the system CAs).
     public var apnsPushURL: String?
     public var apnsManageURL: String?
@@ -183,8 +183,10 @@ public final class MarqueeDaemon: Sendable {
     public let heartbeat: InstanceHeartbeat
     /// Starts events' audiences (push-to-start).
     public let starts: StartFanOut
-    /// The fan-out's connections (`ServeConfiguration.startConnections`).
-    public let startPool: PostgresPool
+    /// Mirrors broadcasts to activity tokens.
+    public let mirroring: MirrorService
+    /// The start fan-out's and mirroring's connections (`ServeConfiguration.audienceConnections`).
+    public let audiencePool: PostgresPool
 
     public init(configuration: ServeConfiguration, logger: Logger) {
         self.configuration = configuration
@@ -224,12 +226,17 @@ public final class MarqueeDaemon: Sendable {
         heartbeat = InstanceHeartbeat(
             instance: instance, database: PostgresConfiguration(url: configuration.databaseURL),
             configuration: configuration.heartbeat, logger: logger)
-        // The fan-out's own connections, so a kick-off's million starts never make a broadcast wait for one.
-        let startPool = PostgresPool(
-            configuration: PostgresConfiguration(url: configuration.databaseURL), maxConnections: ServeConfiguration.startConnections)
-        self.startPool = startPool
+        // The audience's own connections (the start fan-out and mirroring), so a kick-off's million starts never
+        // make a broadcast wait for one.
+        let audiencePool = PostgresPool(
+            configuration: PostgresConfiguration(url: configuration.databaseURL), maxConnections: ServeConfiguration.audienceConnections)
+        self.audiencePool = audiencePool
+        mirroring = MirrorService(
+            pool: audiencePool, apns: apns, instance: instance,
+            expiration: ExpirationPolicy(timeToLive: configuration.pipeline.broadcastTTL), sendWindow: configuration.pipeline.starts.sendWindow,
+            metrics: MirrorMetrics(registry: metrics), logger: logger)
         let starts = StartFanOut(
-            pool: startPool, apns: apns, configuration: StartFanOutConfiguration(instance: instance, settings: configuration.pipeline.starts),
+            pool: audiencePool, apns: apns, configuration: StartFanOutConfiguration(instance: instance, settings: configuration.pipeline.starts),
             metrics: StartMetrics(registry: metrics), logger: logger)
         self.starts = starts
         scheduler = ChannelScheduler(
@@ -269,9 +276,10 @@ public final class MarqueeDaemon: Sendable {
     }
 
     /// The long-running parts, given the HTTP service: the API, the broadcast dispatcher, the channel
-    /// scheduler (one leader across instances), the retention purges (on the leader) and the start fan-out.
+    /// scheduler (one leader across instances), the retention purges (on the leader), the start fan-out and
+    /// mirroring to activity tokens.
     public func services(http: any Service) -> [any Service] {
-        [http, dispatcher, scheduler, scheduler.retention(), starts]
+        [http, dispatcher, scheduler, scheduler.retention(), starts, mirroring]
     }
 
     /// Migrates (or, with `migrate` off, requires a current schema); returns the migrations applied.
@@ -323,7 +331,7 @@ public final class MarqueeDaemon: Sendable {
         defer {
             pool.close()
             pipelinePool.close()
-            startPool.close()
+            audiencePool.close()
         }
         try await heartbeat.start()
         do {

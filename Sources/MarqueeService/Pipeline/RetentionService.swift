@@ -85,6 +85,9 @@ public final class RetentionService: Service {
                 try await StartRepository(pool: pool).purge(finishedBefore: clock.now.addingTimeInterval(-retention))
             }
         }
+        await purge("mirroring passes finished a day ago", action: nil, level: .debug) {
+            try await MirrorRepository(pool: pool).purge(finishedBefore: clock.now.addingTimeInterval(-86400))
+        }
         if let retention = configuration.updateRetention {
             await purge("updates of events ended past their retention", action: "purge_updates", level: .info) {
                 try await EventRepository(pool: pool).purgeUpdates(endedBefore: clock.now.addingTimeInterval(-retention), statements: 50)

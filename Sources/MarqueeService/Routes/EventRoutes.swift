@@ -17,6 +17,7 @@ import Synchronization
 public struct EventRoutes: APIRoutes {
     let events: EventRepository
     let channels: ChannelRepository
+    let mirroring: MirrorRepository
     let ingest: IngestRepository
     let types: AttributeTypeCatalog
     /// Wakes dispatchers after an accepted update (nil: they find it by polling).
@@ -36,6 +37,7 @@ public struct EventRoutes: APIRoutes {
     ) {
         events = EventRepository(pool: pool)
         channels = ChannelRepository(pool: pool)
+        mirroring = MirrorRepository(pool: pool)
         ingest = IngestRepository(pool: pool, pacing: pacing)
         apps = AppRepository(pool: pool)
         self.types = types
@@ -157,10 +159,17 @@ public struct EventRoutes: APIRoutes {
         let event = try await find(request)
         async let counts = events.counts(eventID: event.id)
         async let eventChannels = channels.channels(eventID: event.id)
+        async let mirrored = mirroring.progress(eventID: event.id)
         let channel = try await eventChannels.first
         var json = Self.json(event, typeName: try await typeName(event)).objectValue ?? JSONObject()
         json["channel"] = channel.map(Self.json) ?? .null
         json["counts"] = Self.json(try await counts)
+        // The token activities (devices that cannot join the channel) and how many are behind its newest broadcast.
+        let progress = try await mirrored
+        json["mirroring"] = [
+            "activities": .int(Int64(progress.activities)), "behind": .int(Int64(progress.behind)),
+            "lastLagSeconds": progress.lastLag.map { .double(($0 * 1000).rounded() / 1000) } ?? .null,
+        ]
         return .json(.object(json))
     }
 

@@ -1,0 +1,217 @@
+// Per-activity mirroring: every broadcast of an event also reaches the event's `token` activities (devices
+// below iOS 18, or started without a channel) as device pushes (docs/operations.md#mirroring-to-activity-tokens).
+// Every instance runs it. Its loop begins a pass for each event with a token activity behind its newest
+// broadcast, advances the running passes (cuts keyset chunks of activities, finishes them), and claims
+// chunks. A chunk takes the newest broadcast at its claim, so tokens still waiting get a state accepted
+// during the pass, and sends only to tokens behind it, so a timestamp never goes back; tokens served with an
+// older state get the newer one in the next pass. A new token activity (a catch-up) is behind too.
+import APNs
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Postgres
+import Synchronization
+
+/// Mirroring's metrics.
+public struct MirrorMetrics: Sendable {
+    /// Mirrored pushes by `result` (accepted, retry, failed, unknown) and `reason`.
+    public let pushes: Counter
+    /// Seconds from a broadcast's ingest to the end of the pass that mirrored it to every token behind it.
+    public let lag: Histogram
+    /// Passes running (sampled).
+    public let backlog: Gauge
+
+    public init(registry: MetricsRegistry) {
+        pushes = registry.counter(
+            "marquee_mirrored_pushes_total", help: "Device pushes mirroring broadcasts to activity tokens, by result and reason.",
+            labels: ["result", "reason"])
+        lag = registry.histogram(
+            "marquee_mirroring_lag_seconds", help: "Seconds from a broadcast's ingest to the end of the pass that mirrored it.",
+            buckets: [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300])
+        backlog = registry.gauge("marquee_mirror_passes_running", help: "Mirroring passes running.")
+    }
+}
+
+/// Mirrors broadcasts to activity tokens.
+public final class MirrorService: Service {
+    public let name = "mirroring"
+    private let instance: String
+    private let repository: MirrorRepository
+    private let hygiene: TokenHygieneRepository
+    private let apns: any DevicePushAPNs
+    private let metrics: MirrorMetrics
+    private let logger: Logger
+    private let planner = MirrorPlanner()
+    private let expiration: ExpirationPolicy
+    private let wakeup = Wakeup()
+    private let working = Mutex(0)
+    /// Tokens per chunk, pushes in flight per chunk, chunks per instance, chunks cut ahead.
+    private let chunkSize = 1000
+    private let sendWindow: Int
+    private let concurrentChunks = 2
+    private let cutAhead = 4
+    private let chunkLease: TimeInterval = 60
+    private let pollInterval: Duration
+    private let chunkBackoff = RetryBackoff(base: 1, maximum: 60)
+    private let retryPolicy = RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(200), maxDelay: .seconds(5))
+
+    public init(
+        pool: PostgresPool, apns: any DevicePushAPNs, instance: String, expiration: ExpirationPolicy, sendWindow: Int,
+        pollInterval: Duration = .milliseconds(250), metrics: MirrorMetrics, logger: Logger
+    ) {
+        repository = MirrorRepository(pool: pool)
+        hygiene = TokenHygieneRepository(pool: pool)
+        self.apns = apns
+        self.instance = instance
+        self.expiration = expiration
+        self.sendWindow = max(1, sendWindow)
+        self.pollInterval = pollInterval
+        self.metrics = metrics
+        self.logger = logger.with(["service": "mirroring"])
+    }
+
+    public func run(until shutdown: ShutdownSignal) async throws {
+        let bridge = Task { [wakeup] in
+            await shutdown.wait()
+            wakeup.signal()
+        }
+        defer { bridge.cancel() }
+        await withDiscardingTaskGroup { group in
+            var failures = 0
+            while !shutdown.isTriggered && !Task.isCancelled {
+                do {
+                    for (pass, eventID) in try await repository.beginDuePasses() {
+                        logger.debug("mirroring pass began", ["pass": .int(pass), "event": .int(eventID)])
+                    }
+                    for passID in try await repository.runningPassIDs() {
+                        let advanced = try await repository.advance(passID: passID, chunkSize: chunkSize, cutAhead: cutAhead) { [planner] in
+                            planner.next(planningDone: $0, openChunks: $1)
+                        }
+                        if let lag = advanced?.lag { metrics.lag.observe(max(0, lag)) }
+                    }
+                    while working.withLock({ $0 < concurrentChunks }), !shutdown.isTriggered,
+                        let chunk = try await repository.claimChunk(instance: instance, lease: chunkLease)
+                    {
+                        working.withLock { $0 += 1 }
+                        group.addTask { [self] in
+                            await work(chunk, shutdown: shutdown)
+                            working.withLock { $0 -= 1 }
+                            wakeup.signal()
+                        }
+                    }
+                    metrics.backlog.set(Double(try await repository.backlog()))
+                    failures = 0
+                } catch {
+                    failures += 1
+                    if failures % 10 == 1 { logger.error("mirroring pass failed", ["error": .string("\(error)"), "failures": .int(failures)]) }
+                }
+                await wakeup.wait(upTo: failures == 0 ? pollInterval : min(pollInterval * (1 << min(failures, 5)), .seconds(10)))
+            }
+        }
+    }
+
+    private func work(_ chunk: ClaimedMirrorChunk, shutdown: ShutdownSignal) async {
+        let logger = logger.with(["event": .int(chunk.eventID), "pass": .int(chunk.passID), "chunk": .int(chunk.id)])
+        var sent = 0
+        var accepted = 0
+        var failed = 0
+        do {
+            guard let content = try await repository.content(eventID: chunk.eventID) else {
+                try await repository.finish(chunk, instance: instance, sent: 0, accepted: 0, failed: 0)
+                return
+            }
+            let tokens = try await repository.tokens(of: chunk, behind: content.apsTimestamp)
+            let body = try Self.body(content)
+            let app = PipelineApp(id: chunk.appID, bundleID: content.app.bundleID, environment: content.app.environment)
+            var index = 0
+            var backOff = false
+            while index < tokens.count && !backOff && !shutdown.isTriggered {
+                let window = Array(tokens[index..<min(index + sendWindow, tokens.count)])
+                index += window.count
+                let answers = await withTaskGroup(of: (MirrorToken, StartAnswer).self) { group in
+                    for token in window {
+                        group.addTask { [self] in
+                            do {
+                                let outcome = try await apns.devicePush(
+                                    app: app, token: token.token, payload: body,
+                                    expiration: expiration.expiration(for: content.storagePolicy, now: Date()),
+                                    priority: content.priority == 10 ? .high : .low, retryPolicy: retryPolicy)
+                                return (token, StartFanOut.answer(outcome))
+                            } catch {
+                                return (token, .rejected(reason: "not sent: \(error)", refusal: nil))
+                            }
+                        }
+                    }
+                    var answers: [(MirrorToken, StartAnswer)] = []
+                    for await answer in group { answers.append(answer) }
+                    return answers
+                }
+                sent += answers.count
+                var outcomes: [MirrorOutcome] = []
+                for (token, answer) in answers {
+                    switch planner.afterAnswer(answer) {
+                    case .served:
+                        accepted += 1
+                        outcomes.append(
+                            MirrorOutcome(activityID: token.activityID, servedTimestamp: content.apsTimestamp, retryAfter: nil, failed: false))
+                        metrics.pushes.increment(["accepted", "ok"])
+                    case .retryTokenLater(let delay):
+                        outcomes.append(MirrorOutcome(activityID: token.activityID, servedTimestamp: nil, retryAfter: delay, failed: false))
+                        metrics.pushes.increment(["retry", "TooManyRequests"])
+                    case .backOffChunk:
+                        backOff = true
+                        metrics.pushes.increment(["retry", "not_done"])
+                    case .sendInALaterPass:
+                        metrics.pushes.increment(["unknown", "-"])
+                    case .failed(let reason, let refusal):
+                        failed += 1
+                        outcomes.append(MirrorOutcome(activityID: token.activityID, servedTimestamp: nil, retryAfter: nil, failed: true))
+                        metrics.pushes.increment(["failed", reason])
+                        if let refusal {
+                            do {
+                                let outcome = try await hygiene.refuse(appID: chunk.appID, token: token.token, kind: .activity, refusal: refusal)
+                                logger.info(
+                                    "activity token refused by APNs",
+                                    [
+                                        "installation": .int(token.installation), "reason": .string(refusal.reason),
+                                        "outcome": .string(outcome.rawValue),
+                                    ])
+                            } catch {
+                                logger.warning("token refusal not recorded", ["error": .string("\(error)")])
+                            }
+                        }
+                    }
+                }
+                try await repository.record(outcomes)
+            }
+            if backOff || index < tokens.count {
+                let delay = backOff ? chunkBackoff.delay(attempt: chunk.attempts) : 0
+                try await repository.release(chunk, instance: instance, after: delay)
+            } else {
+                try await repository.finish(chunk, instance: instance, sent: sent, accepted: accepted, failed: failed)
+            }
+        } catch {
+            logger.error("mirroring chunk failed; it is claimed again later", ["error": .string("\(error)")])
+            try? await repository.release(chunk, instance: instance, after: chunkBackoff.delay(attempt: chunk.attempts))
+        }
+    }
+
+    /// The broadcast's `aps` as a device push (4,096 bytes: an alert that does not fit is left out).
+    static func body(_ content: MirrorContent) throws -> [UInt8] {
+        let alert = try content.alert.map { try LiveActivityAlert(json: $0) }
+        func payload(_ alert: LiveActivityAlert?) -> LiveActivityPayload {
+            switch content.action {
+            case .update:
+                .update(
+                    timestamp: content.apsTimestamp, contentState: content.contentState, staleDate: content.staleDate,
+                    relevanceScore: content.relevanceScore, alert: alert)
+            case .end:
+                .end(
+                    timestamp: content.apsTimestamp, contentState: content.contentState == [:] ? nil : content.contentState,
+                    dismissalDate: content.dismissalDate, staleDate: content.staleDate, relevanceScore: content.relevanceScore, alert: alert)
+            }
+        }
+        if let body = try? payload(alert).body(within: .device) { return body }
+        return try payload(nil).body(within: .device)
+    }
+}

@@ -1,0 +1,309 @@
+// Mirroring's rows (Sql/0026): passes over an event's token activities, their keyset chunks, and each
+// activity's last mirrored aps.timestamp. The mirroring service decides through MirrorPlanner; this performs.
+import Foundation
+import MarqueeCore
+import Postgres
+
+extension MirrorPassState: PostgresCodable {}
+
+/// Mirroring passes, chunks and the tokens' progress.
+public struct MirrorRepository: Sendable {
+    let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// The channels' newest accepted broadcast per event, for events whose last broadcast is at most a day old.
+    private static let newestBroadcasts: PostgresQuery = """
+        SELECT c.app_id, c.event_id, max(c.last_aps_timestamp) AS aps_timestamp FROM channels c
+        WHERE c.event_id IS NOT NULL AND c.last_broadcast_at > now() - interval '1 day'
+        GROUP BY c.app_id, c.event_id
+        """
+
+    /// Begins a pass for every event with a token activity behind its newest broadcast (and not waiting for a
+    /// retry) and no pass running; returns the passes begun.
+    public func beginDuePasses() async throws -> [(pass: Int, eventID: Int)] {
+        try await pool.query(
+            """
+            WITH newest AS (\(fragment: Self.newestBroadcasts))
+            INSERT INTO mirror_passes (app_id, event_id, started_aps_timestamp, update_received_at)
+            SELECT n.app_id, n.event_id, n.aps_timestamp, (
+                       SELECT u.received_at FROM updates u
+                       WHERE u.event_id = n.event_id AND u.disposition = \(UpdateDisposition.broadcast.sql) ORDER BY u.id DESC LIMIT 1)
+            FROM newest n
+            WHERE EXISTS (SELECT 1 FROM activities a
+                          WHERE a.event_id = n.event_id AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
+                            AND a.push_type = \(ActivityPushType.token.sql)
+                            AND coalesce(a.mirrored_aps_timestamp, 0) < n.aps_timestamp
+                            AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now()))
+              AND NOT EXISTS (SELECT 1 FROM mirror_passes p WHERE p.event_id = n.event_id AND p.state = \(MirrorPassState.running.sql))
+            ON CONFLICT DO NOTHING
+            RETURNING id, event_id
+            """
+        ).map { (try $0.decode(Int.self, column: "id"), try $0.decode(Int.self, column: "event_id")) }
+    }
+
+    /// The running passes' ids.
+    public func runningPassIDs() async throws -> [Int] {
+        try await pool.query("SELECT id FROM mirror_passes WHERE state = \(MirrorPassState.running.sql) ORDER BY id").map {
+            try $0.decode(Int.self, column: "id")
+        }
+    }
+
+    /// Advances one pass under its row lock (nil when another instance holds it): cuts up to `cutAhead` chunks
+    /// of `chunkSize` token activities while fewer wait unclaimed, or finishes it once every chunk is done.
+    /// Returns the step and, for a finish, the seconds from its broadcast's ingest.
+    public func advance(passID: Int, chunkSize: Int, cutAhead: Int, decide: @Sendable (Bool, Int) -> MirrorPassStep) async throws
+        -> (step: MirrorPassStep, lag: Double?)?
+    {
+        try await pool.withTransaction { tx in
+            guard
+                let row = try await tx.query(
+                    """
+                    SELECT p.event_id, p.planned_through, p.planning_done,
+                           extract(epoch FROM now() - p.update_received_at)::float8 AS lag,
+                           (SELECT count(*) FROM mirror_chunks c WHERE c.pass_id = p.id AND NOT c.done)::integer AS open_chunks,
+                           (SELECT count(*) FROM mirror_chunks c WHERE c.pass_id = p.id AND NOT c.done AND c.claimed_by IS NULL)::integer AS waiting
+                    FROM mirror_passes p WHERE p.id = \(passID) AND p.state = \(MirrorPassState.running.sql)
+                    FOR UPDATE OF p SKIP LOCKED
+                    """
+                ).first
+            else { return nil }
+            let step = decide(try row.decode(column: "planning_done"), try row.decode(column: "open_chunks"))
+            switch step {
+            case .wait:
+                return (step, nil)
+            case .finish:
+                try await tx.execute(
+                    "UPDATE mirror_passes SET state = \(MirrorPassState.done), finished_at = now() WHERE id = \(passID)")
+                return (step, try row.decode(Double?.self, column: "lag"))
+            case .cutChunk:
+                let eventID: Int = try row.decode(column: "event_id")
+                var through: Int = try row.decode(column: "planned_through")
+                var waiting: Int = try row.decode(column: "waiting")
+                var done = false
+                while waiting < cutAhead && !done {
+                    let page = try await tx.query(
+                        """
+                        SELECT max(id) AS through, count(*)::integer AS n FROM (
+                            SELECT a.id FROM activities a
+                            WHERE a.event_id = \(eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
+                              AND a.push_type = \(ActivityPushType.token.sql) AND a.id > \(through)
+                            ORDER BY a.id LIMIT \(chunkSize)) page
+                        """
+                    ).first!
+                    done = try page.decode(Int.self, column: "n") < chunkSize
+                    if let last = try page.decode(Int?.self, column: "through") {
+                        try await tx.execute(
+                            """
+                            INSERT INTO mirror_chunks (pass_id, after_activity, through_activity) VALUES (\(passID), \(through), \(last))
+                            """)
+                        through = last
+                        waiting += 1
+                    }
+                }
+                try await tx.execute("UPDATE mirror_passes SET planned_through = \(through), planning_done = \(done) WHERE id = \(passID)")
+                return (step, nil)
+            }
+        }
+    }
+
+    /// Claims the due chunk first in line whose lease ran out or whose holder stopped beating.
+    public func claimChunk(instance: String, lease: TimeInterval) async throws -> ClaimedMirrorChunk? {
+        guard
+            let row = try await pool.query(
+                """
+                WITH due AS (
+                    SELECT c.id FROM mirror_chunks c
+                    WHERE NOT c.done AND c.next_attempt_at <= now()
+                      AND (c.claimed_until IS NULL OR c.claimed_until <= now()
+                           OR c.claimed_by = ANY (\(fragment: InstanceHeartbeatRepository.lapsedInstances(now: nil))))
+                    ORDER BY c.next_attempt_at, c.id LIMIT 1
+                    FOR UPDATE OF c SKIP LOCKED
+                )
+                UPDATE mirror_chunks c SET claimed_by = \(instance), claimed_until = now() + make_interval(secs => \(lease)::float8),
+                    attempts = c.attempts + 1
+                FROM due, mirror_passes p
+                WHERE c.id = due.id AND p.id = c.pass_id
+                RETURNING c.id, c.pass_id, c.after_activity, c.through_activity, c.attempts, p.event_id, p.app_id
+                """
+            ).first
+        else { return nil }
+        return ClaimedMirrorChunk(
+            id: try row.decode(column: "id"), passID: try row.decode(column: "pass_id"), eventID: try row.decode(column: "event_id"),
+            appID: try row.decode(column: "app_id"), after: try row.decode(column: "after_activity"),
+            through: try row.decode(column: "through_activity"), attempts: try row.decode(column: "attempts"))
+    }
+
+    /// Ends the chunk with its progress counts.
+    public func finish(_ chunk: ClaimedMirrorChunk, instance: String, sent: Int, accepted: Int, failed: Int) async throws {
+        try await pool.execute(
+            """
+            UPDATE mirror_chunks SET done = true, finished_at = now(), claimed_by = NULL, claimed_until = NULL,
+                sent = sent + \(sent), accepted = accepted + \(accepted), failed = failed + \(failed)
+            WHERE id = \(chunk.id) AND claimed_by = \(instance)
+            """)
+    }
+
+    /// Gives the chunk back, due again after `delay` seconds.
+    public func release(_ chunk: ClaimedMirrorChunk, instance: String, after delay: TimeInterval) async throws {
+        try await pool.execute(
+            """
+            UPDATE mirror_chunks SET claimed_by = NULL, claimed_until = NULL, next_attempt_at = now() + make_interval(secs => \(delay)::float8)
+            WHERE id = \(chunk.id) AND claimed_by = \(instance)
+            """)
+    }
+
+    /// What a mirrored push of the event carries now: its newest accepted broadcast (the update, its
+    /// aps.timestamp and priority, read together with the channel), the event's storage policy and the app.
+    /// Nil before any broadcast.
+    public func content(eventID: Int) async throws -> MirrorContent? {
+        guard
+            let row = try await pool.query(
+                """
+                SELECT e.storage_policy, a.bundle_id, a.environment, d.aps_timestamp, d.priority, u.id AS update_id, u.action,
+                       u.content_state, u.alert, u.stale_date, u.dismissal_date, u.relevance_score
+                FROM events e
+                JOIN apps a ON a.id = e.app_id
+                CROSS JOIN LATERAL (
+                    SELECT d.update_id, d.aps_timestamp, d.priority FROM channels c
+                    JOIN LATERAL (
+                        SELECT update_id, aps_timestamp, priority FROM deliveries
+                        WHERE channel_id = c.id AND kind = 'broadcast' AND status = 200 ORDER BY sent_at DESC LIMIT 1
+                    ) d ON true
+                    WHERE c.event_id = e.id ORDER BY d.aps_timestamp DESC LIMIT 1
+                ) d
+                JOIN updates u ON u.id = d.update_id
+                WHERE e.id = \(eventID)
+                """
+            ).first
+        else { return nil }
+        return MirrorContent(
+            app: StartApp(bundleID: try row.decode(column: "bundle_id"), environment: try row.decode(column: "environment")),
+            storagePolicy: try row.decodeRaw(MessageStoragePolicy.self, column: "storage_policy"),
+            apsTimestamp: try row.decode(column: "aps_timestamp"), priority: try row.decode(Int?.self, column: "priority") ?? 10,
+            updateID: try row.decode(column: "update_id"), action: try row.decodeRaw(UpdateAction.self, column: "action"),
+            contentState: try row.decodeJSON(column: "content_state") ?? [:], alert: try row.decodeJSON(column: "alert"),
+            staleDate: try row.decode(column: "stale_date"), dismissalDate: try row.decode(column: "dismissal_date"),
+            relevanceScore: try row.decode(column: "relevance_score"))
+    }
+
+    /// The chunk's token activities behind `apsTimestamp` and not waiting for a retry.
+    public func tokens(of chunk: ClaimedMirrorChunk, behind apsTimestamp: Int64) async throws -> [MirrorToken] {
+        try await pool.query(
+            """
+            SELECT a.id, a.installation, a.push_token FROM activities a
+            WHERE a.event_id = \(chunk.eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
+              AND a.push_type = \(ActivityPushType.token.sql) AND a.id > \(chunk.after) AND a.id <= \(chunk.through)
+              AND coalesce(a.mirrored_aps_timestamp, 0) < \(apsTimestamp) AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
+            ORDER BY a.id
+            """
+        ).map { row in
+            MirrorToken(
+                activityID: try row.decode(column: "id"), installation: try row.decode(column: "installation"),
+                token: try row.decode(column: "push_token"))
+        }
+    }
+
+    /// Writes a window's outcomes, one statement: served tokens take the timestamp (never lower), throttled
+    /// ones wait `retryAfter`, failed ones count a failure.
+    public func record(_ outcomes: [MirrorOutcome]) async throws {
+        guard !outcomes.isEmpty else { return }
+        let input = JSONValue.array(
+            outcomes.map {
+                [
+                    "id": .int(Int64($0.activityID)), "served": $0.servedTimestamp.map(JSONValue.int) ?? .null,
+                    "retry_after": $0.retryAfter.map(JSONValue.double) ?? .null, "failed": .bool($0.failed),
+                ]
+            })
+        try await pool.execute(
+            """
+            WITH input AS (
+                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (id bigint, served bigint, retry_after float8, failed boolean)
+            )
+            UPDATE activities a SET
+                mirrored_aps_timestamp = CASE WHEN i.served IS NOT NULL THEN greatest(coalesce(a.mirrored_aps_timestamp, 0), i.served)
+                                              ELSE a.mirrored_aps_timestamp END,
+                mirror_retry_at = CASE WHEN i.retry_after IS NOT NULL THEN now() + make_interval(secs => i.retry_after) END,
+                mirror_failures = CASE WHEN i.failed THEN a.mirror_failures + 1 WHEN i.served IS NOT NULL THEN 0 ELSE a.mirror_failures END
+            FROM input i WHERE a.id = i.id
+            """)
+    }
+
+    /// The event's token activities: how many, and how many are behind its newest broadcast.
+    public func progress(eventID: Int) async throws -> (activities: Int, behind: Int, lastLag: Double?) {
+        let row = try await pool.query(
+            """
+            WITH newest AS (SELECT max(last_aps_timestamp) AS ts FROM channels WHERE event_id = \(eventID) AND last_broadcast_at IS NOT NULL)
+            SELECT count(*)::integer AS activities,
+                   count(*) FILTER (WHERE coalesce(a.mirrored_aps_timestamp, 0) < (SELECT ts FROM newest))::integer AS behind,
+                   (SELECT extract(epoch FROM p.finished_at - p.update_received_at)::float8 FROM mirror_passes p
+                    WHERE p.event_id = \(eventID) AND p.state = \(MirrorPassState.done.sql) ORDER BY p.id DESC LIMIT 1) AS lag
+            FROM activities a
+            WHERE a.event_id = \(eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND a.push_type = \(ActivityPushType.token.sql)
+            """
+        ).first!
+        return (try row.decode(column: "activities"), try row.decode(column: "behind"), try row.decode(column: "lag"))
+    }
+
+    /// Passes waiting or running, for the backlog metric.
+    public func backlog() async throws -> Int {
+        try await pool.query("SELECT count(*)::integer AS n FROM mirror_passes WHERE state = \(MirrorPassState.running.sql)").first!
+            .decode(column: "n")
+    }
+
+    /// Deletes passes finished before `cutoff` (their chunks go with them).
+    public func purge(finishedBefore cutoff: Date) async throws -> Int {
+        try await pool.execute("DELETE FROM mirror_passes WHERE state = \(MirrorPassState.done.sql) AND finished_at < \(cutoff)")
+    }
+}
+
+/// A mirroring chunk this instance holds.
+public struct ClaimedMirrorChunk: Sendable, Equatable {
+    public let id: Int
+    public let passID: Int
+    public let eventID: Int
+    public let appID: Int
+    /// The activities (after, through].
+    public let after: Int
+    public let through: Int
+    public let attempts: Int
+}
+
+/// One token activity to mirror to.
+public struct MirrorToken: Sendable, Equatable {
+    public let activityID: Int
+    public let installation: Int
+    public let token: String
+}
+
+/// The newest broadcast of an event, as a mirrored push carries it.
+public struct MirrorContent: Sendable {
+    public let app: StartApp
+    public let storagePolicy: MessageStoragePolicy
+    public let apsTimestamp: Int64
+    /// The broadcast's priority (10 or 5).
+    public let priority: Int
+    public let updateID: Int
+    public let action: UpdateAction
+    public let contentState: JSONValue
+    public let alert: JSONValue?
+    public let staleDate: Date?
+    public let dismissalDate: Date?
+    public let relevanceScore: Double?
+}
+
+/// What happened to one token in a window.
+public struct MirrorOutcome: Sendable, Equatable {
+    public let activityID: Int
+    /// Accepted with this aps.timestamp.
+    public let servedTimestamp: Int64?
+    public let retryAfter: TimeInterval?
+    public let failed: Bool
+
+    public init(activityID: Int, servedTimestamp: Int64?, retryAfter: TimeInterval?, failed: Bool) {
+        self.activityID = activityID
+        self.servedTimestamp = servedTimestamp
+        self.retryAfter = retryAfter
+        self.failed = failed
+    }
+}

@@ -1,0 +1,98 @@
+import APNsSimulator
+import Foundation
+import MarqueeCore
+import Postgres
+import Testing
+
+/// Mirroring broadcasts to activity tokens, through `marquee serve` as a process and the simulator playing
+/// devices on iOS 17.x started by the fan-out: what each device shows.
+@Suite(.enabled(if: MarqueeProcess.available))
+struct MirroringTests {
+    typealias Fans = StartFanOutTests
+
+    /// The app's registration of each 17.x device's started activity, with its update token.
+    static func registerTokenActivities(_ members: [Fans.Member], event: Int, _ harness: BroadcastHarness) async throws {
+        let key = try await harness.key(scope: "tokens")
+        let shown = Fans.activities(harness)
+        for member in members {
+            let activity = try #require(shown[member.token]?.first, "\(member.installationID) shows no activity")
+            let token = try #require(activity.updateToken, "\(member.installationID) has no update token")
+            let answer = try await harness.api(
+                "PUT", "/v1/installations/\(member.installationID)/activities/\(activity.id)?app=\(harness.appID)",
+                ["event": .int(Int64(event)), "attributesType": "MatchAttributes", "pushType": "token", "pushToken": .string(token)], key: key)
+            #expect(answer.status == 201, "\(answer.text)")
+        }
+    }
+
+    static func goals(_ home: Int) -> MatchState {
+        var state = MatchState()
+        state.homeScore = home
+        return state
+    }
+
+    @Test func tokenActivitiesShowEveryBroadcastsNewestStateAndTheEndWithoutATimestampGoingBack() async throws {
+        try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900"]) { harness in
+            let members = (1...60).map {
+                Fans.Member(installationID: "m-\($0)", token: Fans.token($0), os: $0 % 2 == 0 ? "17.4" : "18.1", follows: true, enabled: true)
+            }
+            let legacy = members.filter { $0.os == "17.4" }
+            try await Fans.seed(members, topic: "team:arsenal", harness: harness)
+            let event = try await Fans.createMatch(harness, "mirror-1")
+            _ = try await harness.openChannel(of: event)
+            _ = try await Fans.run(of: event, harness, until: Fans.firstPassDone)
+            func legacyShow(_ home: Int) -> Bool {
+                let shown = Fans.activities(harness)
+                return legacy.allSatisfy { shown[$0.token]?.first?.contentState["homeScore"] == .int(Int64(home)) }
+            }
+
+            // A goal before the app registered the tokens: the registration catches up with it.
+            #expect(try await harness.update(event, Self.goals(1), extra: ["priority": "high"]).status == 202)
+            try await harness.waitUntil("the channel shows the first goal") {
+                let shown = Fans.activities(harness)
+                return members.filter { $0.os == "18.1" }.allSatisfy { shown[$0.token]?.first?.contentState["homeScore"] == 1 }
+            }
+            #expect(legacyShow(0), "17.x devices show the kick-off state until their tokens are known")
+            try await Self.registerTokenActivities(legacy, event: event, harness)
+            try await harness.waitUntil("17.x devices catch up with the first goal") { legacyShow(1) }
+
+            // A burst: every token ends on the newest state.
+            for home in 2...6 { #expect(try await harness.update(event, Self.goals(home), extra: ["priority": "high"]).status == 202) }
+            try await harness.waitUntil("17.x devices show the newest state") { legacyShow(6) }
+
+            // A token APNs calls gone: its activity ends in the registry, the others go on.
+            let gone = legacy[0]
+            let goneToken = try #require(Fans.activities(harness)[gone.token]?.first?.updateToken)
+            harness.simulator.engine.markDeviceTokenInvalid(goneToken, at: Date().addingTimeInterval(5))
+            #expect(try await harness.update(event, Self.goals(7), extra: ["priority": "high"]).status == 202)
+            try await harness.waitUntil("the other 17.x devices show the seventh goal") {
+                let shown = Fans.activities(harness)
+                return legacy.dropFirst().allSatisfy { shown[$0.token]?.first?.contentState["homeScore"] == 7 }
+            }
+            let tokensKey = try await harness.key(scope: "tokens")
+            try await harness.waitUntil("the gone token's activity ends") {
+                let record = try await harness.api("GET", "/v1/installations/\(gone.installationID)?app=\(harness.appID)", key: tokensKey)
+                return record.json["activities"]?.arrayValue?.first?["state"] == "ended"
+            }
+
+            // The end is mirrored too, with its final state.
+            #expect(try await harness.api("POST", "/v1/events/\(event)/end", ["contentState": Self.goals(8).input]).status == 202)
+            try await harness.waitUntil("17.x devices show the end") {
+                let shown = Fans.activities(harness)
+                return legacy.dropFirst().allSatisfy {
+                    let activity = shown[$0.token]?.first
+                    return activity?.state == .ended && activity?.contentState["homeScore"] == 8
+                }
+            }
+            let shown = Fans.activities(harness)
+            for member in legacy {
+                let activity = try #require(shown[member.token]?.first)
+                #expect(activity.notNewerIgnored == 0, "\(member.installationID) was sent a timestamp that was not newer")
+                #expect(shown[member.token]?.count == 1)
+            }
+            let detail = try await harness.event(event)
+            #expect(detail["mirroring"]?["activities"] == 29 && detail["mirroring"]?["behind"] == 0, "\(detail["mirroring"] ?? .null)")
+            // At least the catch-up, the newest of the burst, the seventh goal and the end reached every token.
+            #expect(try await harness.metric("marquee_mirrored_pushes_total", ["result": "accepted"]) >= 29 * 4)
+        }
+    }
+}
