@@ -118,6 +118,10 @@ enum ServeCommand {
             "start-send-window", "N", "Push-to-starts in flight per chunk of 1,000 followers, marked sending together.",
             "MARQUEE_START_SEND_WINDOW", "\(defaults.starts.sendWindow)"
         ),
+        (
+            "mirror-send-window", "N", "Mirrored device pushes in flight per chunk of 1,000 activity tokens.", "MARQUEE_MIRROR_SEND_WINDOW",
+            "\(defaults.mirrorSendWindow)"
+        ),
     ]
 
     private static let defaults = PipelineSettings()
@@ -180,6 +184,7 @@ enum ServeCommand {
         settings.starts.limits.maxConcurrentActivities =
             try arguments.int("max-concurrent-activities", in: 1...100) ?? settings.starts.limits.maxConcurrentActivities
         settings.starts.sendWindow = try arguments.int("start-send-window", in: 1...5000) ?? settings.starts.sendWindow
+        settings.mirrorSendWindow = try arguments.int("mirror-send-window", in: 1...5000) ?? settings.mirrorSendWindow
         let environment = ProcessInfo.processInfo.environment["MARQUEE_DELETE_UNKNOWN_CHANNELS"]?.lowercased()
         settings.deleteUnknownChannels = arguments.flag("delete-unknown-channels") || ["1", "true", "yes", "on"].contains(environment ?? "")
         return settings

@@ -95,4 +95,33 @@ struct MirroringTests {
             #expect(try await harness.metric("marquee_mirrored_pushes_total", ["result": "accepted"]) >= 29 * 4)
         }
     }
+
+    @Test func aPassKilledInTheMiddleResumesAndEveryTokenReachesTheNewestState() async throws {
+        try await BroadcastHarness.run(
+            simulator: { $0.latency = .milliseconds(20) ... .milliseconds(40) },
+            serveArguments: ["--audience-lead", "900", "--mirror-send-window", "5"]
+        ) { harness in
+            let members = (1...400).map {
+                Fans.Member(installationID: "k-\($0)", token: Fans.token($0), os: "17.\(2 + $0 % 4)", follows: true, enabled: true)
+            }
+            try await Fans.seed(members, topic: "team:arsenal", harness: harness)
+            let event = try await Fans.createMatch(harness, "mirror-kill")
+            _ = try await harness.openChannel(of: event)
+            _ = try await Fans.run(of: event, harness, timeout: 120, until: Fans.firstPassDone)
+            try await Self.registerTokenActivities(members, event: event, harness)
+            func showing(_ home: Int) -> Int {
+                let shown = Fans.activities(harness)
+                return members.filter { shown[$0.token]?.first?.contentState["homeScore"] == .int(Int64(home)) }.count
+            }
+            // The catch-up pass of the kick-off state goes first; then a goal, and a kill in the middle of its pass.
+            #expect(try await harness.update(event, Self.goals(1), extra: ["priority": "high"]).status == 202)
+            try await harness.waitUntil("the goal's pass is under way") { showing(1) >= 40 }
+            #expect(showing(1) < members.count, "killed in the middle of the pass")
+            try await harness.killAndRestart()
+            try await harness.waitUntil("every token shows the goal after the restart", timeout: 120) { showing(1) == members.count }
+            #expect(Fans.activities(harness).values.allSatisfy { $0.count <= 1 })
+            let detail = try await harness.event(event)
+            #expect(detail["mirroring"]?["behind"] == 0, "\(detail["mirroring"] ?? .null)")
+        }
+    }
 }

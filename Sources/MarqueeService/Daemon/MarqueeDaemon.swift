@@ -128,6 +128,8 @@ public struct PipelineSettings: Sendable, Equatable {
     public var audience = AudienceSettings()
     /// The start fan-out's settings.
     public var starts = StartSettings()
+    /// Mirrored device pushes in flight per chunk of 1,000 token activities (`--mirror-send-window`).
+    public var mirrorSendWindow = 500
 
     public init() {}
 
@@ -233,7 +235,7 @@ public final class MarqueeDaemon: Sendable {
         self.audiencePool = audiencePool
         mirroring = MirrorService(
             pool: audiencePool, apns: apns, instance: instance,
-            expiration: ExpirationPolicy(timeToLive: configuration.pipeline.broadcastTTL), sendWindow: configuration.pipeline.starts.sendWindow,
+            expiration: ExpirationPolicy(timeToLive: configuration.pipeline.broadcastTTL), sendWindow: configuration.pipeline.mirrorSendWindow,
             metrics: MirrorMetrics(registry: metrics), logger: logger)
         let starts = StartFanOut(
             pool: audiencePool, apns: apns, configuration: StartFanOutConfiguration(instance: instance, settings: configuration.pipeline.starts),
