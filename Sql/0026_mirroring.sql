@@ -4,9 +4,12 @@
 -- (SKIP LOCKED, a lease ended by the holder's heartbeat). Each activity keeps the aps.timestamp of the last
 -- push APNs accepted for it, so a pass skips tokens already served, a newer broadcast during a pass reaches
 -- the tokens still waiting, and a timestamp never goes back. There is no delivery row per push.
+-- The priority-10 budget is counted per token: priority-10 pushes accepted since the window began (an hour).
 ALTER TABLE activities ADD COLUMN mirrored_aps_timestamp bigint,
                        ADD COLUMN mirror_retry_at timestamptz,
-                       ADD COLUMN mirror_failures integer NOT NULL DEFAULT 0;
+                       ADD COLUMN mirror_failures integer NOT NULL DEFAULT 0,
+                       ADD COLUMN high_priority_window_at timestamptz,
+                       ADD COLUMN high_priority_count integer NOT NULL DEFAULT 0;
 
 CREATE TABLE mirror_passes (
     id                     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -119,6 +119,11 @@ enum ServeCommand {
             "MARQUEE_START_SEND_WINDOW", "\(defaults.starts.sendWindow)"
         ),
         (
+            "infrequent-high-priority-budget", "N",
+            "Priority-10 mirrored pushes per hour to a token whose installation has frequentPushesEnabled false.",
+            "MARQUEE_INFREQUENT_HIGH_PRIORITY_BUDGET", "\(defaults.infrequentHighPriorityBudget)"
+        ),
+        (
             "mirror-send-window", "N", "Mirrored device pushes in flight per chunk of 1,000 activity tokens.", "MARQUEE_MIRROR_SEND_WINDOW",
             "\(defaults.mirrorSendWindow)"
         ),
@@ -185,6 +190,8 @@ enum ServeCommand {
             try arguments.int("max-concurrent-activities", in: 1...100) ?? settings.starts.limits.maxConcurrentActivities
         settings.starts.sendWindow = try arguments.int("start-send-window", in: 1...5000) ?? settings.starts.sendWindow
         settings.mirrorSendWindow = try arguments.int("mirror-send-window", in: 1...5000) ?? settings.mirrorSendWindow
+        settings.infrequentHighPriorityBudget =
+            try arguments.int("infrequent-high-priority-budget", in: 0...1_000_000) ?? settings.infrequentHighPriorityBudget
         let environment = ProcessInfo.processInfo.environment["MARQUEE_DELETE_UNKNOWN_CHANNELS"]?.lowercased()
         settings.deleteUnknownChannels = arguments.flag("delete-unknown-channels") || ["1", "true", "yes", "on"].contains(environment ?? "")
         return settings

@@ -32,12 +32,54 @@ public enum MirrorPassStep: Sendable, Equatable {
     case finish
 }
 
+/// A token's priority-10 pushes in its current window.
+public struct TokenHighPriorityWindow: Sendable, Equatable {
+    /// When the window began (nil: no priority-10 push yet).
+    public var startedAt: Date?
+    public var count: Int
+
+    public init(startedAt: Date? = nil, count: Int = 0) {
+        self.startedAt = startedAt
+        self.count = count
+    }
+}
+
 /// Mirroring's decisions.
 public struct MirrorPlanner: Sendable {
     /// How long a token APNs throttled waits.
     public var throttleRetryDelay: TimeInterval
+    /// Priority-10 pushes per token per window (`--high-priority-budget`), and for installations with
+    /// `frequentPushesEnabled: false` (`--infrequent-high-priority-budget`).
+    public var highPriorityBudget: Int
+    public var infrequentHighPriorityBudget: Int
+    public var window: TimeInterval
 
-    public init(throttleRetryDelay: TimeInterval = 30) { self.throttleRetryDelay = throttleRetryDelay }
+    public init(
+        throttleRetryDelay: TimeInterval = 30, highPriorityBudget: Int = 30, infrequentHighPriorityBudget: Int = 10, window: TimeInterval = 3600
+    ) {
+        self.throttleRetryDelay = throttleRetryDelay
+        self.highPriorityBudget = highPriorityBudget
+        self.infrequentHighPriorityBudget = infrequentHighPriorityBudget
+        self.window = window
+    }
+
+    /// The priority a mirrored push goes at, for a broadcast sent at `wanted`: priority 10 within the token's
+    /// budget, else 5. Returns the window as it stands once the push is accepted.
+    public func priority(
+        _ wanted: PushPriority, frequentPushes: Bool, window current: TokenHighPriorityWindow, now: Date
+    ) -> (priority: PushPriority, windowIfAccepted: TokenHighPriorityWindow) {
+        guard wanted == .high else { return (.low, current) }
+        var window = current
+        if let startedAt = window.startedAt, now.timeIntervalSince(startedAt) < self.window {
+            // Within the window.
+        } else {
+            window = TokenHighPriorityWindow(startedAt: now, count: 0)
+        }
+        let budget = frequentPushes ? highPriorityBudget : infrequentHighPriorityBudget
+        guard window.count < budget else { return (.low, current) }
+        window.count += 1
+        return (.high, window)
+    }
 
     public func afterAnswer(_ answer: StartAnswer) -> MirrorAnswerPlan {
         switch answer {

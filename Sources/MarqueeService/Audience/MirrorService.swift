@@ -41,7 +41,7 @@ public final class MirrorService: Service {
     private let apns: any DevicePushAPNs
     private let metrics: MirrorMetrics
     private let logger: Logger
-    private let planner = MirrorPlanner()
+    private let planner: MirrorPlanner
     private let expiration: ExpirationPolicy
     private let wakeup = Wakeup()
     private let working = Mutex(0)
@@ -57,8 +57,9 @@ public final class MirrorService: Service {
 
     public init(
         pool: PostgresPool, apns: any DevicePushAPNs, instance: String, expiration: ExpirationPolicy, sendWindow: Int,
-        pollInterval: Duration = .milliseconds(250), metrics: MirrorMetrics, logger: Logger
+        planner: MirrorPlanner = MirrorPlanner(), pollInterval: Duration = .milliseconds(250), metrics: MirrorMetrics, logger: Logger
     ) {
+        self.planner = planner
         repository = MirrorRepository(pool: pool)
         hygiene = TokenHygieneRepository(pool: pool)
         self.apns = apns
@@ -128,32 +129,39 @@ public final class MirrorService: Service {
             while index < tokens.count && !backOff && !shutdown.isTriggered {
                 let window = Array(tokens[index..<min(index + sendWindow, tokens.count)])
                 index += window.count
-                let answers = await withTaskGroup(of: (MirrorToken, StartAnswer).self) { group in
+                let now = Date()
+                let answers = await withTaskGroup(of: (MirrorToken, StartAnswer, TokenHighPriorityWindow?).self) { group in
                     for token in window {
+                        // The broadcast's priority, within this token's own priority-10 budget.
+                        let (priority, windowIfAccepted) = planner.priority(
+                            content.priority == 10 ? .high : .low, frequentPushes: token.frequentPushes, window: token.highPriority, now: now)
+                        let changed = windowIfAccepted == token.highPriority ? nil : windowIfAccepted
                         group.addTask { [self] in
                             do {
                                 let outcome = try await apns.devicePush(
                                     app: app, token: token.token, payload: body,
-                                    expiration: expiration.expiration(for: content.storagePolicy, now: Date()),
-                                    priority: content.priority == 10 ? .high : .low, retryPolicy: retryPolicy)
-                                return (token, StartFanOut.answer(outcome))
+                                    expiration: expiration.expiration(for: content.storagePolicy, now: now), priority: priority,
+                                    retryPolicy: retryPolicy)
+                                return (token, StartFanOut.answer(outcome), changed)
                             } catch {
-                                return (token, .rejected(reason: "not sent: \(error)", refusal: nil))
+                                return (token, .rejected(reason: "not sent: \(error)", refusal: nil), nil)
                             }
                         }
                     }
-                    var answers: [(MirrorToken, StartAnswer)] = []
+                    var answers: [(MirrorToken, StartAnswer, TokenHighPriorityWindow?)] = []
                     for await answer in group { answers.append(answer) }
                     return answers
                 }
                 sent += answers.count
                 var outcomes: [MirrorOutcome] = []
-                for (token, answer) in answers {
+                for (token, answer, window) in answers {
                     switch planner.afterAnswer(answer) {
                     case .served:
                         accepted += 1
                         outcomes.append(
-                            MirrorOutcome(activityID: token.activityID, servedTimestamp: content.apsTimestamp, retryAfter: nil, failed: false))
+                            MirrorOutcome(
+                                activityID: token.activityID, servedTimestamp: content.apsTimestamp, retryAfter: nil, failed: false,
+                                highPriority: window))
                         metrics.pushes.increment(["accepted", "ok"])
                     case .retryTokenLater(let delay):
                         outcomes.append(MirrorOutcome(activityID: token.activityID, servedTimestamp: nil, retryAfter: delay, failed: false))

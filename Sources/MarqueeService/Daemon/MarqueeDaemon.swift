@@ -130,6 +130,9 @@ public struct PipelineSettings: Sendable, Equatable {
     public var starts = StartSettings()
     /// Mirrored device pushes in flight per chunk of 1,000 token activities (`--mirror-send-window`).
     public var mirrorSendWindow = 500
+    /// Priority-10 mirrored pushes per hour to a token of an installation with `frequentPushesEnabled: false`
+    /// (`--infrequent-high-priority-budget`); others get `highPriorityBudget`.
+    public var infrequentHighPriorityBudget = 10
 
     public init() {}
 
@@ -236,6 +239,9 @@ public final class MarqueeDaemon: Sendable {
         mirroring = MirrorService(
             pool: audiencePool, apns: apns, instance: instance,
             expiration: ExpirationPolicy(timeToLive: configuration.pipeline.broadcastTTL), sendWindow: configuration.pipeline.mirrorSendWindow,
+            planner: MirrorPlanner(
+                highPriorityBudget: configuration.pipeline.highPriorityBudget,
+                infrequentHighPriorityBudget: configuration.pipeline.infrequentHighPriorityBudget),
             metrics: MirrorMetrics(registry: metrics), logger: logger)
         let starts = StartFanOut(
             pool: audiencePool, apns: apns, configuration: StartFanOutConfiguration(instance: instance, settings: configuration.pipeline.starts),

@@ -191,7 +191,8 @@ public struct MirrorRepository: Sendable {
     public func tokens(of chunk: ClaimedMirrorChunk, behind apsTimestamp: Int64) async throws -> [MirrorToken] {
         try await pool.query(
             """
-            SELECT a.id, a.installation, a.push_token FROM activities a
+            SELECT a.id, a.installation, a.push_token, a.high_priority_window_at, a.high_priority_count, i.frequent_pushes_enabled
+            FROM activities a JOIN installations i ON i.id = a.installation
             WHERE a.event_id = \(chunk.eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
               AND a.push_type = \(ActivityPushType.token.sql) AND a.id > \(chunk.after) AND a.id <= \(chunk.through)
               AND coalesce(a.mirrored_aps_timestamp, 0) < \(apsTimestamp) AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
@@ -200,7 +201,9 @@ public struct MirrorRepository: Sendable {
         ).map { row in
             MirrorToken(
                 activityID: try row.decode(column: "id"), installation: try row.decode(column: "installation"),
-                token: try row.decode(column: "push_token"))
+                token: try row.decode(column: "push_token"), frequentPushes: try row.decode(column: "frequent_pushes_enabled"),
+                highPriority: TokenHighPriorityWindow(
+                    startedAt: try row.decode(column: "high_priority_window_at"), count: try row.decode(column: "high_priority_count")))
         }
     }
 
@@ -213,18 +216,23 @@ public struct MirrorRepository: Sendable {
                 [
                     "id": .int(Int64($0.activityID)), "served": $0.servedTimestamp.map(JSONValue.int) ?? .null,
                     "retry_after": $0.retryAfter.map(JSONValue.double) ?? .null, "failed": .bool($0.failed),
+                    "window_at": $0.highPriority?.startedAt.map { .double($0.timeIntervalSince1970) } ?? .null,
+                    "window_count": $0.highPriority.map { .int(Int64($0.count)) } ?? .null,
                 ]
             })
         try await pool.execute(
             """
             WITH input AS (
-                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (id bigint, served bigint, retry_after float8, failed boolean)
+                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (id bigint, served bigint, retry_after float8, failed boolean,
+                                                                                    window_at float8, window_count integer)
             )
             UPDATE activities a SET
                 mirrored_aps_timestamp = CASE WHEN i.served IS NOT NULL THEN greatest(coalesce(a.mirrored_aps_timestamp, 0), i.served)
                                               ELSE a.mirrored_aps_timestamp END,
                 mirror_retry_at = CASE WHEN i.retry_after IS NOT NULL THEN now() + make_interval(secs => i.retry_after) END,
-                mirror_failures = CASE WHEN i.failed THEN a.mirror_failures + 1 WHEN i.served IS NOT NULL THEN 0 ELSE a.mirror_failures END
+                mirror_failures = CASE WHEN i.failed THEN a.mirror_failures + 1 WHEN i.served IS NOT NULL THEN 0 ELSE a.mirror_failures END,
+                high_priority_window_at = CASE WHEN i.window_count IS NOT NULL THEN to_timestamp(i.window_at) ELSE a.high_priority_window_at END,
+                high_priority_count = coalesce(i.window_count, a.high_priority_count)
             FROM input i WHERE a.id = i.id
             """)
     }
@@ -274,6 +282,9 @@ public struct MirrorToken: Sendable, Equatable {
     public let activityID: Int
     public let installation: Int
     public let token: String
+    /// `frequentPushesEnabled` of its installation: the smaller priority-10 budget when false.
+    public let frequentPushes: Bool
+    public let highPriority: TokenHighPriorityWindow
 }
 
 /// The newest broadcast of an event, as a mirrored push carries it.
@@ -299,11 +310,16 @@ public struct MirrorOutcome: Sendable, Equatable {
     public let servedTimestamp: Int64?
     public let retryAfter: TimeInterval?
     public let failed: Bool
+    /// The token's priority-10 window after an accepted push (nil: unchanged).
+    public let highPriority: TokenHighPriorityWindow?
 
-    public init(activityID: Int, servedTimestamp: Int64?, retryAfter: TimeInterval?, failed: Bool) {
+    public init(
+        activityID: Int, servedTimestamp: Int64?, retryAfter: TimeInterval?, failed: Bool, highPriority: TokenHighPriorityWindow? = nil
+    ) {
         self.activityID = activityID
         self.servedTimestamp = servedTimestamp
         self.retryAfter = retryAfter
         self.failed = failed
+        self.highPriority = highPriority
     }
 }
