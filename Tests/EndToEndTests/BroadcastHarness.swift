@@ -6,6 +6,8 @@ import APNs
 import APNsSimulator
 import Foundation
 import MarqueeCore
+import MarqueeService
+import MarqueeStore
 import MarqueeTestSupport
 import Postgres
 import Synchronization
@@ -74,11 +76,26 @@ final class BroadcastHarness: Sendable {
 
     /// Builds the world, runs `body` and always tears the world down (serve gets SIGTERM and must exit 0).
     /// `simulator` adjusts the simulator's configuration (quota, faults) before it starts.
+    /// With `appBackend`, the simulated devices register the activities they start with serve (one
+    /// instance, on a port chosen ahead), as an app's backend would.
     static func run<T>(
         simulator: (inout SimulatorConfiguration) -> Void = { _ in }, instances: Int = 1, serveArguments: [String] = [],
-        _ body: (BroadcastHarness) async throws -> T
+        appBackend: Bool = false, _ body: (BroadcastHarness) async throws -> T
     ) async throws -> T {
-        let harness = try await start(simulator: simulator, instances: instances, serveArguments: serveArguments)
+        var serveArguments = serveArguments
+        var adjust = simulator
+        var backendKey: NewAPIKey?
+        if appBackend {
+            let key = NewAPIKey.generate()
+            let port = AdminCLITests.freePort()
+            serveArguments += ["--listen", "127.0.0.1:\(port)"]
+            adjust = { configuration in
+                simulator(&configuration)
+                configuration.appBackend = SimulatorAppBackend(url: "http://127.0.0.1:\(port)", apiKey: key.text)
+            }
+            backendKey = key
+        }
+        let harness = try await start(simulator: adjust, instances: instances, serveArguments: serveArguments, backendKey: backendKey)
         do {
             let registered = try await harness.api("POST", "/v1/attribute-types", MatchState.attributeType(app: harness.appID))
             try #require(registered.status == 201, "POST /v1/attribute-types: \(registered.text)")
@@ -97,9 +114,9 @@ final class BroadcastHarness: Sendable {
         }
     }
 
-    private static func start(simulator adjust: (inout SimulatorConfiguration) -> Void, instances: Int, serveArguments: [String])
-        async throws -> BroadcastHarness
-    {
+    private static func start(
+        simulator adjust: (inout SimulatorConfiguration) -> Void, instances: Int, serveArguments: [String], backendKey: NewAPIKey?
+    ) async throws -> BroadcastHarness {
         let state = FileManager.default.temporaryDirectory.appending(path: "marquee-e2e-sim-\(UUID().uuidString)").path
         var configuration = SimulatorConfiguration(stateDirectory: state)
         configuration.bundleIDs = [bundleID]
@@ -120,6 +137,12 @@ final class BroadcastHarness: Sendable {
             let created = try await MarqueeProcess.run(["key", "create", "--scope", "admin", "--json"], databaseURL: url)
             try #require(created.status == 0, "marquee key create: \(created.stderr)")
             let key = try #require(try JSONValue(parsing: created.stdout)["key"]?.stringValue)
+            if let backendKey {
+                let keys = PostgresPool(configuration: PostgresConfiguration(url: url), maxConnections: 1)
+                defer { keys.close() }
+                _ = try await APIKeyRepository(pool: keys).create(
+                    keyID: backendKey.id, name: "app-backend", scopes: ["tokens"], salt: backendKey.salt, hash: backendKey.hash)
+            }
 
             var serves: [MarqueeProcess.Running] = []
             var ports: [Int] = []

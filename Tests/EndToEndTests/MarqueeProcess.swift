@@ -44,7 +44,8 @@ enum MarqueeProcess {
         return try Running(arguments: arguments, environment: environment)
     }
 
-    /// Starts `marquee serve --listen 127.0.0.1:0 --log-format json arguments...` and waits for its `listening`
+    /// Starts `marquee serve --listen 127.0.0.1:0 --log-format json arguments...` (or the `--listen` of
+    /// `arguments`) and waits for its `listening`
     /// line; returns the process and the port it bound. Unless told otherwise it keeps 6 database connections
     /// for the API and 2 for the broadcast pipeline, so that the many serve processes of a parallel run stay within the
     /// test cluster's connection limit.
@@ -54,8 +55,9 @@ enum MarqueeProcess {
         let pool =
             (arguments.contains("--max-connections") ? [] : ["--max-connections", "6"])
             + (arguments.contains("--pipeline-connections") ? [] : ["--pipeline-connections", "2"])
+        let listen = arguments.contains("--listen") ? [] : ["--listen", "127.0.0.1:0"]
         let serve = try start(
-            ["serve", "--listen", "127.0.0.1:0", "--log-format", "json"] + pool + arguments,
+            ["serve", "--log-format", "json"] + listen + pool + arguments,
             databaseURL: databaseURL, environment: extra)
         // Generous: in a parallel run, a dozen serve processes migrate fresh databases at once on two cores.
         let deadline = Date().addingTimeInterval(180)
