@@ -57,7 +57,7 @@ public final class MirrorService: Service {
 
     public init(
         pool: PostgresPool, apns: any DevicePushAPNs, instance: String, expiration: ExpirationPolicy, sendWindow: Int,
-        planner: MirrorPlanner = MirrorPlanner(), pollInterval: Duration = .milliseconds(250), metrics: MirrorMetrics, logger: Logger
+        planner: MirrorPlanner = MirrorPlanner(), pollInterval: Duration = .seconds(1), metrics: MirrorMetrics, logger: Logger
     ) {
         self.planner = planner
         repository = MirrorRepository(pool: pool)

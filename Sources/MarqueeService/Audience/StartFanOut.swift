@@ -78,8 +78,10 @@ public struct StartFanOutConfiguration: Sendable, Equatable {
     public var cutAhead = 4
     /// A chunk's lease, renewed each window; it ends sooner with its holder's heartbeat.
     public var chunkLease: TimeInterval = 60
-    /// How often the loop looks for due runs and chunks when nothing wakes it.
+    /// How often the loop looks for chunks when nothing wakes it.
     public var pollInterval: Duration = .seconds(1)
+    /// How often it looks for automatic runs that came due.
+    public var dueRunInterval: Duration = .seconds(5)
     /// A chunk that met 500 or 503 waits this long, doubled each time, up to a minute.
     public var chunkBackoff = RetryBackoff(base: 1, maximum: 60)
     /// Retries inside one send (APNsClient's): one retry of a 429 or 5xx that proves nothing was done.
@@ -160,11 +162,17 @@ public final class StartFanOut: Service {
         defer { bridge.cancel() }
         logger.info("start fan-out started", ["instance": .string(configuration.instance)])
         var lastAdoptionSample: ContinuousClock.Instant?
+        var lastDueCheck: ContinuousClock.Instant?
         await withDiscardingTaskGroup { group in
             var failures = 0
             while !shutdown.isTriggered && !Task.isCancelled {
                 do {
-                    try await createDueRuns()
+                    // Runs come due at a lead of minutes: looking for them every few seconds is enough, and
+                    // spares the events table a scan per poll under a busy ingest.
+                    if lastDueCheck.map({ ContinuousClock.now - $0 >= configuration.dueRunInterval }) ?? true {
+                        lastDueCheck = .now
+                        try await createDueRuns()
+                    }
                     try await advanceRuns()
                     while working.withLock({ $0 < configuration.concurrentChunks }), !shutdown.isTriggered,
                         let chunk = try await repository.claimChunk(instance: configuration.instance, lease: configuration.chunkLease)
