@@ -239,7 +239,7 @@ struct StartFanOutTests {
                 $0.faults.dropAnswers = 0.03
             }, serveArguments: ["--audience-lead", "900", "--start-send-window", "20"]
         ) { harness in
-            let members = Self.audience(2000)
+            let members = Self.audience(1200)
             try await Self.seed(members, topic: "team:arsenal", harness: harness)
             let event = try await Self.createMatch(harness, "fanout-kill")
             let before = try await Self.run(of: event, harness) { ($0["counts"]?["accepted"]?.intValue ?? 0) >= 200 }
