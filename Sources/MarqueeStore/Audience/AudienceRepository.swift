@@ -16,21 +16,37 @@ public struct AudienceRepository: Sendable {
     /// The statement of one page, exposed for the plan tests.
     public static func pageStatement(eventID: Int, after: Int, limit: Int) -> PostgresQuery {
         """
-        WITH event AS (SELECT app_id, topics FROM events WHERE id = \(eventID)),
-        followers AS (
-            (SELECT f.installation FROM follows f
-             WHERE f.event_id = \(eventID) AND f.installation > \(after) ORDER BY f.installation LIMIT \(limit))
-            UNION
-            (SELECT t.installation FROM event, unnest(event.topics) AS wanted (topic), LATERAL (
-                SELECT f.installation FROM follows f
-                WHERE f.app_id = event.app_id AND f.topic = wanted.topic AND f.installation > \(after) ORDER BY f.installation LIMIT \(limit)) t)
-        ),
-        page AS (SELECT installation FROM followers ORDER BY installation LIMIT \(limit))
+        WITH run AS (SELECT e.id AS event_id, e.app_id, e.topics, true AS direct FROM events e WHERE e.id = \(eventID)),
+        page AS (\(fragment: followers(eventID: eventID, after: after, through: nil, limit: limit)))
         SELECT p.installation, i.installation_id, i.live_activities_enabled, i.os_major, i.os_minor, i.os_patch,
                i.push_to_start_token, i.token_refused_reason
         FROM page p
         JOIN installations i ON i.id = p.installation
         ORDER BY p.installation
+        """
+    }
+
+    /// `(installation, direct)` of an audience in (after, through]: the followers of `run`, a CTE with the
+    /// columns `app_id`, `topics` (the topics it starts) and `direct` (whether the followers of event
+    /// `eventID` itself are part of it). The event id is bound, not joined from `run`, so the plan reads
+    /// `follows_event_unique`. Each source is read in installation order up to `limit`, then the first
+    /// `limit` of their union, so a page costs the same at the start of a million as at its end. The one
+    /// home of the audience's shape, for these pages and the start fan-out's chunks.
+    static func followers(eventID: Int, after: Int, through: Int?, limit: Int?) -> PostgresQuery {
+        """
+        SELECT installation, bool_or(direct) AS direct FROM (
+            (SELECT f.installation, true AS direct FROM run, follows f
+             WHERE run.direct AND f.event_id = \(eventID) AND f.installation > \(after)
+               AND (\(through)::bigint IS NULL OR f.installation <= \(through))
+             ORDER BY f.installation LIMIT \(limit))
+            UNION ALL
+            (SELECT t.installation, false FROM run, unnest(run.topics) AS wanted (topic), LATERAL (
+                SELECT f.installation FROM follows f
+                WHERE f.app_id = run.app_id AND f.topic = wanted.topic AND f.installation > \(after)
+                  AND (\(through)::bigint IS NULL OR f.installation <= \(through))
+                ORDER BY f.installation LIMIT \(limit)) t)
+        ) sources
+        GROUP BY installation ORDER BY installation LIMIT \(limit)
         """
     }
 

@@ -58,7 +58,7 @@ public struct StartRepository: Sendable {
                 id: try row.decode(column: "id"), eventID: try row.decode(column: "event_id"),
                 state: try row.decodeRaw(StartRunState.self, column: "state"),
                 skipReason: try row.decodeRaw(StartRunSkipReason?.self, column: "skip_reason"))
-            if run.state == .running { try await estimateAudience(runID: run.id) }
+            if run.state == .running { try await estimateAudience(runID: run.id, eventID: run.eventID) }
             created.append(run)
         }
         return created
@@ -92,17 +92,17 @@ public struct StartRepository: Sendable {
             ).first!
             return try row.decode(column: "id")
         }
-        try await estimateAudience(runID: id)
+        try await estimateAudience(runID: id, eventID: eventID)
         return id
     }
 
     /// Counts the run's followers once, for its ETA.
-    private func estimateAudience(runID: Int) async throws {
+    private func estimateAudience(runID: Int, eventID: Int) async throws {
         try await pool.execute(
             """
             WITH run AS (\(fragment: Self.runSource(runID: runID)))
             UPDATE start_runs SET estimated_audience = (
-                SELECT count(*) FROM (\(fragment: Self.followers(after: 0, through: nil, limit: nil))) f
+                SELECT count(*) FROM (\(fragment: AudienceRepository.followers(eventID: eventID, after: 0, through: nil, limit: nil))) f
             ) WHERE id = \(runID)
             """)
     }
@@ -113,26 +113,6 @@ public struct StartRepository: Sendable {
         """
         SELECT r.id, r.event_id, e.app_id, coalesce(r.topics, e.topics) AS topics, r.topics IS NULL AS direct
         FROM start_runs r JOIN events e ON e.id = r.event_id WHERE r.id = \(runID)
-        """
-    }
-
-    /// `(installation, direct)` of the audience of `run` (a CTE of `runSource`'s columns) in (after, through],
-    /// each source read in installation order up to `limit`, then the first `limit` of their union.
-    static func followers(after: Int, through: Int?, limit: Int?) -> PostgresQuery {
-        """
-        SELECT installation, bool_or(direct) AS direct FROM (
-            (SELECT f.installation, true AS direct FROM run, follows f
-             WHERE run.direct AND f.event_id = run.event_id AND f.installation > \(after)
-               AND (\(through)::bigint IS NULL OR f.installation <= \(through))
-             ORDER BY f.installation LIMIT \(limit))
-            UNION ALL
-            (SELECT t.installation, false FROM run, unnest(run.topics) AS wanted (topic), LATERAL (
-                SELECT f.installation FROM follows f
-                WHERE f.app_id = run.app_id AND f.topic = wanted.topic AND f.installation > \(after)
-                  AND (\(through)::bigint IS NULL OR f.installation <= \(through))
-                ORDER BY f.installation LIMIT \(limit)) t)
-        ) sources
-        GROUP BY installation ORDER BY installation LIMIT \(limit)
         """
     }
 
@@ -154,7 +134,7 @@ public struct StartRepository: Sendable {
             guard
                 let row = try await tx.query(
                     """
-                    SELECT r.state, r.kind, r.pass, r.planned_through,
+                    SELECT r.event_id, r.state, r.kind, r.pass, r.planned_through,
                            extract(epoch FROM r.last_accepted_at - r.started_at)::float8 AS lag, r.planning_done, r.next_pass_at, e.status, coalesce(\(now), now()) AS now,
                            e.ends_at - make_interval(secs => \(lateStartCutoff)::float8) AS cutoff,
                            (SELECT count(*) FROM start_chunks c WHERE c.run_id = r.id AND c.pass = r.pass AND NOT c.done) AS open_chunks,
@@ -177,6 +157,7 @@ public struct StartRepository: Sendable {
             case .wait:
                 break
             case .cutChunk:
+                let eventID: Int = try row.decode(column: "event_id")
                 var through: Int = try row.decode(column: "planned_through")
                 let pass: Int = try row.decode(column: "pass")
                 var waiting: Int = try row.decode(column: "waiting_chunks")
@@ -186,7 +167,7 @@ public struct StartRepository: Sendable {
                         """
                         WITH run AS (\(fragment: Self.runSource(runID: runID)))
                         SELECT max(installation) AS through, count(*) AS n
-                        FROM (\(fragment: Self.followers(after: through, through: nil, limit: chunkSize))) page
+                        FROM (\(fragment: AudienceRepository.followers(eventID: eventID, after: through, through: nil, limit: chunkSize))) page
                         """
                     ).first!
                     let count: Int = try page.decode(column: "n")
@@ -399,7 +380,7 @@ public struct StartRepository: Sendable {
             WITH run AS (\(fragment: runSource(runID: chunk.runID))),
             this AS (SELECT starts_at, coalesce(ends_at, starts_at + make_interval(secs => \(maxConcurrentWindow)::float8)) AS ends_at
                      FROM events WHERE id = \(chunk.eventID)),
-            members AS (\(fragment: followers(after: chunk.after, through: chunk.through, limit: nil)))
+            members AS (\(fragment: AudienceRepository.followers(eventID: chunk.eventID, after: chunk.after, through: chunk.through, limit: nil)))
             SELECT m.installation, m.direct, i.live_activities_enabled, i.os_major, i.os_minor, i.os_patch, i.push_to_start_token,
                    i.token_refused_reason,
                    EXISTS (SELECT 1 FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = m.installation
