@@ -62,7 +62,9 @@ public struct InstallationRoutes: APIRoutes {
     /// The installation id of the path: 1 to 200 characters.
     static func installationID(_ request: APIRequest) throws(APIError) -> String {
         let id = request.parameter("id")
-        guard (1...200).contains(id.count) else { throw APIError.validation("an installation id is 1 to 200 characters", field: "id") }
+        guard RegistrationLimits.identifier.contains(id.count) else {
+            throw APIError.validation("an installation id is 1 to 200 characters", field: "id")
+        }
         return id
     }
 
@@ -135,8 +137,8 @@ public struct InstallationRoutes: APIRoutes {
             }
             registration.osVersion = text
         }
-        registration.appBuild = try Self.shortText(body, "appBuild", limit: 100)
-        registration.locale = try Self.shortText(body, "locale", limit: 50)
+        registration.appBuild = try Self.shortText(body, "appBuild", limits: RegistrationLimits.appBuild)
+        registration.locale = try Self.shortText(body, "locale", limits: RegistrationLimits.locale)
         registration.frequentPushesEnabled = try body.optionalBool("frequentPushesEnabled")
         registration.liveActivitiesEnabled = try body.optionalBool("liveActivitiesEnabled")
         let record: InstallationRecord
@@ -161,40 +163,18 @@ public struct InstallationRoutes: APIRoutes {
         }
     }
 
-    private static func shortText(_ body: JSONFields, _ key: String, limit: Int) throws(APIError) -> String? {
+    static func shortText(_ body: JSONFields, _ key: String, limits: ClosedRange<Int>) throws(APIError) -> String? {
         guard let text = try body.optionalString(key) else { return nil }
-        guard (1...limit).contains(text.count) else { throw APIError.validation("1 to \(limit) characters", field: key) }
+        guard limits.contains(text.count) else {
+            throw APIError.validation("\(limits.lowerBound) to \(limits.upperBound) characters", field: body.field(key))
+        }
         return text
     }
 
     // MARK: Follows
 
     private func follows(_ request: APIRequest, _ change: InstallationRepository.FollowChange) async throws -> HTTPResponse {
-        let body = try request.bodyObject()
-        try body.allowOnly(["events", "topics"])
-        let limit = InstallationRepository.followLimit
-        var references: [EventReference] = []
-        if let value = body.optional("events") {
-            guard case .array(let items) = value else { throw APIError.validation("expected an array, found \(value.typeName)", field: "events") }
-            guard items.count <= limit else { throw APIError.validation("at most \(limit) events", field: "events") }
-            for (index, item) in items.enumerated() {
-                references.append(
-                    try Self.eventReference(
-                        try JSONFields(item, at: JSONPath.root.appending(key: "events").appending(index: index)),
-                        field: "events[\(index)]"))
-            }
-        }
-        var topics: [String] = []
-        if let value = body.optional("topics") {
-            guard case .array(let items) = value else { throw APIError.validation("expected an array, found \(value.typeName)", field: "topics") }
-            guard items.count <= limit else { throw APIError.validation("at most \(limit) topics", field: "topics") }
-            for (index, item) in items.enumerated() {
-                guard let topic = item.stringValue, (1...200).contains(topic.count) else {
-                    throw APIError.validation("a topic is a string of 1 to 200 characters", field: "topics[\(index)]")
-                }
-                if !topics.contains(topic) { topics.append(topic) }
-            }
-        }
+        let (references, topics) = try Self.followTargets(try request.bodyObject())
         let (id, appID) = try await find(request)
         do {
             let follows = try await installations.changeFollows(change, installation: id, appID: appID, events: references, topics: topics)
@@ -208,6 +188,38 @@ public struct InstallationRoutes: APIRoutes {
         }
     }
 
+    /// A follows body, `{"events": [...], "topics": [...]}`: each list at most `followLimit` long, topics without repeats.
+    static func followTargets(_ body: JSONFields) throws(APIError) -> (events: [EventReference], topics: [String]) {
+        try body.allowOnly(["events", "topics"])
+        let limit = InstallationRepository.followLimit
+        var references: [EventReference] = []
+        if let value = body.optional("events") {
+            guard case .array(let items) = value else {
+                throw APIError.validation("expected an array, found \(value.typeName)", field: body.field("events"))
+            }
+            guard items.count <= limit else { throw APIError.validation("at most \(limit) events", field: body.field("events")) }
+            for (index, item) in items.enumerated() {
+                let path = body.path.appending(key: "events").appending(index: index)
+                references.append(try Self.eventReference(try JSONFields(item, at: path), field: "\(path)"))
+            }
+        }
+        var topics: [String] = []
+        if let value = body.optional("topics") {
+            guard case .array(let items) = value else {
+                throw APIError.validation("expected an array, found \(value.typeName)", field: body.field("topics"))
+            }
+            guard items.count <= limit else { throw APIError.validation("at most \(limit) topics", field: body.field("topics")) }
+            for (index, item) in items.enumerated() {
+                guard let topic = item.stringValue, RegistrationLimits.identifier.contains(topic.count) else {
+                    throw APIError.validation(
+                        "a topic is a string of 1 to 200 characters", field: "\(body.path.appending(key: "topics").appending(index: index))")
+                }
+                if !topics.contains(topic) { topics.append(topic) }
+            }
+        }
+        return (references, topics)
+    }
+
     /// `{"event": 42}` or `{"externalId": "..."}`, exactly one (members of a larger object when `alone` is false).
     static func eventReference(_ fields: JSONFields, field: String, alone: Bool = true) throws(APIError) -> EventReference {
         if alone { try fields.allowOnly(["event", "externalId"]) }
@@ -215,7 +227,9 @@ public struct InstallationRoutes: APIRoutes {
         case (.some, nil): return .id(Int(try fields.int("event", in: 1...Int64.max)))
         case (nil, .some):
             let external = try fields.string("externalId")
-            guard (1...200).contains(external.count) else { throw APIError.validation("1 to 200 characters", field: fields.field("externalId")) }
+            guard RegistrationLimits.identifier.contains(external.count) else {
+                throw APIError.validation("1 to 200 characters", field: fields.field("externalId"))
+            }
             return .externalID(external)
         default: throw APIError.validation("give exactly one of event and externalId", field: field)
         }
@@ -225,7 +239,9 @@ public struct InstallationRoutes: APIRoutes {
 
     static func activityID(_ request: APIRequest) throws(APIError) -> String {
         let id = request.parameter("activityId")
-        guard (1...200).contains(id.count) else { throw APIError.validation("an activity id is 1 to 200 characters", field: "activityId") }
+        guard RegistrationLimits.identifier.contains(id.count) else {
+            throw APIError.validation("an activity id is 1 to 200 characters", field: "activityId")
+        }
         return id
     }
 

@@ -51,6 +51,15 @@ public enum AudienceError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 }
 
+/// The lengths of what an app's backend registers (the schema's CHECKs in Sql/0023), in characters: one
+/// home for the API's validation and the import's.
+public enum RegistrationLimits {
+    /// An installation id, an activity id, a topic, an event's external id.
+    public static let identifier = 1...200
+    public static let appBuild = 1...100
+    public static let locale = 1...50
+}
+
 /// An event as an app names it: Marquee's id or the app's external id.
 public enum EventReference: Sendable, Hashable, CustomStringConvertible {
     case id(Int)
