@@ -206,33 +206,53 @@ public struct InstallationImporter: Sendable {
     }
 
     /// Applies the staged rows: the newest row per installation (and per token) wins, and only where it is
-    /// newer than what is stored.
+    /// newer than what is stored. Tokens are decided before the rows are written, so each installation row is
+    /// written once: updated in place, or inserted with its token.
     static func apply(appID: Int, previousTokenRetention: TimeInterval, summary: inout InstallationImportSummary, on tx: PostgresConnection)
         async throws
     {
-        // The newest row of each installation; a token two rows give to different installations stays with the newer.
+        // The newest row of each installation, and whether it is newer than the stored installation (or new).
         try await tx.execute(
             """
             CREATE TEMPORARY TABLE installation_import_latest ON COMMIT DROP AS
-            SELECT DISTINCT ON (installation_id) * FROM installation_import ORDER BY installation_id, registered_at DESC, line DESC
+            SELECT DISTINCT ON (s.installation_id) s.*, i.id AS installation,
+                   (i.id IS NULL OR i.registered_at < s.registered_at) AS applies
+            FROM installation_import s
+            LEFT JOIN installations i ON i.app_id = \(appID) AND i.installation_id = s.installation_id
+            ORDER BY s.installation_id, s.registered_at DESC, s.line DESC
             """)
         try await tx.execute("ANALYZE installation_import_latest")
-        summary.tokensLeftOut += try await tx.execute(
+        // Tokens left out: given by a newer row of the file to another installation, invalidated by APNs after
+        // the row's time, or held by another installation that registered at or after it.
+        summary.tokensLeftOut = try await tx.execute(
             """
             UPDATE installation_import_latest r SET token = NULL
-            FROM installation_import_latest newer
-            WHERE newer.token = r.token AND newer.installation_id <> r.installation_id
-              AND (newer.registered_at, newer.line) > (r.registered_at, r.line)
+            WHERE r.applies AND r.token IS NOT NULL AND (
+                EXISTS (SELECT 1 FROM installation_import_latest newer
+                        WHERE newer.token = r.token AND newer.installation_id <> r.installation_id AND newer.applies
+                          AND (newer.registered_at, newer.line) > (r.registered_at, r.line))
+                OR EXISTS (SELECT 1 FROM token_invalidations t
+                           WHERE t.app_id = \(appID) AND t.token = r.token AND t.outcome = \(InvalidationOutcome.invalidated.sql)
+                             AND coalesce(to_timestamp(t.apns_timestamp_ms / 1000.0), t.recorded_at) > r.registered_at)
+                OR EXISTS (SELECT 1 FROM installations h
+                           WHERE h.app_id = \(appID) AND h.push_to_start_token = r.token AND h.installation_id <> r.installation_id
+                             AND h.registered_at >= r.registered_at))
             """)
-        // Existing installations last registered before their row, then new ones. A registration committed
-        // meanwhile through the API is newer than any row, so a conflict there leaves the API's.
+        // A token moves: the other installations of the app that hold it (registered earlier) lose it.
+        summary.tokensMoved = try await tx.execute(
+            """
+            UPDATE installations h SET \(InstallationRepository.tokenCleared)
+            FROM installation_import_latest r
+            WHERE h.app_id = \(appID) AND h.push_to_start_token = r.token AND h.installation_id <> r.installation_id AND r.applies
+            """)
         try await tx.execute(
             """
             CREATE TEMPORARY TABLE installation_import_applied (
-                installation bigint NOT NULL, installation_id text NOT NULL, created boolean NOT NULL, token text,
-                registered_at timestamptz NOT NULL
+                installation bigint NOT NULL, installation_id text NOT NULL, created boolean NOT NULL, token_given boolean NOT NULL
             ) ON COMMIT DROP
             """)
+        // Existing installations last registered before their row: fields and token in one write, the token
+        // under the API's rotation rule (the one it replaces is kept as previous).
         try await tx.execute(
             """
             WITH updated AS (
@@ -244,81 +264,57 @@ public struct InstallationImporter: Sendable {
                     app_build = coalesce(r.app_build, i.app_build), locale = coalesce(r.locale, i.locale),
                     frequent_pushes_enabled = coalesce(r.frequent_pushes_enabled, i.frequent_pushes_enabled),
                     live_activities_enabled = coalesce(r.live_activities_enabled, i.live_activities_enabled),
+                    previous_token = CASE WHEN r.token IS NULL OR i.push_to_start_token IS NULL OR i.push_to_start_token = r.token
+                                          THEN i.previous_token ELSE i.push_to_start_token END,
+                    previous_token_until = CASE WHEN r.token IS NULL OR i.push_to_start_token IS NULL OR i.push_to_start_token = r.token
+                                                THEN i.previous_token_until
+                                                ELSE now() + make_interval(secs => \(previousTokenRetention)::double precision) END,
+                    token_registered_at = CASE WHEN r.token IS NULL OR i.push_to_start_token = r.token THEN i.token_registered_at
+                                               ELSE r.registered_at END,
+                    token_seen_at = CASE WHEN r.token IS NULL THEN i.token_seen_at
+                                         WHEN i.push_to_start_token = r.token THEN greatest(i.token_seen_at, r.registered_at)
+                                         ELSE r.registered_at END,
+                    token_refused_reason = CASE WHEN r.token IS NULL OR i.push_to_start_token = r.token THEN i.token_refused_reason END,
+                    token_refused_at = CASE WHEN r.token IS NULL OR i.push_to_start_token = r.token THEN i.token_refused_at END,
+                    push_to_start_token = coalesce(r.token, i.push_to_start_token),
                     registered_at = r.registered_at, updated_at = now()
                 FROM installation_import_latest r
-                WHERE i.app_id = \(appID) AND i.installation_id = r.installation_id AND i.registered_at < r.registered_at
-                RETURNING i.id, i.installation_id, r.token, r.registered_at
+                WHERE r.applies AND r.installation IS NOT NULL AND i.id = r.installation AND i.registered_at < r.registered_at
+                RETURNING i.id, i.installation_id, r.token IS NOT NULL AS token_given
             )
-            INSERT INTO installation_import_applied SELECT id, installation_id, false, token, registered_at FROM updated
+            INSERT INTO installation_import_applied SELECT id, installation_id, false, token_given FROM updated
             """)
+        // New installations, with their tokens. One registered through the API meanwhile is newer than any row,
+        // so a conflict leaves the API's.
         try await tx.execute(
             """
             WITH created AS (
                 INSERT INTO installations (app_id, installation_id, os_version, os_major, os_minor, os_patch, app_build, locale,
-                                           frequent_pushes_enabled, live_activities_enabled, registered_at)
+                                           frequent_pushes_enabled, live_activities_enabled, push_to_start_token,
+                                           token_registered_at, token_seen_at, registered_at)
                 SELECT \(appID), r.installation_id, r.os_version, r.os_major, r.os_minor, r.os_patch, r.app_build, r.locale,
-                       coalesce(r.frequent_pushes_enabled, true), coalesce(r.live_activities_enabled, true), r.registered_at
+                       coalesce(r.frequent_pushes_enabled, true), coalesce(r.live_activities_enabled, true), r.token,
+                       CASE WHEN r.token IS NOT NULL THEN r.registered_at END, CASE WHEN r.token IS NOT NULL THEN r.registered_at END,
+                       r.registered_at
                 FROM installation_import_latest r
-                WHERE NOT EXISTS (SELECT 1 FROM installations i WHERE i.app_id = \(appID) AND i.installation_id = r.installation_id)
+                WHERE r.installation IS NULL
                 ON CONFLICT (app_id, installation_id) DO NOTHING
-                RETURNING id, installation_id, registered_at
+                RETURNING id, installation_id, push_to_start_token IS NOT NULL AS token_given
             )
-            INSERT INTO installation_import_applied
-            SELECT c.id, c.installation_id, true, r.token, c.registered_at
-            FROM created c JOIN installation_import_latest r USING (installation_id)
+            INSERT INTO installation_import_applied SELECT id, installation_id, true, token_given FROM created
             """)
         let counts = try await tx.query(
             """
-            SELECT count(*) FILTER (WHERE created)::bigint AS created, count(*) FILTER (WHERE NOT created)::bigint AS updated
+            SELECT count(*) FILTER (WHERE created)::bigint AS created, count(*) FILTER (WHERE NOT created)::bigint AS updated,
+                   count(*) FILTER (WHERE token_given)::bigint AS tokens
             FROM installation_import_applied
             """)[0]
         summary.created = try counts.decode(column: "created")
         summary.updated = try counts.decode(column: "updated")
+        summary.tokensStored = try counts.decode(column: "tokens")
         summary.unchanged = summary.rows - summary.badRows - summary.created - summary.updated
-        try await applyTokens(appID: appID, previousTokenRetention: previousTokenRetention, summary: &summary, on: tx)
+        try await tx.execute("ANALYZE installation_import_applied")
         summary.follows = try await applyFollows(appID: appID, on: tx)
-    }
-
-    /// The applied rows' tokens, under the API's rules: a token moves from another installation of the app
-    /// that registered it earlier, and the token it replaces is kept as `previous`.
-    static func applyTokens(appID: Int, previousTokenRetention: TimeInterval, summary: inout InstallationImportSummary, on tx: PostgresConnection)
-        async throws
-    {
-        // Left out: tokens APNs invalidated after the row's time, and tokens another installation registered
-        // at or after it.
-        summary.tokensLeftOut += try await tx.execute(
-            """
-            UPDATE installation_import_applied a SET token = NULL
-            WHERE a.token IS NOT NULL AND (
-                EXISTS (SELECT 1 FROM token_invalidations t
-                        WHERE t.app_id = \(appID) AND t.token = a.token AND t.outcome = \(InvalidationOutcome.invalidated.sql)
-                          AND coalesce(to_timestamp(t.apns_timestamp_ms / 1000.0), t.recorded_at) > a.registered_at)
-                OR EXISTS (SELECT 1 FROM installations h
-                           WHERE h.app_id = \(appID) AND h.push_to_start_token = a.token AND h.id <> a.installation
-                             AND h.registered_at >= a.registered_at))
-            """)
-        summary.tokensMoved = try await tx.execute(
-            """
-            UPDATE installations h SET \(InstallationRepository.tokenCleared)
-            FROM installation_import_applied a
-            WHERE h.app_id = \(appID) AND h.push_to_start_token = a.token AND h.id <> a.installation
-            """)
-        summary.tokensStored = try await tx.execute(
-            """
-            UPDATE installations i SET
-                previous_token = CASE WHEN i.push_to_start_token IS NULL OR i.push_to_start_token = a.token THEN i.previous_token
-                                      ELSE i.push_to_start_token END,
-                previous_token_until = CASE WHEN i.push_to_start_token IS NULL OR i.push_to_start_token = a.token THEN i.previous_token_until
-                                            ELSE now() + make_interval(secs => \(previousTokenRetention)::double precision) END,
-                token_registered_at = CASE WHEN i.push_to_start_token = a.token THEN i.token_registered_at ELSE a.registered_at END,
-                token_seen_at = CASE WHEN i.push_to_start_token = a.token THEN greatest(i.token_seen_at, a.registered_at)
-                                     ELSE a.registered_at END,
-                token_refused_reason = CASE WHEN i.push_to_start_token = a.token THEN i.token_refused_reason END,
-                token_refused_at = CASE WHEN i.push_to_start_token = a.token THEN i.token_refused_at END,
-                push_to_start_token = a.token
-            FROM installation_import_applied a
-            WHERE i.id = a.installation AND a.token IS NOT NULL
-            """)
     }
 
     /// The applied rows' follows replace the stored ones, for rows that give them. Returns the rows written.

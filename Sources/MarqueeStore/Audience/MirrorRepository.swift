@@ -34,7 +34,8 @@ public struct MirrorRepository: Sendable {
                           WHERE a.event_id = n.event_id AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
                             AND a.push_type = \(ActivityPushType.token.sql)
                             AND coalesce(a.mirrored_aps_timestamp, 0) < n.aps_timestamp
-                            AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now()))
+                            AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
+                            AND EXISTS (SELECT 1 FROM installations i WHERE i.id = a.installation AND i.live_activities_enabled))
               AND NOT EXISTS (SELECT 1 FROM mirror_passes p WHERE p.event_id = n.event_id AND p.state = \(MirrorPassState.running.sql))
             ON CONFLICT DO NOTHING
             RETURNING id, event_id
@@ -187,13 +188,14 @@ public struct MirrorRepository: Sendable {
             relevanceScore: try row.decode(column: "relevance_score"))
     }
 
-    /// The chunk's token activities behind `apsTimestamp` and not waiting for a retry.
+    /// The chunk's token activities behind `apsTimestamp`, not waiting for a retry, of installations with Live
+    /// Activities enabled (`liveActivitiesEnabled: false` stops updates too).
     public func tokens(of chunk: ClaimedMirrorChunk, behind apsTimestamp: Int64) async throws -> [MirrorToken] {
         try await pool.query(
             """
             SELECT a.id, a.installation, a.push_token, a.high_priority_window_at, a.high_priority_count, i.frequent_pushes_enabled
             FROM activities a JOIN installations i ON i.id = a.installation
-            WHERE a.event_id = \(chunk.eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
+            WHERE a.event_id = \(chunk.eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND i.live_activities_enabled
               AND a.push_type = \(ActivityPushType.token.sql) AND a.id > \(chunk.after) AND a.id <= \(chunk.through)
               AND coalesce(a.mirrored_aps_timestamp, 0) < \(apsTimestamp) AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
             ORDER BY a.id
@@ -237,16 +239,18 @@ public struct MirrorRepository: Sendable {
             """)
     }
 
-    /// The event's token activities: how many, and how many are behind its newest broadcast.
+    /// The event's token activities: how many, and how many of those whose installation has Live Activities
+    /// enabled are behind its newest broadcast (a disabled installation is sent nothing).
     public func progress(eventID: Int) async throws -> (activities: Int, behind: Int, lastLag: Double?) {
         let row = try await pool.query(
             """
             WITH newest AS (SELECT max(last_aps_timestamp) AS ts FROM channels WHERE event_id = \(eventID) AND last_broadcast_at IS NOT NULL)
             SELECT count(*)::integer AS activities,
-                   count(*) FILTER (WHERE coalesce(a.mirrored_aps_timestamp, 0) < (SELECT ts FROM newest))::integer AS behind,
+                   count(*) FILTER (WHERE coalesce(a.mirrored_aps_timestamp, 0) < (SELECT ts FROM newest) AND i.live_activities_enabled)::integer
+                       AS behind,
                    (SELECT extract(epoch FROM p.finished_at - p.update_received_at)::float8 FROM mirror_passes p
                     WHERE p.event_id = \(eventID) AND p.state = \(MirrorPassState.done.sql) ORDER BY p.id DESC LIMIT 1) AS lag
-            FROM activities a
+            FROM activities a JOIN installations i ON i.id = a.installation
             WHERE a.event_id = \(eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND a.push_type = \(ActivityPushType.token.sql)
             """
         ).first!
