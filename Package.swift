@@ -65,7 +65,9 @@ let package = Package(
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
         .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto"], swiftSettings: strict),
         .testTarget(name: "MarqueeCommandLineTests", dependencies: ["MarqueeCommandLine"], swiftSettings: strict),
-        .testTarget(name: "MarqueeCommandsTests", dependencies: ["MarqueeCommands", "MarqueeCommandLine", "MarqueeService"], swiftSettings: strict),
+        .testTarget(
+            name: "MarqueeCommandsTests", dependencies: ["MarqueeCommands", "MarqueeCommandLine", "MarqueeCore", "MarqueeService", "Network"],
+            swiftSettings: strict),
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
         // The simulator alone, held against Apple's pages; the client against the simulator is tested in APNsTests.
         .testTarget(name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),

@@ -43,9 +43,9 @@ public enum ExitCode: Int32, Sendable, CaseIterable {
         case .noInput:
             "an input file cannot be read (a key or payload file; for apns also a .p8 that is not a P-256 key), "
                 + "or the API has no such thing (404)"
-        case .unavailable: "a service cannot be reached (database, API, APNs: connection, TLS, certificate), or the API answered 5xx"
+        case .unavailable: "a service cannot be reached (database, API, APNs: connection, TLS, certificate): check the URL and that it runs"
         case .software: "internal error"
-        case .temporaryFailure: "temporary failure after retries (APNs answered 429 or 5xx, or timed out): try again later"
+        case .temporaryFailure: "temporary failure: the API or APNs answered 429 or 5xx, or did not answer in time (after retries): try again later"
         case .permissionDenied:
             "not allowed: the API key is missing or wrong (401) or lacks the scope (403), "
                 + "or APNs refused the provider token (403)"

@@ -21,7 +21,7 @@ struct AdminAPIClient: Sendable {
     ]
 
     /// The exit codes of the API commands, for their `--help`: 409 is a refusal (1), like the database commands'.
-    static let exitCodes = ExitCode.help([.success, .failure, .usage, .dataError, .noInput, .unavailable, .permissionDenied])
+    static let exitCodes = ExitCode.help([.success, .failure, .usage, .dataError, .noInput, .unavailable, .temporaryFailure, .permissionDenied])
 
     /// The API's request body limit: a larger body is refused here, before sending.
     static let maxBodySize = APIServer.defaultMaxBodySize
@@ -148,10 +148,12 @@ struct AdminAPIClient: Sendable {
         return progress.withLock { $0.count }
     }
 
-    /// A transport failure: 69 (unreachable, TLS, timeout) with what to check.
+    /// A transport failure: 69 when the server cannot be reached (refused, TLS, certificate) with what to check,
+    /// 75 when it was reached and the answer did not come (a timeout, a closed connection): try again later.
     static func failure(_ error: HTTP1ClientError) -> CommandFailure {
         switch error {
         case .certificateRejected: CommandFailure("\(error); pass its CA with --ca-file", exitCode: .unavailable, code: "unreachable")
+        case .timedOut, .connectionClosed: CommandFailure("\(error); try again later", exitCode: .temporaryFailure, code: "temporary_failure")
         default: CommandFailure("\(error)", exitCode: .unavailable, code: "unreachable")
         }
     }
@@ -173,8 +175,9 @@ struct AdminAPIClient: Sendable {
         case 401, 403: exitCode = .permissionDenied
         case 404: exitCode = .noInput
         case 409: exitCode = .failure
+        case 429: exitCode = .temporaryFailure
         case 400..<500: exitCode = .dataError
-        default: exitCode = .unavailable
+        default: exitCode = .temporaryFailure
         }
         return CommandFailure(message, exitCode: exitCode, code: code, field: field)
     }

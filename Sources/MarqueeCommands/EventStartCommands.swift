@@ -65,7 +65,7 @@ extension EventCommands {
               marquee event starts 42
               marquee event starts 42 --follow --interval 2
 
-            \(ExitCode.help([.success, .failure, .usage, .dataError, .noInput, .unavailable, .permissionDenied, .interrupted]))
+            \(ExitCode.help([.success, .failure, .usage, .dataError, .noInput, .unavailable, .temporaryFailure, .permissionDenied, .interrupted]))
             """,
         arguments: [
             .positional("id", help: "The event id (marquee event list)."),

@@ -99,13 +99,13 @@ struct FaultTests {
                 #expect(answer.json["error"]?["code"] == "apns_timeout", "\(answer.text)")
                 #expect(took < 20, "answered after \(took) s")
             }
-            // The CLI over the route gets the same answer in the same bound: exit 69 (unavailable), the error as JSON.
+            // The CLI over the route gets the same answer in the same bound: exit 75 (temporary failure), the error as JSON.
             let started = Date()
             let cli = try await MarqueeProcess.run(
                 ["channel", "reconcile", "--delete-unknown", "--json", "--url", "http://127.0.0.1:\(h.ports[0])", "--api-key", h.adminKey],
                 databaseURL: nil)
             #expect(Date().timeIntervalSince(started) < 20)
-            #expect(cli.status == 69, "\(cli.stdout)\(cli.stderr)")
+            #expect(cli.status == 75, "\(cli.stdout)\(cli.stderr)")
             #expect((try? JSONValue(parsing: cli.stdout))?["error"]?["code"] == "apns_timeout", "\(cli.stdout)")
         }
     }

@@ -152,6 +152,25 @@ struct InitialSchemaTests {
                 """
                 INSERT INTO updates (event_id, content_state, occurred_at, priority) VALUES (\(event), '{}', now(), 'urgent')
                 """) == .checkViolation)
+        // Device tokens (Sql/0027): 64 to 200 lower-case hex digits, nothing else.
+        for (number, token) in [String(repeating: "a", count: 64), String(repeating: "0f", count: 100)].enumerated() {
+            try await pool.execute(
+                """
+                INSERT INTO installations (app_id, installation_id, push_to_start_token, token_registered_at, token_seen_at)
+                VALUES (\(app), \("good-\(number)"), \(token), now(), now())
+                """)
+        }
+        for token in [
+            String(repeating: "a", count: 63), String(repeating: "a", count: 201), String(repeating: "A", count: 64),
+            String(repeating: "a", count: 63) + "g", String(repeating: "a", count: 63) + "\n",
+        ] {
+            #expect(
+                try await refused(
+                    """
+                    INSERT INTO installations (app_id, installation_id, push_to_start_token, token_registered_at, token_seen_at)
+                    VALUES (\(app), 'bad', \(token), now(), now())
+                    """) == .checkViolation, "\(token)")
+        }
         _ = type
     }
 

@@ -223,20 +223,28 @@ public struct InstallationImporter: Sendable {
             """)
         try await tx.execute("ANALYZE installation_import_latest")
         // Tokens left out: given by a newer row of the file to another installation, invalidated by APNs after
-        // the row's time, or held by another installation that registered at or after it.
+        // the row's time, or held by another installation that registered at or after it. Three joins (hash
+        // joins over a million rows), each on the tokens the one before left in.
         summary.tokensLeftOut = try await tx.execute(
             """
             UPDATE installation_import_latest r SET token = NULL
-            WHERE r.applies AND r.token IS NOT NULL AND (
-                EXISTS (SELECT 1 FROM installation_import_latest newer
-                        WHERE newer.token = r.token AND newer.installation_id <> r.installation_id AND newer.applies
-                          AND (newer.registered_at, newer.line) > (r.registered_at, r.line))
-                OR EXISTS (SELECT 1 FROM token_invalidations t
-                           WHERE t.app_id = \(appID) AND t.token = r.token AND t.outcome = \(InvalidationOutcome.invalidated.sql)
-                             AND coalesce(to_timestamp(t.apns_timestamp_ms / 1000.0), t.recorded_at) > r.registered_at)
-                OR EXISTS (SELECT 1 FROM installations h
-                           WHERE h.app_id = \(appID) AND h.push_to_start_token = r.token AND h.installation_id <> r.installation_id
-                             AND h.registered_at >= r.registered_at))
+            FROM (SELECT installation_id, row_number() OVER (PARTITION BY token ORDER BY registered_at DESC, line DESC) AS rank
+                  FROM installation_import_latest WHERE applies AND token IS NOT NULL) ranked
+            WHERE ranked.rank > 1 AND r.installation_id = ranked.installation_id
+            """)
+        summary.tokensLeftOut += try await tx.execute(
+            """
+            UPDATE installation_import_latest r SET token = NULL
+            FROM token_invalidations t
+            WHERE r.applies AND t.app_id = \(appID) AND t.token = r.token AND t.outcome = \(InvalidationOutcome.invalidated.sql)
+              AND coalesce(to_timestamp(t.apns_timestamp_ms / 1000.0), t.recorded_at) > r.registered_at
+            """)
+        summary.tokensLeftOut += try await tx.execute(
+            """
+            UPDATE installation_import_latest r SET token = NULL
+            FROM installations h
+            WHERE r.applies AND h.app_id = \(appID) AND h.push_to_start_token = r.token AND h.installation_id <> r.installation_id
+              AND h.registered_at >= r.registered_at
             """)
         // A token moves: the other installations of the app that hold it (registered earlier) lose it.
         summary.tokensMoved = try await tx.execute(
