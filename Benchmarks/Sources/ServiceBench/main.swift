@@ -16,11 +16,30 @@
 //                [--events 1000] [--updates 60] [--rate 1000] [--connections 32] [--simulator-log FILE]
 //                [--samples FILE]   (one CSV line per update: when due, sent, answered and delivered)
 //   ServiceBench tokens ...              Scripts/bench tokens (TokensBench.swift)
+//   ServiceBench fanout ...              Scripts/bench fanout (FanOutBench.swift)
+//   ServiceBench installations-file ...  an import file for both (FanOutBench.swift)
 import BenchSupport
 import Foundation
 import Postgres
 import Synchronization
 
+if CommandLine.arguments.dropFirst().first == "fanout" {
+    do {
+        exit(try await FanOutBench(Flags(CommandLine.arguments.dropFirst(2))).run() ? 0 : 1)
+    } catch {
+        FileHandle.standardError.write(Data("ServiceBench fanout: \(error)\n".utf8))
+        exit(2)
+    }
+}
+if CommandLine.arguments.dropFirst().first == "installations-file" {
+    do {
+        try InstallationsFile.write(Flags(CommandLine.arguments.dropFirst(2)))
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("ServiceBench installations-file: \(error)\n".utf8))
+        exit(2)
+    }
+}
 if CommandLine.arguments.dropFirst().first == "tokens" {
     do {
         exit(try await TokensBench(Flags(CommandLine.arguments.dropFirst(2))).run() ? 0 : 1)

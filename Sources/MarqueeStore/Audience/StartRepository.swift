@@ -477,8 +477,13 @@ public struct StartRepository: Sendable {
             ), eligible AS (
                 SELECT i.* FROM input i JOIN installations n ON n.id = i.installation
                 WHERE n.live_activities_enabled AND n.push_to_start_token = i.token AND n.token_refused_reason IS NULL
-                  AND NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = i.installation
-                                  AND s.state IN \(StartLifecycle.startedStates.sql))
+                  -- A new start that the event's started one would duplicate is left out by starts_once_per_event
+                  -- (ON CONFLICT below); only a retry, which updates its row, asks first. Asking for every row made
+                  -- this statement a scan of starts per row whenever the table's statistics were older than its
+                  -- growth (the first minute of a big kick-off).
+                  AND (i.planned_id IS NULL
+                       OR NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = i.installation
+                                      AND s.state IN \(StartLifecycle.startedStates.sql)))
             ), retried AS (
                 UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1, sent_at = now(),
                     next_attempt_at = NULL
