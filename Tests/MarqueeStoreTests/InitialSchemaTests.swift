@@ -152,7 +152,7 @@ struct InitialSchemaTests {
                 """
                 INSERT INTO updates (event_id, content_state, occurred_at, priority) VALUES (\(event), '{}', now(), 'urgent')
                 """) == .checkViolation)
-        // Device tokens (Sql/0027): 64 to 200 lower-case hex digits, nothing else.
+        // Device tokens (Sql/0029): 64 to 200 lower-case hex digits, nothing else.
         for (number, token) in [String(repeating: "a", count: 64), String(repeating: "0f", count: 100)].enumerated() {
             try await pool.execute(
                 """
