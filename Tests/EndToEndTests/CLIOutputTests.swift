@@ -52,7 +52,7 @@ struct CLIOutputTests {
         try await BroadcastHarness.run { h in
             let cli = CLI(h: h)
             let leaves = try await cli.leafCommands()
-            #expect(leaves.count == 31 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
+            #expect(leaves.count == 34 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
             var covered: Set<[String]> = []
             func good(_ words: [String], succeeds: Bool = true) async throws -> JSONValue {
                 if let leaf = leaves.first(where: { words.starts(with: $0) }) { covered.insert(leaf) }
@@ -79,6 +79,11 @@ struct CLIOutputTests {
             _ = try await good(["installation", "show", "cli-phone"])
             _ = try await good(["installation", "show", "nobody"], succeeds: false)
             _ = try await good(["installation", "stats", "--app", String(h.appID)])
+            let dump = FileManager.default.temporaryDirectory.appending(path: "marquee-cli-\(UUID().uuidString).csv")
+            try "installationId,registeredAt\ncli-imported,2026-11-01T10:00:00Z\n".write(to: dump, atomically: true, encoding: .utf8)
+            defer { try? FileManager.default.removeItem(at: dump) }
+            let imported = try await good(["installation", "import", dump.path, "--app", String(h.appID)])
+            #expect(imported["created"] == 1, "\(imported)")
 
             let start = BroadcastHarness.iso(Date().addingTimeInterval(-60))
             let created = try await good([
@@ -93,6 +98,10 @@ struct CLIOutputTests {
             _ = try await good(["event", "list"])
             _ = try await good(["event", "show", String(event)])
             _ = try await good(["event", "update", String(event), "--patch", #"{"homeScore":1}"#])
+            let moved = try await good(["event", "reschedule", String(event), "--ends-at", BroadcastHarness.iso(Date().addingTimeInterval(3 * 3600))])
+            #expect(moved["warnings"] == [], "\(moved)")
+            let edited = try await good(["event", "edit", String(event), "--topic", "team:arsenal", "--topic", "cup:fa"])
+            #expect(edited["topics"] == ["team:arsenal", "cup:fa"], "\(edited)")
             let run = try await good(["event", "start", String(event), "--alert-title", "Kick-off", "--alert-body", "Arsenal v Chelsea"])
             #expect(run["kind"] == "manual", "\(run)")
             let runs = try await good(["event", "starts", String(event)])

@@ -396,6 +396,85 @@ public struct EventRepository: Sendable {
             """) == 1
     }
 
+    // MARK: changes after creation
+
+    /// Changes the event's schedule or audience settings under its row lock: `decide` gets the event and whether
+    /// a start run of it sent push-to-starts, and returns the plan (EventChangePlanner) or a refusal, which is
+    /// thrown and changes nothing. The change is recorded in event_changes with `apiKeyID`. Throws
+    /// `eventNotFound` (also for another app's event when `appID` is given).
+    public func change(
+        eventID: Int, appID: Int?, apiKeyID: Int?, _ change: EventChange,
+        decide: @Sendable (EventRecord, _ startsWentOut: Bool) -> Result<EventChangePlan, EventChangeRefusal>
+    ) async throws -> (event: EventRecord, plan: EventChangePlan) {
+        try await pool.withTransaction { tx in
+            guard
+                let row = try await tx.query(
+                    """
+                    SELECT \(unsafeRaw: EventRecord.columns),
+                           EXISTS (SELECT 1 FROM starts s WHERE s.event_id = events.id AND s.state IN \(StartLifecycle.startedStates.sql)) AS starts_went_out
+                    FROM events WHERE id = \(eventID) AND (\(appID)::bigint IS NULL OR app_id = \(appID))
+                    FOR UPDATE
+                    """
+                ).first
+            else { throw PipelineError.eventNotFound(eventID) }
+            let before = try EventRecord(row: row)
+            let plan = try decide(before, try row.decode(Bool.self, column: "starts_went_out")).get()
+            let after = try EventRecord(
+                row: try await tx.query(
+                    """
+                    UPDATE events SET starts_at = \(plan.startsAt), ends_at = \(plan.endsAt), status = \(plan.status),
+                        topics = coalesce(\(change.topics)::text[], topics),
+                        audience_lead = CASE WHEN \(change.audienceLead != nil) THEN \(change.audienceLead ?? nil)::integer ELSE audience_lead END,
+                        start_alert = CASE WHEN \(change.startAlert != nil) THEN \((change.startAlert ?? nil)?.postgresJSON)::jsonb ELSE start_alert END,
+                        updated_at = now()
+                    WHERE id = \(eventID)
+                    RETURNING \(unsafeRaw: EventRecord.columns)
+                    """)[0])
+            try await Self.record(
+                plan.event, eventID: eventID, appID: before.appID, apiKeyID: apiKeyID, changes: Self.differences(before, after), on: tx)
+            return (after, plan)
+        }
+    }
+
+    /// Writes one row of event_changes.
+    static func record(
+        _ event: EventLifecycle.Event, eventID: Int, appID: Int, apiKeyID: Int?, changes: JSONValue, on connection: PostgresConnection
+    ) async throws {
+        try await connection.execute(
+            """
+            INSERT INTO event_changes (app_id, event_id, api_key_id, kind, changes)
+            VALUES (\(appID), \(eventID), \(apiKeyID), \(event.rawValue), \(changes.postgresJSON)::jsonb)
+            """)
+    }
+
+    /// `{"field": {"from": .., "to": ..}}` for each field that differs between the two rows.
+    static func differences(_ before: EventRecord, _ after: EventRecord) -> JSONValue {
+        func date(_ value: Date?) -> JSONValue { value.map { .string($0.ISO8601Format()) } ?? .null }
+        let pairs: [(String, JSONValue, JSONValue)] = [
+            ("status", .string(before.status.rawValue), .string(after.status.rawValue)),
+            ("startsAt", date(before.startsAt), date(after.startsAt)),
+            ("endsAt", date(before.endsAt), date(after.endsAt)),
+            ("topics", .array(before.topics.map(JSONValue.string)), .array(after.topics.map(JSONValue.string))),
+            ("audienceLead", before.audienceLead.map { .int(Int64($0)) } ?? .null, after.audienceLead.map { .int(Int64($0)) } ?? .null),
+            ("startAlert", before.startAlert ?? .null, after.startAlert ?? .null),
+        ]
+        var changes = JSONObject()
+        for (field, from, to) in pairs where from != to { changes[field] = ["from": from, "to": to] }
+        return .object(changes)
+    }
+
+    /// The changes recorded for the event, oldest first: (lifecycle event, API key id, changes, when).
+    public func changes(eventID: Int) async throws -> [(kind: String, apiKeyID: Int?, changes: JSONValue, at: Date)] {
+        try await pool.query(
+            "SELECT kind, api_key_id, changes, created_at FROM event_changes WHERE event_id = \(eventID) ORDER BY id"
+        ).map { row in
+            (
+                try row.decode(String.self, column: "kind"), try row.decode(Int?.self, column: "api_key_id"),
+                try row.decodeJSON(column: "changes") ?? [:], try row.decode(Date.self, column: "created_at")
+            )
+        }
+    }
+
     static func encodeCursor(startsAt: Date, id: Int) -> String {
         let micros = Int64((startsAt.timeIntervalSince1970 * 1_000_000).rounded())
         return Data("\(micros):\(id)".utf8).base64EncodedString()

@@ -1,0 +1,116 @@
+// Events that move: `PATCH /v1/events/{id}` changes the times (an `ingest` key may), the topics, the audience
+// lead and the start alert (those decide who gets a push-to-start and what it says: `admin` only). The
+// attributes never change, because running activities keep the ones they started with. EventChangePlanner
+// decides under the event's row lock; EventRepository.change performs and records the change with its key.
+// The scheduler and the start fan-out read the event's times on every sweep, so they follow at once.
+import Foundation
+import MarqueeCore
+import MarqueeStore
+import Network
+
+extension EventRoutes {
+    func registerChanges(in table: inout RouteTable) {
+        table.add("PATCH", "/v1/events/{id}", access: .scope(.ingest), takesBody: true) { [self] request in try await change(request) }
+    }
+
+    private static let changeFields: Set<String> = ["startsAt", "endsAt", "topics", "audienceLead", "startAlert"]
+    /// Fields of an event that never change after its creation, and why.
+    private static let fixedFields: [String: String] = [
+        "attributes": "running Live Activities keep the attributes they were started with; create another event",
+        "attributeType": "devices decode the activity's attributes type; create another event",
+        "storagePolicy": "an APNs channel's message storage policy cannot change once it is created",
+        "kind": "an event's kind is fixed at creation", "externalId": "an event's external id is fixed at creation",
+        "app": "an event belongs to its app",
+    ]
+    /// Fields only an `admin` key may change.
+    private static let adminFields = ["topics", "startAlert"]
+
+    private func change(_ request: APIRequest) async throws -> HTTPResponse {
+        let eventID = try Self.eventID(request)
+        let body = try request.bodyObject()
+        if let (field, reason) = Self.fixedFields.first(where: { body.object[$0.key] != nil }).map({ ($0.key, $0.value) }) {
+            throw APIError(status: 409, code: "immutable_field", message: "\(field) cannot change: \(reason)", field: field)
+        }
+        try body.allowOnly(Self.changeFields)
+        if let field = Self.adminFields.first(where: { body.object[$0] != nil }), request.key?.scopes.contains(.admin) != true {
+            throw APIError(
+                status: 403, code: "forbidden",
+                message: "changing \(field) needs an API key with the 'admin' scope (it decides who is started and what the start says); "
+                    + "an 'ingest' key may change startsAt, endsAt and audienceLead", field: field)
+        }
+        var change = EventChange()
+        change.startsAt = try body.optionalDate("startsAt")
+        change.endsAt = try body.optionalDate("endsAt")
+        if body.object["topics"] != nil { change.topics = try Self.topics(body) }
+        if let lead = body.object["audienceLead"] {
+            change.audienceLead = .some(lead.isNull ? nil : Int(try body.int("audienceLead", in: 0...604_800)))
+        }
+        var newAlert: LiveActivityAlert?
+        if let alert = body.object["startAlert"] {
+            if alert.isNull {
+                change.startAlert = .some(nil)
+            } else {
+                do {
+                    newAlert = try LiveActivityAlert(json: alert, at: ["startAlert"])
+                } catch {
+                    throw APIError.validation(error.description, field: "\(error.path)")
+                }
+                change.startAlert = .some(newAlert?.json)
+            }
+        }
+        guard !change.isEmpty else {
+            throw APIError.validation("nothing to change; send one of \(Self.changeFields.sorted().joined(separator: ", "))", field: nil)
+        }
+        if let newAlert {
+            // The new alert must leave the push-to-start within a device push's 4,096 bytes.
+            guard let event = try await events.get(id: eventID, appID: request.key?.appID) else { throw APIError.notFound("event \(eventID)") }
+            let typeName = try await types.find(id: event.attributeTypeID)?.type.name ?? ""
+            try Self.checkStartSize(typeName: typeName, attributes: event.attributes, state: event.latestState ?? [:], alert: newAlert)
+        }
+        let defaultLead = startSettings.audienceLead
+        let restartOnPostpone = TimeInterval.infinity
+        let asked = change
+        let result: (event: EventRecord, plan: EventChangePlan)
+        do {
+            result = try await events.change(eventID: eventID, appID: request.key?.appID, apiKeyID: request.key?.databaseID, change) {
+                event, startsWentOut in
+                EventChangePlanner.plan(
+                    asked,
+                    facts: EventChangeFacts(
+                        status: event.status, startsAt: event.startsAt, endsAt: event.endsAt, audienceLead: event.audienceLead,
+                        defaultAudienceLead: defaultLead, startsWentOut: startsWentOut, restartOnPostpone: restartOnPostpone))
+            }
+        } catch PipelineError.eventNotFound {
+            throw APIError.notFound("event \(eventID)")
+        } catch let refusal as EventChangeRefusal {
+            switch refusal {
+            case .closed(let status):
+                throw APIError.conflict("event \(eventID) is \(status.rawValue): its schedule and settings no longer change", field: nil)
+            case .endsNotAfterStart:
+                throw APIError.validation(
+                    "endsAt must be after startsAt", field: change.endsAt != nil || change.startsAt == nil ? "endsAt" : "startsAt")
+            }
+        }
+        // The size of its push-to-start, kept per process for the ingest, changes with the alert.
+        if change.startAlert != nil { typeOfEvent.forgetStartOverhead(eventID: eventID) }
+        var json = Self.json(result.event, typeName: try await types.find(id: result.event.attributeTypeID)?.type.name ?? "").objectValue ?? [:]
+        json["warnings"] = Self.json(result.plan.warnings)
+        return .json(.object(json))
+    }
+
+    /// The `warnings` array of an answer (`Warning` in the OpenAPI document).
+    static func json(_ warnings: [EventWarning]) -> JSONValue {
+        .array(
+            warnings.map { warning in
+                switch warning {
+                case .outlivesActivity:
+                    [
+                        "code": .string(warning.rawValue), "field": "endsAt",
+                        "message": .string(
+                            "from the audience start (startsAt minus the audience lead) to endsAt is more than 8 hours: "
+                                + "the system ends a Live Activity after 8 hours, before this event ends"),
+                    ]
+                }
+            })
+    }
+}

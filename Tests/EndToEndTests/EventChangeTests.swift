@@ -1,0 +1,68 @@
+import APNsSimulator
+import Foundation
+import MarqueeCore
+import Postgres
+import Testing
+
+/// Events that move (PATCH, cancel), through `marquee serve` as a process, a real PostgreSQL and the simulator
+/// playing the devices: what the channel carried and what every device shows.
+@Suite(.enabled(if: MarqueeProcess.available))
+struct EventChangeTests {
+    typealias Fans = StartFanOutTests
+
+    /// `POST /v1/events` for a flight already under way (its channel opens at once) ending at `endsAt`.
+    static func flight(_ harness: BroadcastHarness, _ externalID: String, endsAt: Date) async throws -> Int {
+        let body: JSONValue = [
+            "app": .int(Int64(harness.appID)), "externalId": .string(externalID), "kind": "flight", "attributeType": "MatchAttributes",
+            "attributes": ["homeTeam": "LHR", "awayTeam": "JFK"], "contentState": MatchState().input,
+            "startsAt": .string(BroadcastHarness.iso(Date().addingTimeInterval(-60))), "endsAt": .string(BroadcastHarness.iso(endsAt)),
+        ]
+        let response = try await harness.api("POST", "/v1/events", body)
+        try #require(response.status == 201, "POST /v1/events: \(response.text)")
+        return Int(try #require(response.json["id"]?.intValue))
+    }
+
+    static func ends(on channel: String, _ harness: BroadcastHarness) throws -> [ActivityPush] {
+        try harness.pushes(on: channel).map(\.push).filter { $0.aps.event == "end" }
+    }
+
+    @Test func aFlightDelayedTwiceEndsOnceAfterItsLastEndsAtAndNeverAtAnEarlierOne() async throws {
+        try await BroadcastHarness.run { harness in
+            let ingest = try await harness.key(scope: "ingest")
+            let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+            let (first, second, last) = (now.addingTimeInterval(3), now.addingTimeInterval(6), now.addingTimeInterval(10))
+            // Each control flight keeps one of the delayed flight's earlier ends: once it ended, the scheduler
+            // has swept past that time.
+            let controls = [try await Self.flight(harness, "control-1", endsAt: first), try await Self.flight(harness, "control-2", endsAt: second)]
+            let delayed = try await Self.flight(harness, "BA117", endsAt: first)
+            let channel = try await harness.openChannel(of: delayed)
+            for (index, endsAt) in [second, last].enumerated() {
+                let moved = try await harness.api(
+                    "PATCH", "/v1/events/\(delayed)",
+                    [
+                        "startsAt": .string(BroadcastHarness.iso(now.addingTimeInterval(-30 + Double(index) * 10))),
+                        "endsAt": .string(BroadcastHarness.iso(endsAt)),
+                    ],
+                    key: ingest)
+                #expect(moved.status == 200, "\(moved.text)")
+                #expect(moved.json["endsAt"]?.stringValue.flatMap { Date(iso8601: $0) } == endsAt, "\(moved.text)")
+            }
+            for control in controls {
+                try await harness.waitUntil("control flight \(control) ends on its time") { try await harness.event(control)["status"] == "ended" }
+                #expect(try await harness.event(delayed)["status"] == "live", "the delayed flight ended at an earlier endsAt")
+                #expect(try Self.ends(on: channel, harness).isEmpty)
+            }
+            try await harness.waitUntil("the delayed flight ends") { try await harness.event(delayed)["status"] == "ended" }
+            let ends = try Self.ends(on: channel, harness)
+            #expect(ends.count == 1)
+            #expect(try #require(ends.first).aps.timestamp >= Int(last.timeIntervalSince1970.rounded(.down)), "the end went before the last endsAt")
+            // Both changes are recorded with the key that made them.
+            let recorded = try await harness.count(
+                """
+                SELECT count(*)::bigint AS n FROM event_changes c JOIN api_keys k ON k.id = c.api_key_id
+                WHERE c.event_id = \(delayed) AND c.kind = \(EventLifecycle.Event.rescheduled.rawValue) AND k.prefix = \(String(ingest.dropFirst(3).prefix(12)))
+                """)
+            #expect(recorded == 2)
+        }
+    }
+}

@@ -1,0 +1,152 @@
+import Foundation
+import MarqueeCore
+import MarqueeService
+import MarqueeStore
+import Network
+import Postgres
+import Testing
+
+/// `PATCH /v1/events/{id}` through APIServer.respond on a real, migrated PostgreSQL database.
+@Suite(.enabled(if: APIHarness.available))
+struct EventChangeRoutesTests {
+    typealias Setup = EventRoutesTests.Setup
+
+    func patch(_ s: Setup, _ event: Int, key: String? = nil, _ body: JSONValue) async -> APIHarness.Answer {
+        await s.harness.send("PATCH", "/v1/events/\(event)", key: key ?? s.ingest, body: body.jsonString)
+    }
+
+    func expectError(
+        _ answer: APIHarness.Answer, _ status: Int, code: String? = nil, field: String?? = .none, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        EventRoutesTests().expectError(answer, status, code: code, field: field, sourceLocation: sourceLocation)
+    }
+
+    /// The recorded changes of the event: (kind, the key's public id, changes).
+    func changes(_ s: Setup, _ event: Int) async throws -> [(kind: String, key: String?, changes: JSONValue)] {
+        try await s.harness.pool.query(
+            """
+            SELECT c.kind, k.prefix, c.changes::text AS changes FROM event_changes c LEFT JOIN api_keys k ON k.id = c.api_key_id
+            WHERE c.event_id = \(event) ORDER BY c.id
+            """
+        ).map { row in
+            (
+                try row.decode(String.self, column: "kind"), try row.decode(String?.self, column: "prefix"),
+                try JSONValue(parsing: try row.decode(String.self, column: "changes"))
+            )
+        }
+    }
+
+    static func keyID(_ key: String) -> String { String(key.dropFirst(3).prefix(12)) }
+
+    @Test func anIngestKeyMovesTheTimesAndEachChangeIsRecordedWithItsKey() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        let moved = await patch(s, event, ["startsAt": "2026-11-29T19:30:00Z", "endsAt": "2026-11-29T21:45:00Z"])
+        #expect(moved.status == 200, "\(moved.text)")
+        #expect(moved.json?["startsAt"] == "2026-11-29T19:30:00Z" && moved.json?["endsAt"] == "2026-11-29T21:45:00Z")
+        #expect(moved.json?["status"] == "scheduled")
+        #expect(moved.json?["warnings"] == [])
+        let again = await patch(s, event, key: s.admin, ["endsAt": "2026-11-29T22:00:00Z", "audienceLead": 1200])
+        #expect(again.status == 200, "\(again.text)")
+        #expect(again.json?["startsAt"] == "2026-11-29T19:30:00Z" && again.json?["audienceLead"] == 1200)
+
+        let shown = await s.harness.send("GET", "/v1/events/\(event)", key: s.admin)
+        #expect(shown.json?["endsAt"] == "2026-11-29T22:00:00Z", "\(shown.text)")
+        let recorded = try await changes(s, event)
+        try #require(recorded.count == 2)
+        #expect(recorded[0].kind == "rescheduled" && recorded[0].key == Self.keyID(s.ingest))
+        #expect(recorded[0].changes["startsAt"] == ["from": "2026-11-29T18:30:00Z", "to": "2026-11-29T19:30:00Z"], "\(recorded[0].changes)")
+        #expect(recorded[0].changes["endsAt"]?["to"] == "2026-11-29T21:45:00Z")
+        #expect(recorded[1].key == Self.keyID(s.admin))
+        #expect(recorded[1].changes["audienceLead"] == ["from": .null, "to": 1200] && recorded[1].changes["startsAt"] == nil)
+    }
+
+    @Test func topicsAndTheStartAlertNeedAnAdminKey() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        expectError(await patch(s, event, ["topics": ["team:chelsea"]]), 403, code: "forbidden", field: "topics")
+        expectError(await patch(s, event, ["startAlert": ["title": "Kick-off", "body": "now"]]), 403, code: "forbidden", field: "startAlert")
+        expectError(await patch(s, event, key: s.tokens, ["startsAt": "2026-11-29T19:30:00Z"]), 403, code: "forbidden")
+        #expect(try await changes(s, event).isEmpty)
+
+        let edited = await patch(
+            s, event, key: s.admin, ["topics": ["team:chelsea", "team:arsenal"], "startAlert": ["title": "Kick-off", "body": "Arsenal v Chelsea"]])
+        #expect(edited.status == 200, "\(edited.text)")
+        #expect(edited.json?["topics"] == ["team:chelsea", "team:arsenal"])
+        #expect(edited.json?["startAlert"]?["title"] == "Kick-off")
+        let removed = await patch(s, event, key: s.admin, ["startAlert": .null])
+        #expect(removed.status == 200 && removed.json?["startAlert"] == .null, "\(removed.text)")
+        #expect(try await changes(s, event).map(\.kind) == ["rescheduled", "rescheduled"])
+    }
+
+    @Test func badChangesAreRefusedWithTheirFieldAndChangeNothing() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        _ = await patch(s, event, ["endsAt": "2026-11-29T20:30:00Z"])
+        expectError(await patch(s, event, ["endsAt": "2026-11-29T18:00:00Z"]), 422, code: "validation_failed", field: "endsAt")
+        expectError(await patch(s, event, ["startsAt": "2026-11-29T21:00:00Z"]), 422, code: "validation_failed", field: "startsAt")
+        expectError(
+            await patch(s, event, key: s.admin, ["attributes": ["homeTeam": "Spurs"]]), 409, code: "immutable_field", field: "attributes")
+        expectError(await patch(s, event, ["storagePolicy": "none"]), 409, code: "immutable_field", field: "storagePolicy")
+        expectError(await patch(s, event, ["startsAt": "tomorrow"]), 422, field: "startsAt")
+        expectError(await patch(s, event, ["audienceLead": -1]), 422, field: "audienceLead")
+        expectError(await patch(s, event, ["colour": "red"]), 422, field: "colour")
+        expectError(await patch(s, event, [:]), 422)
+        expectError(await patch(s, 999_999, ["startsAt": "2026-11-29T19:30:00Z"]), 404)
+        let shown = await s.harness.send("GET", "/v1/events/\(event)", key: s.admin)
+        #expect(shown.json?["startsAt"] == "2026-11-29T18:30:00Z" && shown.json?["endsAt"] == "2026-11-29T20:30:00Z", "\(shown.text)")
+        #expect(try await changes(s, event).count == 1)
+
+        // An ended or cancelled event no longer moves.
+        for status in [EventStatus.ended, .cancelled] {
+            let closed = try await s.event()
+            try await s.harness.pool.execute("UPDATE events SET status = \(status.rawValue) WHERE id = \(closed)")
+            expectError(await patch(s, closed, ["startsAt": "2026-11-29T19:30:00Z"]), 409, code: "conflict")
+            #expect(try await changes(s, closed).isEmpty)
+        }
+    }
+
+    @Test func aNewStartAlertIsWeighedByTheNextUpdate() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        var events: [Int] = []
+        for name in ["sized", "control"] {
+            let created = await s.create(name, ["startAlert": ["title": "Kick-off", "body": "soon"]])
+            events.append(Int(try #require(created.json?["id"]?.intValue, "\(created.text)")))
+        }
+        var state = try #require(EventRoutesTests.initialState.objectValue)
+        let small = JSONValue.object(["contentState": .object(state)]).jsonString
+        state["lastScorer"] = .string(String(repeating: "x", count: 2500))
+        let large = JSONValue.object(["contentState": .object(state)]).jsonString
+        // An update reads the event's start size into this process's cache.
+        for event in events { #expect(await s.post("/v1/events/\(event)/updates", body: small).status == 202) }
+        let long = String(repeating: "y", count: 900)
+        let edited = await patch(s, events[0], key: s.admin, ["startAlert": ["title": .string(long), "body": .string(long)]])
+        #expect(edited.status == 200, "\(edited.text)")
+        // With the long start alert the large state no longer fits the push-to-start: the cached size was dropped.
+        expectError(await s.post("/v1/events/\(events[0])/updates", body: large), 422, code: "start_payload_too_large")
+        #expect(await s.post("/v1/events/\(events[1])/updates", body: large).status == 202)
+        // A start alert that does not fit with the latest state is refused, and changes nothing.
+        let longer = String(repeating: "z", count: 1800)
+        expectError(
+            await patch(s, events[1], key: s.admin, ["startAlert": ["title": .string(longer), "body": .string(longer)]]), 422,
+            code: "start_payload_too_large")
+        #expect(try await changes(s, events[1]).isEmpty)
+    }
+
+    @Test func anEventThatOutlivesAnActivityIsAcceptedWithAWarning() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        // 18:30 − the default lead (600 s) to 02:25 is 8 h 5 min.
+        let long = await patch(s, event, ["endsAt": "2026-11-30T02:25:00Z"])
+        #expect(long.status == 200, "\(long.text)")
+        let warnings = try #require(long.json?["warnings"]?.arrayValue)
+        #expect(warnings.count == 1 && warnings.first?["code"] == "activity_outlives_8h" && warnings.first?["field"] == "endsAt", "\(long.text)")
+        let fits = await patch(s, event, ["endsAt": "2026-11-30T02:15:00Z"])
+        #expect(fits.json?["warnings"] == [], "\(fits.text)")
+    }
+}
