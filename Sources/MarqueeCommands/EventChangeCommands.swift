@@ -98,6 +98,37 @@ extension EventCommands {
         try await patch(arguments, id: id, body: body, verb: "edited")
     }
 
+    static let cancel = Command(
+        "cancel", summary: "Call an event off: running activities end with a final state; nothing is sent if none started.",
+        discussion: """
+            Without --content-state or --patch the latest state is the final one. With activities that may be
+            running, the final state goes out as the end (to the channel and to activity tokens) and the channel is
+            deleted after the usual delay; with none, nothing is sent and an open channel is deleted at once. Start
+            runs stop. An 'ingest' key may cancel; an ended or cancelled event answers 409.
+
+            Example:
+              marquee event cancel 42 --patch '{"period":"fullTime"}' --dismissal-date now+30m
+
+            \(AdminAPIClient.exitCodes)
+            """,
+        arguments: [.positional("id", help: "The event id (marquee event list).")] + stateArguments + [
+            .option("dismissal-date", value: "DATE", help: "When devices remove the ended activity (at most 4 hours after the end).")
+        ] + AdminAPIClient.options
+    ) { arguments in
+        let input = APIInput(arguments)
+        let id = try input.id("id", positional: true)!
+        var body = try await stateBody(input, required: false)
+        if let date = try input.date("dismissal-date") { body["dismissalDate"] = .string(date) }
+        let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events/\(id)/cancel", body: .object(body)) }
+        APIText.emit(arguments, answer) { answer in
+            let how =
+                answer["broadcast"] == true
+                ? "the end goes out with update \(APIText.cell(answer["update"]?["id"])); the channel is deleted after the delay"
+                : "nothing was sent (no activity had started); its channel, if open, is deleted now"
+            return "cancelled event \(id): \(how)"
+        }
+    }
+
     /// `PATCH /v1/events/{id}`, printing the event and its warnings.
     static func patch(_ arguments: ParsedArguments, id: Int64, body: JSONObject, verb: String) async throws {
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("PATCH", "/v1/events/\(id)", body: .object(body)) }

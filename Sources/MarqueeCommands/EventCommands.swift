@@ -22,7 +22,7 @@ enum EventCommands {
 
             \(AdminAPIClient.exitCodes)
             """,
-        subcommands: [create, list, show, update, end, reschedule, edit, start, starts])
+        subcommands: [create, list, show, update, end, reschedule, edit, cancel, start, starts])
 
     static let create = Command(
         "create", summary: "Create an event; its channel opens a lead time before it starts.",

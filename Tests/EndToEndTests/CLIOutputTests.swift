@@ -52,7 +52,7 @@ struct CLIOutputTests {
         try await BroadcastHarness.run { h in
             let cli = CLI(h: h)
             let leaves = try await cli.leafCommands()
-            #expect(leaves.count == 34 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
+            #expect(leaves.count == 35 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
             var covered: Set<[String]> = []
             func good(_ words: [String], succeeds: Bool = true) async throws -> JSONValue {
                 if let leaf = leaves.first(where: { words.starts(with: $0) }) { covered.insert(leaf) }
@@ -118,6 +118,9 @@ struct CLIOutputTests {
             _ = try await good(["event", "end", String(event)])
             try await h.waitUntil("the end is broadcast") { try await h.event(Int(event))["status"] == "ended" }
             _ = try await good(["channel", "delete", String(channelRow), "--yes"])
+            let calledOff = try await h.createEvent("cli-cancel")
+            let cancelled = try await good(["event", "cancel", String(calledOff), "--patch", #"{"lastScorer":"called off"}"#])
+            #expect(cancelled["event"]?["status"] == "cancelled" && cancelled["broadcast"] == false, "\(cancelled)")
 
             let made = try await good(["apns", "channels", "create", "--storage-policy", "mostRecent"])
             let apnsChannel = try #require(made["channelId"]?.stringValue)

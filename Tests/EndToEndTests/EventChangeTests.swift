@@ -65,4 +65,74 @@ struct EventChangeTests {
             #expect(recorded == 2)
         }
     }
+
+    /// The match state a cancel ends the activities with.
+    static var calledOff: MatchState {
+        var state = MatchState()
+        state.lastScorer = "called off"
+        return state
+    }
+
+    @Test func aCancelDuringALiveEventEndsEveryDeviceWithTheCancelledStateAndDeletesTheChannel() async throws {
+        try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900"], appBackend: true) { harness in
+            // iOS 18 devices join the channel; 17.x ones are updated through their activity tokens.
+            let members = (1...40).map {
+                Fans.Member(installationID: "c-\($0)", token: Fans.token($0), os: $0 % 2 == 0 ? "17.4" : "18.1", follows: true, enabled: true)
+            }
+            let legacy = members.filter { $0.os == "17.4" }
+            try await Fans.seed(members, topic: "team:arsenal", harness: harness)
+            try await MirroringTests.registerKeyedType(harness)
+            let event = try await Fans.createMatch(harness, "cancel-live", startsIn: -60, extra: ["attributeType": "KeyedMatch"])
+            let channel = try await harness.openChannel(of: event)
+            _ = try await Fans.run(of: event, harness, until: Fans.firstPassDone)
+            try await harness.waitUntil("the 17.x devices' activity tokens are registered") {
+                try await harness.event(event)["mirroring"]?["activities"] == .int(Int64(legacy.count))
+            }
+            #expect(try await harness.update(event, MirroringTests.goals(1), extra: ["priority": "high"]).status == 202)
+            try await harness.waitUntil("every device shows the goal") {
+                let shown = Fans.activities(harness)
+                return members.allSatisfy { shown[$0.token]?.first?.contentState["homeScore"] == 1 }
+            }
+
+            let ingest = try await harness.key(scope: "ingest")
+            let cancelled = try await harness.api("POST", "/v1/events/\(event)/cancel", ["contentState": Self.calledOff.input], key: ingest)
+            #expect(cancelled.status == 202 && cancelled.json["broadcast"] == true, "\(cancelled.text)")
+            try await harness.waitUntil("every device ends with the cancelled state") {
+                let shown = Fans.activities(harness)
+                return members.allSatisfy {
+                    let activity = shown[$0.token]?.first
+                    return activity?.state == .ended && activity?.contentState["lastScorer"] == "called off"
+                }
+            }
+            #expect(Fans.activities(harness).values.allSatisfy { $0.count == 1 }, "a device shows a second activity")
+            try await harness.waitUntil("the channel is deleted at APNs") { harness.simulator.engine.channel(id: channel) == nil }
+            let detail = try await harness.event(event)
+            #expect(detail["status"] == "cancelled" && detail["channel"]?["state"] == "deleted", "\(detail)")
+            #expect(try Self.ends(on: channel, harness).count == 1)
+            #expect(try await harness.api("POST", "/v1/events/\(event)/cancel", [:], key: ingest).status == 409)
+        }
+    }
+
+    @Test func aCancelBeforeAnyStartSendsNothingAndDeletesTheOpenChannel() async throws {
+        try await BroadcastHarness.run { harness in
+            let members = (1...20).map {
+                Fans.Member(installationID: "q-\($0)", token: Fans.token($0), os: "18.2", follows: true, enabled: true)
+            }
+            try await Fans.seed(members, topic: "team:arsenal", harness: harness)
+            // Inside the channel's lead time, long before the audience's.
+            let event = try await Fans.createMatch(harness, "cancel-early", startsIn: 3600)
+            let channel = try await harness.openChannel(of: event)
+            let quota = harness.simulator.engine.channels(bundleID: BroadcastHarness.bundleID).count
+            let cancelled = try await harness.api("POST", "/v1/events/\(event)/cancel", ["contentState": Self.calledOff.input])
+            #expect(cancelled.status == 202 && cancelled.json["broadcast"] == false, "\(cancelled.text)")
+            try await harness.waitUntil("the open channel is deleted at APNs") { harness.simulator.engine.channel(id: channel) == nil }
+            #expect(harness.simulator.engine.channels(bundleID: BroadcastHarness.bundleID).count == quota - 1)
+            #expect(harness.broadcasts(on: channel).isEmpty, "a broadcast went out")
+            #expect(harness.simulator.engine.devicePushes.isEmpty, "a device push went out")
+            #expect(Fans.activities(harness).values.allSatisfy { $0.isEmpty })
+            let detail = try await harness.event(event)
+            #expect(detail["status"] == "cancelled" && detail["channel"]?["state"] == "deleted", "\(detail)")
+            #expect(try await harness.api("GET", "/v1/events/\(event)/starts").json["runs"] == [])
+        }
+    }
 }

@@ -140,6 +140,7 @@ import Testing
         let expected: [(String, [String])] = [
             ("reschedule", ["--starts-at DATE", "--ends-at DATE", "--audience-lead SECONDS", "Example:\n  marquee event reschedule 42"]),
             ("edit", ["--topic TOPIC", "[repeatable]", "--start-alert-title TEXT", "--no-start-alert", "Example:\n  marquee event edit 42"]),
+            ("cancel", ["--content-state JSON", "--patch JSON", "--dismissal-date DATE", "Example:\n  marquee event cancel 42"]),
         ]
         for (name, lines) in expected {
             guard case .help(let help) = try parser.parse(["event", name, "--help"]) else {
@@ -152,7 +153,7 @@ import Testing
             }
         }
         guard case .help(let group) = try parser.parse(["event", "--help"]) else { return }
-        #expect(group.contains("\n  reschedule ") && group.contains("\n  edit "), "\(group)")
+        #expect(group.contains("\n  reschedule ") && group.contains("\n  edit ") && group.contains("\n  cancel "), "\(group)")
     }
 
     // MARK: Rendering

@@ -149,4 +149,89 @@ struct EventChangeRoutesTests {
         let fits = await patch(s, event, ["endsAt": "2026-11-30T02:15:00Z"])
         #expect(fits.json?["warnings"] == [], "\(fits.text)")
     }
+
+    // MARK: cancel
+
+    func cancel(_ s: Setup, _ event: Int, key: String? = nil, _ body: JSONValue = [:]) async -> APIHarness.Answer {
+        await s.harness.send("POST", "/v1/events/\(event)/cancel", key: key ?? s.ingest, body: body.jsonString)
+    }
+
+    func channelState(_ s: Setup, _ event: Int) async throws -> String? {
+        try await s.harness.pool.query("SELECT state FROM channels WHERE event_id = \(event) ORDER BY id DESC LIMIT 1").first?.decode(
+            String.self, column: "state")
+    }
+
+    @Test func aCancelBeforeAnyStartSendsNothingAndHandsAnOpenChannelToItsDelete() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        try await s.openChannel(event)
+        let update = JSONValue.object(["contentState": EventRoutesTests.initialState]).jsonString
+        #expect(await s.post("/v1/events/\(event)/updates", body: update).status == 202)
+        let cancelled = await cancel(s, event, ["dismissalDate": "2026-11-29T19:00:00Z"])
+        #expect(cancelled.status == 202, "\(cancelled.text)")
+        #expect(cancelled.json?["broadcast"] == false && cancelled.json?["update"] == .null, "\(cancelled.text)")
+        #expect(cancelled.json?["event"]?["status"] == "cancelled")
+        // The pending update never goes; the channel waits for the scheduler's delete at APNs.
+        #expect(try await s.harness.count("outbox") == 0)
+        let unsent = try await s.harness.pool.query(
+            "SELECT count(*) AS n FROM updates WHERE event_id = \(event) AND disposition = \(UpdateDisposition.unsent.rawValue)")
+        #expect(try unsent[0].decode(Int.self, column: "n") == 1)
+        #expect(try await channelState(s, event) == ChannelLifecycle.State.deleting.rawValue)
+        let recorded = try await changes(s, event)
+        #expect(recorded.map(\.kind) == ["cancelRequested"] && recorded.first?.key == Self.keyID(s.ingest))
+        #expect(recorded.first?.changes["broadcast"] == false)
+
+        // Once cancelled, nothing more: no cancel, no update, no change.
+        expectError(await cancel(s, event), 409, code: "conflict")
+        expectError(await s.post("/v1/events/\(event)/updates", body: update), 409)
+        expectError(await patch(s, event, ["startsAt": "2026-11-29T19:30:00Z"]), 409)
+
+        // Without a channel there is nothing to delete: a planned one is dropped.
+        let planned = try await s.event()
+        _ = try await ChannelRepository(pool: s.harness.pool).createPlanned(eventID: planned)
+        #expect(await cancel(s, planned).status == 202)
+        #expect(try await channelState(s, planned) == ChannelLifecycle.State.deleted.rawValue)
+    }
+
+    @Test func aCancelWithRunningActivitiesQueuesTheEndAndLeavesTheEventCancelled() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        try await s.openChannel(event)
+        // A broadcast reached the channel: activities may listen on it.
+        let channel = try #require(
+            try await s.harness.pool.query("SELECT id FROM channels WHERE event_id = \(event)").first?.decode(Int.self, column: "id"))
+        try await s.harness.pool.execute(
+            """
+            INSERT INTO deliveries (app_id, kind, channel_id, status, latency_us, priority, attempt, aps_timestamp)
+            VALUES (\(s.app), 'broadcast', \(channel), 200, 1000, 5, 1, 1)
+            """)
+        var final = try #require(EventRoutesTests.initialState.objectValue)
+        final["lastScorer"] = "called off"
+        let cancelled = await cancel(s, event, ["contentState": .object(final)])
+        #expect(cancelled.status == 202, "\(cancelled.text)")
+        #expect(cancelled.json?["broadcast"] == true && cancelled.json?["update"]?["action"] == "end", "\(cancelled.text)")
+        #expect(cancelled.json?["event"]?["status"] == "cancelled" && cancelled.json?["event"]?["contentState"]?["lastScorer"] == "called off")
+        #expect(try await s.harness.count("outbox") == 1)
+        #expect(try await channelState(s, event) == ChannelLifecycle.State.open.rawValue)
+        #expect(try await changes(s, event).first?.changes["broadcast"] == true)
+        expectError(await cancel(s, event), 409)
+    }
+
+    @Test func aBadCancelChangesNothing() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        expectError(await cancel(s, event, ["contentState": ["homeScore": "one"]]), 422, field: "contentState.homeScore")
+        expectError(await cancel(s, event, ["reason": "rain"]), 422, field: "reason")
+        expectError(await cancel(s, event, ["contentState": [:], "contentStatePatch": [:]]), 422, field: "contentStatePatch")
+        expectError(await cancel(s, event, key: s.tokens), 403)
+        expectError(await cancel(s, 999_999), 404)
+        #expect(try await changes(s, event).isEmpty)
+        let shown = await s.harness.send("GET", "/v1/events/\(event)", key: s.admin)
+        #expect(shown.json?["status"] == "scheduled")
+        try await s.harness.pool.execute("UPDATE events SET status = \(EventStatus.ended.rawValue) WHERE id = \(event)")
+        expectError(await cancel(s, event), 409, code: "conflict")
+    }
 }

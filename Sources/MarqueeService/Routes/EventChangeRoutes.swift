@@ -3,6 +3,11 @@
 // attributes never change, because running activities keep the ones they started with. EventChangePlanner
 // decides under the event's row lock; EventRepository.change performs and records the change with its key.
 // The scheduler and the start fan-out read the event's times on every sweep, so they follow at once.
+// `POST /v1/events/{id}/cancel` calls an event off. EventCancelPlan decides from what the event reached: with
+// activities that may be running, the final state goes as the `end` broadcast (queued by the ingest in the same
+// statement that makes the event `cancelled`, so the dispatcher sends it and mirroring follows); without, nothing
+// is sent, and an open channel is deleted at once so it frees its quota slot. A start run stops at its next send
+// window, since a cancelled event is not startable.
 import Foundation
 import MarqueeCore
 import MarqueeStore
@@ -11,6 +16,7 @@ import Network
 extension EventRoutes {
     func registerChanges(in table: inout RouteTable) {
         table.add("PATCH", "/v1/events/{id}", access: .scope(.ingest), takesBody: true) { [self] request in try await change(request) }
+        table.add("POST", "/v1/events/{id}/cancel", access: .scope(.ingest), takesBody: true) { [self] request in try await cancel(request) }
     }
 
     private static let changeFields: Set<String> = ["startsAt", "endsAt", "topics", "audienceLead", "startAlert"]
@@ -96,6 +102,100 @@ extension EventRoutes {
         var json = Self.json(result.event, typeName: try await types.find(id: result.event.attributeTypeID)?.type.name ?? "").objectValue ?? [:]
         json["warnings"] = Self.json(result.plan.warnings)
         return .json(.object(json))
+    }
+
+    private static let cancelFields: Set<String> = ["contentState", "contentStatePatch", "dismissalDate"]
+
+    private func cancel(_ request: APIRequest) async throws -> HTTPResponse {
+        let eventID = try Self.eventID(request)
+        let body = try request.bodyObject()
+        try body.allowOnly(Self.cancelFields)
+        let whole = body.optional("contentState")
+        let patch = body.optional("contentStatePatch")
+        if whole != nil, patch != nil {
+            throw APIError.validation("send contentState or contentStatePatch, not both", field: "contentStatePatch")
+        }
+        let dismissalDate = try body.optionalDate("dismissalDate")
+        guard let event = try await events.get(id: eventID, appID: request.key?.appID),
+            let facts = try await events.cancelFacts(eventID: eventID, appID: request.key?.appID),
+            let type = try await types.find(id: event.attributeTypeID)?.type
+        else { throw APIError.notFound("event \(eventID)") }
+        guard
+            let plan = EventCancelPlan.plan(
+                status: facts.status, startedActivities: facts.startedActivities, channelCarriesEnd: facts.channelCarriesEnd)
+        else { throw APIError.conflict("event \(eventID) is \(facts.status.rawValue): there is nothing left to cancel", field: nil) }
+        // The final state is validated either way, so a bad request changes nothing whatever the plan.
+        let encodedWhole = try whole.map { value in try Self.validated { () throws(ValidationError) in try type.encodeContentState(value) } }
+        let timestamp = Self.unixSeconds(Date())
+        func checked(_ state: JSONValue) throws -> JSONValue {
+            try Self.checkSize(
+                .end(timestamp: timestamp, contentState: state, dismissalDate: dismissalDate, staleDate: nil, relevanceScore: nil, alert: nil))
+            return state
+        }
+        func finalState(_ latest: JSONValue?) throws -> JSONValue {
+            if let encodedWhole { return try checked(encodedWhole) }
+            if let patch {
+                return try checked(
+                    try Self.validated { () throws(ValidationError) in
+                        try type.patchContentState(latest ?? [:], with: patch, at: ["contentStatePatch"])
+                    })
+            }
+            return try checked(latest ?? [:])
+        }
+        _ = try finalState(event.latestState)
+        let apiKeyID = request.key?.databaseID
+        var answer: JSONObject = [:]
+        switch plan {
+        case .endActivities:
+            var draft = UpdateDraft(action: .end, dismissalDate: dismissalDate, occurredAt: nil, apiKeyID: apiKeyID, urgent: true)
+            draft.cancels = true
+            let result: IngestResult
+            do {
+                result = try await ingest.ingest(
+                    eventID: eventID, draft, appID: request.key?.appID, contentState: { snapshot in try finalState(snapshot.latestState) },
+                    response: { update in StoredResponse(status: 202, body: Data(Self.json(update, action: .end).jsonBytes)) })
+            } catch PipelineError.eventClosed(_, let status) {
+                throw APIError.conflict("event \(eventID) is \(status.rawValue): there is nothing left to cancel", field: nil)
+            } catch PipelineError.eventBusy {
+                throw APIError(
+                    status: 503, code: "event_busy", message: "other updates of event \(eventID) kept changing the state this patch applies to; retry"
+                )
+            }
+            if case .accepted(let update, _) = result {
+                notifier?.committed(urgent: true, dueIn: update.dueIn)
+                answer["update"] = Self.json(update, action: .end)["update"]
+            }
+            try await events.recordChange(.cancelRequested, eventID: eventID, appID: event.appID, apiKeyID: apiKeyID, changes: ["broadcast": true])
+        case .closeQuietly:
+            guard try await events.cancelQuietly(eventID: eventID, apiKeyID: apiKeyID) != nil else {
+                throw APIError.conflict("event \(eventID) ended meanwhile: there is nothing left to cancel", field: nil)
+            }
+            try await releaseChannel(eventID: eventID)
+            answer["update"] = .null
+        }
+        guard let cancelled = try await events.get(id: eventID) else { throw APIError.notFound("event \(eventID)") }
+        answer["event"] = Self.json(cancelled, typeName: type.name)
+        answer["broadcast"] = .bool(plan == .endActivities)
+        return .json(.object(answer), status: 202)
+    }
+
+    /// The channel of an event cancelled without a broadcast: none planned or refused is deleted in the database; an
+    /// open one is handed to the scheduler for its delete at APNs now (the channel lifecycle's forced delete), so
+    /// it frees its quota slot. An unresolved create is left to settle (see docs/operations.md).
+    private func releaseChannel(eventID: Int) async throws {
+        guard let current = try await channels.channels(eventID: eventID).first, let lifecycle = current.lifecycle,
+            ChannelLifecycle.currentStates.contains(lifecycle.state)
+        else { return }
+        var next = lifecycle
+        switch lifecycle.state {
+        case .planned, .createFailed:
+            _ = try next.endRequested()
+        case .open, .ending:
+            _ = try next.deleteRequested(force: true)
+        default:
+            return
+        }
+        _ = try await channels.transition(channelID: current.id, from: lifecycle, to: next, nextAttemptAt: Date())
     }
 
     /// The `warnings` array of an answer (`Warning` in the OpenAPI document).

@@ -436,6 +436,62 @@ public struct EventRepository: Sendable {
         }
     }
 
+    /// What a cancel of the event decides on (EventCancelPlan): its status, whether activities may be running (a
+    /// push-to-start went out, the app registered an activity, or a broadcast reached its channel), and whether its
+    /// channel can broadcast an end. Nil when there is no such event (in `appID`'s app when given).
+    public func cancelFacts(eventID: Int, appID: Int?) async throws -> (status: EventStatus, startedActivities: Bool, channelCarriesEnd: Bool)? {
+        guard
+            let row = try await pool.query(
+                """
+                SELECT e.status,
+                       EXISTS (SELECT 1 FROM starts s WHERE s.event_id = e.id AND s.state IN \(StartLifecycle.startedStates.sql))
+                       OR EXISTS (SELECT 1 FROM activities a WHERE a.event_id = e.id)
+                       OR EXISTS (SELECT 1 FROM deliveries d JOIN channels c ON c.id = d.channel_id
+                                  WHERE c.event_id = e.id AND d.kind = 'broadcast' AND d.status = 200) AS started,
+                       NOT e.channel_lost AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
+                                                      AND c.state IN \(ChannelLifecycle.broadcastingStates.sql)) AS carries
+                FROM events e WHERE e.id = \(eventID) AND (\(appID)::bigint IS NULL OR e.app_id = \(appID))
+                """
+            ).first
+        else { return nil }
+        return (
+            try row.decode(EventStatus.self, column: "status"), try row.decode(Bool.self, column: "started"),
+            try row.decode(Bool.self, column: "carries")
+        )
+    }
+
+    /// Cancels an event that sends nothing (EventCancelPlan.closeQuietly): the status as the lifecycle says for
+    /// `cancelRequested`, its pending updates unsent, its outbox row gone, the change recorded with `apiKeyID`. Returns
+    /// the event, or nil when its status no longer takes a cancel (it ended meanwhile).
+    public func cancelQuietly(eventID: Int, apiKeyID: Int?) async throws -> EventRecord? {
+        try await pool.withTransaction { tx in
+            guard
+                let row = try await tx.query(
+                    """
+                    UPDATE events SET status = \(fragment: EventLifecycle.sqlStatus(after: .cancelRequested, column: "status")), updated_at = now()
+                    WHERE id = \(eventID) AND status IN \(EventLifecycle.states(accepting: .cancelRequested).sql)
+                    RETURNING \(unsafeRaw: EventRecord.columns)
+                    """
+                ).first
+            else { return nil }
+            let event = try EventRecord(row: row)
+            try await tx.execute(
+                """
+                UPDATE updates SET disposition = \(UpdateDisposition.unsent.sql), disposed_at = now()
+                WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)
+                """)
+            try await tx.execute("DELETE FROM outbox WHERE event_id = \(eventID)")
+            try await Self.record(
+                .cancelRequested, eventID: eventID, appID: event.appID, apiKeyID: apiKeyID, changes: ["broadcast": false], on: tx)
+            return event
+        }
+    }
+
+    /// Records a change made elsewhere (a cancel that queued its end through the ingest).
+    public func recordChange(_ event: EventLifecycle.Event, eventID: Int, appID: Int, apiKeyID: Int?, changes: JSONValue) async throws {
+        try await pool.withConnection { try await Self.record(event, eventID: eventID, appID: appID, apiKeyID: apiKeyID, changes: changes, on: $0) }
+    }
+
     /// Writes one row of event_changes.
     static func record(
         _ event: EventLifecycle.Event, eventID: Int, appID: Int, apiKeyID: Int?, changes: JSONValue, on connection: PostgresConnection
