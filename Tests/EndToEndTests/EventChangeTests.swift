@@ -135,4 +135,46 @@ struct EventChangeTests {
             #expect(try await harness.api("GET", "/v1/events/\(event)/starts").json["runs"] == [])
         }
     }
+
+    @Test func theDismissalLimitAndTheEightHourWarning() async throws {
+        try await BroadcastHarness.run { harness in
+            let cli = CLIOutputTests.CLI(h: harness)
+            // The CLI prints the warning of an event whose activities would outlive 8 hours; --json keeps it in the answer.
+            let long = try await cli.run([
+                "event", "create", "--app", String(harness.appID), "--external-id", "overnight", "--kind", "flight",
+                "--attribute-type", "MatchAttributes", "--starts-at", "now-1m", "--ends-at", "now+9h",
+                "--attributes", #"{"homeTeam":"SIN","awayTeam":"EWR"}"#, "--content-state", MatchState().input.jsonString, "--json",
+            ])
+            #expect(long.status == 0, "\(long.stderr)")
+            let created = try JSONValue(parsing: long.stdout)
+            #expect(created["warnings"]?.arrayValue?.map { $0["code"] } == ["activity_outlives_8h"], "\(long.stdout)")
+            #expect(long.stderr.contains("warning:") && long.stderr.contains("activity_outlives_8h"), "\(long.stderr)")
+            let event = Int(try #require(created["id"]?.intValue))
+            let shorter = try await cli.run(["event", "reschedule", String(event), "--ends-at", "now+7h"])
+            #expect(shorter.status == 0 && !shorter.stderr.contains("warning"), "\(shorter.stderr)")
+            let longer = try await cli.run(["event", "reschedule", String(event), "--ends-at", "now+510m"])
+            #expect(longer.status == 0 && longer.stderr.contains("activity_outlives_8h"), "\(longer.stderr)")
+
+            // A dismissal date past 4 hours after the end is refused, naming the field, and nothing is sent.
+            let channel = try await harness.openChannel(of: event)
+            let now = Date()
+            let late = try await harness.api(
+                "POST", "/v1/events/\(event)/end",
+                ["contentState": Self.calledOff.input, "dismissalDate": .string(BroadcastHarness.iso(now.addingTimeInterval(4 * 3600 + 120)))])
+            #expect(late.status == 422 && late.json["error"]?["field"] == "dismissalDate", "\(late.text)")
+            let lateCancel = try await harness.api(
+                "POST", "/v1/events/\(event)/cancel", ["dismissalDate": .string(BroadcastHarness.iso(now.addingTimeInterval(5 * 3600)))])
+            #expect(lateCancel.status == 422 && lateCancel.json["error"]?["field"] == "dismissalDate", "\(lateCancel.text)")
+            #expect(try Self.ends(on: channel, harness).isEmpty)
+            try await harness.waitUntil("the flight is live, not ending") { try await harness.event(event)["status"] == "live" }
+            // Within 4 hours of the end it goes out as asked.
+            let dismissal = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + 3 * 3600).rounded(.down))
+            let end = try await harness.api(
+                "POST", "/v1/events/\(event)/end", ["contentState": Self.calledOff.input, "dismissalDate": .string(BroadcastHarness.iso(dismissal))])
+            #expect(end.status == 202, "\(end.text)")
+            try await harness.waitUntil("the end is broadcast") { try !Self.ends(on: channel, harness).isEmpty }
+            let ends = try Self.ends(on: channel, harness)
+            #expect(ends.count == 1 && ends.first?.aps.dismissalDate == Int(dismissal.timeIntervalSince1970), "\(ends.map(\.aps.dismissalDate))")
+        }
+    }
 }

@@ -98,3 +98,16 @@ import Testing
         }
     }
 }
+
+@Suite struct DismissalPolicyTests {
+    @Test func anEndsDismissalDateIsAtMostFourHoursAfterItGoesOut() {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        #expect(DismissalPolicy.allows(now.addingTimeInterval(4 * 3600), sentAt: now, notBefore: nil))
+        #expect(!DismissalPolicy.allows(now.addingTimeInterval(4 * 3600 + 1), sentAt: now, notBefore: nil))
+        #expect(DismissalPolicy.allows(now.addingTimeInterval(-60), sentAt: now, notBefore: nil), "a past date dismisses at once")
+        // Held until `at`: counted from then; an `at` already past counts from now.
+        #expect(DismissalPolicy.allows(now.addingTimeInterval(6 * 3600), sentAt: now, notBefore: now.addingTimeInterval(2 * 3600)))
+        #expect(!DismissalPolicy.allows(now.addingTimeInterval(6 * 3600 + 1), sentAt: now, notBefore: now.addingTimeInterval(2 * 3600)))
+        #expect(!DismissalPolicy.allows(now.addingTimeInterval(4 * 3600 + 1), sentAt: now, notBefore: now.addingTimeInterval(-3600)))
+    }
+}

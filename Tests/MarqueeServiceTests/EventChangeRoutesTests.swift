@@ -234,4 +234,25 @@ struct EventChangeRoutesTests {
         try await s.harness.pool.execute("UPDATE events SET status = \(EventStatus.ended.rawValue) WHERE id = \(event)")
         expectError(await cancel(s, event), 409, code: "conflict")
     }
+
+    @Test func aDismissalDateMoreThanFourHoursAfterTheEndIsRefused() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        let event = try await s.event()
+        try await s.openChannel(event)
+        let now = Date()
+        func iso(_ offset: TimeInterval) -> JSONValue { .string(now.addingTimeInterval(offset).ISO8601Format()) }
+        let end = "/v1/events/\(event)/end"
+        expectError(await s.post(end, body: JSONValue.object(["dismissalDate": iso(4 * 3600 + 60)]).jsonString), 422, field: "dismissalDate")
+        // Counted from the end's `at` when it is held.
+        expectError(
+            await s.post(end, body: JSONValue.object(["dismissalDate": iso(7 * 3600), "at": iso(2 * 3600)]).jsonString), 422,
+            field: "dismissalDate")
+        expectError(await cancel(s, event, ["dismissalDate": iso(5 * 3600)]), 422, field: "dismissalDate")
+        #expect(try await s.harness.count("updates") == 0)
+        #expect(await s.post(end, body: JSONValue.object(["dismissalDate": iso(5 * 3600), "at": iso(2 * 3600)]).jsonString).status == 202)
+        let replaced = JSONValue.object(["dismissalDate": iso(3 * 3600), "replace": true]).jsonString
+        let second = await s.post(end, body: replaced)
+        #expect(second.status == 202, "\(second.text)")
+    }
 }

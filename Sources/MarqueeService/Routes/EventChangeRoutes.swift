@@ -116,6 +116,7 @@ extension EventRoutes {
             throw APIError.validation("send contentState or contentStatePatch, not both", field: "contentStatePatch")
         }
         let dismissalDate = try body.optionalDate("dismissalDate")
+        if let dismissalDate { try Self.checkDismissal(dismissalDate, notBefore: nil) }
         guard let event = try await events.get(id: eventID, appID: request.key?.appID),
             let facts = try await events.cancelFacts(eventID: eventID, appID: request.key?.appID),
             let type = try await types.find(id: event.attributeTypeID)?.type
