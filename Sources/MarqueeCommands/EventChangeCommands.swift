@@ -9,8 +9,10 @@ extension EventCommands {
         "reschedule", summary: "Move an event: new start and end times (and audience lead); the channel, starts and end follow.",
         discussion: """
             The scheduler follows the new times: the channel opens a lead time before the new start, the audience
-            is started its lead before it, and the automatic end comes after the new end. An 'ingest' key may
-            reschedule. An ended or cancelled event answers 409.
+            is started its lead before it, and the automatic end comes after the new end. A start moved later by
+            more than serve's --restart-on-postpone after the start run went out postpones the event: the running
+            activities end with --postponed-state and the audience is started again at the new lead. An 'ingest'
+            key may reschedule. An ended or cancelled event answers 409.
 
             Example:
               marquee event reschedule 42 --starts-at 2026-05-01T21:15:00Z --ends-at 2026-05-01T23:30:00Z
@@ -22,6 +24,11 @@ extension EventCommands {
             .option("starts-at", value: "DATE", help: "The new start."),
             .option("ends-at", value: "DATE", help: "The new expected end (after the start)."),
             .option("audience-lead", value: "SECONDS", help: "Start the followers' Live Activities this long before the start (0 to 604800)."),
+            .option(
+                "postponed-state", value: "JSON",
+                help:
+                    "The state that ends the running activities if this postpones the event past serve's --restart-on-postpone (default: the latest)."
+            ),
         ] + AdminAPIClient.options
     ) { arguments in
         let input = APIInput(arguments)
@@ -35,9 +42,11 @@ extension EventCommands {
             throw UsageError("--ends-at must be after --starts-at", commandPath: arguments.commandPath)
         }
         if let lead = try arguments.int("audience-lead", in: 0...604_800) { body["audienceLead"] = .int(Int64(lead)) }
+        let postponedState = try await input.object("postponed-state")
         guard !body.isEmpty else {
             throw UsageError("give --starts-at, --ends-at or --audience-lead", commandPath: arguments.commandPath)
         }
+        if let postponedState { body["postponedState"] = postponedState }
         try await patch(arguments, id: id, body: body, verb: "rescheduled")
     }
 
@@ -132,7 +141,10 @@ extension EventCommands {
     /// `PATCH /v1/events/{id}`, printing the event and its warnings.
     static func patch(_ arguments: ParsedArguments, id: Int64, body: JSONObject, verb: String) async throws {
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("PATCH", "/v1/events/\(id)", body: .object(body)) }
-        APIText.emit(arguments, answer) { "\(verb) event \(APIText.cell($0["id"]))\n" + eventBlock($0) }
+        APIText.emit(arguments, answer) { event in
+            let postponed = event["postponed"] == true ? " (postponed: running activities end, the audience starts again)" : ""
+            return "\(verb) event \(APIText.cell(event["id"]))\(postponed)\n" + eventBlock(event)
+        }
         printWarnings(answer.json)
     }
 

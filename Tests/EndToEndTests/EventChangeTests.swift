@@ -177,4 +177,82 @@ struct EventChangeTests {
             #expect(ends.count == 1 && ends.first?.aps.dismissalDate == Int(dismissal.timeIntervalSince1970), "\(ends.map(\.aps.dismissalDate))")
         }
     }
+
+    @Test func aPostponementAfterTheStartRunEndsTheActivitiesAndStartsOneNewActivityEachAtTheNewLead() async throws {
+        try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900", "--restart-on-postpone", "60"], appBackend: true) { harness in
+            let members = (1...30).map {
+                Fans.Member(installationID: "p-\($0)", token: Fans.token($0), os: $0 % 2 == 0 ? "17.4" : "18.1", follows: true, enabled: true)
+            }
+            let legacy = members.filter { $0.os == "17.4" }
+            try await Fans.seed(members, topic: "team:arsenal", harness: harness)
+            try await MirroringTests.registerKeyedType(harness)
+            let kickoff = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 600).rounded(.down))
+            let event = try await Fans.createMatch(
+                harness, "postponed", extra: ["attributeType": "KeyedMatch", "startsAt": .string(BroadcastHarness.iso(kickoff))])
+            let firstChannel = try await harness.openChannel(of: event)
+            _ = try await Fans.run(of: event, harness, until: Fans.firstPassDone)
+            try await harness.waitUntil("every follower shows the activity") {
+                let shown = Fans.activities(harness)
+                return members.allSatisfy { shown[$0.token]?.count == 1 && shown[$0.token]?.first?.isRunning == true }
+            }
+            try await harness.waitUntil("the 17.x devices' activity tokens are registered") {
+                try await harness.event(event)["mirroring"]?["activities"] == .int(Int64(legacy.count))
+            }
+
+            // Kick-off two minutes later, past the 60 s threshold: the new lead (900 s) is already due.
+            var postponed = MatchState()
+            postponed.lastScorer = "postponed"
+            let ingest = try await harness.key(scope: "ingest")
+            let moved = try await harness.api(
+                "PATCH", "/v1/events/\(event)",
+                ["startsAt": .string(BroadcastHarness.iso(kickoff.addingTimeInterval(120))), "postponedState": postponed.input], key: ingest)
+            #expect(moved.status == 200 && moved.json["postponed"] == true && moved.json["status"] == "scheduled", "\(moved.text)")
+
+            func settled() -> Bool {
+                let shown = Fans.activities(harness)
+                return members.allSatisfy { member in
+                    guard let activities = shown[member.token], activities.count == 2 else { return false }
+                    return activities.filter(\.isRunning).count == 1
+                        && activities.contains { !$0.isRunning && $0.contentState["lastScorer"] == "postponed" }
+                }
+            }
+            try await harness.waitUntil("every device shows the postponed state, then one new activity", timeout: 120) { settled() }
+            let secondChannel = try await harness.openChannel(of: event)
+            #expect(secondChannel != firstChannel)
+            let shown = Fans.activities(harness)
+            for member in members where member.os == "18.1" {
+                #expect(shown[member.token]?.first { $0.isRunning }?.channelID == secondChannel, "\(member.installationID)")
+            }
+            let runs = try #require(try await harness.api("GET", "/v1/events/\(event)/starts").json["runs"]?.arrayValue)
+            #expect(runs.filter { $0["kind"] == "automatic" }.count == 2, "\(runs)")
+
+            // The registry keeps the old activities too (the app reported no end); none of the new ones is behind.
+            try await harness.waitUntil("the new 17.x activities' tokens are registered", timeout: 60) {
+                let mirroring = try await harness.event(event)["mirroring"]
+                return mirroring?["activities"] == .int(Int64(2 * legacy.count)) && mirroring?["behind"] == 0
+            }
+            // The new activities take the event's next update, the 17.x ones through their new tokens.
+            #expect(try await harness.update(event, MirroringTests.goals(1), extra: ["priority": "high"]).status == 202)
+            try await harness.waitUntil("every new activity shows the goal", timeout: 60) {
+                let shown = Fans.activities(harness)
+                return members.allSatisfy { shown[$0.token]?.first { $0.isRunning }?.contentState["homeScore"] == 1 }
+            }
+            #expect(settled(), "a new activity ended")
+            // The postponement's end went to the old activities' tokens only, never to a new one's (a device ignores a
+            // push no newer than its start, but one sent within the same second would end the new activity).
+            let now = Fans.activities(harness)
+            for member in legacy {
+                let activities = try #require(now[member.token])
+                for activity in activities {
+                    let token = try #require(activity.updateToken, "\(member.installationID) has no update token")
+                    let ends = try harness.simulator.engine.devicePushes(to: token).filter {
+                        try JSONDecoder().decode(ActivityPush.self, from: Data($0.payload)).aps.event == "end"
+                    }
+                    #expect(
+                        ends.count == (activity.isRunning ? 0 : 1), "\(member.installationID): \(ends.count) ends to a \(activity.state) activity")
+                }
+            }
+            try await harness.waitUntil("the first channel is deleted") { harness.simulator.engine.channel(id: firstChannel) == nil }
+        }
+    }
 }

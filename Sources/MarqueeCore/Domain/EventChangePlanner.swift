@@ -12,6 +12,8 @@ public struct EventChange: Sendable, Equatable {
     public var audienceLead: Int??
     /// `.some(nil)`: no start alert any more (automatic starts are skipped).
     public var startAlert: JSONValue??
+    /// The content-state that ends the running activities when the change postpones the event (nil: its latest).
+    public var postponedState: JSONValue?
 
     public init(startsAt: Date? = nil, endsAt: Date? = nil, topics: [String]? = nil, audienceLead: Int?? = nil, startAlert: JSONValue?? = nil) {
         self.startsAt = startsAt

@@ -19,7 +19,7 @@ extension EventRoutes {
         table.add("POST", "/v1/events/{id}/cancel", access: .scope(.ingest), takesBody: true) { [self] request in try await cancel(request) }
     }
 
-    private static let changeFields: Set<String> = ["startsAt", "endsAt", "topics", "audienceLead", "startAlert"]
+    private static let changeFields: Set<String> = ["startsAt", "endsAt", "topics", "audienceLead", "startAlert", "postponedState"]
     /// Fields of an event that never change after its creation, and why.
     private static let fixedFields: [String: String] = [
         "attributes": "running Live Activities keep the attributes they were started with; create another event",
@@ -64,6 +64,13 @@ extension EventRoutes {
                 change.startAlert = .some(newAlert?.json)
             }
         }
+        let type = try await eventType(eventID: eventID, key: request.key)
+        if let state = body.optional("postponedState") {
+            let encoded = try Self.validated { () throws(ValidationError) in try type.encodeContentState(state, at: ["postponedState"]) }
+            try Self.checkSize(
+                .end(timestamp: Self.unixSeconds(Date()), contentState: encoded, dismissalDate: nil, staleDate: nil, relevanceScore: nil, alert: nil))
+            change.postponedState = encoded
+        }
         guard !change.isEmpty else {
             throw APIError.validation("nothing to change; send one of \(Self.changeFields.sorted().joined(separator: ", "))", field: nil)
         }
@@ -74,7 +81,7 @@ extension EventRoutes {
             try Self.checkStartSize(typeName: typeName, attributes: event.attributes, state: event.latestState ?? [:], alert: newAlert)
         }
         let defaultLead = startSettings.audienceLead
-        let restartOnPostpone = TimeInterval.infinity
+        let restartOnPostpone = startSettings.restartOnPostpone
         let asked = change
         let result: (event: EventRecord, plan: EventChangePlan)
         do {
@@ -101,6 +108,7 @@ extension EventRoutes {
         if change.startAlert != nil { typeOfEvent.forgetStartOverhead(eventID: eventID) }
         var json = Self.json(result.event, typeName: try await types.find(id: result.event.attributeTypeID)?.type.name ?? "").objectValue ?? [:]
         json["warnings"] = Self.json(result.plan.warnings)
+        json["postponed"] = .bool(result.plan.event == .postponed)
         return .json(.object(json))
     }
 
@@ -197,6 +205,13 @@ extension EventRoutes {
             return
         }
         _ = try await channels.transition(channelID: current.id, from: lifecycle, to: next, nextAttemptAt: Date())
+    }
+
+    /// The event's attribute type; 404 for an event outside the key's app.
+    private func eventType(eventID: Int, key: VerifiedAPIKey?) async throws -> ActivityType {
+        guard let event = try await events.get(id: eventID, appID: key?.appID), let stored = try await types.find(id: event.attributeTypeID)
+        else { throw APIError.notFound("event \(eventID)") }
+        return stored.type
     }
 
     /// The `warnings` array of an answer (`Warning` in the OpenAPI document).

@@ -355,7 +355,7 @@ public struct EventRepository: Sendable {
 
     /// Scheduled events whose `startsAt` has come (`now`; the database clock when nil) and that have a
     /// channel become live, at most `limit` of them, earliest first, under the scheduler's lease. One
-    /// without a channel stays scheduled until the scheduler has planned it one (so the scheduler looks
+    /// without a current channel (none, or only the ended one of an audience round before a postponement) stays scheduled until the scheduler has planned it one (so the scheduler looks
     /// for events needing a channel among scheduled ones only). An event whose row another transaction holds
     /// (an ingest) is left for the next sweep rather than waited for. Returns their ids.
     public func markStarted(limit: Int, fence: LeaseGrant? = nil, now: Date? = nil) async throws -> [Int] {
@@ -370,7 +370,8 @@ public struct EventRepository: Sendable {
         """
         UPDATE events SET status = \(fragment: Self.statusAfterStart), updated_at = now()
         WHERE id IN (SELECT e.id FROM events e WHERE e.status IN \(Self.statesToStart) AND e.starts_at <= coalesce(\(now), now())
-                       AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
+                       AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
+                                   AND (c.state IN \(ChannelLifecycle.currentStates.sql) OR e.channel_lost))
                      ORDER BY e.starts_at, e.id LIMIT \(limit) FOR UPDATE OF e SKIP LOCKED)
           AND status IN \(Self.statesToStart)
         RETURNING id
@@ -411,7 +412,8 @@ public struct EventRepository: Sendable {
                 let row = try await tx.query(
                     """
                     SELECT \(unsafeRaw: EventRecord.columns),
-                           EXISTS (SELECT 1 FROM starts s WHERE s.event_id = events.id AND s.state IN \(StartLifecycle.startedStates.sql)) AS starts_went_out
+                           EXISTS (SELECT 1 FROM starts s WHERE s.event_id = events.id AND s.state IN \(StartLifecycle.startedStates.sql)
+                                   AND s.audience_round = events.audience_round) AS starts_went_out
                     FROM events WHERE id = \(eventID) AND (\(appID)::bigint IS NULL OR app_id = \(appID))
                     FOR UPDATE
                     """
@@ -419,7 +421,7 @@ public struct EventRepository: Sendable {
             else { throw PipelineError.eventNotFound(eventID) }
             let before = try EventRecord(row: row)
             let plan = try decide(before, try row.decode(Bool.self, column: "starts_went_out")).get()
-            let after = try EventRecord(
+            var after = try EventRecord(
                 row: try await tx.query(
                     """
                     UPDATE events SET starts_at = \(plan.startsAt), ends_at = \(plan.endsAt), status = \(plan.status),
@@ -430,8 +432,15 @@ public struct EventRepository: Sendable {
                     WHERE id = \(eventID)
                     RETURNING \(unsafeRaw: EventRecord.columns)
                     """)[0])
-            try await Self.record(
-                plan.event, eventID: eventID, appID: before.appID, apiKeyID: apiKeyID, changes: Self.differences(before, after), on: tx)
+            var changes = Self.differences(before, after).objectValue ?? [:]
+            if plan.action == .restartAudience {
+                let state = change.postponedState ?? before.latestState ?? [:]
+                try await Self.restartAudience(eventID: eventID, apiKeyID: apiKeyID, endingWith: state, on: tx)
+                changes["postponedState"] = state
+                after = try await tx.query("SELECT \(unsafeRaw: EventRecord.columns) FROM events WHERE id = \(eventID)").map(EventRecord.init(row:))[
+                    0]
+            }
+            try await Self.record(plan.event, eventID: eventID, appID: before.appID, apiKeyID: apiKeyID, changes: .object(changes), on: tx)
             return (after, plan)
         }
     }
@@ -490,6 +499,47 @@ public struct EventRepository: Sendable {
     /// Records a change made elsewhere (a cancel that queued its end through the ingest).
     public func recordChange(_ event: EventLifecycle.Event, eventID: Int, appID: Int, apiKeyID: Int?, changes: JSONValue) async throws {
         try await pool.withConnection { try await Self.record(event, eventID: eventID, appID: appID, apiKeyID: apiKeyID, changes: changes, on: $0) }
+    }
+
+    /// Performs the lifecycle's `restartAudience` (a postponement after starts went out), in the change's
+    /// transaction: an `end` with `state` is queued for the running activities (the dispatcher broadcasts it on the
+    /// channel, which then ends, and mirroring takes it to the activity tokens; the event's status stays), the
+    /// event's audience round moves on (a new automatic run starts it at the new lead, once that end went out and a
+    /// new channel opens), and the open start runs of the old round stop.
+    static func restartAudience(eventID: Int, apiKeyID: Int?, endingWith state: JSONValue, on tx: PostgresConnection) async throws {
+        try await tx.execute(
+            """
+            WITH stored AS (
+                INSERT INTO updates (event_id, api_key_id, action, content_state, priority, occurred_at, disposition)
+                VALUES (\(eventID), \(apiKeyID), \(UpdateAction.end.sql), \(state.postgresJSON)::jsonb, \(RequestedPriority.auto.rawValue), now(),
+                        \(UpdateDisposition.pending.sql))
+                RETURNING id
+            ), queued AS (
+                INSERT INTO outbox (event_id, update_id, next_attempt_at)
+                SELECT \(eventID), id, \(IngestRepository.urgentDue) FROM stored
+                ON CONFLICT (event_id) DO UPDATE SET
+                    update_id = EXCLUDED.update_id, not_before = NULL, next_attempt_at = EXCLUDED.next_attempt_at, updated_at = now()
+            )
+            UPDATE events SET audience_round = audience_round + 1, postponed_at = now(), postponed_end_update_id = (SELECT id FROM stored),
+                latest_state = \(state.postgresJSON)::jsonb, latest_state_at = now(), latest_update_id = (SELECT id FROM stored)
+            WHERE id = \(eventID)
+            """)
+        try await tx.execute(
+            """
+            UPDATE start_runs SET state = \(StartRunState.stopped.rawValue), finished_at = now(),
+                first_pass_done_at = coalesce(first_pass_done_at, now())
+            WHERE event_id = \(eventID) AND state IN \(StartRunState.openStates.sql)
+            """)
+        try await tx.execute(
+            """
+            UPDATE start_chunks SET done = true, finished_at = now()
+            WHERE run_id IN (SELECT id FROM start_runs WHERE event_id = \(eventID)) AND NOT done
+            """)
+        try await tx.execute(
+            """
+            UPDATE starts SET state = \(StartState.skipped.rawValue), reason = 'event_over', next_attempt_at = NULL
+            WHERE event_id = \(eventID) AND state = \(StartState.planned.rawValue)
+            """)
     }
 
     /// Writes one row of event_changes.
