@@ -138,7 +138,13 @@ import Testing
     @Test func theCommandsThatMoveAnEventHaveHelpWithAnExampleAndTheExitCodes() throws {
         let parser = CommandParser(root: marqueeCommand, environment: [:])
         let expected: [(String, [String])] = [
-            ("reschedule", ["--starts-at DATE", "--ends-at DATE", "--audience-lead SECONDS", "Example:\n  marquee event reschedule 42"]),
+            (
+                "reschedule",
+                [
+                    "--starts-at DATE", "--ends-at DATE", "--audience-lead SECONDS", "--postponed-state JSON",
+                    "Example:\n  marquee event reschedule 42",
+                ]
+            ),
             ("edit", ["--topic TOPIC", "[repeatable]", "--start-alert-title TEXT", "--no-start-alert", "Example:\n  marquee event edit 42"]),
             ("cancel", ["--content-state JSON", "--patch JSON", "--dismissal-date DATE", "Example:\n  marquee event cancel 42"]),
         ]

@@ -94,6 +94,11 @@ struct EventChangeRoutesTests {
         expectError(await patch(s, event, ["startsAt": "tomorrow"]), 422, field: "startsAt")
         expectError(await patch(s, event, ["audienceLead": -1]), 422, field: "audienceLead")
         expectError(await patch(s, event, ["colour": "red"]), 422, field: "colour")
+        expectError(
+            await patch(s, event, ["startsAt": "2026-11-29T21:30:00Z", "endsAt": "2026-11-29T23:30:00Z", "postponedState": ["homeScore": "one"]]),
+            422, field: "postponedState.homeScore")
+        // A postponedState alone changes nothing.
+        expectError(await patch(s, event, ["postponedState": EventRoutesTests.initialState]), 422)
         expectError(await patch(s, event, [:]), 422)
         expectError(await patch(s, 999_999, ["startsAt": "2026-11-29T19:30:00Z"]), 404)
         let shown = await s.harness.send("GET", "/v1/events/\(event)", key: s.admin)
