@@ -1,13 +1,13 @@
 // `marquee event create|list|show|update|end`: events through the HTTP API (POST /v1/events, GET /v1/events,
 // GET /v1/events/{id}, POST /v1/events/{id}/updates, POST /v1/events/{id}/end); `start` and `starts` are in
-// EventStartCommands.swift.
+// EventStartCommands.swift, `reschedule`, `edit` and `cancel` in EventChangeCommands.swift.
 import Foundation
 import MarqueeCommandLine
 import MarqueeCore
 
 enum EventCommands {
     static let command = Command(
-        "event", summary: "Create, list, show, update and end events (matches, flights), and start their followers' activities.",
+        "event", summary: "Create, list, show, update, move and end events (matches, flights), and start their followers' activities.",
         discussion: """
             Each event gets its own APNs broadcast channel, opened a lead time before it starts. Updates
             become broadcasts; an end sends the final state and the channel is deleted after a delay. A start
@@ -22,7 +22,7 @@ enum EventCommands {
 
             \(AdminAPIClient.exitCodes)
             """,
-        subcommands: [create, list, show, update, end, start, starts])
+        subcommands: [create, list, show, update, end, reschedule, edit, cancel, start, starts])
 
     static let create = Command(
         "create", summary: "Create an event; its channel opens a lead time before it starts.",
@@ -79,6 +79,7 @@ enum EventCommands {
         if let alert = try await input.object("start-alert") { body["startAlert"] = alert }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events", body: .object(body)) }
         APIText.emit(arguments, answer) { "created event \(APIText.cell($0["id"]))\n" + eventBlock($0) }
+        printWarnings(answer.json)
     }
 
     static let list = Command(

@@ -99,6 +99,11 @@ enum ServeCommand {
             seconds(defaults.starts.lateStartCutoff)
         ),
         (
+            "restart-on-postpone", "SECONDS",
+            "A PATCH moving startsAt later by more than this after starts went out ends the running activities and starts the audience again.",
+            "MARQUEE_RESTART_ON_POSTPONE", seconds(defaults.starts.restartOnPostpone)
+        ),
+        (
             "late-start-interval", "SECONDS", "Time between the passes that start late followers.", "MARQUEE_LATE_START_INTERVAL",
             seconds(defaults.starts.lateStartInterval)
         ),
@@ -183,6 +188,8 @@ enum ServeCommand {
         settings.starts.channelWait = try arguments.seconds("start-channel-wait", in: 0...3600) ?? settings.starts.channelWait
         settings.starts.lateStartCutoff = try arguments.seconds("late-start-cutoff", in: 0...86400) ?? settings.starts.lateStartCutoff
         settings.starts.lateStartInterval = try arguments.seconds("late-start-interval", in: 1...3600) ?? settings.starts.lateStartInterval
+        settings.starts.restartOnPostpone =
+            try arguments.seconds("restart-on-postpone", in: 0...604_800) ?? settings.starts.restartOnPostpone
         settings.starts.startTTL = try arguments.seconds("start-ttl", in: 1...86400) ?? settings.starts.startTTL
         settings.starts.limits.startsPerDeviceHour =
             try arguments.int("starts-per-device-hour", in: 1...1000) ?? settings.starts.limits.startsPerDeviceHour

@@ -78,6 +78,13 @@ import Testing
                 ], "--audience-lead"
             ),
             (["event", "list", "--limit", "501"], "--limit takes a whole number from 1 to 500"),
+            (["event", "reschedule", "4"], "give --starts-at, --ends-at or --audience-lead"),
+            (["event", "reschedule", "4", "--starts-at", "now+2h", "--ends-at", "now+1h"], "--ends-at must be after --starts-at"),
+            (["event", "reschedule", "4", "--starts-at", "tomorrow"], "--starts-at takes an ISO 8601 date"),
+            (["event", "edit", "4"], "give --topic, --no-topics"),
+            (["event", "edit", "4", "--topic", "a", "--no-topics"], "give --topic or --no-topics, not both"),
+            (["event", "edit", "4", "--start-alert-body", "soon"], "--start-alert-body needs --start-alert-title"),
+            (["event", "edit", "4", "--no-start-alert", "--start-alert-title", "K"], "--no-start-alert takes no other"),
             (["event", "start", "4", "--alert-title", "Kick-off"], "missing --alert-body"),
             (["event", "start", "4", "--alert-sound", "default"], "--alert-sound needs --alert-title and --alert-body"),
             (["event", "start", "0"], "ID takes a positive whole number"),

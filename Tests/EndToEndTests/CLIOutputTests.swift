@@ -52,7 +52,7 @@ struct CLIOutputTests {
         try await BroadcastHarness.run { h in
             let cli = CLI(h: h)
             let leaves = try await cli.leafCommands()
-            #expect(leaves.count == 32 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
+            #expect(leaves.count == 35 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
             var covered: Set<[String]> = []
             func good(_ words: [String], succeeds: Bool = true) async throws -> JSONValue {
                 if let leaf = leaves.first(where: { words.starts(with: $0) }) { covered.insert(leaf) }
@@ -98,6 +98,10 @@ struct CLIOutputTests {
             _ = try await good(["event", "list"])
             _ = try await good(["event", "show", String(event)])
             _ = try await good(["event", "update", String(event), "--patch", #"{"homeScore":1}"#])
+            let moved = try await good(["event", "reschedule", String(event), "--ends-at", BroadcastHarness.iso(Date().addingTimeInterval(3 * 3600))])
+            #expect(moved["warnings"] == [], "\(moved)")
+            let edited = try await good(["event", "edit", String(event), "--topic", "team:arsenal", "--topic", "cup:fa"])
+            #expect(edited["topics"] == ["team:arsenal", "cup:fa"], "\(edited)")
             let run = try await good(["event", "start", String(event), "--alert-title", "Kick-off", "--alert-body", "Arsenal v Chelsea"])
             #expect(run["kind"] == "manual", "\(run)")
             let runs = try await good(["event", "starts", String(event)])
@@ -114,6 +118,9 @@ struct CLIOutputTests {
             _ = try await good(["event", "end", String(event)])
             try await h.waitUntil("the end is broadcast") { try await h.event(Int(event))["status"] == "ended" }
             _ = try await good(["channel", "delete", String(channelRow), "--yes"])
+            let calledOff = try await h.createEvent("cli-cancel")
+            let cancelled = try await good(["event", "cancel", String(calledOff), "--patch", #"{"lastScorer":"called off"}"#])
+            #expect(cancelled["event"]?["status"] == "cancelled" && cancelled["broadcast"] == false, "\(cancelled)")
 
             let made = try await good(["apns", "channels", "create", "--storage-policy", "mostRecent"])
             let apnsChannel = try #require(made["channelId"]?.stringValue)

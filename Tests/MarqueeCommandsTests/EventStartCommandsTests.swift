@@ -135,6 +135,33 @@ import Testing
         #expect(group.contains("\n  start ") && group.contains("\n  starts "), "\(group)")
     }
 
+    @Test func theCommandsThatMoveAnEventHaveHelpWithAnExampleAndTheExitCodes() throws {
+        let parser = CommandParser(root: marqueeCommand, environment: [:])
+        let expected: [(String, [String])] = [
+            (
+                "reschedule",
+                [
+                    "--starts-at DATE", "--ends-at DATE", "--audience-lead SECONDS", "--postponed-state JSON",
+                    "Example:\n  marquee event reschedule 42",
+                ]
+            ),
+            ("edit", ["--topic TOPIC", "[repeatable]", "--start-alert-title TEXT", "--no-start-alert", "Example:\n  marquee event edit 42"]),
+            ("cancel", ["--content-state JSON", "--patch JSON", "--dismissal-date DATE", "Example:\n  marquee event cancel 42"]),
+        ]
+        for (name, lines) in expected {
+            guard case .help(let help) = try parser.parse(["event", name, "--help"]) else {
+                Issue.record("event \(name) --help is not help")
+                continue
+            }
+            #expect(help.hasPrefix("Usage: marquee event \(name) ID [OPTIONS]"), "\(help)")
+            for line in lines + ["--json", "0   success", "1   refused", "64  the command line is wrong", "69  a service"] {
+                #expect(help.contains(line), "\(name) --help lacks '\(line)'")
+            }
+        }
+        guard case .help(let group) = try parser.parse(["event", "--help"]) else { return }
+        #expect(group.contains("\n  reschedule ") && group.contains("\n  edit ") && group.contains("\n  cancel "), "\(group)")
+    }
+
     // MARK: Rendering
 
     @Test func theTableHasARowPerRunWithTotals() {

@@ -13,7 +13,7 @@ import Testing
         .endBroadcast: ["-", "-", "ended markEnded", "-", "-"],
         .endedWithoutChannel: ["-", "-", "ended markEndedUnsent", "-", "-"],
         .rescheduled: ["scheduled storeSchedule", "live storeSchedule", "-", "-", "-"],
-        .postponed: ["-", "scheduled restartAudience", "-", "-", "-"],
+        .postponed: ["scheduled restartAudience", "scheduled restartAudience", "-", "-", "-"],
         .cancelRequested: ["cancelled cancel", "cancelled cancel", "cancelled cancel", "-", "-"],
     ]
 

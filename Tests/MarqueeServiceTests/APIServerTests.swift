@@ -35,6 +35,8 @@ struct APIServerTests {
         "GET /v1/events/{id}/starts": .scope(.admin),
         "POST /v1/events/{id}/updates": .scope(.ingest),
         "POST /v1/events/{id}/end": .scope(.ingest),
+        "PATCH /v1/events/{id}": .scope(.ingest),
+        "POST /v1/events/{id}/cancel": .scope(.ingest),
         "GET /v1/apps/{app}/events/by-external-id/{externalId}/state": .scope(.tokens),
         "PUT /v1/events/{id}/channel": .scope(.tokens),
         "PUT /v1/installations/{id}": .scope(.tokens),

@@ -113,6 +113,11 @@ struct PipelineChannelTests {
         try await f.events.perform(.startsAtReached, eventID: overdue.id)
         let ending = try await f.makeEvent("ended", startsAt: now - 7200)
         let channel = try await f.openChannel(eventID: ending.id)
+        // The event ended with its channel (a scheduled event whose channel ended is one postponed after its
+        // start: it gets a new channel).
+        for event in [EventLifecycle.Event.startsAtReached, .endAccepted, .endBroadcast] {
+            #expect(try await f.events.perform(event, eventID: ending.id))
+        }
         var lifecycle = try #require(channel.lifecycle)
         let open = lifecycle
         _ = try lifecycle.endRequested()

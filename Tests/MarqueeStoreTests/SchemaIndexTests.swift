@@ -23,11 +23,11 @@ struct SchemaIndexTests {
             "activities_mirrored", "activities", "event_id, id",
             "state IN \(ActivityLifecycle.mirroredStates.sql) AND push_type = \(ActivityPushType.token.sql)"
         ),
-        ("starts_once_per_event", "starts", "event_id, installation", "state IN \(StartLifecycle.startedStates.sql)"),
+        ("starts_once_per_event", "starts", "event_id, audience_round, installation", "state IN \(StartLifecycle.startedStates.sql)"),
         ("starts_by_installation", "starts", "installation, sent_at", "state IN \(StartLifecycle.startedStates.sql)"),
         ("start_runs_open", "start_runs", "id", "state IN \(StartRunState.openStates.sql)"),
         ("mirror_passes_one_running", "mirror_passes", "event_id", "state = \(MirrorPassState.running.sql)"),
-        ("start_runs_one_automatic", "start_runs", "event_id", "kind = \(StartRunKind.automatic.sql)"),
+        ("start_runs_one_automatic", "start_runs", "event_id, audience_round", "kind = \(StartRunKind.automatic.sql)"),
     ]
 
     @Test func eachPartialIndexIsWrittenFromItsStateSet() async throws {

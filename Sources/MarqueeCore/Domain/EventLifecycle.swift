@@ -6,7 +6,8 @@
 // Side paths:  scheduled | live → ending (an `end` accepted before or after the start)
 //              ending → ending (an end that says it replaces the first)
 //              ending → ended (no channel could carry the end: its pending updates are unsent)
-//              scheduled | live → rescheduled in place; live → scheduled (postponed after starts went out)
+//              scheduled | live → rescheduled in place (new times, topics, lead or start alert)
+//              scheduled | live → scheduled (postponed after starts went out: the audience starts again)
 //              scheduled | live | ending → cancelled
 // ended and cancelled are final.
 
@@ -40,7 +41,7 @@ public struct EventLifecycle: Sendable, Equatable {
         case endBroadcast
         /// No channel can carry the end: the event ends without it.
         case endedWithoutChannel
-        /// New times for an event that has not ended.
+        /// New times (or topics, audience lead, start alert) for an event that has not ended.
         case rescheduled
         /// A start moved later after starts went out: running activities end, the audience starts again.
         case postponed
@@ -82,7 +83,7 @@ public struct EventLifecycle: Sendable, Equatable {
         case (.endBroadcast, .ending): (.ended, .markEnded)
         case (.endedWithoutChannel, .ending): (.ended, .markEndedUnsent)
         case (.rescheduled, .scheduled), (.rescheduled, .live): (state, .storeSchedule)
-        case (.postponed, .live): (.scheduled, .restartAudience)
+        case (.postponed, .scheduled), (.postponed, .live): (.scheduled, .restartAudience)
         case (.cancelRequested, .scheduled), (.cancelRequested, .live), (.cancelRequested, .ending): (.cancelled, .cancel)
         default: nil
         }

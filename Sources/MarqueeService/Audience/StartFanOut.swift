@@ -54,6 +54,9 @@ public struct StartSettings: Sendable, Equatable {
     public var limits = StartLimits()
     /// `--start-send-window`: starts in flight per chunk, marked `sending` together.
     public var sendWindow = 500
+    /// `--restart-on-postpone`: a `PATCH` that moves `startsAt` later by more than this after starts went out ends
+    /// the running activities and starts the audience again at the new lead.
+    public var restartOnPostpone: TimeInterval = 3600
 
     public init() {}
 }

@@ -276,7 +276,8 @@ public final class MarqueeDaemon: Sendable {
             AppRoutes(apps: apps),
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
             ChannelRoutes(pool: pool, scheduler: scheduler, adminTimeout: adminTimeout),
-            EventRoutes(pool: pool, types: attributeTypes, notifier: notifier, pacing: pacing, maxClockSkew: maxClockSkew),
+            EventRoutes(
+                pool: pool, types: attributeTypes, notifier: notifier, pacing: pacing, maxClockSkew: maxClockSkew, starts: settings.starts),
             EventStateRoutes(pool: pool, scheduler: scheduler, settings: settings),
             InstallationRoutes(pool: pool, types: attributeTypes, settings: settings.audience, metrics: metrics),
             StartRoutes(pool: pool, settings: settings.starts, fanOut: starts),

@@ -28,13 +28,16 @@ public struct EventRoutes: APIRoutes {
     /// How far ahead of this server's clock an `occurredAt` may be (`PipelineSettings.maxClockSkew`): a feed
     /// whose clock runs ahead would otherwise supersede every true update after it until its time comes.
     let maxClockSkew: TimeInterval
+    /// The start fan-out's settings: the default audience lead (the 8-hour warning) and the restart on postponement.
+    let startSettings: StartSettings
 
     /// `pacing`: the dispatcher's one broadcast per channel per interval (seconds), so a queued update is
     /// due when its channel may broadcast (nil: at once; the dispatcher's claim paces it then).
     public init(
         pool: PostgresPool, types: AttributeTypeCatalog, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
-        maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew
+        maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew, starts: StartSettings = StartSettings()
     ) {
+        startSettings = starts
         events = EventRepository(pool: pool)
         channels = ChannelRepository(pool: pool)
         mirroring = MirrorRepository(pool: pool)
@@ -50,6 +53,7 @@ public struct EventRoutes: APIRoutes {
         table.add("GET", "/v1/events", access: .scope(.admin)) { [self] request in try await list(request) }
         table.add("GET", "/v1/events/{id}", access: .scope(.admin)) { [self] request in try await detail(request) }
         registerUpdates(in: &table)
+        registerChanges(in: &table)
     }
 
     private static let createFields: Set<String> = [
@@ -115,7 +119,11 @@ public struct EventRoutes: APIRoutes {
             typeOfEvent.remember(
                 eventID: event.id, typeID: stored.id,
                 startOverhead: .some(Self.startOverhead(typeName: stored.type.name, attributes: attributes, alert: startAlert)))
-            return .json(Self.json(event, typeName: stored.type.name), status: 201)
+            var answer = Self.json(event, typeName: stored.type.name).objectValue ?? [:]
+            answer["warnings"] = Self.json(
+                EventWarning.warnings(
+                    startsAt: startsAt, endsAt: endsAt, lead: audienceLead.map(TimeInterval.init) ?? startSettings.audienceLead))
+            return .json(.object(answer), status: 201)
         } catch PipelineError.externalIDTaken(let app, let external) {
             throw APIError.conflict(
                 "app \(app) already has an event with external id '\(external)'; GET /v1/events?app=\(app) finds it",
@@ -337,6 +345,11 @@ final class EventTypeCache: Sendable {
 
     /// The start overhead of the event, if read (see `Shape.startOverhead`).
     func startOverhead(eventID: Int) -> Int?? { shapes.withLock { $0[eventID]?.startOverhead } }
+
+    /// Forgets the start overhead of the event (its start alert changed): the next update reads it again.
+    func forgetStartOverhead(eventID: Int) {
+        shapes.withLock { cache in cache[eventID]?.startOverhead = nil }
+    }
 
     func remember(eventID: Int, typeID: Int, startOverhead: Int?? = nil) {
         shapes.withLock { cache in

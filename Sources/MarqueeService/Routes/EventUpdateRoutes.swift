@@ -61,6 +61,7 @@ extension EventRoutes {
         let dismissalDate = action == .end ? try body.optionalDate("dismissalDate") : nil
         let notBefore = action == .end ? try body.optionalDate("at") : nil
         let replacesEnd = action == .end ? try body.optionalBool("replace") ?? false : false
+        if let dismissalDate { try Self.checkDismissal(dismissalDate, notBefore: notBefore) }
 
         let (type, startOverhead) = try await attributeType(eventID: eventID, key: request.key)
         let encodedWhole = try whole.map { value in
@@ -146,6 +147,17 @@ extension EventRoutes {
         // As Stripe does: a replay is the stored answer byte for byte, and says that it is one.
         if case .replayed = result { headers.add("idempotent-replayed", "true") }
         return HTTPResponse(status: answer.status, headers: headers, body: Array(answer.body))
+    }
+
+    /// Refuses a dismissal date more than 4 hours after the end goes out (now, or its `at`) with 422 naming it.
+    static func checkDismissal(_ dismissalDate: Date, notBefore: Date?) throws(APIError) {
+        let latest = DismissalPolicy.latest(sentAt: Date(), notBefore: notBefore)
+        guard dismissalDate <= latest else {
+            throw APIError.validation(
+                "is \(Int(dismissalDate.timeIntervalSince(latest) + DismissalPolicy.maximumAfterEnd)) s after the end "
+                    + "(\(notBefore == nil ? "now" : "its at")); an ended Live Activity stays at most 4 hours, so at the latest "
+                    + latest.ISO8601Format(), field: "dismissalDate")
+        }
     }
 
     /// The event's attribute type and the bytes its push-to-start adds to a state (nil: it has no start

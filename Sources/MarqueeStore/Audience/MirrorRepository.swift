@@ -30,17 +30,29 @@ public struct MirrorRepository: Sendable {
                        SELECT u.received_at FROM updates u
                        WHERE u.event_id = n.event_id AND u.disposition = \(UpdateDisposition.broadcast.sql) ORDER BY u.id DESC LIMIT 1)
             FROM newest n
-            WHERE EXISTS (SELECT 1 FROM activities a
+            WHERE EXISTS (SELECT 1 FROM activities a JOIN events e ON e.id = a.event_id
                           WHERE a.event_id = n.event_id AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
                             AND a.push_type = \(ActivityPushType.token.sql)
                             AND coalesce(a.mirrored_aps_timestamp, 0) < n.aps_timestamp
                             AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
-                            AND EXISTS (SELECT 1 FROM installations i WHERE i.id = a.installation AND i.live_activities_enabled))
+                            AND EXISTS (SELECT 1 FROM installations i WHERE i.id = a.installation AND i.live_activities_enabled)
+                            AND \(fragment: Self.ofItsRound(apsTimestamp: "n.aps_timestamp")))
               AND NOT EXISTS (SELECT 1 FROM mirror_passes p WHERE p.event_id = n.event_id AND p.state = \(MirrorPassState.running.sql))
             ON CONFLICT DO NOTHING
             RETURNING id, event_id
             """
         ).map { (try $0.decode(Int.self, column: "id"), try $0.decode(Int.self, column: "event_id")) }
+    }
+
+    /// `a` (a token activity of event `e`) may be sent the broadcast with this aps.timestamp: an activity
+    /// registered after the event's last postponement belongs to the new audience round, and is never sent the
+    /// end that postponement queued for the activities running then, nor anything broadcast before it.
+    static func ofItsRound(apsTimestamp: PostgresQuery) -> PostgresQuery {
+        """
+        NOT (e.postponed_at IS NOT NULL AND a.created_at > e.postponed_at
+             AND \(fragment: apsTimestamp) <= coalesce((SELECT max(d.aps_timestamp) FROM deliveries d
+                                                      WHERE d.update_id = e.postponed_end_update_id AND d.status = 200), 0))
+        """
     }
 
     /// The running passes' ids.
@@ -194,10 +206,11 @@ public struct MirrorRepository: Sendable {
         try await pool.query(
             """
             SELECT a.id, a.installation, a.push_token, a.high_priority_window_at, a.high_priority_count, i.frequent_pushes_enabled
-            FROM activities a JOIN installations i ON i.id = a.installation
+            FROM activities a JOIN installations i ON i.id = a.installation JOIN events e ON e.id = a.event_id
             WHERE a.event_id = \(chunk.eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND i.live_activities_enabled
               AND a.push_type = \(ActivityPushType.token.sql) AND a.id > \(chunk.after) AND a.id <= \(chunk.through)
               AND coalesce(a.mirrored_aps_timestamp, 0) < \(apsTimestamp) AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
+              AND \(fragment: Self.ofItsRound(apsTimestamp: "\(apsTimestamp)::bigint"))
             ORDER BY a.id
             """
         ).map { row in
@@ -246,11 +259,11 @@ public struct MirrorRepository: Sendable {
             """
             WITH newest AS (SELECT max(last_aps_timestamp) AS ts FROM channels WHERE event_id = \(eventID) AND last_broadcast_at IS NOT NULL)
             SELECT count(*)::integer AS activities,
-                   count(*) FILTER (WHERE coalesce(a.mirrored_aps_timestamp, 0) < (SELECT ts FROM newest) AND i.live_activities_enabled)::integer
-                       AS behind,
+                   count(*) FILTER (WHERE coalesce(a.mirrored_aps_timestamp, 0) < (SELECT ts FROM newest) AND i.live_activities_enabled
+                                    AND \(fragment: Self.ofItsRound(apsTimestamp: "(SELECT ts FROM newest)")))::integer AS behind,
                    (SELECT extract(epoch FROM p.finished_at - p.update_received_at)::float8 FROM mirror_passes p
                     WHERE p.event_id = \(eventID) AND p.state = \(MirrorPassState.done.sql) ORDER BY p.id DESC LIMIT 1) AS lag
-            FROM activities a JOIN installations i ON i.id = a.installation
+            FROM activities a JOIN installations i ON i.id = a.installation JOIN events e ON e.id = a.event_id
             WHERE a.event_id = \(eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND a.push_type = \(ActivityPushType.token.sql)
             """
         ).first!

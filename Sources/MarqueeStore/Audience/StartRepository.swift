@@ -32,22 +32,28 @@ public struct StartRepository: Sendable {
             """
             WITH candidates AS (
                 SELECT e.id, e.app_id, e.starts_at - make_interval(secs => coalesce(e.audience_lead, \(lead)::integer)) AS due_at,
-                       e.start_alert IS NOT NULL AS has_alert
+                       e.start_alert IS NOT NULL AS has_alert, e.audience_round
                 FROM events e
                 WHERE e.status IN \(Self.startableEventStates.sql)
                   AND e.starts_at <= coalesce(\(now), now()) + make_interval(secs => 604800)
-                  AND NOT EXISTS (SELECT 1 FROM start_runs r WHERE r.event_id = e.id AND r.kind = \(StartRunKind.automatic.sql))
+                  AND NOT EXISTS (SELECT 1 FROM start_runs r WHERE r.event_id = e.id AND r.kind = \(StartRunKind.automatic.sql)
+                                  AND r.audience_round = e.audience_round)
+                  -- A postponed event's new round waits until the end of the activities already running went out
+                  -- (its channel then ended), so no new activity joins the channel that end is on.
+                  AND NOT EXISTS (SELECT 1 FROM outbox o JOIN updates u ON u.id = o.update_id
+                                  WHERE o.event_id = e.id AND u.action = \(UpdateAction.end.sql))
             ), due AS (
                 SELECT c.*, CASE WHEN NOT c.has_alert THEN \(StartRunSkipReason.noAlert.rawValue)
                                  WHEN c.due_at < coalesce(\(now), now()) - make_interval(secs => \(maxLateness)::float8)
                                  THEN \(StartRunSkipReason.late.rawValue) END AS skip_reason
                 FROM candidates c WHERE c.due_at <= coalesce(\(now), now())
             )
-            INSERT INTO start_runs (app_id, event_id, kind, state, skip_reason, due_at, started_at, channel_wait_until, finished_at)
+            INSERT INTO start_runs (app_id, event_id, kind, state, skip_reason, due_at, started_at, channel_wait_until, finished_at,
+                                    audience_round)
             SELECT app_id, id, \(StartRunKind.automatic.sql),
                    CASE WHEN skip_reason IS NULL THEN \(StartRunState.running.sql) ELSE \(StartRunState.skipped.sql) END,
                    skip_reason, due_at, coalesce(\(now), now()), coalesce(\(now), now()) + make_interval(secs => \(channelWait)::float8),
-                   CASE WHEN skip_reason IS NOT NULL THEN coalesce(\(now), now()) END
+                   CASE WHEN skip_reason IS NOT NULL THEN coalesce(\(now), now()) END, audience_round
             FROM due
             ON CONFLICT DO NOTHING
             RETURNING id, event_id, state, skip_reason
@@ -84,9 +90,10 @@ public struct StartRepository: Sendable {
             guard Self.startableEventStates.contains(status) else { throw PipelineError.eventClosed(eventID, status) }
             let row = try await tx.query(
                 """
-                INSERT INTO start_runs (app_id, event_id, kind, state, topics, alert, due_at, channel_wait_until, created_by)
+                INSERT INTO start_runs (app_id, event_id, kind, state, topics, alert, due_at, channel_wait_until, created_by, audience_round)
                 VALUES (\(try event.decode(Int.self, column: "app_id")), \(eventID), \(StartRunKind.manual), \(StartRunState.running),
-                        \(topics), \(alert?.postgresJSON)::jsonb, now(), now() + make_interval(secs => \(channelWait)::float8), \(createdBy))
+                        \(topics), \(alert?.postgresJSON)::jsonb, now(), now() + make_interval(secs => \(channelWait)::float8), \(createdBy),
+                        (SELECT audience_round FROM events WHERE id = \(eventID)))
                 RETURNING id
                 """
             ).first!
@@ -384,7 +391,8 @@ public struct StartRepository: Sendable {
             SELECT m.installation, m.direct, i.live_activities_enabled, i.os_major, i.os_minor, i.os_patch, i.push_to_start_token,
                    i.token_refused_reason,
                    EXISTS (SELECT 1 FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = m.installation
-                           AND s.state IN \(started)) AS started,
+                           AND s.state IN \(started) AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID)))
+                       AS started,
                    mine.state AS run_state, mine.next_attempt_at AS retry_at,
                    planned.id AS planned_id, planned.token AS planned_token,
                    (SELECT count(*) FROM starts s WHERE s.installation = m.installation AND s.state IN \(started)
@@ -477,21 +485,23 @@ public struct StartRepository: Sendable {
             ), eligible AS (
                 SELECT i.* FROM input i JOIN installations n ON n.id = i.installation
                 WHERE n.live_activities_enabled AND n.push_to_start_token = i.token AND n.token_refused_reason IS NULL
-                  -- A new start that the event's started one would duplicate is left out by starts_once_per_event
+                  -- A new start that the round's started one would duplicate is left out by starts_once_per_event
                   -- (ON CONFLICT below); only a retry, which updates its row, asks first. Asking for every row made
                   -- this statement a scan of starts per row whenever the table's statistics were older than its
                   -- growth (the first minute of a big kick-off).
                   AND (i.planned_id IS NULL
                        OR NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = i.installation
-                                      AND s.state IN \(StartLifecycle.startedStates.sql)))
+                                      AND s.state IN \(StartLifecycle.startedStates.sql)
+                                      AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))))
             ), retried AS (
                 UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1, sent_at = now(),
                     next_attempt_at = NULL
                 FROM eligible e WHERE s.id = e.planned_id AND s.state = \(StartState.planned)
                 RETURNING s.id, s.installation, s.token, s.path, s.attempts
             ), inserted AS (
-                INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, path, state, attempts, sent_at)
-                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, path, \(sending), 1, now()
+                INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, path, state, attempts, sent_at, audience_round)
+                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, path, \(sending), 1, now(),
+                       (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
                 FROM eligible WHERE planned_id IS NULL
                 ON CONFLICT DO NOTHING
                 RETURNING id, installation, token, path, attempts

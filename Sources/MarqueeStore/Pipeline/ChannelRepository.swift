@@ -369,7 +369,7 @@ public struct ChannelRepository: Sendable {
                   AND (e.ends_at IS NULL OR e.ends_at > coalesce(\(now), now()))
                   AND (e.starts_at <= coalesce(\(now), now()) + make_interval(secs => \(leadTime))
                        OR EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id))
-                  AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
+                  AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id AND c.state IN \(ChannelLifecycle.currentStates.sql))
                 ORDER BY e.starts_at, e.id LIMIT \(limit)
                 """
             ),

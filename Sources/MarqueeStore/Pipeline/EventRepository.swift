@@ -355,7 +355,7 @@ public struct EventRepository: Sendable {
 
     /// Scheduled events whose `startsAt` has come (`now`; the database clock when nil) and that have a
     /// channel become live, at most `limit` of them, earliest first, under the scheduler's lease. One
-    /// without a channel stays scheduled until the scheduler has planned it one (so the scheduler looks
+    /// without a current channel (none, or only the ended one of an audience round before a postponement) stays scheduled until the scheduler has planned it one (so the scheduler looks
     /// for events needing a channel among scheduled ones only). An event whose row another transaction holds
     /// (an ingest) is left for the next sweep rather than waited for. Returns their ids.
     public func markStarted(limit: Int, fence: LeaseGrant? = nil, now: Date? = nil) async throws -> [Int] {
@@ -370,7 +370,8 @@ public struct EventRepository: Sendable {
         """
         UPDATE events SET status = \(fragment: Self.statusAfterStart), updated_at = now()
         WHERE id IN (SELECT e.id FROM events e WHERE e.status IN \(Self.statesToStart) AND e.starts_at <= coalesce(\(now), now())
-                       AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id)
+                       AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
+                                   AND (c.state IN \(ChannelLifecycle.currentStates.sql) OR e.channel_lost))
                      ORDER BY e.starts_at, e.id LIMIT \(limit) FOR UPDATE OF e SKIP LOCKED)
           AND status IN \(Self.statesToStart)
         RETURNING id
@@ -394,6 +395,190 @@ public struct EventRepository: Sendable {
             UPDATE events SET status = \(fragment: EventLifecycle.sqlStatus(after: event, column: "status")), updated_at = now()
             WHERE id = \(eventID) AND status IN \(EventLifecycle.states(accepting: event).sql)
             """) == 1
+    }
+
+    // MARK: changes after creation
+
+    /// Changes the event's schedule or audience settings under its row lock: `decide` gets the event and whether
+    /// a start run of it sent push-to-starts, and returns the plan (EventChangePlanner) or a refusal, which is
+    /// thrown and changes nothing. The change is recorded in event_changes with `apiKeyID`. Throws
+    /// `eventNotFound` (also for another app's event when `appID` is given).
+    public func change(
+        eventID: Int, appID: Int?, apiKeyID: Int?, _ change: EventChange,
+        decide: @Sendable (EventRecord, _ startsWentOut: Bool) -> Result<EventChangePlan, EventChangeRefusal>
+    ) async throws -> (event: EventRecord, plan: EventChangePlan) {
+        try await pool.withTransaction { tx in
+            guard
+                let row = try await tx.query(
+                    """
+                    SELECT \(unsafeRaw: EventRecord.columns),
+                           EXISTS (SELECT 1 FROM starts s WHERE s.event_id = events.id AND s.state IN \(StartLifecycle.startedStates.sql)
+                                   AND s.audience_round = events.audience_round) AS starts_went_out
+                    FROM events WHERE id = \(eventID) AND (\(appID)::bigint IS NULL OR app_id = \(appID))
+                    FOR UPDATE
+                    """
+                ).first
+            else { throw PipelineError.eventNotFound(eventID) }
+            let before = try EventRecord(row: row)
+            let plan = try decide(before, try row.decode(Bool.self, column: "starts_went_out")).get()
+            var after = try EventRecord(
+                row: try await tx.query(
+                    """
+                    UPDATE events SET starts_at = \(plan.startsAt), ends_at = \(plan.endsAt), status = \(plan.status),
+                        topics = coalesce(\(change.topics)::text[], topics),
+                        audience_lead = CASE WHEN \(change.audienceLead != nil) THEN \(change.audienceLead ?? nil)::integer ELSE audience_lead END,
+                        start_alert = CASE WHEN \(change.startAlert != nil) THEN \((change.startAlert ?? nil)?.postgresJSON)::jsonb ELSE start_alert END,
+                        updated_at = now()
+                    WHERE id = \(eventID)
+                    RETURNING \(unsafeRaw: EventRecord.columns)
+                    """)[0])
+            var changes = Self.differences(before, after).objectValue ?? [:]
+            if plan.action == .restartAudience {
+                let state = change.postponedState ?? before.latestState ?? [:]
+                try await Self.restartAudience(eventID: eventID, apiKeyID: apiKeyID, endingWith: state, on: tx)
+                changes["postponedState"] = state
+                after = try await tx.query("SELECT \(unsafeRaw: EventRecord.columns) FROM events WHERE id = \(eventID)").map(EventRecord.init(row:))[
+                    0]
+            }
+            try await Self.record(plan.event, eventID: eventID, appID: before.appID, apiKeyID: apiKeyID, changes: .object(changes), on: tx)
+            return (after, plan)
+        }
+    }
+
+    /// What a cancel of the event decides on (EventCancelPlan): its status, whether activities may be running (a
+    /// push-to-start went out, the app registered an activity, or a broadcast reached its channel), and whether its
+    /// channel can broadcast an end. Nil when there is no such event (in `appID`'s app when given).
+    public func cancelFacts(eventID: Int, appID: Int?) async throws -> (status: EventStatus, startedActivities: Bool, channelCarriesEnd: Bool)? {
+        guard
+            let row = try await pool.query(
+                """
+                SELECT e.status,
+                       EXISTS (SELECT 1 FROM starts s WHERE s.event_id = e.id AND s.state IN \(StartLifecycle.startedStates.sql))
+                       OR EXISTS (SELECT 1 FROM activities a WHERE a.event_id = e.id)
+                       OR EXISTS (SELECT 1 FROM deliveries d JOIN channels c ON c.id = d.channel_id
+                                  WHERE c.event_id = e.id AND d.kind = 'broadcast' AND d.status = 200) AS started,
+                       NOT e.channel_lost AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
+                                                      AND c.state IN \(ChannelLifecycle.broadcastingStates.sql)) AS carries
+                FROM events e WHERE e.id = \(eventID) AND (\(appID)::bigint IS NULL OR e.app_id = \(appID))
+                """
+            ).first
+        else { return nil }
+        return (
+            try row.decode(EventStatus.self, column: "status"), try row.decode(Bool.self, column: "started"),
+            try row.decode(Bool.self, column: "carries")
+        )
+    }
+
+    /// Cancels an event that sends nothing (EventCancelPlan.closeQuietly): the status as the lifecycle says for
+    /// `cancelRequested`, its pending updates unsent, its outbox row gone, the change recorded with `apiKeyID`. Returns
+    /// the event, or nil when its status no longer takes a cancel (it ended meanwhile).
+    public func cancelQuietly(eventID: Int, apiKeyID: Int?) async throws -> EventRecord? {
+        try await pool.withTransaction { tx in
+            guard
+                let row = try await tx.query(
+                    """
+                    UPDATE events SET status = \(fragment: EventLifecycle.sqlStatus(after: .cancelRequested, column: "status")), updated_at = now()
+                    WHERE id = \(eventID) AND status IN \(EventLifecycle.states(accepting: .cancelRequested).sql)
+                    RETURNING \(unsafeRaw: EventRecord.columns)
+                    """
+                ).first
+            else { return nil }
+            let event = try EventRecord(row: row)
+            try await tx.execute(
+                """
+                UPDATE updates SET disposition = \(UpdateDisposition.unsent.sql), disposed_at = now()
+                WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)
+                """)
+            try await tx.execute("DELETE FROM outbox WHERE event_id = \(eventID)")
+            try await Self.record(
+                .cancelRequested, eventID: eventID, appID: event.appID, apiKeyID: apiKeyID, changes: ["broadcast": false], on: tx)
+            return event
+        }
+    }
+
+    /// Records a change made elsewhere (a cancel that queued its end through the ingest).
+    public func recordChange(_ event: EventLifecycle.Event, eventID: Int, appID: Int, apiKeyID: Int?, changes: JSONValue) async throws {
+        try await pool.withConnection { try await Self.record(event, eventID: eventID, appID: appID, apiKeyID: apiKeyID, changes: changes, on: $0) }
+    }
+
+    /// Performs the lifecycle's `restartAudience` (a postponement after starts went out), in the change's
+    /// transaction: an `end` with `state` is queued for the running activities (the dispatcher broadcasts it on the
+    /// channel, which then ends, and mirroring takes it to the activity tokens; the event's status stays), the
+    /// event's audience round moves on (a new automatic run starts it at the new lead, once that end went out and a
+    /// new channel opens), and the open start runs of the old round stop.
+    static func restartAudience(eventID: Int, apiKeyID: Int?, endingWith state: JSONValue, on tx: PostgresConnection) async throws {
+        try await tx.execute(
+            """
+            WITH stored AS (
+                INSERT INTO updates (event_id, api_key_id, action, content_state, priority, occurred_at, disposition)
+                VALUES (\(eventID), \(apiKeyID), \(UpdateAction.end.sql), \(state.postgresJSON)::jsonb, \(RequestedPriority.auto.rawValue), now(),
+                        \(UpdateDisposition.pending.sql))
+                RETURNING id
+            ), queued AS (
+                INSERT INTO outbox (event_id, update_id, next_attempt_at)
+                SELECT \(eventID), id, \(IngestRepository.urgentDue) FROM stored
+                ON CONFLICT (event_id) DO UPDATE SET
+                    update_id = EXCLUDED.update_id, not_before = NULL, next_attempt_at = EXCLUDED.next_attempt_at, updated_at = now()
+            )
+            UPDATE events SET audience_round = audience_round + 1, postponed_at = now(), postponed_end_update_id = (SELECT id FROM stored),
+                latest_state = \(state.postgresJSON)::jsonb, latest_state_at = now(), latest_update_id = (SELECT id FROM stored)
+            WHERE id = \(eventID)
+            """)
+        try await tx.execute(
+            """
+            UPDATE start_runs SET state = \(StartRunState.stopped.rawValue), finished_at = now(),
+                first_pass_done_at = coalesce(first_pass_done_at, now())
+            WHERE event_id = \(eventID) AND state IN \(StartRunState.openStates.sql)
+            """)
+        try await tx.execute(
+            """
+            UPDATE start_chunks SET done = true, finished_at = now()
+            WHERE run_id IN (SELECT id FROM start_runs WHERE event_id = \(eventID)) AND NOT done
+            """)
+        try await tx.execute(
+            """
+            UPDATE starts SET state = \(StartState.skipped.rawValue), reason = 'event_over', next_attempt_at = NULL
+            WHERE event_id = \(eventID) AND state = \(StartState.planned.rawValue)
+            """)
+    }
+
+    /// Writes one row of event_changes.
+    static func record(
+        _ event: EventLifecycle.Event, eventID: Int, appID: Int, apiKeyID: Int?, changes: JSONValue, on connection: PostgresConnection
+    ) async throws {
+        try await connection.execute(
+            """
+            INSERT INTO event_changes (app_id, event_id, api_key_id, kind, changes)
+            VALUES (\(appID), \(eventID), \(apiKeyID), \(event.rawValue), \(changes.postgresJSON)::jsonb)
+            """)
+    }
+
+    /// `{"field": {"from": .., "to": ..}}` for each field that differs between the two rows.
+    static func differences(_ before: EventRecord, _ after: EventRecord) -> JSONValue {
+        func date(_ value: Date?) -> JSONValue { value.map { .string($0.ISO8601Format()) } ?? .null }
+        let pairs: [(String, JSONValue, JSONValue)] = [
+            ("status", .string(before.status.rawValue), .string(after.status.rawValue)),
+            ("startsAt", date(before.startsAt), date(after.startsAt)),
+            ("endsAt", date(before.endsAt), date(after.endsAt)),
+            ("topics", .array(before.topics.map(JSONValue.string)), .array(after.topics.map(JSONValue.string))),
+            ("audienceLead", before.audienceLead.map { .int(Int64($0)) } ?? .null, after.audienceLead.map { .int(Int64($0)) } ?? .null),
+            ("startAlert", before.startAlert ?? .null, after.startAlert ?? .null),
+        ]
+        var changes = JSONObject()
+        for (field, from, to) in pairs where from != to { changes[field] = ["from": from, "to": to] }
+        return .object(changes)
+    }
+
+    /// The changes recorded for the event, oldest first: (lifecycle event, API key id, changes, when).
+    public func changes(eventID: Int) async throws -> [(kind: String, apiKeyID: Int?, changes: JSONValue, at: Date)] {
+        try await pool.query(
+            "SELECT kind, api_key_id, changes, created_at FROM event_changes WHERE event_id = \(eventID) ORDER BY id"
+        ).map { row in
+            (
+                try row.decode(String.self, column: "kind"), try row.decode(Int?.self, column: "api_key_id"),
+                try row.decodeJSON(column: "changes") ?? [:], try row.decode(Date.self, column: "created_at")
+            )
+        }
     }
 
     static func encodeCursor(startsAt: Date, id: Int) -> String {

@@ -58,11 +58,15 @@ public struct UpdateDraft: Sendable, Equatable {
     /// it a second end is refused (`endAlreadyAccepted`).
     public var replacesEnd: Bool
 
+    /// An end that cancels the event (`POST /v1/events/{id}/cancel`): the status becomes `cancelled` with the end
+    /// queued, and the end broadcast still goes out (its record leaves a cancelled event cancelled).
+    public var cancels = false
+
     /// What accepting it means to the event's lifecycle.
     public var lifecycleEvent: EventLifecycle.Event {
         switch action {
         case .update: .updateAccepted
-        case .end: replacesEnd ? .endReplaced : .endAccepted
+        case .end: cancels ? .cancelRequested : replacesEnd ? .endReplaced : .endAccepted
         }
     }
 
@@ -325,7 +329,7 @@ public struct IngestRepository: Sendable {
     /// 0.55-0.63 ms) without a plan this repository's tests could reproduce.
     private static let acceptance: [EventLifecycle.Event: (states: [String], status: PostgresQuery)] =
         Dictionary(
-            uniqueKeysWithValues: [EventLifecycle.Event.updateAccepted, .endAccepted, .endReplaced].map { event in
+            uniqueKeysWithValues: [EventLifecycle.Event.updateAccepted, .endAccepted, .endReplaced, .cancelRequested].map { event in
                 (event, (EventLifecycle.states(accepting: event).map(\.rawValue), EventLifecycle.sqlStatus(after: event, column: "e.status")))
             })
 
