@@ -23,31 +23,23 @@ import Foundation
 import Postgres
 import Synchronization
 
-if CommandLine.arguments.dropFirst().first == "fanout" {
+/// Runs `ServiceBench NAME ...` when NAME is the first argument, and exits: 0 when its targets were met, 1 when
+/// not, 2 on an error.
+func subcommand(_ name: String, _ body: (Flags) async throws -> Bool) async {
+    guard CommandLine.arguments.dropFirst().first == name else { return }
     do {
-        exit(try await FanOutBench(Flags(CommandLine.arguments.dropFirst(2))).run() ? 0 : 1)
+        exit(try await body(Flags(CommandLine.arguments.dropFirst(2))) ? 0 : 1)
     } catch {
-        FileHandle.standardError.write(Data("ServiceBench fanout: \(error)\n".utf8))
+        FileHandle.standardError.write(Data("ServiceBench \(name): \(error)\n".utf8))
         exit(2)
     }
 }
-if CommandLine.arguments.dropFirst().first == "installations-file" {
-    do {
-        try InstallationsFile.write(Flags(CommandLine.arguments.dropFirst(2)))
-        exit(0)
-    } catch {
-        FileHandle.standardError.write(Data("ServiceBench installations-file: \(error)\n".utf8))
-        exit(2)
-    }
+await subcommand("fanout") { try await FanOutBench($0).run() }
+await subcommand("installations-file") { flags in
+    try InstallationsFile.write(flags)
+    return true
 }
-if CommandLine.arguments.dropFirst().first == "tokens" {
-    do {
-        exit(try await TokensBench(Flags(CommandLine.arguments.dropFirst(2))).run() ? 0 : 1)
-    } catch {
-        FileHandle.standardError.write(Data("ServiceBench tokens: \(error)\n".utf8))
-        exit(2)
-    }
-}
+await subcommand("tokens") { try await TokensBench($0).run() }
 
 do {
     let settings = try ServiceBenchSettings(Flags(CommandLine.arguments.dropFirst()))
