@@ -135,6 +135,23 @@ struct PipelineChannelTests {
         let next = try await f.channels.dueWork(leadTime: 7200, deleteDelay: 900, endGrace: 600, now: now)
         #expect(next.eventsNeedingChannel.map(\.externalID) == ["early-update"])
         #expect(next.plannedChannels.map(\.eventID) == [soon.id])
+
+        // An event whose channel was deleted (by an operator, or by `app remove` on its way out) gets no new one;
+        // after a postponement, the round's deleted channel no longer counts and it does.
+        let live = try await f.makeEvent("live-deleted", startsAt: now + 600)
+        let liveChannel = try await f.openChannel(eventID: live.id)
+        var deleting = try #require(liveChannel.lifecycle)
+        let opened = deleting
+        _ = try deleting.deleteRequested(force: true)
+        let requested = deleting
+        _ = try deleting.deleteSucceeded()
+        try await f.channels.transition(channelID: liveChannel.id, from: opened, to: requested)
+        try await f.channels.transition(channelID: liveChannel.id, from: requested, to: deleting)
+        let afterDelete = try await f.channels.dueWork(leadTime: 7200, deleteDelay: 900, endGrace: 600, now: now)
+        #expect(!afterDelete.eventsNeedingChannel.map(\.externalID).contains("live-deleted"))
+        try await f.pool.execute("UPDATE events SET postponed_at = now() + interval '1 second' WHERE id = \(live.id)")
+        let afterPostponement = try await f.channels.dueWork(leadTime: 7200, deleteDelay: 900, endGrace: 600, now: now)
+        #expect(afterPostponement.eventsNeedingChannel.map(\.externalID).contains("live-deleted"))
         // Not yet past the delete delay or the grace period.
         let earlier = try await f.channels.dueWork(leadTime: 7200, deleteDelay: 1800, endGrace: 3600, now: now)
         #expect(earlier.deletionsDue.isEmpty)

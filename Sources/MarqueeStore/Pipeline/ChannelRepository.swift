@@ -143,6 +143,13 @@ public struct ReconcilePreview: Sendable, Equatable {
 
 /// Channels: planned creation, lifecycle transitions, quota counts, scheduler work and reconcile.
 public struct ChannelRepository: Sendable {
+    /// Whether channel `c` belongs to event `e`'s current audience round: before any postponement every channel
+    /// of the event does (one deleted by an operator or by `app remove` is not replaced); after one, a channel
+    /// still current, or made since (the round before ended its own, and the new round gets a new one).
+    static let ofCurrentRound: PostgresQuery = """
+        (c.state IN \(ChannelLifecycle.currentStates.sql) OR e.postponed_at IS NULL OR c.created_at >= e.postponed_at)
+        """
+
     let pool: PostgresPool
 
     public init(pool: PostgresPool) { self.pool = pool }
@@ -369,7 +376,7 @@ public struct ChannelRepository: Sendable {
                   AND (e.ends_at IS NULL OR e.ends_at > coalesce(\(now), now()))
                   AND (e.starts_at <= coalesce(\(now), now()) + make_interval(secs => \(leadTime))
                        OR EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = e.id))
-                  AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id AND c.state IN \(ChannelLifecycle.currentStates.sql))
+                  AND NOT EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id AND \(fragment: Self.ofCurrentRound))
                 ORDER BY e.starts_at, e.id LIMIT \(limit)
                 """
             ),

@@ -371,7 +371,7 @@ public struct EventRepository: Sendable {
         UPDATE events SET status = \(fragment: Self.statusAfterStart), updated_at = now()
         WHERE id IN (SELECT e.id FROM events e WHERE e.status IN \(Self.statesToStart) AND e.starts_at <= coalesce(\(now), now())
                        AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
-                                   AND (c.state IN \(ChannelLifecycle.currentStates.sql) OR e.channel_lost))
+                                   AND (\(fragment: ChannelRepository.ofCurrentRound) OR e.channel_lost))
                      ORDER BY e.starts_at, e.id LIMIT \(limit) FOR UPDATE OF e SKIP LOCKED)
           AND status IN \(Self.statesToStart)
         RETURNING id
