@@ -33,21 +33,23 @@ public struct AudienceRepository: Sendable {
     /// `limit` of their union, so a page costs the same at the start of a million as at its end. The one
     /// home of the audience's shape, for these pages and the start fan-out's chunks.
     static func followers(eventID: Int, after: Int, through: Int?, limit: Int?) -> PostgresQuery {
-        """
-        SELECT installation, bool_or(direct) AS direct FROM (
-            (SELECT f.installation, true AS direct FROM run, follows f
-             WHERE run.direct AND f.event_id = \(eventID) AND f.installation > \(after)
-               AND (\(through)::bigint IS NULL OR f.installation <= \(through))
-             ORDER BY f.installation LIMIT \(limit))
-            UNION ALL
-            (SELECT t.installation, false FROM run, unnest(run.topics) AS wanted (topic), LATERAL (
-                SELECT f.installation FROM follows f
-                WHERE f.app_id = run.app_id AND f.topic = wanted.topic AND f.installation > \(after)
-                  AND (\(through)::bigint IS NULL OR f.installation <= \(through))
-                ORDER BY f.installation LIMIT \(limit)) t)
-        ) sources
-        GROUP BY installation ORDER BY installation LIMIT \(limit)
-        """
+        // The upper bound is part of the statement's text only when there is one, so that it is an index
+        // condition: `($n IS NULL OR installation <= $n)` cannot be, and a chunk's read then ran on to the end of
+        // the event's follows (a scan of the rest of the audience per chunk).
+        let upTo: PostgresQuery = through.map { "AND f.installation <= \($0)" } ?? ""
+        return """
+            SELECT installation, bool_or(direct) AS direct FROM (
+                (SELECT f.installation, true AS direct FROM run, follows f
+                 WHERE run.direct AND f.event_id = \(eventID) AND f.installation > \(after) \(fragment: upTo)
+                 ORDER BY f.installation LIMIT \(limit))
+                UNION ALL
+                (SELECT t.installation, false FROM run, unnest(run.topics) AS wanted (topic), LATERAL (
+                    SELECT f.installation FROM follows f
+                    WHERE f.app_id = run.app_id AND f.topic = wanted.topic AND f.installation > \(after) \(fragment: upTo)
+                    ORDER BY f.installation LIMIT \(limit)) t)
+            ) sources
+            GROUP BY installation ORDER BY installation LIMIT \(limit)
+            """
     }
 
     /// The audience members after installation `after` (0: from the start), at most `limit` follows read.

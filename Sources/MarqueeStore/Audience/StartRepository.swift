@@ -390,9 +390,7 @@ public struct StartRepository: Sendable {
             members AS (\(fragment: AudienceRepository.followers(eventID: chunk.eventID, after: chunk.after, through: chunk.through, limit: nil)))
             SELECT m.installation, m.direct, i.live_activities_enabled, i.os_major, i.os_minor, i.os_patch, i.push_to_start_token,
                    i.token_refused_reason,
-                   EXISTS (SELECT 1 FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = m.installation
-                           AND s.state IN \(started) AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID)))
-                       AS started,
+                   started.found IS NOT NULL AS started,
                    mine.state AS run_state, mine.next_attempt_at AS retry_at,
                    planned.id AS planned_id, planned.token AS planned_token,
                    (SELECT count(*) FROM starts s WHERE s.installation = m.installation AND s.state IN \(started)
@@ -414,6 +412,13 @@ public struct StartRepository: Sendable {
                                       AND a.state IN \(ActivityLifecycle.mirroredStates.sql)))::integer AS waiting
             FROM members m
             JOIN installations i ON i.id = m.installation
+            -- A probe per member (an EXISTS here may be planned as one hashed read of every started start of the
+            -- event, per chunk: the whole audience again for each chunk of a big run).
+            LEFT JOIN LATERAL (
+                SELECT true AS found FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = m.installation
+                  AND s.state IN \(started) AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
+                LIMIT 1
+            ) started ON true
             LEFT JOIN LATERAL (
                 SELECT s.state, s.next_attempt_at FROM starts s
                 WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation AND s.token = i.push_to_start_token
