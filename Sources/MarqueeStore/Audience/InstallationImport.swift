@@ -272,19 +272,7 @@ public struct InstallationImporter: Sendable {
                     app_build = coalesce(r.app_build, i.app_build), locale = coalesce(r.locale, i.locale),
                     frequent_pushes_enabled = coalesce(r.frequent_pushes_enabled, i.frequent_pushes_enabled),
                     live_activities_enabled = coalesce(r.live_activities_enabled, i.live_activities_enabled),
-                    previous_token = CASE WHEN r.token IS NULL OR i.push_to_start_token IS NULL OR i.push_to_start_token = r.token
-                                          THEN i.previous_token ELSE i.push_to_start_token END,
-                    previous_token_until = CASE WHEN r.token IS NULL OR i.push_to_start_token IS NULL OR i.push_to_start_token = r.token
-                                                THEN i.previous_token_until
-                                                ELSE now() + make_interval(secs => \(previousTokenRetention)::double precision) END,
-                    token_registered_at = CASE WHEN r.token IS NULL OR i.push_to_start_token = r.token THEN i.token_registered_at
-                                               ELSE r.registered_at END,
-                    token_seen_at = CASE WHEN r.token IS NULL THEN i.token_seen_at
-                                         WHEN i.push_to_start_token = r.token THEN greatest(i.token_seen_at, r.registered_at)
-                                         ELSE r.registered_at END,
-                    token_refused_reason = CASE WHEN r.token IS NULL OR i.push_to_start_token = r.token THEN i.token_refused_reason END,
-                    token_refused_at = CASE WHEN r.token IS NULL OR i.push_to_start_token = r.token THEN i.token_refused_at END,
-                    push_to_start_token = coalesce(r.token, i.push_to_start_token),
+                    \(fragment: InstallationRepository.tokenRotation(to: "r.token", at: "r.registered_at", retention: previousTokenRetention)),
                     registered_at = r.registered_at, updated_at = now()
                 FROM installation_import_latest r
                 WHERE r.applies AND r.installation IS NOT NULL AND i.id = r.installation AND i.registered_at < r.registered_at

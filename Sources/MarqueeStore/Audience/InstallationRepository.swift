@@ -100,17 +100,30 @@ public struct InstallationRepository: Sendable {
             """)
         try await tx.execute(
             """
-            UPDATE installations SET
-                previous_token = CASE WHEN push_to_start_token IS NULL OR push_to_start_token = \(token) THEN previous_token
-                                      ELSE push_to_start_token END,
-                previous_token_until = CASE WHEN push_to_start_token IS NULL OR push_to_start_token = \(token) THEN previous_token_until
-                                            ELSE now() + make_interval(secs => \(retention)::double precision) END,
-                token_registered_at = CASE WHEN push_to_start_token = \(token) THEN token_registered_at ELSE now() END,
-                token_refused_reason = CASE WHEN push_to_start_token = \(token) THEN token_refused_reason END,
-                token_refused_at = CASE WHEN push_to_start_token = \(token) THEN token_refused_at END,
-                push_to_start_token = \(token), token_seen_at = now()
+            UPDATE installations SET \(fragment: Self.tokenRotation(to: "\(token)", at: "now()", retention: retention))
             WHERE id = \(installation)
             """)
+    }
+
+    /// The assignments of an `UPDATE installations` that make `new` the current token as of `time`: a token it
+    /// replaces is kept as the previous one for `retention` (to match a late 410); the same token again is only
+    /// seen again, keeping its refusal; a new one starts unrefused. A NULL `new` (an import row without a token)
+    /// leaves every token column as it is. The registry's one rule, for the API and for imports.
+    static func tokenRotation(to new: PostgresQuery, at time: PostgresQuery, retention: TimeInterval) -> PostgresQuery {
+        """
+        previous_token = CASE WHEN \(fragment: new)::text IS NULL OR push_to_start_token IS NULL OR push_to_start_token = \(fragment: new)
+                              THEN previous_token ELSE push_to_start_token END,
+        previous_token_until = CASE WHEN \(fragment: new)::text IS NULL OR push_to_start_token IS NULL OR push_to_start_token = \(fragment: new)
+                                    THEN previous_token_until ELSE now() + make_interval(secs => \(retention)::double precision) END,
+        token_registered_at = CASE WHEN \(fragment: new)::text IS NULL OR push_to_start_token = \(fragment: new) THEN token_registered_at
+                                   ELSE \(fragment: time) END,
+        token_seen_at = CASE WHEN \(fragment: new)::text IS NULL THEN token_seen_at
+                             WHEN push_to_start_token = \(fragment: new) THEN greatest(token_seen_at, \(fragment: time))
+                             ELSE \(fragment: time) END,
+        token_refused_reason = CASE WHEN \(fragment: new)::text IS NULL OR push_to_start_token = \(fragment: new) THEN token_refused_reason END,
+        token_refused_at = CASE WHEN \(fragment: new)::text IS NULL OR push_to_start_token = \(fragment: new) THEN token_refused_at END,
+        push_to_start_token = coalesce(\(fragment: new), push_to_start_token)
+        """
     }
 
     /// Clears the installation's push-to-start token (the app turned push-to-start off); returns whether it had one.
