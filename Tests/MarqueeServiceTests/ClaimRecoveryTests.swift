@@ -59,17 +59,23 @@ struct ClaimRecoveryTests {
         let reopened = Task<Void, any Error> {}
         let reopening = Mutex<Task<Void, any Error>>(reopened)
         // APNs accepts, and before its answer arrives the database goes away: every connection is cut and no
-        // new one is let in for 1.5 s (as a restart does), so the record fails.
+        // new one is let in until the failed record is logged (as a restart does), so the record fails.
         f.apns.state.withLock { state in
             state.beforeNextAnswer = {
                 try await admin.execute("ALTER DATABASE \(identifier: database) WITH ALLOW_CONNECTIONS false")
                 try await admin.execute(
                     """
-                    SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = \(database) AND pid <> pg_backend_pid()
+                    SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = \(database) AND pid <> pg_backend_pid()
                     """)
                 reopening.withLock { task in
                     task = Task {
-                        try await Task.sleep(for: .milliseconds(1500))
+                        // Connections come back once the failed record is logged (at most 10 s), not after a fixed
+                        // time that a loaded machine could spend before the dispatcher tries its record.
+                        let until = ContinuousClock.now + .seconds(10)
+                        while ContinuousClock.now < until, !f.log.all.contains(where: { $0.contains("claim outcome not written") }) {
+                            try await Task.sleep(for: .milliseconds(20))
+                        }
+                        try await Task.sleep(for: .milliseconds(300))
                         try await admin.execute("ALTER DATABASE \(identifier: database) WITH ALLOW_CONNECTIONS true")
                     }
                 }
