@@ -51,15 +51,17 @@ extension EventCommands {
     }
 
     static let edit = Command(
-        "edit", summary: "Change who an event starts and what its push-to-start says: topics and the start alert (admin).",
+        "edit", summary: "Change who an event starts, what its push-to-start says, and its freshness policy.",
         discussion: """
             --topic replaces the event's topics (repeat it for several; --no-topics removes them all). The start
-            alert is the alert of the followers' push-to-start. Needs an 'admin' key. Attributes never change:
-            running activities keep the ones they were started with.
+            alert is the alert of the followers' push-to-start. Both need an 'admin' key. --freshness replaces the
+            event's own freshness members (an 'ingest' key will do); pushes sent from then on follow it.
+            Attributes never change: running activities keep the ones they were started with.
 
-            Example:
+            Examples:
               marquee event edit 42 --topic team:arsenal --topic team:chelsea \\
                 --start-alert-title "Kick-off delayed" --start-alert-body "Arsenal v Chelsea, now 21:15"
+              marquee event edit 42 --freshness '{"staleAfter": 300, "dismissAfter": 900}'
 
             \(AdminAPIClient.exitCodes)
             """,
@@ -71,6 +73,8 @@ extension EventCommands {
             .option("start-alert-body", value: "TEXT", help: "The push-to-start alert's body (with --start-alert-title)."),
             .option("start-alert", value: "JSON", help: "The whole push-to-start alert as JSON or @FILE."),
             .flag("no-start-alert", help: "Remove the start alert: automatic start runs are skipped."),
+            .option("freshness", value: "JSON", help: Self.freshnessHelp),
+            .flag("no-freshness", help: "Remove the event's own freshness members: its attribute type's policy applies."),
         ] + AdminAPIClient.options
     ) { arguments in
         let input = APIInput(arguments)
@@ -100,9 +104,17 @@ extension EventCommands {
             guard let title else { throw UsageError("--start-alert-body needs --start-alert-title", commandPath: arguments.commandPath) }
             body["startAlert"] = ["title": .string(title), "body": .string(text ?? "")]
         }
+        let freshness = try await input.object("freshness")
+        if arguments.flag("no-freshness") {
+            guard freshness == nil else { throw UsageError("give --freshness or --no-freshness, not both", commandPath: arguments.commandPath) }
+            body["freshness"] = .null
+        } else if let freshness {
+            body["freshness"] = freshness
+        }
         guard !body.isEmpty else {
             throw UsageError(
-                "give --topic, --no-topics, --start-alert-title, --start-alert or --no-start-alert", commandPath: arguments.commandPath)
+                "give --topic, --no-topics, --start-alert-title, --start-alert, --no-start-alert, --freshness or --no-freshness",
+                commandPath: arguments.commandPath)
         }
         try await patch(arguments, id: id, body: body, verb: "edited")
     }
@@ -137,6 +149,10 @@ extension EventCommands {
             return "cancelled event \(id): \(how)"
         }
     }
+
+    static let freshnessHelp =
+        #"The event's own freshness policy members, e.g. {"staleAfter":300,"relevanceScore":60,"dismissAfter":900}, or @FILE "#
+        + "(docs/api.md, Freshness policies)."
 
     /// `PATCH /v1/events/{id}`, printing the event and its warnings.
     static func patch(_ arguments: ParsedArguments, id: Int64, body: JSONObject, verb: String) async throws {

@@ -53,6 +53,7 @@ enum EventCommands {
             .option("audience-lead", value: "SECONDS", help: "Start the followers' Live Activities this long before --starts-at (0 to 604800)."),
             .option(
                 "start-alert", value: "JSON", help: #"The push-to-start's alert, e.g. {"title":"Kick-off","body":"Arsenal v Chelsea"}, or @FILE."#),
+            .option("freshness", value: "JSON", help: Self.freshnessHelp),
         ] + AdminAPIClient.options
     ) { arguments in
         let input = APIInput(arguments)
@@ -77,6 +78,7 @@ enum EventCommands {
         body["contentState"] = try await input.object("content-state")
         if let lead = try arguments.int("audience-lead", in: 0...604_800) { body["audienceLead"] = .int(Int64(lead)) }
         if let alert = try await input.object("start-alert") { body["startAlert"] = alert }
+        if let freshness = try await input.object("freshness") { body["freshness"] = freshness }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events", body: .object(body)) }
         APIText.emit(arguments, answer) { "created event \(APIText.cell($0["id"]))\n" + eventBlock($0) }
         printWarnings(answer.json)
@@ -294,6 +296,7 @@ enum EventCommands {
             ),
             ("starts", APIText.cell(event["startsAt"])), ("ends", APIText.cell(event["endsAt"])),
             ("storage policy", APIText.cell(event["storagePolicy"])), ("topics", APIText.cell(event["topics"])),
+            ("freshness", APIText.cell(event["freshness"])),
             ("attributes", APIText.cell(event["attributes"])), ("content state", APIText.cell(event["contentState"])),
             ("state at", APIText.cell(event["contentStateAt"])), ("created", APIText.cell(event["createdAt"])),
             ("updated", APIText.cell(event["updatedAt"])),

@@ -11,6 +11,8 @@ public struct StoredAttributeType: Sendable, Equatable {
     public let appID: Int
     public let type: ActivityType
     public let createdAt: Date
+    /// Its freshness policy's members (`PUT /v1/attribute-types/{name}/policy`); nil: none set.
+    public var freshness: FreshnessSettings?
 }
 
 /// The outcome of registering an attribute type.
@@ -30,6 +32,11 @@ public struct AttributeTypeRepository: Sendable {
 
     private static let columns: PostgresQuery =
         "id, app_id, name, attributes_schema, content_state_schema, document, created_at"
+    /// The stored types with their policies (`t`).
+    private static let selectFrom: PostgresQuery = """
+        SELECT t.id, t.app_id, t.name, t.attributes_schema, t.content_state_schema, t.document, t.created_at, p.freshness
+        FROM attribute_types t LEFT JOIN attribute_type_policies p ON p.attribute_type_id = t.id
+        """
 
     /// Registers `type` for an app, in one statement: created, unchanged or a conflict.
     public func register(_ type: ActivityType, appID: Int) async throws -> AttributeTypeRegistration {
@@ -52,18 +59,18 @@ public struct AttributeTypeRepository: Sendable {
 
     /// The type `name` of an app.
     public func find(name: String, appID: Int) async throws -> StoredAttributeType? {
-        try await pool.query("SELECT \(fragment: Self.columns) FROM attribute_types WHERE app_id = \(appID) AND name = \(name)")
+        try await pool.query("\(fragment: Self.selectFrom) WHERE t.app_id = \(appID) AND t.name = \(name)")
             .first.map(Self.decode)
     }
 
     /// The type with this id.
     public func find(id: Int) async throws -> StoredAttributeType? {
-        try await pool.query("SELECT \(fragment: Self.columns) FROM attribute_types WHERE id = \(id)").first.map(Self.decode)
+        try await pool.query("\(fragment: Self.selectFrom) WHERE t.id = \(id)").first.map(Self.decode)
     }
 
     /// The types named `name`, over all apps.
     public func find(name: String) async throws -> [StoredAttributeType] {
-        try await pool.query("SELECT \(fragment: Self.columns) FROM attribute_types WHERE name = \(name) ORDER BY app_id")
+        try await pool.query("\(fragment: Self.selectFrom) WHERE t.name = \(name) ORDER BY t.app_id")
             .map(Self.decode)
     }
 
@@ -71,8 +78,8 @@ public struct AttributeTypeRepository: Sendable {
     public func list(appID: Int? = nil) async throws -> [StoredAttributeType] {
         try await pool.query(
             """
-            SELECT \(fragment: Self.columns) FROM attribute_types
-            WHERE \(appID)::bigint IS NULL OR app_id = \(appID) ORDER BY app_id, name
+            \(fragment: Self.selectFrom)
+            WHERE \(appID)::bigint IS NULL OR t.app_id = \(appID) ORDER BY t.app_id, t.name
             """
         ).map(Self.decode)
     }
@@ -93,6 +100,24 @@ public struct AttributeTypeRepository: Sendable {
             id: try row.decode(Int.self, column: "id"),
             appID: try row.decode(Int.self, column: "app_id"),
             type: try ActivityType(json: documentJSON),
-            createdAt: try row.decode(Date.self, column: "created_at"))
+            createdAt: try row.decode(Date.self, column: "created_at"),
+            freshness: row.columns.contains("freshness") ? try row.freshnessSettings(column: "freshness") : nil)
+    }
+
+    /// Replaces the type's freshness policy with `settings` (every member unset: no policy), recording the key
+    /// that set it; returns the type as stored now.
+    public func setPolicy(typeID: Int, _ settings: FreshnessSettings, apiKeyID: Int?) async throws -> StoredAttributeType? {
+        if settings == FreshnessSettings() {
+            try await pool.execute("DELETE FROM attribute_type_policies WHERE attribute_type_id = \(typeID)")
+        } else {
+            try await pool.execute(
+                """
+                INSERT INTO attribute_type_policies (attribute_type_id, freshness, api_key_id)
+                SELECT id, \(settings.json.postgresJSON)::jsonb, \(apiKeyID) FROM attribute_types WHERE id = \(typeID)
+                ON CONFLICT (attribute_type_id) DO UPDATE SET freshness = EXCLUDED.freshness, api_key_id = EXCLUDED.api_key_id,
+                    updated_at = now()
+                """)
+        }
+        return try await find(id: typeID)
     }
 }

@@ -419,6 +419,11 @@ struct BroadcastPipelineTests {
             // With a channel of its own, the scheduler has nothing to do for the locked event: planning it one
             // would wait for the lock too (a channel's foreign key shares its event's row).
             _ = try await h.openChannel(of: blocked)
+            // Nor does the start service: its (skipped, alert-less) audience start of the event is recorded before
+            // the lock, so the only lock waiter is the ingest (a start run's foreign key shares the row too).
+            try await h.waitUntil("the locked event's audience start is recorded") {
+                try await h.pool.query("SELECT count(*) AS n FROM start_runs WHERE event_id = \(blocked)")[0].decode(Int.self, column: "n") > 0
+            }
             let final = MatchState(homeScore: 1, period: .fullTime, minute: 90)
             let at = Date().addingTimeInterval(3)
             let ended = try await h.api(

@@ -102,6 +102,8 @@ struct CLIOutputTests {
             #expect(moved["warnings"] == [], "\(moved)")
             let edited = try await good(["event", "edit", String(event), "--topic", "team:arsenal", "--topic", "cup:fa"])
             #expect(edited["topics"] == ["team:arsenal", "cup:fa"], "\(edited)")
+            let fresh = try await good(["event", "edit", String(event), "--freshness", #"{"staleAfter": 300}"#])
+            #expect(fresh["freshness"] == ["staleAfter": 300], "\(fresh)")
             let run = try await good(["event", "start", String(event), "--alert-title", "Kick-off", "--alert-body", "Arsenal v Chelsea"])
             #expect(run["kind"] == "manual", "\(run)")
             let runs = try await good(["event", "starts", String(event)])

@@ -145,7 +145,13 @@ import Testing
                     "Example:\n  marquee event reschedule 42",
                 ]
             ),
-            ("edit", ["--topic TOPIC", "[repeatable]", "--start-alert-title TEXT", "--no-start-alert", "Example:\n  marquee event edit 42"]),
+            (
+                "edit",
+                [
+                    "--topic TOPIC", "[repeatable]", "--start-alert-title TEXT", "--no-start-alert", "--freshness JSON", "--no-freshness",
+                    "Examples:\n  marquee event edit 42",
+                ]
+            ),
             ("cancel", ["--content-state JSON", "--patch JSON", "--dismissal-date DATE", "Example:\n  marquee event cancel 42"]),
         ]
         for (name, lines) in expected {

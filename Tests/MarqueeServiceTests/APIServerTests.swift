@@ -20,6 +20,7 @@ struct APIServerTests {
         "POST /v1/attribute-types": .scope(.admin),
         "GET /v1/attribute-types": .anyKey,
         "GET /v1/attribute-types/{name}": .anyKey,
+        "PUT /v1/attribute-types/{name}/policy": .scope(.admin),
         "GET /v1/channels": .scope(.admin),
         "GET /v1/channels/{id}": .scope(.admin),
         "DELETE /v1/channels/{id}": .scope(.admin),
@@ -266,6 +267,49 @@ struct APIServerTests {
         expectError(await harness.send("GET", "/v1/attribute-types?app=x", key: ingest), 422, field: "app")
         expectError(await harness.send("GET", "/v1/attribute-types/Nope", key: ingest), 404, code: "not_found")
         expectError(await harness.send("GET", "/v1/attribute-types/MatchAttributes?app=\(app + 1)", key: ingest), 404)
+    }
+
+    @Test func aTypesPolicyIsReplacedWholeAndRefusedWhenAMemberIsBad() async throws {
+        let harness = try await APIHarness.make()
+        defer { harness.pool.close() }
+        let app = try await harness.app()
+        let admin = try await harness.key(.admin)
+        let ingest = try await harness.key(.ingest)
+        #expect(await harness.send("POST", "/v1/attribute-types", key: admin, body: Fixtures.matchType(app: app)).status == 201)
+        let fresh = await harness.send("GET", "/v1/attribute-types/MatchAttributes", key: ingest)
+        #expect(fresh.json?["policy"] == [:])
+        #expect(
+            fresh.json?["policyInForce"]
+                == ["staleAfter": nil, "relevanceScore": 50, "alertBoost": 50, "alertBoostSeconds": 300, "dismissAfter": nil])
+
+        let set = await harness.send(
+            "PUT", "/v1/attribute-types/MatchAttributes/policy", key: admin, body: #"{"staleAfter": 120, "dismissAfter": 900}"#)
+        #expect(set.status == 200, "\(set.text)")
+        #expect(set.json?["policy"] == ["staleAfter": 120, "dismissAfter": 900])
+        #expect(set.json?["policyInForce"]?["staleAfter"] == 120)
+        #expect(set.json?["policyInForce"]?["relevanceScore"] == 50)
+        #expect(
+            await harness.send("GET", "/v1/attribute-types/MatchAttributes", key: ingest).json?["policy"] == ["staleAfter": 120, "dismissAfter": 900])
+
+        // Bad members, an unknown type, the wrong scope: each refused, and the stored policy unchanged.
+        let path = "/v1/attribute-types/MatchAttributes/policy"
+        expectError(await harness.send("PUT", path, key: admin, body: #"{"staleAfter": 0}"#), 422, field: "staleAfter")
+        expectError(await harness.send("PUT", path, key: admin, body: #"{"staleAfter": -30}"#), 422, field: "staleAfter")
+        expectError(await harness.send("PUT", path, key: admin, body: #"{"dismissAfter": 14401}"#), 422, field: "dismissAfter")
+        expectError(await harness.send("PUT", path, key: admin, body: #"{"relevanceScore": "high"}"#), 422, field: "relevanceScore")
+        expectError(await harness.send("PUT", path, key: admin, body: #"{"staleAfterSeconds": 60}"#), 422, field: "staleAfterSeconds")
+        expectError(await harness.send("PUT", path, key: admin, body: "[1]"), 422)
+        expectError(await harness.send("PUT", "/v1/attribute-types/NoSuchAttributes/policy", key: admin, body: #"{"staleAfter": 60}"#), 404)
+        expectError(await harness.send("PUT", path, key: ingest, body: #"{"staleAfter": 60}"#), 403)
+        #expect(
+            await harness.send("GET", "/v1/attribute-types/MatchAttributes", key: ingest).json?["policy"] == ["staleAfter": 120, "dismissAfter": 900])
+        #expect(try await harness.count("attribute_type_policies") == 1)
+
+        // An empty policy removes the row: the defaults are in force again.
+        let cleared = await harness.send("PUT", path, key: admin, body: "{}")
+        #expect(cleared.status == 200, "\(cleared.text)")
+        #expect(cleared.json?["policy"] == [:])
+        #expect(try await harness.count("attribute_type_policies") == 0)
     }
 
     @Test func aNameInTwoAppsNeedsTheAppParameter() async throws {

@@ -114,6 +114,32 @@ struct EventChangeRoutesTests {
         }
     }
 
+    @Test func anEventsOwnFreshnessIsSetAtCreationChangedByPatchAndRefusedNamingTheMember() async throws {
+        let s = try await Setup.make()
+        defer { s.harness.pool.close() }
+        expectError(await s.create("fresh-bad", ["freshness": ["staleAfter": 0]]), 422, code: "validation_failed", field: "freshness.staleAfter")
+        expectError(await s.create("fresh-bad", ["freshness": ["dismissAfter": 14_401]]), 422, field: "freshness.dismissAfter")
+        expectError(await s.create("fresh-bad", ["freshness": ["stale": 60]]), 422, field: "freshness.stale")
+        expectError(await s.create("fresh-bad", ["freshness": 60]), 422, field: "freshness")
+        #expect(try await s.harness.count("events") == 0)
+
+        let created = await s.create("fresh-1", ["freshness": ["staleAfter": 90, "relevanceScore": 20]])
+        #expect(created.status == 201, "\(created.text)")
+        #expect(created.json?["freshness"] == ["staleAfter": 90, "relevanceScore": 20])
+        let event = Int(try #require(created.json?["id"]?.intValue))
+
+        // The feed's key replaces the event's members; a bad one changes nothing; null removes them.
+        expectError(await patch(s, event, ["freshness": ["staleAfter": -1]]), 422, field: "freshness.staleAfter")
+        expectError(await patch(s, event, ["freshness": ["relevanceScore": "high"]]), 422, field: "freshness.relevanceScore")
+        #expect(await s.harness.send("GET", "/v1/events/\(event)", key: s.admin).json?["freshness"] == ["staleAfter": 90, "relevanceScore": 20])
+        let changed = await patch(s, event, ["freshness": ["staleAfter": 30]])
+        #expect(changed.status == 200 && changed.json?["freshness"] == ["staleAfter": 30], "\(changed.text)")
+        let recorded = try await changes(s, event)
+        #expect(recorded.count == 1 && recorded.first?.changes["freshness"] != nil, "\(recorded)")
+        let cleared = await patch(s, event, ["freshness": nil])
+        #expect(cleared.status == 200 && cleared.json?["freshness"] == .null, "\(cleared.text)")
+    }
+
     @Test func aNewStartAlertIsWeighedByTheNextUpdate() async throws {
         let s = try await Setup.make()
         defer { s.harness.pool.close() }

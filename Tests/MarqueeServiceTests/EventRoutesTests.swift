@@ -480,7 +480,11 @@ struct EventRoutesTests {
             for key in ["homeScore", "awayScore", "period", "minute", "lastScorer", "kickoff", "halfWindow", "goals"] {
                 if let value = state[key] { ordered[key] = value }
             }
-            return LiveActivityPayload.update(timestamp: 1_800_000_000, contentState: .object(ordered)).bytes.count
+            // With the widest stale date and relevance score the send may add (the policy in force then decides).
+            let widest = SendTimeFields().widestAtSend(for: .update)
+            #expect(widest.staleDate != nil && widest.relevanceScore != nil)
+            return LiveActivityPayload(action: .update, timestamp: 1_800_000_000, contentState: .object(ordered), fields: widest, alert: nil)
+                .bytes.count
         }
         let fitting = 4096 - payloadSize(scorerLength: 0)
         #expect(payloadSize(scorerLength: fitting) == 4096)

@@ -64,7 +64,8 @@ struct InitialSchemaTests {
         ).map { try $0.decode(String.self, column: "name") }
         #expect(
             tables == [
-                "activities", "api_keys", "app_credential_faults", "apps", "attribute_types", "channels", "deliveries", "event_changes", "events",
+                "activities", "api_keys", "app_credential_faults", "apps", "attribute_type_policies", "attribute_types", "channels", "deliveries",
+                "event_changes", "events",
                 "follows", "idempotency_keys", "installations", "instance_heartbeats", "leader_leases", "mirror_chunks", "mirror_passes", "outbox",
                 "purged_update_counts",
                 "schema_migrations", "start_chunks", "start_runs", "starts", "token_invalidations", "updates",

@@ -14,6 +14,8 @@ public struct EventChange: Sendable, Equatable {
     public var startAlert: JSONValue??
     /// The content-state that ends the running activities when the change postpones the event (nil: its latest).
     public var postponedState: JSONValue?
+    /// The event's own freshness policy members; `.some(nil)`: none (its attribute type's apply).
+    public var freshness: FreshnessSettings??
 
     public init(startsAt: Date? = nil, endsAt: Date? = nil, topics: [String]? = nil, audienceLead: Int?? = nil, startAlert: JSONValue?? = nil) {
         self.startsAt = startsAt
@@ -24,7 +26,9 @@ public struct EventChange: Sendable, Equatable {
     }
 
     /// True when the request names nothing to change.
-    public var isEmpty: Bool { startsAt == nil && endsAt == nil && topics == nil && audienceLead == nil && startAlert == nil }
+    public var isEmpty: Bool {
+        startsAt == nil && endsAt == nil && topics == nil && audienceLead == nil && startAlert == nil && freshness == nil
+    }
 }
 
 /// The event as read for a change, under its row lock.

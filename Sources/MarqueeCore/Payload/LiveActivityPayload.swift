@@ -214,3 +214,19 @@ public struct LiveActivityPayload: Sendable, Equatable {
 
     private static func epochSeconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970.rounded(.down)) }
 }
+
+extension LiveActivityPayload {
+    /// The push of an update or an end with its send-time fields (an end with an empty state goes without one).
+    public init(action: UpdateAction, timestamp: Int64, contentState: JSONValue, fields: SendTimeFields, alert: LiveActivityAlert?) {
+        switch action {
+        case .update:
+            self = .update(
+                timestamp: timestamp, contentState: contentState, staleDate: fields.staleDate, relevanceScore: fields.relevanceScore,
+                alert: alert)
+        case .end:
+            self = .end(
+                timestamp: timestamp, contentState: contentState == [:] ? nil : contentState, dismissalDate: fields.dismissalDate,
+                staleDate: fields.staleDate, relevanceScore: fields.relevanceScore, alert: alert)
+        }
+    }
+}

@@ -204,20 +204,15 @@ public final class MirrorService: Service {
         }
     }
 
-    /// The broadcast's `aps` as a device push (4,096 bytes: an alert that does not fit is left out).
-    static func body(_ content: MirrorContent) throws -> [UInt8] {
+    /// The broadcast's `aps` as a device push sent at `sentAt` (4,096 bytes: an alert that does not fit is left out).
+    static func body(_ content: MirrorContent, sentAt: Date = Date()) throws -> [UInt8] {
         let alert = try content.alert.map { try LiveActivityAlert(json: $0) }
         func payload(_ alert: LiveActivityAlert?) -> LiveActivityPayload {
-            switch content.action {
-            case .update:
-                .update(
-                    timestamp: content.apsTimestamp, contentState: content.contentState, staleDate: content.staleDate,
-                    relevanceScore: content.relevanceScore, alert: alert)
-            case .end:
-                .end(
-                    timestamp: content.apsTimestamp, contentState: content.contentState == [:] ? nil : content.contentState,
-                    dismissalDate: content.dismissalDate, staleDate: content.staleDate, relevanceScore: content.relevanceScore, alert: alert)
-            }
+            let fields = content.freshness.fields(
+                for: content.action, explicit: content.explicitFields, carriesAlert: alert != nil, lastAlertAt: content.lastAlertAt,
+                sentAt: sentAt)
+            return LiveActivityPayload(
+                action: content.action, timestamp: content.apsTimestamp, contentState: content.contentState, fields: fields, alert: alert)
         }
         if let body = try? payload(alert).body(within: .device) { return body }
         return try payload(nil).body(within: .device)

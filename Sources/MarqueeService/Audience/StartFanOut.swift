@@ -436,17 +436,22 @@ struct StartComposer: Sendable {
     let alert: LiveActivityAlert
     let ttl: TimeInterval
 
-    func body(route: StartRoute) throws -> [UInt8] {
+    /// The start of `route` sent at `sentAt`: its stale date and relevance are an update's under the event's
+    /// freshness policy (a start's own alert does not boost it; the channel's last alert does).
+    func body(route: StartRoute, sentAt: Date = Date()) throws -> [UInt8] {
         let subscription: StartSubscription? =
             switch route {
             case .channel: content.channelID.map { .channel($0) }
             case .token: .pushToken
             case .plain: nil
             }
+        let fields = content.freshness.fields(
+            for: .update, explicit: SendTimeFields(staleDate: content.staleDate, relevanceScore: content.relevanceScore),
+            carriesAlert: false, lastAlertAt: content.lastAlertAt, sentAt: sentAt)
         return try LiveActivityPayload.start(
             timestamp: content.apsTimestamp, attributesType: content.attributesType, attributes: content.attributes,
-            contentState: content.contentState, alert: alert, subscription: subscription, staleDate: content.staleDate,
-            relevanceScore: content.relevanceScore
+            contentState: content.contentState, alert: alert, subscription: subscription, staleDate: fields.staleDate,
+            relevanceScore: fields.relevanceScore
         ).body(within: .device)
     }
 

@@ -2,7 +2,8 @@
 // known (`plan`), and what an APNs answer asks for (`afterAnswer`). No I/O here: the dispatcher reads the
 // facts (the claim, its channel's memory, the content-state schema), asks, and performs the plan. In order:
 // conflation (at most one broadcast per channel per interval unless urgent), the payload (the newest state,
-// its own alert or the newest carried one, the carried alert dropped when it would not fit 5,120 bytes), a
+// its own alert or the newest carried one, the carried alert dropped when it would not fit 5,120 bytes; the
+// stale date, relevance and dismissal of the event's `FreshnessPolicy` at the send time), a
 // strictly increasing aps.timestamp, and the priority (auto: 10 for an alert or a significant change,
 // within the channel's hourly budget).
 import APNs
@@ -32,6 +33,8 @@ struct PlannedBroadcast: Sendable, Equatable {
     var downgraded: Bool
     /// A carried alert did not fit the broadcast limit and was left out.
     var droppedAlert: Bool
+    /// The body has an alert (the channel's alert boost runs from its acceptance).
+    var carriesAlert: Bool
     /// The channel's budget with this send counted (stored in its memory once accepted).
     var budget: HighPriorityBudget
     /// Pending updates older than the one sent, which become conflated.
@@ -98,7 +101,7 @@ struct BroadcastClaimPlanner: Sendable {
             ?? TimestampSequencer.next(
                 after: [claim.lastApsTimestamp, facts.memory?.lastApsTimestamp].compactMap { $0 }.max(),
                 now: facts.now)
-        let composed = Self.compose(claim.update, alert: alert, apsTimestamp: apsTimestamp)
+        let composed = Self.compose(claim, alert: alert, apsTimestamp: apsTimestamp, sentAt: facts.now)
         guard let body = composed.body else { return .refuse("payload over \(PayloadLimit.broadcast.rawValue) bytes") }
 
         let requested: RequestedPriority = wantsHighPriority ? .high : claim.update.priority
@@ -113,7 +116,7 @@ struct BroadcastClaimPlanner: Sendable {
         return .send(
             PlannedBroadcast(
                 body: body, apsTimestamp: apsTimestamp, priority: priority.priority, downgraded: priority.downgraded,
-                droppedAlert: composed.droppedAlert, budget: budget,
+                droppedAlert: composed.droppedAlert, carriesAlert: composed.hasAlert, budget: budget,
                 conflated: pending.count(where: { $0.id < claim.update.id })))
     }
 
@@ -131,21 +134,18 @@ struct BroadcastClaimPlanner: Sendable {
         }
     }
 
-    /// The body within 5,120 bytes; a carried alert is dropped when it would not fit.
-    static func compose(_ update: OutboxUpdate, alert: LiveActivityAlert?, apsTimestamp: Int64)
+    /// The body within 5,120 bytes, sent at `sentAt`; a carried alert is dropped when it would not fit.
+    static func compose(_ claim: ClaimedBroadcast, alert: LiveActivityAlert?, apsTimestamp: Int64, sentAt: Date)
         -> (body: [UInt8]?, hasAlert: Bool, droppedAlert: Bool)
     {
+        let update = claim.update
         func payload(_ alert: LiveActivityAlert?) -> LiveActivityPayload {
-            switch update.action {
-            case .update:
-                .update(
-                    timestamp: apsTimestamp, contentState: update.contentState, staleDate: update.staleDate,
-                    relevanceScore: update.relevanceScore, alert: alert)
-            case .end:
-                .end(
-                    timestamp: apsTimestamp, contentState: update.contentState == [:] ? nil : update.contentState,
-                    dismissalDate: update.dismissalDate, staleDate: update.staleDate, relevanceScore: update.relevanceScore, alert: alert)
-            }
+            let fields = claim.freshness.fields(
+                for: update.action,
+                explicit: SendTimeFields(staleDate: update.staleDate, relevanceScore: update.relevanceScore, dismissalDate: update.dismissalDate),
+                carriesAlert: alert != nil, lastAlertAt: claim.lastAlertAt, sentAt: sentAt)
+            return LiveActivityPayload(
+                action: update.action, timestamp: apsTimestamp, contentState: update.contentState, fields: fields, alert: alert)
         }
         if let body = try? payload(alert).body(within: .broadcast) { return (body, alert != nil, false) }
         guard alert != nil, let body = try? payload(nil).body(within: .broadcast) else { return (nil, false, false) }

@@ -49,6 +49,14 @@ public final class AttributeTypeCatalog: Sendable {
         return outcome
     }
 
+    /// Replaces a type's freshness policy; this instance's cached reads of it are forgotten (another instance
+    /// serves the old one for up to `cacheDuration`).
+    public func setPolicy(typeID: Int, _ settings: FreshnessSettings, apiKeyID: Int?) async throws -> StoredAttributeType? {
+        let updated = try await repository.setPolicy(typeID: typeID, settings, apiKeyID: apiKeyID)
+        cache.withLock { $0.removeAll() }
+        return updated
+    }
+
     private func cached(name: String, appID: Int?, load: () async throws -> [StoredAttributeType]) async throws -> [StoredAttributeType] {
         let key = Self.key(name, appID)
         let now = ContinuousClock.now

@@ -2,11 +2,14 @@
 // id (`marquee app list`, `GET /v1/apps`), since a bundle id names two apps (development and production).
 // Registering is idempotent: the same document again answers 200; another document under a registered
 // name answers 409, because devices already decode the old shape (a new shape gets a new Swift type name).
+// A type's freshness policy is another matter: it decides what its events' pushes carry at send time
+// (FreshnessPolicy), not their shape, so `PUT /v1/attribute-types/{name}/policy` replaces it at any time.
 import MarqueeCore
 import MarqueeStore
 import Network
 
-/// `POST /v1/attribute-types` (admin), `GET /v1/attribute-types` and `GET /v1/attribute-types/{name}` (any key).
+/// `POST /v1/attribute-types` (admin), `GET /v1/attribute-types` and `GET /v1/attribute-types/{name}` (any key),
+/// `PUT /v1/attribute-types/{name}/policy` (admin).
 public struct AttributeTypeRoutes: APIRoutes {
     private let apps: AppRepository
     private let types: AttributeTypeCatalog
@@ -52,18 +55,36 @@ public struct AttributeTypeRoutes: APIRoutes {
             return .json(["attributeTypes": .array(try await types.repository.list(appID: appID).map(Self.json))])
         }
         table.add("GET", "/v1/attribute-types/{name}", access: .anyKey) { [types] request in
-            let name = request.parameter("name")
-            if let appID = try request.query.integer("app") {
-                guard let stored = try await types.find(name: name, appID: appID) else { throw APIError.notFound("attribute type") }
-                return .json(Self.json(stored))
-            }
-            let found = try await types.find(name: name)
-            guard let first = found.first else { throw APIError.notFound("attribute type") }
-            guard found.count == 1 else {
-                throw APIError.conflict("several apps register '\(name)'; pass ?app=<id>", field: "app")
-            }
-            return .json(Self.json(first))
+            .json(Self.json(try await Self.named(request, in: types)))
         }
+        table.add("PUT", "/v1/attribute-types/{name}/policy", access: .scope(.admin), takesBody: true) { [types] request in
+            let stored = try await Self.named(request, in: types)
+            let settings: FreshnessSettings
+            do {
+                settings = try FreshnessSettings(json: .object(try request.bodyObject().object))
+            } catch let error as FreshnessSettingsError {
+                throw APIError.validation(error.message, field: error.field)
+            }
+            guard let updated = try await types.setPolicy(typeID: stored.id, settings, apiKeyID: request.key?.databaseID) else {
+                throw APIError.notFound("attribute type")
+            }
+            return .json(Self.json(updated))
+        }
+    }
+
+    /// The type the path names, in the query's `app` (needed when several apps register the name).
+    private static func named(_ request: APIRequest, in types: AttributeTypeCatalog) async throws -> StoredAttributeType {
+        let name = request.parameter("name")
+        if let appID = try request.query.integer("app") {
+            guard let stored = try await types.find(name: name, appID: appID) else { throw APIError.notFound("attribute type") }
+            return stored
+        }
+        let found = try await types.find(name: name)
+        guard let first = found.first else { throw APIError.notFound("attribute type") }
+        guard found.count == 1 else {
+            throw APIError.conflict("several apps register '\(name)'; pass ?app=<id>", field: "app")
+        }
+        return first
     }
 
     /// The API's view of an attribute type: the schema document plus its app and id.
@@ -75,6 +96,9 @@ public struct AttributeTypeRoutes: APIRoutes {
             "attributes": stored.type.attributes.json,
             "contentState": stored.type.contentState.json,
             "createdAt": .string(stored.createdAt.ISO8601Format()),
+            // The members set (PUT …/policy), and the policy its events get unless they set their own.
+            "policy": stored.freshness?.json ?? [:],
+            "policyInForce": FreshnessPolicy(event: nil, type: stored.freshness).json,
         ]
     }
 }

@@ -19,7 +19,9 @@ extension EventRoutes {
         table.add("POST", "/v1/events/{id}/cancel", access: .scope(.ingest), takesBody: true) { [self] request in try await cancel(request) }
     }
 
-    private static let changeFields: Set<String> = ["startsAt", "endsAt", "topics", "audienceLead", "startAlert", "postponedState"]
+    private static let changeFields: Set<String> = [
+        "startsAt", "endsAt", "topics", "audienceLead", "startAlert", "postponedState", "freshness",
+    ]
     /// Fields of an event that never change after its creation, and why.
     private static let fixedFields: [String: String] = [
         "attributes": "running Live Activities keep the attributes they were started with; create another event",
@@ -42,7 +44,7 @@ extension EventRoutes {
             throw APIError(
                 status: 403, code: "forbidden",
                 message: "changing \(field) needs an API key with the 'admin' scope (it decides who is started and what the start says); "
-                    + "an 'ingest' key may change startsAt, endsAt and audienceLead", field: field)
+                    + "an 'ingest' key may change startsAt, endsAt, audienceLead and freshness", field: field)
         }
         var change = EventChange()
         change.startsAt = try body.optionalDate("startsAt")
@@ -51,6 +53,7 @@ extension EventRoutes {
         if let lead = body.object["audienceLead"] {
             change.audienceLead = .some(lead.isNull ? nil : Int(try body.int("audienceLead", in: 0...604_800)))
         }
+        if let freshness = body.object["freshness"] { change.freshness = .some(try Self.freshness(freshness)) }
         var newAlert: LiveActivityAlert?
         if let alert = body.object["startAlert"] {
             if alert.isNull {
@@ -67,8 +70,7 @@ extension EventRoutes {
         let type = try await eventType(eventID: eventID, key: request.key)
         if let state = body.optional("postponedState") {
             let encoded = try Self.validated { () throws(ValidationError) in try type.encodeContentState(state, at: ["postponedState"]) }
-            try Self.checkSize(
-                .end(timestamp: Self.unixSeconds(Date()), contentState: encoded, dismissalDate: nil, staleDate: nil, relevanceScore: nil, alert: nil))
+            try Self.checkSize(.end, state: encoded)
             change.postponedState = encoded
         }
         guard !change.isEmpty else {
@@ -135,10 +137,8 @@ extension EventRoutes {
         else { throw APIError.conflict("event \(eventID) is \(facts.status.rawValue): there is nothing left to cancel", field: nil) }
         // The final state is validated either way, so a bad request changes nothing whatever the plan.
         let encodedWhole = try whole.map { value in try Self.validated { () throws(ValidationError) in try type.encodeContentState(value) } }
-        let timestamp = Self.unixSeconds(Date())
         func checked(_ state: JSONValue) throws -> JSONValue {
-            try Self.checkSize(
-                .end(timestamp: timestamp, contentState: state, dismissalDate: dismissalDate, staleDate: nil, relevanceScore: nil, alert: nil))
+            try Self.checkSize(.end, state: state, explicit: SendTimeFields(dismissalDate: dismissalDate))
             return state
         }
         func finalState(_ latest: JSONValue?) throws -> JSONValue {

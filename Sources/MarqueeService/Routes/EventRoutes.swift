@@ -58,7 +58,7 @@ public struct EventRoutes: APIRoutes {
 
     private static let createFields: Set<String> = [
         "app", "externalId", "kind", "attributeType", "attributes", "contentState", "startsAt", "endsAt", "storagePolicy", "topics",
-        "audienceLead", "startAlert",
+        "audienceLead", "startAlert", "freshness",
     ]
 
     private func create(_ request: APIRequest) async throws -> HTTPResponse {
@@ -94,7 +94,7 @@ public struct EventRoutes: APIRoutes {
         let attributes = try Self.validated { () throws(ValidationError) in try stored.type.encodeAttributes(rawAttributes) }
         let rawState = try body.required("contentState")
         let state = try Self.validated { () throws(ValidationError) in try stored.type.encodeContentState(rawState) }
-        try Self.checkSize(LiveActivityPayload.update(timestamp: Self.unixSeconds(Date()), contentState: state))
+        try Self.checkSize(.update, state: state)
         let startsAt = try body.date("startsAt")
         let endsAt = try body.optionalDate("endsAt")
         if let endsAt, endsAt <= startsAt { throw APIError.validation("must be after startsAt", field: "endsAt") }
@@ -109,13 +109,15 @@ public struct EventRoutes: APIRoutes {
                 throw APIError.validation(error.description, field: "\(error.path)")
             }
         }
+        let freshness = try body.optional("freshness").flatMap(Self.freshness)
         try Self.checkStartSize(typeName: stored.type.name, attributes: attributes, state: state, alert: startAlert)
         do {
             let event = try await events.create(
                 NewEvent(
                     appID: appID, externalID: externalID, kind: kind, attributeTypeID: stored.id, attributes: attributes,
                     storagePolicy: storagePolicy, startsAt: startsAt, endsAt: endsAt, topics: topics, initialState: state,
-                    initialStateAt: startsAt < Date() ? startsAt : nil, audienceLead: audienceLead, startAlert: startAlert?.json))
+                    initialStateAt: startsAt < Date() ? startsAt : nil, audienceLead: audienceLead, startAlert: startAlert?.json,
+                    freshness: freshness))
             typeOfEvent.remember(
                 eventID: event.id, typeID: stored.id,
                 startOverhead: .some(Self.startOverhead(typeName: stored.type.name, attributes: attributes, alert: startAlert)))
@@ -210,8 +212,13 @@ public struct EventRoutes: APIRoutes {
         }
     }
 
-    /// Refuses a payload over the ingest limit (4,096 bytes) with 422 `payload_too_large`.
-    static func checkSize(_ payload: LiveActivityPayload) throws(APIError) {
+    /// Refuses an update or end over the ingest limit (4,096 bytes) with 422 `payload_too_large`, counting the
+    /// widest stale date, relevance score and dismissal date the send may add (`SendTimeFields.widestAtSend`).
+    static func checkSize(
+        _ action: UpdateAction, state: JSONValue, explicit: SendTimeFields = SendTimeFields(), alert: LiveActivityAlert? = nil
+    ) throws(APIError) {
+        let payload = LiveActivityPayload(
+            action: action, timestamp: unixSeconds(Date()), contentState: state, fields: explicit.widestAtSend(for: action), alert: alert)
         do {
             _ = try payload.body(within: .ingest)
         } catch {
@@ -228,22 +235,35 @@ public struct EventRoutes: APIRoutes {
     /// without a start alert: an update's state plus this must fit a device push while starts may go out.
     static func startOverhead(typeName: String, attributes: JSONValue, alert: LiveActivityAlert?) -> Int? {
         guard let alert else { return nil }
+        let widest = SendTimeFields().widestAtSend(for: .update)
         let payload = LiveActivityPayload.start(
             timestamp: unixSeconds(Date()), attributesType: typeName, attributes: attributes, contentState: [:], alert: alert,
-            subscription: .channel(String(repeating: "A", count: 64)))
+            subscription: .channel(String(repeating: "A", count: 64)), staleDate: widest.staleDate, relevanceScore: widest.relevanceScore)
         return payload.bytes.count - JSONValue.object([:]).jsonBytes.count
     }
 
     static func checkStartSize(typeName: String, attributes: JSONValue, state: JSONValue, alert: LiveActivityAlert?) throws(APIError) {
+        let widest = SendTimeFields().widestAtSend(for: .update)
         let payload = LiveActivityPayload.start(
             timestamp: unixSeconds(Date()), attributesType: typeName, attributes: attributes, contentState: state,
-            alert: alert ?? LiveActivityAlert(title: .plain(""), body: .plain("")), subscription: .channel(String(repeating: "A", count: 64)))
+            alert: alert ?? LiveActivityAlert(title: .plain(""), body: .plain("")), subscription: .channel(String(repeating: "A", count: 64)),
+            staleDate: widest.staleDate, relevanceScore: widest.relevanceScore)
         do {
             _ = try payload.body(within: .device)
         } catch {
             throw APIError(
                 status: 422, code: "start_payload_too_large",
                 message: "the event's push-to-start (attributes, content-state and start alert) \(error.description)", field: "attributes")
+        }
+    }
+
+    /// An event's `freshness` members (docs/api.md, "Freshness policies"); `null`: none of its own.
+    static func freshness(_ value: JSONValue) throws(APIError) -> FreshnessSettings? {
+        guard !value.isNull else { return nil }
+        do {
+            return try FreshnessSettings(json: value, path: "freshness.")
+        } catch {
+            throw APIError.validation(error.message, field: error.field)
         }
     }
 
@@ -285,6 +305,7 @@ public struct EventRoutes: APIRoutes {
             "topics": .array(event.topics.map(JSONValue.string)),
             "audienceLead": event.audienceLead.map { .int(Int64($0)) } ?? .null,
             "startAlert": event.startAlert ?? .null,
+            "freshness": event.freshness?.json ?? .null,
             "contentState": event.latestState ?? .null,
             "contentStateAt": json(event.latestStateAt),
             "createdAt": json(event.createdAt),

@@ -1,7 +1,8 @@
 // Updates and ends (`ingest`): the hot path. A whole content-state is validated before it is stored;
 // a merge patch is applied to the event's latest state and the result validated, and IngestRepository
 // stores it only if that state is still the latest (else it is applied again to the newer one). Either
-// way the real APNs payload (state, alert, stale date, relevance score, dismissal date) is built and
+// way the real APNs payload (state, alert, stale date, relevance score, dismissal date, with the widest of these
+// the send may add under the event's freshness policy) is built and
 // refused with 422 `payload_too_large` past 4,096 bytes, so every accepted update can travel as a
 // broadcast or a device push. The answer is 202 only once the
 // update, the latest state and the outbox row are committed together.
@@ -72,16 +73,11 @@ extension EventRoutes {
             relevanceScore: relevanceScore, priority: priority, occurredAt: occurredAt,
             apiKeyID: request.key?.databaseID, urgent: priority == .high || alert != nil, notBefore: notBefore,
             replacesEnd: replacesEnd)
-        let timestamp = Self.unixSeconds(Date())
         // The real payload must fit, so every accepted update can travel.
         func checked(_ state: JSONValue) throws -> JSONValue {
-            let payload: LiveActivityPayload =
-                action == .end
-                ? .end(
-                    timestamp: timestamp, contentState: state, dismissalDate: dismissalDate, staleDate: staleDate,
-                    relevanceScore: relevanceScore, alert: alert)
-                : .update(timestamp: timestamp, contentState: state, staleDate: staleDate, relevanceScore: relevanceScore, alert: alert)
-            try Self.checkSize(payload)
+            try Self.checkSize(
+                action, state: state,
+                explicit: SendTimeFields(staleDate: staleDate, relevanceScore: relevanceScore, dismissalDate: dismissalDate), alert: alert)
             // An event that starts its audience: the state goes in its push-to-start too, with the attributes.
             if action == .update, let startOverhead, state.jsonBytes.count + startOverhead > PayloadLimit.device.rawValue {
                 throw APIError(

@@ -173,12 +173,13 @@ public struct MirrorRepository: Sendable {
         guard
             let row = try await pool.query(
                 """
-                SELECT e.storage_policy, a.bundle_id, a.environment, d.aps_timestamp, d.priority, u.id AS update_id, u.action,
-                       u.content_state, u.alert, u.stale_date, u.dismissal_date, u.relevance_score
+                SELECT e.storage_policy, a.bundle_id, a.environment, d.aps_timestamp, d.priority, d.last_alert_at, u.id AS update_id,
+                       u.action, u.content_state, u.alert, u.stale_date, u.dismissal_date, u.relevance_score, \(FreshnessSQL.columns)
                 FROM events e
+                \(FreshnessSQL.typePolicyJoin)
                 JOIN apps a ON a.id = e.app_id
                 CROSS JOIN LATERAL (
-                    SELECT d.update_id, d.aps_timestamp, d.priority FROM channels c
+                    SELECT d.update_id, d.aps_timestamp, d.priority, c.last_alert_at FROM channels c
                     JOIN LATERAL (
                         SELECT update_id, aps_timestamp, priority FROM deliveries
                         WHERE channel_id = c.id AND kind = 'broadcast' AND status = 200 ORDER BY sent_at DESC LIMIT 1
@@ -196,8 +197,10 @@ public struct MirrorRepository: Sendable {
             apsTimestamp: try row.decode(column: "aps_timestamp"), priority: try row.decode(Int?.self, column: "priority") ?? 10,
             updateID: try row.decode(column: "update_id"), action: try row.decodeRaw(UpdateAction.self, column: "action"),
             contentState: try row.decodeJSON(column: "content_state") ?? [:], alert: try row.decodeJSON(column: "alert"),
-            staleDate: try row.decode(column: "stale_date"), dismissalDate: try row.decode(column: "dismissal_date"),
-            relevanceScore: try row.decode(column: "relevance_score"))
+            explicitFields: SendTimeFields(
+                staleDate: try row.decode(column: "stale_date"), relevanceScore: try row.decode(column: "relevance_score"),
+                dismissalDate: try row.decode(column: "dismissal_date")),
+            freshness: try row.freshnessPolicy(), lastAlertAt: try row.decode(column: "last_alert_at"))
     }
 
     /// The chunk's token activities behind `apsTimestamp`, not waiting for a retry, of installations with Live
@@ -315,9 +318,12 @@ public struct MirrorContent: Sendable {
     public let action: UpdateAction
     public let contentState: JSONValue
     public let alert: JSONValue?
-    public let staleDate: Date?
-    public let dismissalDate: Date?
-    public let relevanceScore: Double?
+    /// The fields the update set itself.
+    public let explicitFields: SendTimeFields
+    /// The event's freshness policy, for the fields the update left to it.
+    public let freshness: FreshnessPolicy
+    /// When the channel's last broadcast with an alert was accepted.
+    public let lastAlertAt: Date?
 }
 
 /// What happened to one token in a window.

@@ -308,13 +308,14 @@ public struct StartRepository: Sendable {
         let event = try await pool.query(
             """
             SELECT e.status, e.attributes, e.ends_at, e.start_alert, e.latest_state, t.name AS type_name, a.bundle_id,
-                   a.environment, c.id AS channel_id, c.apns_channel_id, c.last_aps_timestamp, b.content_state AS broadcast_state,
-                   b.stale_date, b.relevance_score
+                   a.environment, c.id AS channel_id, c.apns_channel_id, c.last_aps_timestamp, c.last_alert_at,
+                   b.content_state AS broadcast_state, b.stale_date, b.relevance_score, \(FreshnessSQL.columns)
             FROM events e
             JOIN attribute_types t ON t.id = e.attribute_type_id
+            \(FreshnessSQL.typePolicyJoin)
             JOIN apps a ON a.id = e.app_id
             LEFT JOIN LATERAL (
-                SELECT id, apns_channel_id, last_aps_timestamp FROM channels
+                SELECT id, apns_channel_id, last_aps_timestamp, last_alert_at FROM channels
                 WHERE event_id = e.id AND state IN \(ChannelLifecycle.broadcastingStates.sql) AND NOT e.channel_lost LIMIT 1
             ) c ON true
             LEFT JOIN LATERAL (
@@ -347,7 +348,8 @@ public struct StartRepository: Sendable {
             channelID: try event.decode(column: "apns_channel_id"),
             startAlert: chunk.runAlert ?? eventAlert,
             staleDate: try event.decode(column: "stale_date"), relevanceScore: try event.decode(column: "relevance_score"),
-            endsAt: try event.decode(column: "ends_at"))
+            endsAt: try event.decode(column: "ends_at"), freshness: try event.freshnessPolicy(),
+            lastAlertAt: try event.decode(column: "last_alert_at"))
     }
 
     /// Every member of the audience in the chunk's range with the planner's facts.
@@ -711,6 +713,9 @@ public struct StartContent: Sendable {
     public let staleDate: Date?
     public let relevanceScore: Double?
     public let endsAt: Date?
+    /// The event's freshness policy and when its channel last broadcast an alert.
+    public var freshness: FreshnessPolicy = .defaults
+    public var lastAlertAt: Date?
 }
 
 /// A start the run decided not to send.

@@ -21,13 +21,16 @@ public struct NewEvent: Sendable, Equatable {
     public var audienceLead: Int?
     /// The alert of the event's push-to-start, as `LiveActivityAlert.json` writes it; nil: none.
     public var startAlert: JSONValue?
+    /// The event's own freshness policy members, over its attribute type's; nil: none.
+    public var freshness: FreshnessSettings?
 
     public init(
         appID: Int, externalID: String, kind: EventKind, attributeTypeID: Int, attributes: JSONValue = [:],
         storagePolicy: MessageStoragePolicy = .mostRecent, startsAt: Date, endsAt: Date? = nil,
         topics: [String] = [], initialState: JSONValue? = nil, initialStateAt: Date? = nil, audienceLead: Int? = nil,
-        startAlert: JSONValue? = nil
+        startAlert: JSONValue? = nil, freshness: FreshnessSettings? = nil
     ) {
+        self.freshness = freshness
         self.appID = appID
         self.externalID = externalID
         self.kind = kind
@@ -68,11 +71,13 @@ public struct EventRecord: Sendable, Equatable {
     public var audienceLead: Int?
     /// The alert of the event's push-to-start; nil: none.
     public var startAlert: JSONValue?
+    /// The event's own freshness policy members; nil: its attribute type's (or the defaults).
+    public var freshness: FreshnessSettings?
 
     static let columns = """
         id, app_id, external_id, kind, attribute_type_id, attributes, storage_policy, status, channel_lost, \
         starts_at, ends_at, topics, latest_state, latest_state_at, latest_update_id, created_at, updated_at, \
-        audience_lead, start_alert
+        audience_lead, start_alert, freshness
         """
 
     init(row: PostgresRow) throws {
@@ -95,6 +100,7 @@ public struct EventRecord: Sendable, Equatable {
         updatedAt = try row.decode(Date.self, column: "updated_at")
         audienceLead = try row.decode(Int?.self, column: "audience_lead")
         startAlert = try row.decodeJSON(column: "start_alert")
+        freshness = try row.freshnessSettings(column: "freshness")
     }
 }
 
@@ -178,11 +184,12 @@ public struct EventRepository: Sendable {
             let rows = try await pool.query(
                 """
                 INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy,
-                                    starts_at, ends_at, topics, latest_state, latest_state_at, audience_lead, start_alert)
+                                    starts_at, ends_at, topics, latest_state, latest_state_at, audience_lead, start_alert, freshness)
                 VALUES (\(event.appID), \(event.externalID), \(event.kind), \(event.attributeTypeID),
                         \(event.attributes.postgresJSON), \(event.storagePolicy.rawValue), \(event.startsAt),
                         \(event.endsAt), \(event.topics), \(event.initialState?.postgresJSON),
-                        CASE WHEN \(hasState) THEN coalesce(\(stateAt), now()) END, \(event.audienceLead), \(event.startAlert?.postgresJSON))
+                        CASE WHEN \(hasState) THEN coalesce(\(stateAt), now()) END, \(event.audienceLead), \(event.startAlert?.postgresJSON),
+                        \(event.freshness?.json.postgresJSON)::jsonb)
                 RETURNING \(unsafeRaw: EventRecord.columns)
                 """)
             return try EventRecord(row: rows[0])
@@ -428,6 +435,7 @@ public struct EventRepository: Sendable {
                         topics = coalesce(\(change.topics)::text[], topics),
                         audience_lead = CASE WHEN \(change.audienceLead != nil) THEN \(change.audienceLead ?? nil)::integer ELSE audience_lead END,
                         start_alert = CASE WHEN \(change.startAlert != nil) THEN \((change.startAlert ?? nil)?.postgresJSON)::jsonb ELSE start_alert END,
+                        freshness = CASE WHEN \(change.freshness != nil) THEN \((change.freshness ?? nil)?.json.postgresJSON)::jsonb ELSE freshness END,
                         updated_at = now()
                     WHERE id = \(eventID)
                     RETURNING \(unsafeRaw: EventRecord.columns)
@@ -563,6 +571,7 @@ public struct EventRepository: Sendable {
             ("topics", .array(before.topics.map(JSONValue.string)), .array(after.topics.map(JSONValue.string))),
             ("audienceLead", before.audienceLead.map { .int(Int64($0)) } ?? .null, after.audienceLead.map { .int(Int64($0)) } ?? .null),
             ("startAlert", before.startAlert ?? .null, after.startAlert ?? .null),
+            ("freshness", before.freshness?.json ?? .null, after.freshness?.json ?? .null),
         ]
         var changes = JSONObject()
         for (field, from, to) in pairs where from != to { changes[field] = ["from": from, "to": to] }

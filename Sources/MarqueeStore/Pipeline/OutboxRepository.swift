@@ -70,6 +70,10 @@ public struct ClaimedBroadcast: Sendable, Equatable {
     public var update: OutboxUpdate
     /// Every pending update of the event up to `update`, oldest first (`update` last).
     public var pending: [PendingUpdate]
+    /// The event's freshness policy (stale date, relevance, dismissal at send time).
+    public var freshness: FreshnessPolicy = .defaults
+    /// When the channel's last broadcast with an alert was accepted (the alert boost runs from it).
+    public var lastAlertAt: Date?
 }
 
 /// What a recorded broadcast left behind.
@@ -91,16 +95,19 @@ public struct BroadcastRecord: Sendable, Equatable {
     public var nextAttemptDelay: TimeInterval
     /// When the send began (`channels.last_broadcast_at`, the pacing's reference); nil: now.
     public var sentAt: Date?
+    /// The broadcast carried an alert (`channels.last_alert_at`, where the alert boost runs from).
+    public var carriedAlert: Bool = false
 
     public init(
         claim: ClaimedBroadcast, delivery: DeliveryDraft, apsTimestamp: Int64, nextAttemptDelay: TimeInterval = 0,
-        sentAt: Date? = nil
+        sentAt: Date? = nil, carriedAlert: Bool = false
     ) {
         self.claim = claim
         self.delivery = delivery
         self.apsTimestamp = apsTimestamp
         self.nextAttemptDelay = nextAttemptDelay
         self.sentAt = sentAt
+        self.carriedAlert = carriedAlert
     }
 }
 
@@ -203,7 +210,7 @@ public struct OutboxRepository: Sendable {
                         priority: try row.decodeRaw(RequestedPriority.self, column: "priority"),
                         occurredAt: try row.decode(Date.self, column: "occurred_at"),
                         receivedAt: try row.decode(Date.self, column: "received_at")),
-                    pending: []))
+                    pending: [], freshness: try row.freshnessPolicy(), lastAlertAt: try row.decode(Date?.self, column: "last_alert_at")))
         }
         for index in claims.indices { claims[index].pending = pending[claims[index].outboxID] ?? [] }
         return ClaimBatch(claims: claims, taken: taken.count, pacedUntil: pacedUntil, takenOver: takenOver)
@@ -249,7 +256,7 @@ public struct OutboxRepository: Sendable {
                     "apns_unique_id": optional(sent.apnsUniqueID) { .string($0.uuidString) },
                     "status": optional(sent.status) { .int(Int64($0)) }, "reason": optional(sent.reason) { .string($0) },
                     "latency_us": optional(sent.latencyMicroseconds) { .int($0) }, "priority": optional(sent.priority) { .int(Int64($0)) },
-                    "attempt": .int(Int64(sent.attempt)),
+                    "attempt": .int(Int64(sent.attempt)), "alert": .bool(record.carriedAlert),
                 ]
             })
         // One statement, so atomic without a transaction: every step after the stamp is conditioned on
@@ -483,13 +490,14 @@ public struct OutboxRepository: Sendable {
                CASE WHEN o.aps_timestamp_update_id = o.update_id THEN o.aps_timestamp END AS fixed_aps_timestamp,
                greatest(c.last_aps_timestamp, CASE WHEN o.aps_timestamp_update_id IS DISTINCT FROM o.update_id
                                                    THEN o.aps_timestamp END) AS last_aps_timestamp,
-               c.last_broadcast_at, p.id IS NULL OR p.newest AS carries_update,
+               c.last_broadcast_at, c.last_alert_at, \(FreshnessSQL.columns), p.id IS NULL OR p.newest AS carries_update,
                u.id AS update_id, u.action, CASE WHEN p.id IS NULL OR p.newest THEN u.content_state END AS content_state,
                CASE WHEN p.id IS NULL OR p.newest THEN u.alert END AS alert, u.stale_date, u.dismissal_date,
                u.relevance_score, u.priority, u.occurred_at, u.received_at,
                p.id AS pending_id, p.priority AS pending_priority, p.alert AS pending_alert, p.occurred_at AS pending_occurred_at
         FROM outbox o
         JOIN events e ON e.id = o.event_id
+        \(FreshnessSQL.typePolicyJoin)
         JOIN channels c ON c.id = o.channel_id
         JOIN updates u ON u.id = o.update_id
         LEFT JOIN LATERAL (
@@ -513,11 +521,13 @@ public struct OutboxRepository: Sendable {
             SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i(
                 n integer, outbox_id bigint, claim_token uuid, channel_id bigint, event_id bigint, update_id bigint,
                 aps_timestamp bigint, sent_at float8, ends boolean, delay float8, app_id bigint, apns_request_id uuid,
-                apns_unique_id uuid, status integer, reason text, latency_us bigint, priority smallint, attempt integer)
+                apns_unique_id uuid, status integer, reason text, latency_us bigint, priority smallint, attempt integer,
+                alert boolean)
             LIMIT \(count)
         ), stamped AS (
             UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
                 last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
+                last_alert_at = CASE WHEN i.alert THEN coalesce(to_timestamp(i.sent_at), \(now), now()) ELSE c.last_alert_at END,
                 state = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN \(fragment: Self.endedState) ELSE c.state END,
                 attempts = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN 0 ELSE c.attempts END,
                 next_attempt_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN NULL ELSE c.next_attempt_at END,
