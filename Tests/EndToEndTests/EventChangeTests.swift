@@ -30,10 +30,9 @@ struct EventChangeTests {
         try await BroadcastHarness.run { harness in
             let ingest = try await harness.key(scope: "ingest")
             let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
-            let (first, second, last) = (now.addingTimeInterval(5), now.addingTimeInterval(10), now.addingTimeInterval(25))
-            // Each control flight keeps one of the delayed flight's earlier ends: once it ended, the scheduler
-            // has swept past that time.
-            let controls = [try await Self.flight(harness, "control-1", endsAt: first), try await Self.flight(harness, "control-2", endsAt: second)]
+            let (first, second, last) = (now.addingTimeInterval(15), now.addingTimeInterval(20), now.addingTimeInterval(35))
+            // The delayed flight is created and moved before anything else, so a slow machine does not reach its
+            // first end before the moves (a flight past its end answers PATCH with 409).
             let delayed = try await Self.flight(harness, "BA117", endsAt: first)
             for (index, endsAt) in [second, last].enumerated() {
                 let moved = try await harness.api(
@@ -46,6 +45,9 @@ struct EventChangeTests {
                 #expect(moved.status == 200, "\(moved.text)")
                 #expect(moved.json["endsAt"]?.stringValue.flatMap { Date(iso8601: $0) } == endsAt, "\(moved.text)")
             }
+            // Each control flight keeps one of the delayed flight's earlier ends: once it ended, the scheduler
+            // has swept past that time (created late, it still ends only once its end has passed).
+            let controls = [try await Self.flight(harness, "control-1", endsAt: first), try await Self.flight(harness, "control-2", endsAt: second)]
             let channel = try await harness.openChannel(of: delayed, timeout: 60)
             for control in controls {
                 try await harness.waitUntil("control flight \(control) ends on its time") { try await harness.event(control)["status"] == "ended" }
