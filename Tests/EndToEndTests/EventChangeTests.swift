@@ -79,18 +79,11 @@ struct EventChangeTests {
     @Test func aCancelDuringALiveEventEndsEveryDeviceWithTheCancelledStateAndDeletesTheChannel() async throws {
         try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900"], appBackend: true) { harness in
             // iOS 18 devices join the channel; 17.x ones are updated through their activity tokens.
-            let members = (1...40).map {
-                Fans.Member(installationID: "c-\($0)", token: Fans.token($0), os: $0 % 2 == 0 ? "17.4" : "18.1", follows: true, enabled: true)
-            }
-            let legacy = members.filter { $0.os == "17.4" }
+            let (members, legacy) = MirroringTests.halfOnTokens("c", 40)
             try await Fans.seed(members, topic: "team:arsenal", harness: harness)
             try await MirroringTests.registerKeyedType(harness)
             let event = try await Fans.createMatch(harness, "cancel-live", startsIn: -60, extra: ["attributeType": "KeyedMatch"])
-            let channel = try await harness.openChannel(of: event, timeout: 60)
-            _ = try await Fans.run(of: event, harness, until: Fans.firstPassDone)
-            try await harness.waitUntil("the 17.x devices' activity tokens are registered") {
-                try await harness.event(event)["mirroring"]?["activities"] == .int(Int64(legacy.count))
-            }
+            let channel = try await MirroringTests.startAudience(of: event, tokens: legacy.count, harness)
             #expect(try await harness.update(event, MirroringTests.goals(1), extra: ["priority": "high"]).status == 202)
             try await harness.waitUntil("every device shows the goal") {
                 let shown = Fans.activities(harness)
@@ -184,10 +177,7 @@ struct EventChangeTests {
 
     @Test func aPostponementAfterTheStartRunEndsTheActivitiesAndStartsOneNewActivityEachAtTheNewLead() async throws {
         try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900", "--restart-on-postpone", "60"], appBackend: true) { harness in
-            let members = (1...30).map {
-                Fans.Member(installationID: "p-\($0)", token: Fans.token($0), os: $0 % 2 == 0 ? "17.4" : "18.1", follows: true, enabled: true)
-            }
-            let legacy = members.filter { $0.os == "17.4" }
+            let (members, legacy) = MirroringTests.halfOnTokens("p", 30)
             try await Fans.seed(members, topic: "team:arsenal", harness: harness)
             try await MirroringTests.registerKeyedType(harness)
             let kickoff = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 600).rounded(.down))

@@ -35,10 +35,7 @@ struct FreshnessTests {
 
     @Test func everyPushCarriesThePolicysStaleDateRelevanceAndDismissal() async throws {
         try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900"], appBackend: true) { harness in
-            let members = (1...12).map {
-                Fans.Member(installationID: "f-\($0)", token: Fans.token($0), os: $0 % 2 == 0 ? "17.4" : "18.1", follows: true, enabled: true)
-            }
-            let legacy = members.filter { $0.os == "17.4" }
+            let (members, legacy) = MirroringTests.halfOnTokens("f", 12)
             try await Fans.seed(members, topic: "team:arsenal", harness: harness)
             try await MirroringTests.registerKeyedType(harness)
             // The type's policy, and the event's own relevance over it.
@@ -48,11 +45,7 @@ struct FreshnessTests {
             let event = try await Fans.createMatch(
                 harness, "fresh-1", extra: ["attributeType": "KeyedMatch", "freshness": ["relevanceScore": 30]])
             #expect(try await harness.event(event)["freshness"] == ["relevanceScore": 30])
-            let channel = try await harness.openChannel(of: event)
-            _ = try await Fans.run(of: event, harness, until: Fans.firstPassDone)
-            try await harness.waitUntil("the 17.x devices' activity tokens are registered") {
-                try await harness.event(event)["mirroring"]?["activities"] == .int(Int64(legacy.count))
-            }
+            let channel = try await MirroringTests.startAudience(of: event, tokens: legacy.count, harness)
             let tokens = Set(members.map(\.token)).union(Fans.activities(harness).values.flatMap { $0.compactMap(\.updateToken) })
             let starts = try Self.logged(on: channel, tokens: tokens, harness).filter { $0.aps.event == "start" }
             #expect(starts.count == members.count)

@@ -34,6 +34,27 @@ struct MirroringTests {
         try #require(registered.status == 201, "\(registered.text)")
     }
 
+    /// `count` followers of team:arsenal, installation ids `prefix-1`…: every other one on iOS 17.4 (its activity
+    /// is updated through its token: `legacy`), the rest on 18.1 (on the channel).
+    static func halfOnTokens(_ prefix: String, _ count: Int) -> (members: [Fans.Member], legacy: [Fans.Member]) {
+        let members = (1...count).map {
+            Fans.Member(installationID: "\(prefix)-\($0)", token: Fans.token($0), os: $0 % 2 == 0 ? "17.4" : "18.1", follows: true, enabled: true)
+        }
+        return (members, members.filter { $0.os == "17.4" })
+    }
+
+    /// Opens the event's channel, runs its start to the end of the first pass and waits until the devices'
+    /// backends registered `tokens` activity tokens; returns the channel.
+    @discardableResult
+    static func startAudience(of event: Int, tokens: Int, _ harness: BroadcastHarness) async throws -> String {
+        let channel = try await harness.openChannel(of: event, timeout: 60)
+        _ = try await Fans.run(of: event, harness, until: Fans.firstPassDone)
+        try await harness.waitUntil("the 17.x devices' activity tokens are registered") {
+            try await harness.event(event)["mirroring"]?["activities"] == .int(Int64(tokens))
+        }
+        return channel
+    }
+
     static func goals(_ home: Int) -> MatchState {
         var state = MatchState()
         state.homeScore = home
@@ -42,23 +63,15 @@ struct MirroringTests {
 
     @Test func tokenActivitiesShowEveryBroadcastsNewestStateAndTheEndWithoutATimestampGoingBack() async throws {
         try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900"], appBackend: true) { harness in
-            let members = (1...60).map {
-                Fans.Member(installationID: "m-\($0)", token: Fans.token($0), os: $0 % 2 == 0 ? "17.4" : "18.1", follows: true, enabled: true)
-            }
-            let legacy = members.filter { $0.os == "17.4" }
+            let (members, legacy) = Self.halfOnTokens("m", 60)
             try await Fans.seed(members, topic: "team:arsenal", harness: harness)
             try await Self.registerKeyedType(harness)
             let event = try await Fans.createMatch(harness, "mirror-1", extra: ["attributeType": "KeyedMatch"])
-            _ = try await harness.openChannel(of: event)
-            _ = try await Fans.run(of: event, harness, until: Fans.firstPassDone)
+            // The devices' apps register their activities through the callback, as their backends would.
+            try await Self.startAudience(of: event, tokens: legacy.count, harness)
             func legacyShow(_ home: Int) -> Bool {
                 let shown = Fans.activities(harness)
                 return legacy.allSatisfy { shown[$0.token]?.first?.contentState["homeScore"] == .int(Int64(home)) }
-            }
-
-            // The devices' apps register their activities through the callback, as their backends would.
-            try await harness.waitUntil("the 17.x devices' activity tokens are registered") {
-                try await harness.event(event)["mirroring"]?["activities"] == .int(Int64(legacy.count))
             }
             #expect(try await harness.update(event, Self.goals(1), extra: ["priority": "high"]).status == 202)
             try await harness.waitUntil("every device shows the first goal") {
