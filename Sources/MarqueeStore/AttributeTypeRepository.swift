@@ -30,11 +30,12 @@ public struct AttributeTypeRepository: Sendable {
 
     public init(pool: PostgresPool) { self.pool = pool }
 
+    /// The columns of a type (`t`) that `decode` reads, besides its policy's `freshness`.
     private static let columns: PostgresQuery =
-        "id, app_id, name, attributes_schema, content_state_schema, document, created_at"
-    /// The stored types with their policies (`t`).
+        "t.id, t.app_id, t.name, t.attributes_schema, t.content_state_schema, t.document, t.created_at"
+    /// The stored types with their policies.
     private static let selectFrom: PostgresQuery = """
-        SELECT t.id, t.app_id, t.name, t.attributes_schema, t.content_state_schema, t.document, t.created_at, p.freshness
+        SELECT \(fragment: columns), p.freshness
         FROM attribute_types t LEFT JOIN attribute_type_policies p ON p.attribute_type_id = t.id
         """
 
@@ -43,11 +44,11 @@ public struct AttributeTypeRepository: Sendable {
         let document = type.json.jsonString
         let inserted = try await pool.query(
             """
-            INSERT INTO attribute_types (app_id, name, attributes_schema, content_state_schema, document)
+            INSERT INTO attribute_types AS t (app_id, name, attributes_schema, content_state_schema, document)
             VALUES (\(appID), \(type.name), \(PostgresJSON(type.attributes.json.jsonString)),
                     \(PostgresJSON(type.contentState.json.jsonString)), \(document))
             ON CONFLICT ON CONSTRAINT attribute_types_name_unique DO NOTHING
-            RETURNING \(fragment: Self.columns)
+            RETURNING \(fragment: Self.columns), NULL::jsonb AS freshness -- a new type has no policy yet
             """)
         if let row = inserted.first { return .created(try Self.decode(row)) }
         guard let existing = try await find(name: type.name, appID: appID) else {
@@ -101,7 +102,7 @@ public struct AttributeTypeRepository: Sendable {
             appID: try row.decode(Int.self, column: "app_id"),
             type: try ActivityType(json: documentJSON),
             createdAt: try row.decode(Date.self, column: "created_at"),
-            freshness: row.columns.contains("freshness") ? try row.freshnessSettings(column: "freshness") : nil)
+            freshness: try row.freshnessSettings(column: "freshness"))
     }
 
     /// Replaces the type's freshness policy with `settings` (every member unset: no policy), recording the key

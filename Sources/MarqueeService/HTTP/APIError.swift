@@ -49,6 +49,11 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
         APIError(status: 422, code: "validation_failed", message: message, field: field)
     }
 
+    /// A freshness policy member that cannot be stored (the type's policy, or an event's `freshness`).
+    public static func validation(_ error: FreshnessSettingsError) -> APIError {
+        validation(error.message, field: error.field)
+    }
+
     public static let unauthorized = APIError(
         status: 401, code: "unauthorized", message: "missing or unknown API key; send 'Authorization: Bearer <key>'", field: "authorization")
 

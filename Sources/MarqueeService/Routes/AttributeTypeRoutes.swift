@@ -63,7 +63,7 @@ public struct AttributeTypeRoutes: APIRoutes {
             do {
                 settings = try FreshnessSettings(json: .object(try request.bodyObject().object))
             } catch let error as FreshnessSettingsError {
-                throw APIError.validation(error.message, field: error.field)
+                throw APIError.validation(error)
             }
             guard let updated = try await types.setPolicy(typeID: stored.id, settings, apiKeyID: request.key?.databaseID) else {
                 throw APIError.notFound("attribute type")

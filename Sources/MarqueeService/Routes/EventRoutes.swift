@@ -228,26 +228,27 @@ public struct EventRoutes: APIRoutes {
         }
     }
 
-    /// Refuses an event whose push-to-start would exceed a device push's 4,096 bytes, with 422
-    /// `start_payload_too_large`: the start carries the attributes, the state and the alert together, on the
-    /// longest `input-push-channel` a channel id takes.
-    /// The bytes an event's push-to-start adds to its content-state's JSON (on the longest channel id), or nil
-    /// without a start alert: an update's state plus this must fit a device push while starts may go out.
-    static func startOverhead(typeName: String, attributes: JSONValue, alert: LiveActivityAlert?) -> Int? {
-        guard let alert else { return nil }
+    /// The event's push-to-start as wide as it can go out: on the longest `input-push-channel` a channel id
+    /// takes, with the widest stale date and relevance score the send may add.
+    static func widestStart(typeName: String, attributes: JSONValue, state: JSONValue, alert: LiveActivityAlert) -> LiveActivityPayload {
         let widest = SendTimeFields().widestAtSend(for: .update)
-        let payload = LiveActivityPayload.start(
-            timestamp: unixSeconds(Date()), attributesType: typeName, attributes: attributes, contentState: [:], alert: alert,
+        return .start(
+            timestamp: unixSeconds(Date()), attributesType: typeName, attributes: attributes, contentState: state, alert: alert,
             subscription: .channel(String(repeating: "A", count: 64)), staleDate: widest.staleDate, relevanceScore: widest.relevanceScore)
-        return payload.bytes.count - JSONValue.object([:]).jsonBytes.count
     }
 
+    /// The bytes an event's push-to-start adds to its content-state's JSON, or nil without a start alert: an
+    /// update's state plus this must fit a device push while starts may go out.
+    static func startOverhead(typeName: String, attributes: JSONValue, alert: LiveActivityAlert?) -> Int? {
+        guard let alert else { return nil }
+        return widestStart(typeName: typeName, attributes: attributes, state: [:], alert: alert).bytes.count - JSONValue.object([:]).jsonBytes.count
+    }
+
+    /// Refuses an event whose push-to-start would exceed a device push's 4,096 bytes, with 422
+    /// `start_payload_too_large`: the start carries the attributes, the state and the alert together.
     static func checkStartSize(typeName: String, attributes: JSONValue, state: JSONValue, alert: LiveActivityAlert?) throws(APIError) {
-        let widest = SendTimeFields().widestAtSend(for: .update)
-        let payload = LiveActivityPayload.start(
-            timestamp: unixSeconds(Date()), attributesType: typeName, attributes: attributes, contentState: state,
-            alert: alert ?? LiveActivityAlert(title: .plain(""), body: .plain("")), subscription: .channel(String(repeating: "A", count: 64)),
-            staleDate: widest.staleDate, relevanceScore: widest.relevanceScore)
+        let payload = widestStart(
+            typeName: typeName, attributes: attributes, state: state, alert: alert ?? LiveActivityAlert(title: .plain(""), body: .plain("")))
         do {
             _ = try payload.body(within: .device)
         } catch {
@@ -263,7 +264,7 @@ public struct EventRoutes: APIRoutes {
         do {
             return try FreshnessSettings(json: value, path: "freshness.")
         } catch {
-            throw APIError.validation(error.message, field: error.field)
+            throw .validation(error)
         }
     }
 

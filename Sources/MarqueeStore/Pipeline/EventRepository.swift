@@ -30,7 +30,6 @@ public struct NewEvent: Sendable, Equatable {
         topics: [String] = [], initialState: JSONValue? = nil, initialStateAt: Date? = nil, audienceLead: Int? = nil,
         startAlert: JSONValue? = nil, freshness: FreshnessSettings? = nil
     ) {
-        self.freshness = freshness
         self.appID = appID
         self.externalID = externalID
         self.kind = kind
@@ -44,6 +43,7 @@ public struct NewEvent: Sendable, Equatable {
         self.initialStateAt = initialStateAt
         self.audienceLead = audienceLead
         self.startAlert = startAlert
+        self.freshness = freshness
     }
 }
 
