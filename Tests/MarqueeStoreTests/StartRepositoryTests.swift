@@ -96,14 +96,24 @@ struct StartRepositoryTests {
 
         // Answers: one accepted, one throttled (planned again), the rest left sending by a holder that died.
         try await repository.record(
-            runID: first,
+            a,
             [
                 StartAnswerRecord(startID: marked[0].id, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil),
                 StartAnswerRecord(startID: marked[1].id, state: .planned, reason: "TooManyRequests", status: 429, retryAfter: 30, apnsUniqueID: nil),
             ])
         #expect(try await repository.settleAbandoned(a) == 8)
         let run = try #require(try await repository.runs(eventID: eventID).first { $0.id == first })
-        #expect(run.counts.accepted == 1 && run.counts.planned == 1 && run.counts.unknown == 8 && run.lastAcceptedAt != nil)
+        #expect(run.counts.accepted == 1 && run.counts.planned == 1 && run.counts.unknown == 8)
+        // The last acceptance is the open chunk's until the chunk is done, then the run's own.
+        let accepted = try #require(run.lastAcceptedAt)
+        #expect(
+            try await f.pool.query("SELECT last_accepted_at FROM start_runs WHERE id = \(first)")[0].decode(Date?.self, column: "last_accepted_at")
+                == nil)
+        try await repository.finish(a, instance: "one")
+        #expect(
+            try await f.pool.query("SELECT last_accepted_at FROM start_runs WHERE id = \(first)")[0].decode(Date?.self, column: "last_accepted_at")
+                == accepted)
+        #expect(try await repository.runs(eventID: eventID).first { $0.id == first }?.lastAcceptedAt == accepted)
         let retry = try #require(try await repository.members(of: a).first { $0.candidate.installation == marked[1].installation })
         #expect(retry.candidate.runStateForToken == .planned && retry.plannedStartID == marked[1].id && retry.candidate.retryAt != nil)
         #expect(!retry.candidate.startedForEvent, "a planned start has not started the installation")

@@ -370,7 +370,7 @@ public final class StartFanOut: Service {
             metrics.starts.increment([result, plan.reason ?? (plan.state == .accepted ? "ok" : "-")])
         }
         // The answers are known: written as soon as PostgreSQL takes them, else the starts would count unknown.
-        try await persistently(for: configuration.chunkLease) { try await repository.record(runID: chunk.runID, records) }
+        try await persistently(for: configuration.chunkLease) { try await repository.record(chunk, records) }
         for (start, answer, _) in answers {
             guard case .rejected(_, let refusal?) = answer else { continue }
             do {

@@ -1,6 +1,7 @@
 // The start fan-out's rows (Sql/0025): runs, their keyset chunks of the audience, and one row per start.
 // The fan-out service decides through MarqueeCore's planners; this performs. Runs are advanced under a row
-// lock (`FOR UPDATE SKIP LOCKED`: one instance at a time cuts a run's chunks), chunks are claimed with a
+// lock (`FOR NO KEY UPDATE SKIP LOCKED`: one instance at a time cuts a run's chunks, while the starts being
+// inserted, whose foreign key shares the row, go on), chunks are claimed with a
 // lease that ends with the holder's heartbeat, starts are marked `sending` one statement per send window,
 // and answers are written one statement per batch. A start is inserted `sending` only while no start of
 // the event is sending, accepted or unknown for the installation (`starts_once_per_event` holds it even
@@ -142,14 +143,14 @@ public struct StartRepository: Sendable {
                 let row = try await tx.query(
                     """
                     SELECT r.event_id, r.state, r.kind, r.pass, r.planned_through,
-                           extract(epoch FROM r.last_accepted_at - r.started_at)::float8 AS lag, r.planning_done, r.next_pass_at, e.status, coalesce(\(now), now()) AS now,
+                           extract(epoch FROM \(fragment: Self.lastAccepted) - r.started_at)::float8 AS lag, r.planning_done, r.next_pass_at, e.status, coalesce(\(now), now()) AS now,
                            e.ends_at - make_interval(secs => \(lateStartCutoff)::float8) AS cutoff,
                            (SELECT count(*) FROM start_chunks c WHERE c.run_id = r.id AND c.pass = r.pass AND NOT c.done) AS open_chunks,
                            (SELECT count(*) FROM start_chunks c WHERE c.run_id = r.id AND c.pass = r.pass AND NOT c.done
                               AND c.claimed_by IS NULL) AS waiting_chunks
                     FROM start_runs r JOIN events e ON e.id = r.event_id
                     WHERE r.id = \(runID) AND r.state IN \(StartRunState.openStates.sql)
-                    FOR UPDATE OF r SKIP LOCKED
+                    FOR NO KEY UPDATE OF r SKIP LOCKED
                     """
                 ).first
             else { return nil }
@@ -206,11 +207,14 @@ public struct StartRepository: Sendable {
             case .finish(let state):
                 try await tx.execute(
                     """
+                    WITH closed AS (
+                        UPDATE start_chunks SET done = true, finished_at = now() WHERE run_id = \(runID) AND NOT done
+                        RETURNING last_accepted_at)
                     UPDATE start_runs SET state = \(state), finished_at = coalesce(\(now), now()),
-                        first_pass_done_at = coalesce(first_pass_done_at, coalesce(\(now), now()))
+                        first_pass_done_at = coalesce(first_pass_done_at, coalesce(\(now), now())),
+                        last_accepted_at = greatest(last_accepted_at, (SELECT max(last_accepted_at) FROM closed))
                     WHERE id = \(runID)
                     """)
-                try await tx.execute("UPDATE start_chunks SET done = true, finished_at = now() WHERE run_id = \(runID) AND NOT done")
                 // Starts still planned (a retry not yet due) are not sent any more.
                 try await tx.execute(
                     """
@@ -269,14 +273,23 @@ public struct StartRepository: Sendable {
             """) == 1
     }
 
-    /// Ends the chunk (every member settled).
+    /// Ends the chunk (every member settled), and folds its last acceptance into the run's.
     public func finish(_ chunk: ClaimedStartChunk, instance: String) async throws {
         try await pool.execute(
             """
-            UPDATE start_chunks SET done = true, finished_at = now(), claimed_by = NULL, claimed_until = NULL
-            WHERE id = \(chunk.id) AND claimed_by = \(instance)
+            WITH finished AS (
+                UPDATE start_chunks SET done = true, finished_at = now(), claimed_by = NULL, claimed_until = NULL
+                WHERE id = \(chunk.id) AND claimed_by = \(instance)
+                RETURNING run_id, last_accepted_at)
+            UPDATE start_runs r SET last_accepted_at = greatest(r.last_accepted_at, f.last_accepted_at)
+            FROM finished f WHERE r.id = f.run_id AND f.last_accepted_at IS NOT NULL
             """)
     }
+
+    /// The time of run `r`'s last accepted start: its own (done chunks') or an open chunk's.
+    static let lastAccepted: PostgresQuery = """
+        greatest(r.last_accepted_at, (SELECT max(c.last_accepted_at) FROM start_chunks c WHERE c.run_id = r.id AND NOT c.done))
+        """
 
     /// Gives the chunk back, due again after `delay` seconds.
     public func release(_ chunk: ClaimedStartChunk, instance: String, after delay: TimeInterval) async throws {
@@ -522,9 +535,9 @@ public struct StartRepository: Sendable {
         }
     }
 
-    /// Writes APNs' answers, one statement for up to a batch; only starts still `sending` change. Moves the
-    /// run's `last_accepted_at` forward.
-    public func record(runID: Int, _ answers: [StartAnswerRecord]) async throws {
+    /// Writes APNs' answers to the chunk's starts, one statement for up to a batch; only starts still `sending`
+    /// change. Moves the chunk's last acceptance forward (not the run's: its row would be every batch's lock).
+    public func record(_ chunk: ClaimedStartChunk, _ answers: [StartAnswerRecord]) async throws {
         guard !answers.isEmpty else { return }
         let input = JSONValue.array(
             answers.map {
@@ -546,8 +559,8 @@ public struct StartRepository: Sendable {
                 FROM input i WHERE s.id = i.id AND s.state = \(StartState.sending)
                 RETURNING s.state
             )
-            UPDATE start_runs SET last_accepted_at = now()
-            WHERE id = \(runID) AND EXISTS (SELECT 1 FROM written WHERE state = \(StartState.accepted))
+            UPDATE start_chunks SET last_accepted_at = now()
+            WHERE id = \(chunk.id) AND EXISTS (SELECT 1 FROM written WHERE state = \(StartState.accepted))
             """)
     }
 
@@ -583,8 +596,8 @@ public struct StartRepository: Sendable {
         for row in try await pool.query(
             """
             SELECT id, event_id, kind, state, skip_reason, topics, due_at, started_at, first_pass_done_at, finished_at,
-                   last_accepted_at, estimated_audience, now() AS now
-            FROM start_runs WHERE event_id = \(eventID) ORDER BY id DESC LIMIT \(limit)
+                   \(fragment: Self.lastAccepted) AS last_accepted_at, estimated_audience, now() AS now
+            FROM start_runs r WHERE event_id = \(eventID) ORDER BY id DESC LIMIT \(limit)
             """)
         {
             reports.append(
