@@ -18,8 +18,21 @@ import Testing
 
     /// A port nothing listens on (bound, read, released).
     static func freePort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (fd, port) = boundSocket()
+        close(fd)
+        return port
+    }
+
+    /// Runs `body` with a port that refuses connections for as long as it runs: bound by a socket that never
+    /// listens, so no other test's server can take it meanwhile (a released port can be, and then answers).
+    static func withRefusingPort<T>(_ body: (Int) async throws -> T) async rethrows -> T {
+        let (fd, port) = boundSocket()
         defer { close(fd) }
+        return try await body(port)
+    }
+
+    private static func boundSocket() -> (fd: Int32, port: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -27,7 +40,7 @@ import Testing
         _ = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
         }
-        return Int(UInt16(bigEndian: address.sin_port))
+        return (fd, Int(UInt16(bigEndian: address.sin_port)))
     }
 
     @Test(.enabled(if: binaryBuilt)) func serveRefusesARetentionShorterThanADayBeforeConnecting() async throws {
@@ -131,13 +144,14 @@ import Testing
     }
 
     @Test(.enabled(if: binaryBuilt)) func anUnreachableServerIs69() async throws {
-        let port = Self.freePort()
-        let result = try await Self.cli(["status"], ["MARQUEE_URL": "http://127.0.0.1:\(port)", "MARQUEE_API_KEY": "mq_any"])
-        #expect(result.status == 69)
-        #expect(result.stderr.contains("nothing accepts connections at http://127.0.0.1:\(port): is the server running"), "\(result.stderr)")
-        let json = try await Self.cli(["event", "list", "--json", "--url", "http://127.0.0.1:\(port)", "--api-key", "mq_any"])
-        #expect(json.status == 69)
-        #expect(try JSONValue(parsing: json.stdout)["error"]?["code"] == "unreachable")
+        try await Self.withRefusingPort { port in
+            let result = try await Self.cli(["status"], ["MARQUEE_URL": "http://127.0.0.1:\(port)", "MARQUEE_API_KEY": "mq_any"])
+            #expect(result.status == 69)
+            #expect(result.stderr.contains("nothing accepts connections at http://127.0.0.1:\(port): is the server running"), "\(result.stderr)")
+            let json = try await Self.cli(["event", "list", "--json", "--url", "http://127.0.0.1:\(port)", "--api-key", "mq_any"])
+            #expect(json.status == 69, "\(json.stderr)")
+            #expect(try JSONValue(parsing: json.stdout)["error"]?["code"] == "unreachable")
+        }
     }
 
     /// Without a key a request could only come back 401: the CLI says so itself (77) before sending anything.
