@@ -119,6 +119,34 @@ struct StartRepositoryTests {
         #expect(!retry.candidate.startedForEvent, "a planned start has not started the installation")
     }
 
+    @Test func aRunFinishedWithAChunkOpenKeepsThatChunksLastAcceptance() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let repository = StartRepository(pool: f.pool)
+        _ = try await Self.followers(3, topic: "team:ars", f)
+        let eventID = try await event(f, startsIn: 7200)
+        let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
+        let chunk = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        let member = try #require(try await repository.members(of: chunk).first)
+        let marked = try await repository.markSending(
+            chunk,
+            [
+                PlannedStart(
+                    installation: member.candidate.installation, token: member.candidate.token!, osMajor: 18, route: .channel, plannedStartID: nil)
+            ])
+        try await repository.record(
+            chunk, [StartAnswerRecord(startID: marked[0].id, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil)])
+        let accepted = try #require(try await repository.runs(eventID: eventID).first?.lastAcceptedAt)
+        // The run's own step ends it (stopped) while the chunk is still held: the chunk's time moves to the run.
+        let step = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { _ in .finish(.stopped) }
+        #expect(step?.step == .finish(.stopped))
+        #expect(
+            try await f.pool.query("SELECT last_accepted_at FROM start_runs WHERE id = \(run)")[0].decode(Date?.self, column: "last_accepted_at")
+                == accepted)
+        #expect(try await repository.runs(eventID: eventID).first?.lastAcceptedAt == accepted)
+    }
+
     @Test func aFinishedRunOfAnEventOverIsPurgedWithItsStarts() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
