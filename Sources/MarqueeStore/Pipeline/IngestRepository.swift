@@ -324,9 +324,7 @@ public struct IngestRepository: Sendable {
 
     /// For each kind of update, the statuses that accept it and the status it leaves, as the lifecycle says.
     /// The statuses are bound as a parameter, unlike the lists of the sweep's reads: the event row is found by
-    /// its id and needs no partial index, and with the list spliced as text `Scripts/bench service` measured one
-    /// variant of this statement reading 2.7 times the buffers (PostgreSQL's CPU per update 0.9-1.06 ms against
-    /// 0.55-0.63 ms) without a plan this repository's tests could reproduce.
+    /// its id (`write` names the key itself) and needs no partial index.
     private static let acceptance: [EventLifecycle.Event: (states: [String], status: PostgresQuery)] =
         Dictionary(
             uniqueKeysWithValues: [EventLifecycle.Event.updateAccepted, .endAccepted, .endReplaced, .cancelRequested].map { event in
@@ -355,7 +353,9 @@ public struct IngestRepository: Sendable {
                 status = \(fragment: acceptance[draft.lifecycleEvent]!.status),
                 updated_at = now()
             FROM input i
-            WHERE e.id = i.event_id
+            -- The key itself, not the input row's copy of it: matched through the input row, a generic plan made
+            -- while the table was empty and never analyzed (serve's warm-up on a new database) reads every event.
+            WHERE e.id = \(eventID)
               AND e.status = ANY (\(acceptance[draft.lifecycleEvent]!.states)::text[])
               AND (\(appID)::bigint IS NULL OR e.app_id = \(appID))
               AND (NOT \(expectedUpdateID != nil) OR e.latest_update_id IS NOT DISTINCT FROM \(expectedUpdateID ?? nil)::bigint)
