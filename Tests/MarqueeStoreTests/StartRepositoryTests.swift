@@ -169,4 +169,27 @@ struct StartRepositoryTests {
         #expect(try await repository.purge(finishedBefore: Date().addingTimeInterval(60), batch: 2) == 3)
         #expect(try await repository.runs(eventID: eventID).isEmpty)
     }
+
+    @Test func removingTheAppTakesItsStartsWithIt() async throws {
+        // A start has no foreign key to its run or event (Sql/0032); the app's installations take its starts.
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let repository = StartRepository(pool: f.pool)
+        let ids = try await Self.followers(2, topic: "team:ars", f)
+        let eventID = try await event(f, startsIn: 7200)
+        let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
+        let chunk = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        let marked = try await repository.markSending(
+            chunk,
+            ids.enumerated().map { PlannedStart(installation: $1, token: Self.token($0 + 1), osMajor: 18, route: .plain, plannedStartID: nil) })
+        #expect(marked.count == 2)
+        func starts() async throws -> Int {
+            try await f.pool.query("SELECT count(*)::bigint AS n FROM starts")[0].decode(Int.self, column: "n")
+        }
+        #expect(try await starts() == 2)
+        #expect(try await AppRepository(pool: f.pool).remove(id: f.appID)?.id == f.appID)
+        #expect(try await starts() == 0)
+        #expect(try await f.pool.query("SELECT count(*)::bigint AS n FROM start_runs")[0].decode(Int.self, column: "n") == 0)
+    }
 }

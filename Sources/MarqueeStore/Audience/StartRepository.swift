@@ -1,9 +1,9 @@
 // The start fan-out's rows (Sql/0025): runs, their keyset chunks of the audience, and one row per start.
 // The fan-out service decides through MarqueeCore's planners; this performs. Runs are advanced under a row
-// lock (`FOR NO KEY UPDATE SKIP LOCKED`: one instance at a time cuts a run's chunks, while the starts being
-// inserted, whose foreign key shares the row, go on), chunks are claimed with a
-// lease that ends with the holder's heartbeat, starts are marked `sending` one statement per send window,
-// and answers are written one statement per batch. A start is inserted `sending` only while no start of
+// lock (`FOR NO KEY UPDATE SKIP LOCKED`: one instance at a time cuts a run's chunks), chunks are claimed with
+// a lease that ends with the holder's heartbeat, starts are marked `sending` one statement per send window,
+// and answers are written one statement per batch. A start has no foreign key to its run or event (Sql/0032:
+// they are its chunk's; a key would lock the row every start shares), so `purge` deletes a run's starts first. A start is inserted `sending` only while no start of
 // the event is sending, accepted or unknown for the installation (`starts_once_per_event` holds it even
 // against two runs at once).
 import Foundation
