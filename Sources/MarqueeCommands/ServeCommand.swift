@@ -124,6 +124,10 @@ enum ServeCommand {
             "MARQUEE_START_SEND_WINDOW", "\(defaults.starts.sendWindow)"
         ),
         (
+            "start-chunks", "N", "Chunks of 1,000 followers this instance sends at once (a database connection each).",
+            "MARQUEE_START_CHUNKS", "\(defaults.starts.chunksInFlight)"
+        ),
+        (
             "infrequent-high-priority-budget", "N",
             "Priority-10 mirrored pushes per hour to a token whose installation has frequentPushesEnabled false.",
             "MARQUEE_INFREQUENT_HIGH_PRIORITY_BUDGET", "\(defaults.infrequentHighPriorityBudget)"
@@ -196,6 +200,7 @@ enum ServeCommand {
         settings.starts.limits.maxConcurrentActivities =
             try arguments.int("max-concurrent-activities", in: 1...100) ?? settings.starts.limits.maxConcurrentActivities
         settings.starts.sendWindow = try arguments.int("start-send-window", in: 1...5000) ?? settings.starts.sendWindow
+        settings.starts.chunksInFlight = try arguments.int("start-chunks", in: 1...32) ?? settings.starts.chunksInFlight
         settings.mirrorSendWindow = try arguments.int("mirror-send-window", in: 1...5000) ?? settings.mirrorSendWindow
         settings.infrequentHighPriorityBudget =
             try arguments.int("infrequent-high-priority-budget", in: 0...1_000_000) ?? settings.infrequentHighPriorityBudget

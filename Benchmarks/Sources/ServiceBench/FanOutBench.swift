@@ -11,7 +11,7 @@
 //
 //   ServiceBench fanout --port P --admin-key K --ingest-key K --database-url URL --event ID --mirror-event ID
 //                       --serve-pid PID --postgres-pid PID --simulator-pid PID --reference-rate R
-//                       [--mirror-seconds 60] [--mirror-interval 2] [--token-activities T]
+//                       [--mirror-seconds 60] [--mirror-interval 2] [--token-activities T] [--report-interval 1]
 //   ServiceBench installations-file --count N --event EXTERNAL_ID --out FILE
 //       writes N installations following EXTERNAL_ID as an import CSV: distinct tokens, an OS mix of 60 % iOS 18
 //       and later, 30 % 17.2 to 17.6, 7 % 17.0 and 17.1, 3 % 16.x; and, with --urls FILE, h2load's URI list
@@ -35,6 +35,7 @@ struct FanOutBench {
     let mirrorSeconds: Int
     let mirrorInterval: Int
     let tokenActivities: Int?
+    let reportInterval: Double
 
     init(_ flags: Flags) throws {
         port = UInt16(try flags.int("port", default: 8080))
@@ -51,6 +52,10 @@ struct FanOutBench {
         mirrorSeconds = try flags.int("mirror-seconds", default: 60)
         mirrorInterval = try flags.int("mirror-interval", default: 2)
         tokenActivities = try flags.optionalInt("token-activities")
+        guard let interval = Double(flags.value("report-interval") ?? "1"), interval > 0 else {
+            throw BenchError("--report-interval takes seconds")
+        }
+        reportInterval = interval
     }
 
     private var adminHeaders: [(String, String)] { [("Authorization", "Bearer \(adminKey)"), ("Content-Type", "application/json")] }
@@ -84,9 +89,9 @@ struct FanOutBench {
         var report: [String: Any] = [:]
         var lastLog = wallNanoseconds()
         while true {
-            // Once a second, as `marquee event starts --follow` does: the run's report is a count over its
-            // starts, and the rate is taken from the run's own times, not from this loop.
-            usleep(1_000_000)
+            // Once a second by default, as `marquee event starts --follow` does: the run's report is a count over
+            // its starts, and the rate is taken from the run's own times, not from this loop.
+            usleep(UInt32(reportInterval * 1_000_000))
             let answer = try connection.send(method: "GET", path: "/v1/events/\(event)/starts", headers: adminHeaders)
             guard answer.status == 200,
                 let object = try JSONSerialization.jsonObject(with: Data(answer.body)) as? [String: Any],
@@ -109,14 +114,13 @@ struct FanOutBench {
         let accepted = counts["accepted"] as? Int ?? 0
         let audience = counts["audience"] as? Int ?? 0
         let notStartable = counts["notStartable"] as? Int ?? 0
-        let fractional = ISO8601DateFormatter()
-        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        let whole = ISO8601DateFormatter()
-        func date(_ key: String) -> Date? { (report[key] as? String).flatMap { fractional.date(from: $0) ?? whole.date(from: $0) } }
-        guard let started = date("startedAt"), let finished = date("firstPassDoneAt") ?? date("finishedAt") else {
-            throw BenchError("the run has no start or end time: \(report)")
-        }
-        let seconds = finished.timeIntervalSince(started)
+        // The run's own times from its row: the API shows them in whole seconds, which would step the rate.
+        let database = try await PostgresConnection.connect(url: databaseURL)
+        guard
+            let seconds = try await database.query(
+                "SELECT extract(epoch FROM coalesce(first_pass_done_at, finished_at) - started_at)::float8 AS s FROM start_runs WHERE id = \(run)"
+            ).first?.decode(Double?.self, column: "s")
+        else { throw BenchError("the run has no start or end time: \(report)") }
         let rate = Double(accepted) / max(seconds, 0.001)
         let ratio = rate / max(referenceRate, 1)
         let ticks = Double(CPUTimes.ticksPerSecond)

@@ -53,7 +53,10 @@ public struct StartSettings: Sendable, Equatable {
     /// `--starts-per-device-hour`, `--max-concurrent-activities`.
     public var limits = StartLimits()
     /// `--start-send-window`: starts in flight per chunk, marked `sending` together.
-    public var sendWindow = 500
+    public var sendWindow = 1000
+    /// `--start-chunks`: chunks of followers one instance sends at once (each holds a database connection
+    /// while it marks or records a window).
+    public var chunksInFlight = 2
     /// `--restart-on-postpone`: a `PATCH` that moves `startsAt` later by more than this after starts went out ends
     /// the running activities and starts the audience again at the new lead.
     public var restartOnPostpone: TimeInterval = 3600
@@ -73,10 +76,9 @@ public struct StartFanOutConfiguration: Sendable, Equatable {
     public var startTTL: TimeInterval { settings.startTTL }
     public var limits: StartLimits { settings.limits }
     public var sendWindow: Int { settings.sendWindow }
+    public var chunksInFlight: Int { settings.chunksInFlight }
     /// Followers per chunk.
     public var chunkSize = 1000
-    /// Chunks one instance works on at once.
-    public var concurrentChunks = 2
     /// Chunks cut ahead of the claims, per run.
     public var cutAhead = 4
     /// A chunk's lease, renewed each window; it ends sooner with its holder's heartbeat.
@@ -177,7 +179,7 @@ public final class StartFanOut: Service {
                         try await createDueRuns()
                     }
                     try await advanceRuns()
-                    while working.withLock({ $0 < configuration.concurrentChunks }), !shutdown.isTriggered,
+                    while working.withLock({ $0 < configuration.chunksInFlight }), !shutdown.isTriggered,
                         let chunk = try await repository.claimChunk(instance: configuration.instance, lease: configuration.chunkLease)
                     {
                         working.withLock { $0 += 1 }

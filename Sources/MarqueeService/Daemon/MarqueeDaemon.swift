@@ -39,8 +39,9 @@ public struct ServeConfiguration: Sendable {
     /// 20 connections in all: a pool small enough that few backends plan again after each autovacuum pass.
     public static let defaultMaxConnections = 16
     public static let defaultPipelineConnections = 4
-    /// The start fan-out's and mirroring's own pool (run and pass steps, chunk claims, marks and records).
-    public static let audienceConnections = 3
+    /// The start fan-out's and mirroring's own pool (run and pass steps, chunk claims, marks and records): one
+    /// connection per start chunk in flight (`--start-chunks`), and one for the run steps, claims and mirroring.
+    public var audienceConnections: Int { pipeline.starts.chunksInFlight + 1 }
     /// APNs endpoints and CA, carried for the broadcast pipeline (nil: Apple's hosts and the system CAs).
     public var apnsPushURL: String?
     public var apnsManageURL: String?
@@ -234,7 +235,7 @@ public final class MarqueeDaemon: Sendable {
         // The audience's own connections (the start fan-out and mirroring), so a kick-off's million starts never
         // make a broadcast wait for one.
         let audiencePool = PostgresPool(
-            configuration: PostgresConfiguration(url: configuration.databaseURL), maxConnections: ServeConfiguration.audienceConnections)
+            configuration: PostgresConfiguration(url: configuration.databaseURL), maxConnections: configuration.audienceConnections)
         self.audiencePool = audiencePool
         mirroring = MirrorService(
             pool: audiencePool, apns: apns, instance: instance,
