@@ -147,6 +147,68 @@ struct StartRepositoryTests {
         #expect(try await repository.runs(eventID: eventID).first?.lastAcceptedAt == accepted)
     }
 
+    @Test func aRunsCountsAreItsDoneChunksKeptCountsAndItsOpenChunksStartsAcrossPasses() async throws {
+        // Sql/0033: a done chunk keeps the counts of the starts it wrote; a later pass's chunk over the same range
+        // counts only its own, so the report matches a count over every start of the run.
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let repository = StartRepository(pool: f.pool)
+        _ = try await Self.followers(3, topic: "team:ars", f)
+        let eventID = try await event(f, startsIn: 7200)
+        let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
+        func sendAll(_ chunk: ClaimedStartChunk, answers: [StartState]) async throws {
+            let members = try await repository.members(of: chunk)
+            let marked = try await repository.markSending(
+                chunk,
+                members.map {
+                    PlannedStart(
+                        installation: $0.candidate.installation, token: $0.candidate.token!, osMajor: 18, route: .channel, plannedStartID: nil)
+                })
+            try #require(marked.count == answers.count)
+            try await repository.record(
+                chunk,
+                zip(marked, answers).map {
+                    StartAnswerRecord(
+                        startID: $0.id, state: $1, reason: $1 == .rejected ? "BadDeviceToken" : nil, status: $1 == .accepted ? 200 : 400,
+                        retryAfter: nil,
+                        apnsUniqueID: nil)
+                })
+        }
+        func counted() async throws -> StartCounts { try #require(try await repository.runs(eventID: eventID).first).counts }
+        func countedOverEveryStart() async throws -> [String: Int] {
+            var groups: [String: Int] = [:]
+            for row in try await f.pool.query("SELECT state, count(*)::bigint AS n FROM starts WHERE run_id = \(run) GROUP BY 1") {
+                groups[try row.decode(String.self, column: "state")] = try row.decode(Int.self, column: "n")
+            }
+            return groups
+        }
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
+        let first = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        try await sendAll(first, answers: [.accepted, .accepted, .rejected])
+        #expect(try await counted().accepted == 2, "an open chunk's starts are counted")
+        try await repository.finish(first, instance: "one")
+        #expect(
+            try await f.pool.query("SELECT counts IS NOT NULL AS kept FROM start_chunks WHERE id = \(first.id)")[0].decode(Bool.self, column: "kept"))
+        // A late follower, and a second pass over the same range.
+        let (late, _) = try await InstallationRepository(pool: f.pool).register(
+            InstallationRegistration(appID: f.appID, installationID: "late", pushToStartToken: Self.token(99), osVersion: "18.1"),
+            previousTokenRetention: 60)
+        _ = try await InstallationRepository(pool: f.pool).changeFollows(
+            .replace, installation: late.id, appID: f.appID, events: [], topics: ["team:ars"])
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { _ in .roll(nextPassAt: Date()) }
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { _ in .beginPass }
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { _ in .cutChunk }
+        let second = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        #expect(second.after == first.after, "the second pass covers the first one's range again")
+        try await sendAll(second, answers: [.accepted])
+        try await repository.finish(second, instance: "one")
+        let counts = try await counted()
+        #expect(counts.audience == 4 && counts.accepted == 3 && counts.rejected == ["BadDeviceToken": 1])
+        #expect(try await countedOverEveryStart() == ["accepted": 3, "rejected": 1])
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { _ in .finish(.done) }
+        #expect(try await counted().audience == 4)
+    }
+
     @Test func aFinishedRunOfAnEventOverIsPurgedWithItsStarts() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }

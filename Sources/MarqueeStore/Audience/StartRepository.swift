@@ -221,6 +221,8 @@ public struct StartRepository: Sendable {
                     UPDATE starts SET state = \(StartState.skipped), reason = 'event_over', next_attempt_at = NULL
                     WHERE run_id = \(runID) AND state = \(StartState.planned)
                     """)
+                // Every chunk's counts as the run ends (the step above may have settled starts of done ones).
+                try await tx.execute("UPDATE start_chunks c SET counts = \(fragment: Self.chunkCounts) WHERE run_id = \(runID)")
             }
             let firstPassEnds: Bool =
                 switch step {
@@ -273,18 +275,34 @@ public struct StartRepository: Sendable {
             """) == 1
     }
 
-    /// Ends the chunk (every member settled), and folds its last acceptance into the run's.
+    /// Ends the chunk (every member settled), keeps its counts, and folds its last acceptance into the run's.
     public func finish(_ chunk: ClaimedStartChunk, instance: String) async throws {
         try await pool.execute(
             """
             WITH finished AS (
-                UPDATE start_chunks SET done = true, finished_at = now(), claimed_by = NULL, claimed_until = NULL
+                UPDATE start_chunks c SET done = true, finished_at = now(), claimed_by = NULL, claimed_until = NULL,
+                    counts = \(fragment: Self.chunkCounts)
                 WHERE id = \(chunk.id) AND claimed_by = \(instance)
                 RETURNING run_id, last_accepted_at)
             UPDATE start_runs r SET last_accepted_at = greatest(r.last_accepted_at, f.last_accepted_at)
             FROM finished f WHERE r.id = f.run_id AND f.last_accepted_at IS NOT NULL
             """)
     }
+
+    /// The starts chunk `c` wrote (of its run, in its range, created since it was cut: a later pass's chunk
+    /// over the same range writes its own), by state, reason and path, as a JSON array of groups.
+    static let chunkCounts: PostgresQuery = """
+        (SELECT coalesce(jsonb_agg(jsonb_build_object('state', g.state, 'reason', g.reason, 'path', g.path, 'n', g.n)), '[]'::jsonb)
+         FROM (\(fragment: chunkGroups)) g)
+        """
+
+    /// Chunk `c`'s starts by state, reason and path (`n`).
+    static let chunkGroups: PostgresQuery = """
+        SELECT s.state, s.reason, s.path, count(*) AS n FROM starts s
+        WHERE s.run_id = c.run_id AND s.installation > c.after_installation AND s.installation <= c.through_installation
+          AND s.created_at >= c.created_at
+        GROUP BY 1, 2, 3
+        """
 
     /// The time of run `r`'s last accepted start: its own (done chunks') or an open chunk's.
     static let lastAccepted: PostgresQuery = """
@@ -614,10 +632,19 @@ public struct StartRepository: Sendable {
         let ids = reports.map { String($0.id) }
         var index: [Int: Int] = [:]
         for (position, report) in reports.enumerated() { index[report.id] = position }
+        // Done chunks' kept counts and the open chunks' starts (Sql/0033), not a count over every start of the run.
         for row in try await pool.query(
             """
-            SELECT run_id, state, reason, path, count(*)::bigint AS n FROM starts
-            WHERE run_id = ANY (\(ids)::bigint[]) GROUP BY 1, 2, 3, 4
+            WITH chunks AS (SELECT * FROM start_chunks WHERE run_id = ANY (\(ids)::bigint[]))
+            SELECT run_id, state, reason, path, sum(n)::bigint AS n FROM (
+                SELECT c.run_id, g.state, g.reason, g.path, g.n
+                FROM chunks c, jsonb_to_recordset(c.counts) AS g (state text, reason text, path text, n bigint)
+                WHERE c.counts IS NOT NULL
+                UNION ALL
+                SELECT c.run_id, x.state, x.reason, x.path, x.n FROM chunks c,
+                    LATERAL (\(fragment: Self.chunkGroups)) x
+                WHERE c.counts IS NULL
+            ) t GROUP BY 1, 2, 3, 4
             """)
         {
             guard let position = index[try row.decode(Int.self, column: "run_id")] else { continue }
