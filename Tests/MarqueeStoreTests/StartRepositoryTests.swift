@@ -37,6 +37,18 @@ struct StartRepositoryTests {
         ).id
     }
 
+    /// A manual run of a new event over `followers` new installations, its first chunk cut and claimed by "one".
+    func runWithClaimedChunk(_ followers: Int, _ f: PipelineFixture) async throws -> (
+        repository: StartRepository, ids: [Int], eventID: Int, run: Int, chunk: ClaimedStartChunk
+    ) {
+        let repository = StartRepository(pool: f.pool)
+        let ids = try await Self.followers(followers, topic: "team:ars", f)
+        let eventID = try await event(f, startsIn: 7200)
+        let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
+        return (repository, ids, eventID, run, try #require(try await repository.claimChunk(instance: "one", lease: 60)))
+    }
+
     @Test func automaticRunsAreCreatedOnceWhenDueAndSkippedWhenLateOrWithoutAnAlert() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
@@ -122,12 +134,7 @@ struct StartRepositoryTests {
     @Test func aRunFinishedWithAChunkOpenKeepsThatChunksLastAcceptance() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
-        let repository = StartRepository(pool: f.pool)
-        _ = try await Self.followers(3, topic: "team:ars", f)
-        let eventID = try await event(f, startsIn: 7200)
-        let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
-        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
-        let chunk = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        let (repository, _, eventID, run, chunk) = try await runWithClaimedChunk(3, f)
         let member = try #require(try await repository.members(of: chunk).first)
         let marked = try await repository.markSending(
             chunk,
@@ -152,10 +159,7 @@ struct StartRepositoryTests {
         // counts only its own, so the report matches a count over every start of the run.
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
-        let repository = StartRepository(pool: f.pool)
-        _ = try await Self.followers(3, topic: "team:ars", f)
-        let eventID = try await event(f, startsIn: 7200)
-        let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
+        let (repository, _, eventID, run, first) = try await runWithClaimedChunk(3, f)
         func sendAll(_ chunk: ClaimedStartChunk, answers: [StartState]) async throws {
             let members = try await repository.members(of: chunk)
             let marked = try await repository.markSending(
@@ -182,8 +186,6 @@ struct StartRepositoryTests {
             }
             return groups
         }
-        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
-        let first = try #require(try await repository.claimChunk(instance: "one", lease: 60))
         try await sendAll(first, answers: [.accepted, .accepted, .rejected])
         #expect(try await counted().accepted == 2, "an open chunk's starts are counted")
         try await repository.finish(first, instance: "one")
@@ -212,12 +214,7 @@ struct StartRepositoryTests {
     @Test func aFinishedRunOfAnEventOverIsPurgedWithItsStarts() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
-        let repository = StartRepository(pool: f.pool)
-        let ids = try await Self.followers(3, topic: "team:ars", f)
-        let eventID = try await event(f, startsIn: 7200)
-        let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
-        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
-        let chunk = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        let (repository, ids, eventID, run, chunk) = try await runWithClaimedChunk(3, f)
         try await repository.skip(
             chunk,
             ids.map {
@@ -236,12 +233,7 @@ struct StartRepositoryTests {
         // A start has no foreign key to its run or event (Sql/0032); the app's installations take its starts.
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
-        let repository = StartRepository(pool: f.pool)
-        let ids = try await Self.followers(2, topic: "team:ars", f)
-        let eventID = try await event(f, startsIn: 7200)
-        let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
-        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
-        let chunk = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        let (repository, ids, _, _, chunk) = try await runWithClaimedChunk(2, f)
         let marked = try await repository.markSending(
             chunk,
             ids.enumerated().map { PlannedStart(installation: $1, token: Self.token($0 + 1), osMajor: 18, route: .plain, plannedStartID: nil) })
