@@ -3,9 +3,9 @@
 // lock (`FOR NO KEY UPDATE SKIP LOCKED`: one instance at a time cuts a run's chunks), chunks are claimed with
 // a lease that ends with the holder's heartbeat, starts are marked `sending` one statement per send window,
 // and answers are written one statement per batch. A start has no foreign key to its run or event (Sql/0032:
-// they are its chunk's; a key would lock the row every start shares), so `purge` deletes a run's starts first. A start is inserted `sending` only while no start of
-// the event is sending, accepted or unknown for the installation (`starts_once_per_event` holds it even
-// against two runs at once).
+// they are its chunk's; a key would lock the row every start shares), so `purge` deletes a run's starts
+// first. A start is inserted `sending` only while no start of the event is sending, accepted or unknown for
+// the installation (`starts_once_per_event` holds it even against two runs at once).
 import Foundation
 import MarqueeCore
 import Postgres
