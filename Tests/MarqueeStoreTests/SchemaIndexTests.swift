@@ -124,21 +124,19 @@ struct SchemaIndexTests {
         // event for each update (under Scripts/bench service, a variant of the statement at 3.6 times the buffers).
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
-        func statements() -> [(UpdateAction, PostgresQuery)] {
-            UpdateAction.allCases.map { action in
-                (
-                    action,
-                    IngestRepository.write(
-                        eventID: 1, UpdateDraft(action: action, occurredAt: Date()), state: ["home": 1],
-                        appID: 1, expectedUpdateID: .some(5),
-                        idempotency: IdempotencyRequest(apiKeyID: 1, key: "k", requestHash: Data(repeating: 1, count: 32), earlierHashes: []),
-                        now: nil, pacing: 1)
-                )
-            }
+        let statements: [(UpdateAction, PostgresQuery)] = UpdateAction.allCases.map { action in
+            (
+                action,
+                IngestRepository.write(
+                    eventID: 1, UpdateDraft(action: action, occurredAt: Date()), state: ["home": 1],
+                    appID: 1, expectedUpdateID: .some(5),
+                    idempotency: IdempotencyRequest(apiKeyID: 1, key: "k", requestHash: Data(repeating: 1, count: 32), earlierHashes: []),
+                    now: nil, pacing: 1)
+            )
         }
         let never = try await f.pool.query("SELECT reltuples::float8 AS n FROM pg_class WHERE relname = 'events'")[0].decode(Double.self, column: "n")
         try #require(never < 0, "events of a new database has never been analyzed")
-        for (action, statement) in statements() {
+        for (action, statement) in statements {
             let plan = try await Self.genericPlan(of: statement, on: f.pool, seqScan: true)
             #expect(plan.contains("events_pkey"), "\(action), empty and never analyzed:\n\(plan)")
         }
@@ -150,7 +148,7 @@ struct SchemaIndexTests {
             FROM generate_series(1, 2000) AS g
             """)
         try await f.pool.execute("ANALYZE events")
-        for (action, statement) in statements() {
+        for (action, statement) in statements {
             let plan = try await Self.genericPlan(of: statement, on: f.pool, seqScan: true)
             #expect(plan.contains("events_pkey"), "\(action):\n\(plan)")
             for index in ["events_to_start", "events_to_end", "events_ending"] { #expect(!plan.contains(index), "\(action) uses \(index):\n\(plan)") }
