@@ -333,13 +333,20 @@ public final class StartFanOut: Service {
         let pipelineApp = PipelineApp(id: chunk.appID, bundleID: app.bundleID, environment: app.environment)
         inFlight.withLock { $0 += marked.count }
         metrics.inFlight.set(Double(inFlight.withLock { $0 }))
+        // Every start of a route in the window carries the same payload and expiration: built once a route.
+        let sentAt = Date()
+        let expiration = composer.expiration(now: sentAt)
+        var bodies: [StartRoute: Result<[UInt8], any Error>] = [:]
+        for start in marked where bodies[start.route] == nil {
+            bodies[start.route] = Result { try composer.body(route: start.route, sentAt: sentAt) }
+        }
         let answers = await withTaskGroup(of: (SendingStart, StartAnswer, ChannelAPNsOutcome?).self) { group in
             for start in marked {
+                let body = bodies[start.route]!
                 group.addTask { [self] in
                     do {
-                        let body = try composer.body(route: start.route)
                         let outcome = try await apns.devicePush(
-                            app: pipelineApp, token: start.token, payload: body, expiration: composer.expiration(now: Date()),
+                            app: pipelineApp, token: start.token, payload: try body.get(), expiration: expiration,
                             priority: .high, retryPolicy: configuration.retryPolicy)
                         return (start, Self.answer(outcome), outcome)
                     } catch {
