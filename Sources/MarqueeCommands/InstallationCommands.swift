@@ -74,7 +74,7 @@ enum InstallationCommands {
         let byOS = count { $0.osMajor.map { "iOS \($0)" } ?? "unknown" }
         let byToken = count { $0.token }
         let byEnabled = count { $0.enabled ? "enabled" : "disabled" }
-        let byFollows = count { $0.follows ? "following" : "following nothing" }
+        let byFollows = count { $0.follows == true ? "following" : "following nothing" }
         let activities = totals(stats.activities, by: { "\($0.state.rawValue) \($0.pushType.rawValue)" }, count: \.count)
         let refusals = totals(stats.invalidations, by: { "\($0.reason) \($0.outcome.rawValue)" }, count: \.count)
         func lines(_ title: String, _ rows: [(String, Int)]) -> String {

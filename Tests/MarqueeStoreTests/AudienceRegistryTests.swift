@@ -273,6 +273,22 @@ struct AudienceRegistryTests {
         #expect(left == [Self.token("33")])
     }
 
+    @Test func removingTheAppTakesItsFollowsWithIt() async throws {
+        // A follow has no foreign key to its event (Sql/0034); the app's installations take its follows.
+        let fixture = try await PipelineFixture.make()
+        defer { fixture.pool.close() }
+        let event = try await fixture.makeEvent("match")
+        let a = try await register(fixture, "a", token: Self.token("31"), os: "18.2").0
+        _ = try await InstallationRepository(pool: fixture.pool).changeFollows(
+            .add, installation: a.id, appID: fixture.appID, events: [.id(event.id)], topics: ["league"])
+        func follows() async throws -> Int {
+            try await fixture.pool.query("SELECT count(*)::bigint AS n FROM follows")[0].decode(Int.self, column: "n")
+        }
+        #expect(try await follows() == 2)
+        #expect(try await AppRepository(pool: fixture.pool).remove(id: fixture.appID)?.id == fixture.appID)
+        #expect(try await follows() == 0)
+    }
+
     @Test func statsCountByVersionEnablementTokenAndFollows() async throws {
         let fixture = try await PipelineFixture.make()
         defer { fixture.pool.close() }
@@ -282,7 +298,15 @@ struct AudienceRegistryTests {
         _ = try await register(fixture, "b", os: "17.1", enabled: false)
         _ = try await installations.changeFollows(.add, installation: a.id, appID: fixture.appID, events: [.id(event.id)], topics: [])
         let stats = try await AudienceRepository(pool: fixture.pool).stats(appID: fixture.appID)
-        let groups = stats.installations.map { "\($0.osMajor.map(String.init) ?? "-") \($0.enabled) \($0.token) \($0.follows) \($0.count)" }
-        #expect(Set(groups) == ["18 true current true 1", "17 false none false 1"])
+        func groups(_ stats: AudienceStats) -> Set<String> {
+            Set(
+                stats.installations.map {
+                    "\($0.osMajor.map(String.init) ?? "-") \($0.enabled) \($0.token) \($0.follows.map(String.init) ?? "-") \($0.count)"
+                })
+        }
+        #expect(groups(stats) == ["18 true current true 1", "17 false none false 1"])
+        // The metrics' sample counts the same installations without probing their follows.
+        let gauges = try await AudienceRepository(pool: fixture.pool).stats(appID: fixture.appID, forGauges: true)
+        #expect(groups(gauges) == ["18 true current - 1", "17 false none - 1"])
     }
 }

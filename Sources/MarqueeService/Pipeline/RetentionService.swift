@@ -98,7 +98,7 @@ public final class RetentionService: Service {
     /// Sets the registry's gauges from its counts.
     public func sampleAudience() async {
         do {
-            metrics.record(try await AudienceRepository(pool: pool).stats(appID: nil))
+            metrics.record(try await AudienceRepository(pool: pool).stats(appID: nil, forGauges: true))
         } catch {
             logger.warning("audience sample failed", ["error": .string("\(error)")])
         }

@@ -74,15 +74,18 @@ public struct AudienceRepository: Sendable {
         return AudiencePage(members: members, nextAfter: rows.count < limit ? nil : last)
     }
 
-    /// The registry's counts, for one app or all.
-    public func stats(appID: Int?) async throws -> AudienceStats {
+    /// The registry's counts, for one app or all. `forGauges` counts only what the metrics show: no follows
+    /// (a probe of the follows for each installation, seconds at a million) and no activities.
+    public func stats(appID: Int?, forGauges: Bool = false) async throws -> AudienceStats {
         var stats = AudienceStats()
+        let follows: PostgresStaticSQL =
+            forGauges ? "NULL::boolean" : "EXISTS (SELECT 1 FROM follows f WHERE f.installation = i.id)"
         for row in try await pool.query(
             """
             SELECT i.app_id, i.os_major, i.live_activities_enabled AS enabled,
                    CASE WHEN i.push_to_start_token IS NULL THEN 'none' WHEN i.token_refused_reason IS NOT NULL THEN 'refused'
                         ELSE 'current' END AS token,
-                   EXISTS (SELECT 1 FROM follows f WHERE f.installation = i.id) AS follows, count(*)::bigint AS n
+                   \(follows) AS follows, count(*)::bigint AS n
             FROM installations i
             WHERE \(appID)::bigint IS NULL OR i.app_id = \(appID)
             GROUP BY 1, 2, 3, 4, 5
@@ -93,16 +96,19 @@ public struct AudienceRepository: Sendable {
                     appID: try row.decode(column: "app_id"), osMajor: try row.decode(column: "os_major"), enabled: try row.decode(column: "enabled"),
                     token: try row.decode(column: "token"), follows: try row.decode(column: "follows"), count: try row.decode(column: "n")))
         }
-        for row in try await pool.query(
-            """
-            SELECT app_id, state, push_type, count(*)::bigint AS n FROM activities
-            WHERE \(appID)::bigint IS NULL OR app_id = \(appID) GROUP BY 1, 2, 3
-            """)
-        {
-            stats.activities.append(
-                AudienceStats.ActivityGroup(
-                    appID: try row.decode(column: "app_id"), state: try row.decode(column: "state"), pushType: try row.decode(column: "push_type"),
-                    count: try row.decode(column: "n")))
+        if !forGauges {
+            for row in try await pool.query(
+                """
+                SELECT app_id, state, push_type, count(*)::bigint AS n FROM activities
+                WHERE \(appID)::bigint IS NULL OR app_id = \(appID) GROUP BY 1, 2, 3
+                """)
+            {
+                stats.activities.append(
+                    AudienceStats.ActivityGroup(
+                        appID: try row.decode(column: "app_id"), state: try row.decode(column: "state"),
+                        pushType: try row.decode(column: "push_type"),
+                        count: try row.decode(column: "n")))
+            }
         }
         for row in try await pool.query(
             """
@@ -128,7 +134,8 @@ public struct AudienceStats: Sendable {
         public let enabled: Bool
         /// `none`, `current` or `refused`.
         public let token: String
-        public let follows: Bool
+        /// Nil when not counted (`forGauges`).
+        public let follows: Bool?
         public let count: Int
     }
 
