@@ -155,6 +155,17 @@ struct SchemaIndexTests {
         }
     }
 
+    @Test func anInstallationIDIsFoundAppByAppThroughTheAppsKey() async throws {
+        // Sql/0035 dropped the index of installation ids alone: a lookup without an app reads each app's
+        // (app_id, installation_id), with or without an app given.
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        for appID in [nil, f.appID] {
+            let plan = try await Self.genericPlan(of: InstallationRepository.findStatement(installationID: "i", appID: appID), on: f.pool)
+            #expect(plan.contains("installations_installation_id_unique"), "app \(appID.map(String.init) ?? "any"):\n\(plan)")
+        }
+    }
+
     @Test func aBoundStateListWouldLoseThePartialIndex() async throws {
         // The reason the sets are spliced as text: the same read with the list as a parameter cannot use it.
         let f = try await PipelineFixture.make()
