@@ -23,6 +23,10 @@ struct SchemaIndexTests {
             "activities_mirrored", "activities", "event_id, id",
             "state IN \(ActivityLifecycle.mirroredStates.sql) AND push_type = \(ActivityPushType.token.sql)"
         ),
+        (
+            "activities_behind", "activities", "event_id, (coalesce(mirrored_aps_timestamp, 0))",
+            "state IN \(ActivityLifecycle.mirroredStates.sql) AND push_type = \(ActivityPushType.token.sql)"
+        ),
         ("starts_once_per_event", "starts", "event_id, audience_round, installation", "state IN \(StartLifecycle.startedStates.sql)"),
         ("starts_by_installation", "starts", "installation, sent_at", "state IN \(StartLifecycle.startedStates.sql)"),
         ("start_runs_open", "start_runs", "id", "state IN \(StartRunState.openStates.sql)"),
@@ -100,6 +104,7 @@ struct SchemaIndexTests {
             ("deletions due", try read(channelReads, "deletionsDue"), ["channels_to_delete"]),
             ("purge updates", EventRepository.purgeUpdatesStatement(endedBefore: Date(), batch: 20), ["events_to_purge"]),
             ("audience page", AudienceRepository.pageStatement(eventID: 1, after: 0, limit: 1000), ["follows_event_unique", "follows_topic_unique"]),
+            ("mirroring's due passes", MirrorRepository.beginDuePassesStatement, ["activities_behind"]),
         ]
         for (what, statement, indexes) in expectations {
             let plan = try await Self.genericPlan(of: statement, on: f.pool)
