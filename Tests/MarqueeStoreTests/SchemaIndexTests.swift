@@ -171,6 +171,41 @@ struct SchemaIndexTests {
         }
     }
 
+    @Test func mirroringsPollReadsLittleWhenEveryTokenHasTheNewestBroadcast() async throws {
+        // MirrorRepository.beginDuePasses runs every second: with 20,000 token activities all mirrored, it must not
+        // read them (as an EXISTS, the plan was a semi-join over every token activity of the event).
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent("mirrored")
+        try await f.pool.execute(
+            """
+            INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, requested_at, opened_at, first_seen_at,
+                                  last_aps_timestamp, last_broadcast_at)
+            VALUES (\(f.appID), \(event.id), 'dHVyYm8tY2hhbm5lbA==', 'mostRecent', 'open', now(), now(), now(), 1000, now())
+            """)
+        try await f.pool.execute(
+            """
+            WITH i AS (
+                INSERT INTO installations (app_id, installation_id) SELECT \(f.appID), 'i' || g FROM generate_series(1, 20000) g RETURNING id
+            )
+            INSERT INTO activities (app_id, installation, activity_id, event_id, attribute_type, push_type, push_token, state,
+                                    mirrored_aps_timestamp)
+            SELECT \(f.appID), id, 'a' || id, \(event.id), 'MatchAttributes', 'token', lpad(to_hex(id), 64, '0'), 'active', 1000 FROM i
+            """)
+        try await f.pool.execute("ANALYZE activities")
+        try await f.pool.execute("ANALYZE installations")
+        try await f.pool.execute("ANALYZE channels")
+        let statement = MirrorRepository.beginDuePassesStatement
+        let plan = try await f.pool.withTransaction { tx in
+            try await tx.query(PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement.sql))[0]
+                .decode(String.self, column: "QUERY PLAN")
+        }
+        let root = try #require(try JSONValue(parsing: plan).arrayValue?.first?["Plan"])
+        let buffers = try #require(root["Shared Hit Blocks"]?.intValue) + (root["Shared Read Blocks"]?.intValue ?? 0)
+        #expect(buffers < 100, "\(buffers) buffers:\n\(plan)")
+        #expect(try await MirrorRepository(pool: f.pool).beginDuePasses().isEmpty)
+    }
+
     @Test func aBoundStateListWouldLoseThePartialIndex() async throws {
         // The reason the sets are spliced as text: the same read with the list as a parameter cannot use it.
         let f = try await PipelineFixture.make()

@@ -37,14 +37,21 @@ public struct MirrorRepository: Sendable {
                    SELECT u.received_at FROM updates u
                    WHERE u.event_id = n.event_id AND u.disposition = \(UpdateDisposition.broadcast.sql) ORDER BY u.id DESC LIMIT 1)
         FROM newest n
-        WHERE EXISTS (SELECT 1 FROM activities a JOIN events e ON e.id = a.event_id
-                      WHERE a.event_id = n.event_id AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
-                        AND a.push_type = \(ActivityPushType.token.sql)
-                        AND coalesce(a.mirrored_aps_timestamp, 0) < n.aps_timestamp
-                        AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
-                        AND EXISTS (SELECT 1 FROM installations i WHERE i.id = a.installation AND i.live_activities_enabled)
-                        AND \(fragment: Self.ofItsRound(apsTimestamp: "n.aps_timestamp")))
-          AND NOT EXISTS (SELECT 1 FROM mirror_passes p WHERE p.event_id = n.event_id AND p.state = \(MirrorPassState.running.sql))
+        -- A probe per event, skipped for an event with a pass running. The order is activities_behind's: without
+        -- it, the planner (which cannot know how many are behind a value it learns at run time) reads the
+        -- activities in table order to find the first behind, every one of them when none is.
+        CROSS JOIN LATERAL (
+            SELECT 1 FROM activities a JOIN events e ON e.id = a.event_id
+            WHERE a.event_id = n.event_id AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
+              AND a.push_type = \(ActivityPushType.token.sql)
+              AND coalesce(a.mirrored_aps_timestamp, 0) < n.aps_timestamp
+              AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
+              AND EXISTS (SELECT 1 FROM installations i WHERE i.id = a.installation AND i.live_activities_enabled)
+              AND \(fragment: Self.ofItsRound(apsTimestamp: "n.aps_timestamp"))
+            ORDER BY coalesce(a.mirrored_aps_timestamp, 0)
+            LIMIT 1
+        ) behind
+        WHERE NOT EXISTS (SELECT 1 FROM mirror_passes p WHERE p.event_id = n.event_id AND p.state = \(MirrorPassState.running.sql))
         ON CONFLICT DO NOTHING
         RETURNING id, event_id
         """
