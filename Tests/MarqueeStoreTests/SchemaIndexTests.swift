@@ -23,10 +23,6 @@ struct SchemaIndexTests {
             "activities_mirrored", "activities", "event_id, id",
             "state IN \(ActivityLifecycle.mirroredStates.sql) AND push_type = \(ActivityPushType.token.sql)"
         ),
-        (
-            "activities_behind", "activities", "event_id, (coalesce(mirrored_aps_timestamp, 0))",
-            "state IN \(ActivityLifecycle.mirroredStates.sql) AND push_type = \(ActivityPushType.token.sql)"
-        ),
         ("starts_once_per_event", "starts", "event_id, audience_round, installation", "state IN \(StartLifecycle.startedStates.sql)"),
         ("starts_by_installation", "starts", "installation, sent_at", "state IN \(StartLifecycle.startedStates.sql)"),
         ("start_runs_open", "start_runs", "id", "state IN \(StartRunState.openStates.sql)"),
@@ -104,7 +100,6 @@ struct SchemaIndexTests {
             ("deletions due", try read(channelReads, "deletionsDue"), ["channels_to_delete"]),
             ("purge updates", EventRepository.purgeUpdatesStatement(endedBefore: Date(), batch: 20), ["events_to_purge"]),
             ("audience page", AudienceRepository.pageStatement(eventID: 1, after: 0, limit: 1000), ["follows_event_unique", "follows_topic_unique"]),
-            ("mirroring's due passes", MirrorRepository.beginDuePassesStatement, ["activities_behind"]),
         ]
         for (what, statement, indexes) in expectations {
             let plan = try await Self.genericPlan(of: statement, on: f.pool)
@@ -169,41 +164,6 @@ struct SchemaIndexTests {
             let plan = try await Self.genericPlan(of: InstallationRepository.findStatement(installationID: "i", appID: appID), on: f.pool)
             #expect(plan.contains("installations_installation_id_unique"), "app \(appID.map(String.init) ?? "any"):\n\(plan)")
         }
-    }
-
-    @Test func mirroringsPollReadsLittleWhenEveryTokenHasTheNewestBroadcast() async throws {
-        // MirrorRepository.beginDuePasses runs every second: with 20,000 token activities all mirrored, it must not
-        // read them (as an EXISTS, the plan was a semi-join over every token activity of the event).
-        let f = try await PipelineFixture.make()
-        defer { f.pool.close() }
-        let event = try await f.makeEvent("mirrored")
-        try await f.pool.execute(
-            """
-            INSERT INTO channels (app_id, event_id, apns_channel_id, storage_policy, state, requested_at, opened_at, first_seen_at,
-                                  last_aps_timestamp, last_broadcast_at)
-            VALUES (\(f.appID), \(event.id), 'dHVyYm8tY2hhbm5lbA==', 'mostRecent', 'open', now(), now(), now(), 1000, now())
-            """)
-        try await f.pool.execute(
-            """
-            WITH i AS (
-                INSERT INTO installations (app_id, installation_id) SELECT \(f.appID), 'i' || g FROM generate_series(1, 20000) g RETURNING id
-            )
-            INSERT INTO activities (app_id, installation, activity_id, event_id, attribute_type, push_type, push_token, state,
-                                    mirrored_aps_timestamp)
-            SELECT \(f.appID), id, 'a' || id, \(event.id), 'MatchAttributes', 'token', lpad(to_hex(id), 64, '0'), 'active', 1000 FROM i
-            """)
-        try await f.pool.execute("ANALYZE activities")
-        try await f.pool.execute("ANALYZE installations")
-        try await f.pool.execute("ANALYZE channels")
-        let statement = MirrorRepository.beginDuePassesStatement
-        let plan = try await f.pool.withTransaction { tx in
-            try await tx.query(PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement.sql))[0]
-                .decode(String.self, column: "QUERY PLAN")
-        }
-        let root = try #require(try JSONValue(parsing: plan).arrayValue?.first?["Plan"])
-        let buffers = try #require(root["Shared Hit Blocks"]?.intValue) + (root["Shared Read Blocks"]?.intValue ?? 0)
-        #expect(buffers < 100, "\(buffers) buffers:\n\(plan)")
-        #expect(try await MirrorRepository(pool: f.pool).beginDuePasses().isEmpty)
     }
 
     @Test func aBoundStateListWouldLoseThePartialIndex() async throws {

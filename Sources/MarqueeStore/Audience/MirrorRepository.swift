@@ -22,39 +22,27 @@ public struct MirrorRepository: Sendable {
     /// Begins a pass for every event with a token activity behind its newest broadcast (and not waiting for a
     /// retry) and no pass running; returns the passes begun.
     public func beginDuePasses() async throws -> [(pass: Int, eventID: Int)] {
-        try await pool.query(Self.beginDuePassesStatement).map {
-            (try $0.decode(Int.self, column: "id"), try $0.decode(Int.self, column: "event_id"))
-        }
+        try await pool.query(
+            """
+            WITH newest AS (\(fragment: Self.newestBroadcasts))
+            INSERT INTO mirror_passes (app_id, event_id, started_aps_timestamp, update_received_at)
+            SELECT n.app_id, n.event_id, n.aps_timestamp, (
+                       SELECT u.received_at FROM updates u
+                       WHERE u.event_id = n.event_id AND u.disposition = \(UpdateDisposition.broadcast.sql) ORDER BY u.id DESC LIMIT 1)
+            FROM newest n
+            WHERE EXISTS (SELECT 1 FROM activities a JOIN events e ON e.id = a.event_id
+                          WHERE a.event_id = n.event_id AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
+                            AND a.push_type = \(ActivityPushType.token.sql)
+                            AND coalesce(a.mirrored_aps_timestamp, 0) < n.aps_timestamp
+                            AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
+                            AND EXISTS (SELECT 1 FROM installations i WHERE i.id = a.installation AND i.live_activities_enabled)
+                            AND \(fragment: Self.ofItsRound(apsTimestamp: "n.aps_timestamp")))
+              AND NOT EXISTS (SELECT 1 FROM mirror_passes p WHERE p.event_id = n.event_id AND p.state = \(MirrorPassState.running.sql))
+            ON CONFLICT DO NOTHING
+            RETURNING id, event_id
+            """
+        ).map { (try $0.decode(Int.self, column: "id"), try $0.decode(Int.self, column: "event_id")) }
     }
-
-    /// Runs every second on every instance: the activities behind are found through `activities_behind`
-    /// (Sql/0036), so an event whose tokens all have its newest broadcast costs an index probe, not a read of
-    /// each of its token activities.
-    static let beginDuePassesStatement: PostgresQuery = """
-        WITH newest AS (\(fragment: Self.newestBroadcasts))
-        INSERT INTO mirror_passes (app_id, event_id, started_aps_timestamp, update_received_at)
-        SELECT n.app_id, n.event_id, n.aps_timestamp, (
-                   SELECT u.received_at FROM updates u
-                   WHERE u.event_id = n.event_id AND u.disposition = \(UpdateDisposition.broadcast.sql) ORDER BY u.id DESC LIMIT 1)
-        FROM newest n
-        -- A probe per event, skipped for an event with a pass running. The order is activities_behind's: without
-        -- it, the planner (which cannot know how many are behind a value it learns at run time) reads the
-        -- activities in table order to find the first behind, every one of them when none is.
-        CROSS JOIN LATERAL (
-            SELECT 1 FROM activities a JOIN events e ON e.id = a.event_id
-            WHERE a.event_id = n.event_id AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
-              AND a.push_type = \(ActivityPushType.token.sql)
-              AND coalesce(a.mirrored_aps_timestamp, 0) < n.aps_timestamp
-              AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
-              AND EXISTS (SELECT 1 FROM installations i WHERE i.id = a.installation AND i.live_activities_enabled)
-              AND \(fragment: Self.ofItsRound(apsTimestamp: "n.aps_timestamp"))
-            ORDER BY coalesce(a.mirrored_aps_timestamp, 0)
-            LIMIT 1
-        ) behind
-        WHERE NOT EXISTS (SELECT 1 FROM mirror_passes p WHERE p.event_id = n.event_id AND p.state = \(MirrorPassState.running.sql))
-        ON CONFLICT DO NOTHING
-        RETURNING id, event_id
-        """
 
     /// `a` (a token activity of event `e`) may be sent the broadcast with this aps.timestamp: an activity
     /// registered after the event's last postponement belongs to the new audience round, and is never sent the
