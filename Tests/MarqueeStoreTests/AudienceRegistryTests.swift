@@ -281,12 +281,9 @@ struct AudienceRegistryTests {
         let a = try await register(fixture, "a", token: Self.token("31"), os: "18.2").0
         _ = try await InstallationRepository(pool: fixture.pool).changeFollows(
             .add, installation: a.id, appID: fixture.appID, events: [.id(event.id)], topics: ["league"])
-        func follows() async throws -> Int {
-            try await fixture.pool.query("SELECT count(*)::bigint AS n FROM follows")[0].decode(Int.self, column: "n")
-        }
-        #expect(try await follows() == 2)
+        #expect(try await fixture.count("follows") == 2)
         #expect(try await AppRepository(pool: fixture.pool).remove(id: fixture.appID)?.id == fixture.appID)
-        #expect(try await follows() == 0)
+        #expect(try await fixture.count("follows") == 0)
     }
 
     @Test func statsCountByVersionEnablementTokenAndFollows() async throws {

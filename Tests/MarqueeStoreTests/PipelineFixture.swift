@@ -47,6 +47,11 @@ struct PipelineFixture {
     /// A second pool on the same database (a second Marquee instance).
     func secondPool() -> PostgresPool { PostgresPool(configuration: configuration, maxConnections: 2) }
 
+    /// The rows of `table`.
+    func count(_ table: String) async throws -> Int {
+        try await pool.query("SELECT count(*)::bigint AS n FROM \(identifier: table)")[0].decode(Int.self, column: "n")
+    }
+
     func makeEvent(
         _ externalID: String = "match-\(UUID().uuidString.prefix(8))", startsAt: Date = Date(),
         endsAt: Date? = nil, kind: EventKind = .match, topics: [String] = [],

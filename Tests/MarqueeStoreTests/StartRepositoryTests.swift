@@ -238,12 +238,9 @@ struct StartRepositoryTests {
             chunk,
             ids.enumerated().map { PlannedStart(installation: $1, token: Self.token($0 + 1), osMajor: 18, route: .plain, plannedStartID: nil) })
         #expect(marked.count == 2)
-        func starts() async throws -> Int {
-            try await f.pool.query("SELECT count(*)::bigint AS n FROM starts")[0].decode(Int.self, column: "n")
-        }
-        #expect(try await starts() == 2)
+        #expect(try await f.count("starts") == 2)
         #expect(try await AppRepository(pool: f.pool).remove(id: f.appID)?.id == f.appID)
-        #expect(try await starts() == 0)
-        #expect(try await f.pool.query("SELECT count(*)::bigint AS n FROM start_runs")[0].decode(Int.self, column: "n") == 0)
+        #expect(try await f.count("starts") == 0)
+        #expect(try await f.count("start_runs") == 0)
     }
 }
