@@ -23,8 +23,9 @@ struct SchemaIndexTests {
             "activities_mirrored", "activities", "event_id, id",
             "state IN \(ActivityLifecycle.mirroredStates.sql) AND push_type = \(ActivityPushType.token.sql)"
         ),
-        ("starts_once_per_event", "starts", "event_id, audience_round, installation", "state IN \(StartLifecycle.startedStates.sql)"),
-        ("starts_by_installation", "starts", "installation, sent_at", "state IN \(StartLifecycle.startedStates.sql)"),
+        // went_out: generated from the started states (below).
+        ("starts_once_per_event", "starts", "event_id, audience_round, installation", "went_out"),
+        ("starts_by_installation", "starts", "installation, sent_at", "went_out"),
         ("start_runs_open", "start_runs", "id", "state IN \(StartRunState.openStates.sql)"),
         ("mirror_passes_one_running", "mirror_passes", "event_id", "state = \(MirrorPassState.running.sql)"),
         ("start_runs_one_automatic", "start_runs", "event_id, audience_round", "kind = \(StartRunKind.automatic.sql)"),
@@ -56,6 +57,31 @@ struct SchemaIndexTests {
             #expect(actual != nil, "\(index.name) is not a partial index")
             #expect(actual == generated, "\(index.name)")
         }
+    }
+
+    @Test func aStartsWentOutIsGeneratedFromTheStartedStates() async throws {
+        // Sql/0036: the started states' indexes name a column generated from the set, so an answer that keeps a
+        // start among them changes no indexed column.
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let started: PostgresQuery = "state IN \(StartLifecycle.startedStates.sql)"
+        let (actual, generated) = try await f.pool.withConnection { connection in
+            try await connection.execute("BEGIN")
+            try await connection.execute(
+                PostgresQuery(unsafeSQL: "ALTER TABLE starts ADD COLUMN set_probe boolean GENERATED ALWAYS AS (\(started.sql)) STORED"))
+            let rows = try await connection.query(
+                """
+                SELECT a.attname AS name, pg_get_expr(d.adbin, d.adrelid) AS expression
+                FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+                WHERE a.attrelid = 'starts'::regclass AND a.attgenerated = 's' AND a.attname = ANY (\(["went_out", "set_probe"])::name[])
+                """)
+            var expressions: [String: String] = [:]
+            for row in rows { expressions[try row.decode(String.self, column: "name")] = try row.decode(String.self, column: "expression") }
+            try await connection.execute("ROLLBACK")
+            return (expressions["went_out"], expressions["set_probe"])
+        }
+        #expect(actual != nil, "starts.went_out is not a generated column")
+        #expect(actual == generated)
     }
 
     /// What the planner picks for `statement` in a generic plan, with sequential scans priced out, so a plan

@@ -37,15 +37,16 @@ struct StartRepositoryTests {
         ).id
     }
 
-    /// A manual run of a new event over `followers` new installations, its first chunk cut and claimed by "one".
-    func runWithClaimedChunk(_ followers: Int, _ f: PipelineFixture) async throws -> (
+    /// A manual run of a new event over `followers` new installations, its first chunk (of `chunkSize`) cut and
+    /// claimed by "one".
+    func runWithClaimedChunk(_ followers: Int, _ f: PipelineFixture, chunkSize: Int = 10) async throws -> (
         repository: StartRepository, ids: [Int], eventID: Int, run: Int, chunk: ClaimedStartChunk
     ) {
         let repository = StartRepository(pool: f.pool)
         let ids = try await Self.followers(followers, topic: "team:ars", f)
         let eventID = try await event(f, startsIn: 7200)
         let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
-        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: chunkSize, cutAhead: 1) { StartRunPlanner().next($0) }
         return (repository, ids, eventID, run, try #require(try await repository.claimChunk(instance: "one", lease: 60)))
     }
 
@@ -209,6 +210,35 @@ struct StartRepositoryTests {
         #expect(try await countedOverEveryStart() == ["accepted": 3, "rejected": 1])
         _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { _ in .finish(.done) }
         #expect(try await counted().audience == 4)
+    }
+
+    @Test func answersThatLeaveAStartStartedAreWrittenInPlace() async throws {
+        // Sql/0036: from sending to accepted or unknown no indexed column changes (the started states' indexes
+        // name went_out, not state), and a send window's page has room for its rows' new versions, so each
+        // answer is a HOT update: no new index entries.
+        let f = try await PipelineFixture.make(maxConnections: 1)
+        defer { f.pool.close() }
+        let (repository, _, _, _, chunk) = try await runWithClaimedChunk(100, f, chunkSize: 100)
+        let marked = try await repository.markSending(
+            chunk,
+            try await repository.members(of: chunk).map {
+                PlannedStart(installation: $0.candidate.installation, token: $0.candidate.token!, osMajor: 18, route: .channel, plannedStartID: nil)
+            })
+        try #require(marked.count == 100)
+        try await repository.record(
+            chunk,
+            marked.enumerated().map { index, start in
+                index % 10 == 0
+                    ? StartAnswerRecord(startID: start.id, state: .unknown, reason: nil, status: nil, retryAfter: nil, apnsUniqueID: nil)
+                    : StartAnswerRecord(
+                        startID: start.id, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: UUID().uuidString)
+            })
+        // The pool's one connection reports its table counters as it goes idle; this makes the next report due.
+        try await f.pool.execute("SELECT pg_stat_force_next_flush()")
+        let counters = try await f.pool.query("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'starts'")[0]
+        let updated = try counters.decode(Int.self, column: "n_tup_upd")
+        let hot = try counters.decode(Int.self, column: "n_tup_hot_upd")
+        #expect(updated == 100 && hot == 100, "\(hot) of \(updated) updates were HOT")
     }
 
     @Test func aFinishedRunOfAnEventOverIsPurgedWithItsStarts() async throws {

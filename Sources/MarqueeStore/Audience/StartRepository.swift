@@ -414,7 +414,6 @@ public struct StartRepository: Sendable {
     /// over, overlapping this one (within `maxConcurrentWindow` of an end when one has none), that it follows
     /// directly and has no start of.
     static func membersStatement(_ chunk: ClaimedStartChunk, maxConcurrentWindow: TimeInterval, now: Date?) -> PostgresQuery {
-        let started = StartLifecycle.startedStates.sql
         let live = StartRepository.startableEventStates.sql
         return """
             WITH run AS (\(fragment: runSource(runID: chunk.runID))),
@@ -426,10 +425,10 @@ public struct StartRepository: Sendable {
                    started.found IS NOT NULL AS started,
                    mine.state AS run_state, mine.next_attempt_at AS retry_at,
                    planned.id AS planned_id, planned.token AS planned_token,
-                   (SELECT count(*) FROM starts s WHERE s.installation = m.installation AND s.state IN \(started)
+                   (SELECT count(*) FROM starts s WHERE s.installation = m.installation AND s.went_out
                       AND s.sent_at > coalesce(\(now), now()) - interval '1 hour')::integer AS starts_last_hour,
                    (SELECT count(DISTINCT x.event_id) FROM (
-                        SELECT s.event_id FROM starts s WHERE s.installation = m.installation AND s.state IN \(started)
+                        SELECT s.event_id FROM starts s WHERE s.installation = m.installation AND s.went_out
                           AND s.event_id <> \(chunk.eventID)
                         UNION ALL
                         SELECT a.event_id FROM activities a WHERE a.installation = m.installation
@@ -440,7 +439,7 @@ public struct StartRepository: Sendable {
                       AND o.starts_at < this.ends_at
                       AND coalesce(o.ends_at, o.starts_at + make_interval(secs => \(maxConcurrentWindow)::float8)) > this.starts_at
                       AND NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = o.id AND s.installation = m.installation
-                                      AND s.state IN \(started))
+                                      AND s.went_out)
                       AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.event_id = o.id AND a.installation = m.installation
                                       AND a.state IN \(ActivityLifecycle.mirroredStates.sql)))::integer AS waiting
             FROM members m
@@ -449,7 +448,7 @@ public struct StartRepository: Sendable {
             -- event, per chunk: the whole audience again for each chunk of a big run).
             LEFT JOIN LATERAL (
                 SELECT true AS found FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = m.installation
-                  AND s.state IN \(started) AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
+                  AND s.went_out AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
                 LIMIT 1
             ) started ON true
             LEFT JOIN LATERAL (
@@ -529,7 +528,7 @@ public struct StartRepository: Sendable {
                   -- growth (the first minute of a big kick-off).
                   AND (i.planned_id IS NULL
                        OR NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = i.installation
-                                      AND s.state IN \(StartLifecycle.startedStates.sql)
+                                      AND s.went_out
                                       AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))))
             ), retried AS (
                 UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1, sent_at = now(),
