@@ -241,6 +241,40 @@ struct StartRepositoryTests {
         #expect(updated == 100 && hot == 100, "\(hot) of \(updated) updates were HOT")
     }
 
+    @Test func aRunsAdoptionCountsAcceptedStartsWhoseActivityCameWithinTenMinutes() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let (repository, ids, eventID, _, chunk) = try await runWithClaimedChunk(5, f)
+        let marked = try await repository.markSending(
+            chunk,
+            ids.enumerated().map {
+                PlannedStart(installation: $1, token: Self.token($0 + 1), osMajor: 17 + $0 % 2, route: .plain, plannedStartID: nil)
+            })
+        try await repository.record(
+            chunk,
+            marked.map {
+                $0.installation == ids[4]
+                    ? StartAnswerRecord(startID: $0.id, state: .rejected, reason: "BadDeviceToken", status: 400, retryAfter: nil, apnsUniqueID: nil)
+                    : StartAnswerRecord(startID: $0.id, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil)
+            })
+        let other = try await event(f, startsIn: 7200)
+        func activity(_ installation: Int, _ name: String, event: Int, createdIn: TimeInterval = 0) async throws {
+            try await f.pool.execute(
+                """
+                INSERT INTO activities (app_id, installation, activity_id, event_id, attribute_type, push_type, state, created_at)
+                VALUES (\(f.appID), \(installation), \(name), \(event), 'MatchAttributes', 'channel', 'active', now() + make_interval(secs => \(createdIn)))
+                """)
+        }
+        try await activity(ids[0], "a", event: eventID)
+        try await activity(ids[0], "b", event: eventID)  // a second activity: still one adopted start
+        try await activity(ids[1], "c", event: eventID)
+        try await activity(ids[2], "d", event: eventID, createdIn: 1200)  // after the ten minutes
+        try await activity(ids[3], "e", event: other)  // another event's
+        try await activity(ids[4], "f", event: eventID)  // its start was rejected
+        let report = try #require(try await repository.runs(eventID: eventID).first)
+        #expect(report.adoption == ["17": 1, "18": 1])
+    }
+
     @Test func aFinishedRunOfAnEventOverIsPurgedWithItsStarts() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }

@@ -651,13 +651,18 @@ public struct StartRepository: Sendable {
                 state: try row.decodeRaw(StartState.self, column: "state"), reason: try row.decode(column: "reason"),
                 route: try row.decodeRaw(StartRoute?.self, column: "path"), count: try row.decode(column: "n"))
         }
-        // Adoption: accepted starts whose activity the app registered for the event within 10 minutes.
+        // Adoption: accepted starts whose activity the app registered for the event within 10 minutes. Read from
+        // the event's activities to their starts, so a run whose audience has registered few costs little (from
+        // the starts, each read of the report went through every accepted start of the run).
         for row in try await pool.query(
             """
-            SELECT s.run_id, coalesce(s.os_major::text, 'unknown') AS os_major, count(*)::bigint AS n FROM starts s
-            WHERE s.run_id = ANY (\(ids)::bigint[]) AND s.state = \(StartState.accepted)
-              AND EXISTS (SELECT 1 FROM activities a WHERE a.installation = s.installation AND a.event_id = s.event_id
-                          AND a.created_at >= s.sent_at - interval '1 minute' AND a.created_at <= s.answered_at + interval '10 minutes')
+            SELECT s.run_id, coalesce(s.os_major::text, 'unknown') AS os_major, count(DISTINCT s.id)::bigint AS n
+            FROM start_runs r
+            JOIN activities a ON a.event_id = r.event_id
+            JOIN starts s ON s.event_id = r.event_id AND s.audience_round = r.audience_round AND s.installation = a.installation
+                         AND s.went_out AND s.run_id = r.id
+            WHERE r.id = ANY (\(ids)::bigint[]) AND s.state = \(StartState.accepted)
+              AND a.created_at >= s.sent_at - interval '1 minute' AND a.created_at <= s.answered_at + interval '10 minutes'
             GROUP BY 1, 2
             """)
         {
