@@ -71,6 +71,7 @@ public final class SimulatorEngine: Sendable {
         var channelOrder: [String: Int] = [:]
         var nextOrder = 0
         var quota: Int
+        var latency: ClosedRange<Duration>
         var invalidTokens: [String: Date] = [:]
         var records: SimulatorRecordRing
         var statusCounts: [Int: Int] = [:]
@@ -100,7 +101,7 @@ public final class SimulatorEngine: Sendable {
         self.devices = devices ?? SimulatedDevices(configuration: configuration)
         let now = clock.now
         var initial = State(
-            quota: configuration.channelQuota, records: SimulatorRecordRing(limit: configuration.recordLimit),
+            quota: configuration.channelQuota, latency: configuration.latency, records: SimulatorRecordRing(limit: configuration.recordLimit),
             random: SeededRandom(seed: configuration.seed))
         for token in configuration.invalidDeviceTokens { initial.invalidTokens[token.lowercased()] = now }
         state = Mutex(initial)
@@ -177,7 +178,7 @@ public final class SimulatorEngine: Sendable {
             if let record = accepted?.record { state.records.append(record) }
             let dropped = dropShare > 0 && state.random.unit() < dropShare
             if dropped { state.droppedAnswers += 1 } else { state.statusCounts[response.status, default: 0] += 1 }
-            let range = configuration.latency
+            let range = state.latency
             guard range.upperBound > range.lowerBound else { return (range.lowerBound, dropped) }
             return (range.lowerBound + (range.upperBound - range.lowerBound) * state.random.unit(), dropped)
         }
@@ -688,6 +689,12 @@ public final class SimulatorEngine: Sendable {
     public var channelQuota: Int {
         get { state.withLock { $0.quota } }
         set { state.withLock { $0.quota = newValue } }
+    }
+
+    /// Added latency per answer from now on (the configuration's at the start); answers already delayed keep theirs.
+    public var latency: ClosedRange<Duration> {
+        get { state.withLock { $0.latency } }
+        set { state.withLock { $0.latency = newValue } }
     }
 
     /// Answers the next request of `api` (once it has passed the path, method and token checks) with `reason`, as that

@@ -302,6 +302,11 @@ private typealias F = SimulatorFixture
         #expect(delays.allSatisfy { (.milliseconds(5) ... .milliseconds(50)).contains($0) })
         #expect(Set(delays).count > 100)
         #expect(try SimulatorFixture().send(.list()).1.delay == .zero)
+        // Changed while running, it holds for the answers after the change.
+        fixed.engine.latency = .seconds(20) ... .seconds(20)
+        #expect(fixed.send(.list()).1.delay == .seconds(20))
+        fixed.engine.latency = .zero ... .zero
+        #expect(fixed.send(.list()).1.delay == .zero)
     }
 
     // MARK: - Logs and records

@@ -106,9 +106,11 @@ struct PipelineDispatchTests {
         let event = try await f.makeEvent()
         _ = try await f.openChannel(eventID: event.id)
         try await f.post(event.id, ["home": 1], at: t0)
-        let crashed = try #require(try await f.outbox.claim(instance: "crashed", limit: 1, lease: 30).first)
-        #expect(try await f.outbox.claim(instance: "b", limit: 1, lease: 30, now: Date() + 20).isEmpty)
-        let taken = try #require(try await f.outbox.claim(instance: "b", limit: 1, lease: 30, now: Date() + 31).first)
+        // One clock for the three claims, so a slow machine between them does not move the lease's end.
+        let claimedAt = Date()
+        let crashed = try #require(try await f.outbox.claim(instance: "crashed", limit: 1, lease: 30, now: claimedAt).first)
+        #expect(try await f.outbox.claim(instance: "b", limit: 1, lease: 30, now: claimedAt + 29).isEmpty)
+        let taken = try #require(try await f.outbox.claim(instance: "b", limit: 1, lease: 30, now: claimedAt + 31).first)
         #expect(taken.outboxID == crashed.outboxID)
         #expect(taken.claimToken != crashed.claimToken)
         // The crashed instance comes back late: its send is recorded, but the row is the new owner's.
