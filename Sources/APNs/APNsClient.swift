@@ -230,7 +230,8 @@ public final class APNsClient: Sendable {
             // A connection that cannot be made securely (wrong CA, no h2) or a pool shut down will not heal by retrying.
             if let transportError, !transportError.isRetryable { return outcome }
             // A request that is not safe to repeat goes again only when the failure proves APNs did not act on it.
-            if !request.isSafeToRepeat, attempts[attempts.count - 1].outcomeUnknown { return outcome }
+            // (`isSafeToRepeat` reads a device push's body, so it is asked only of an attempt without such proof.)
+            if attempts[attempts.count - 1].outcomeUnknown, !request.isSafeToRepeat { return outcome }
             let action = retry.next(after: result)
             if let deadline, result.acceptance == nil {
                 // A retry that would start past the caller's deadline is not made; an attempt that ran into it
