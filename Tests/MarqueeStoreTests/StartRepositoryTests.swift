@@ -293,6 +293,52 @@ struct StartRepositoryTests {
         #expect(try await repository.runs(eventID: eventID).isEmpty)
     }
 
+    @Test func membersCarryTheirStartsOfOtherEventsTheirActivitiesAndTheDirectFollowsWaiting() async throws {
+        // What the planner's per-device limit and concurrency cap read (StartPlanner), from the database.
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let repository = StartRepository(pool: f.pool)
+        let ids = try await Self.followers(3, topic: "team:ars", f)
+        let started = try await event(f, startsIn: 7200)
+        let ended = try await event(f, startsIn: 7200)
+        // The first installation's start of `started` went out, and the second's of `ended`.
+        for (eventID, installation) in [(started, ids[0]), (ended, ids[1])] {
+            let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
+            _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
+            let chunk = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+            try #require(chunk.runID == run)
+            let token = try #require(try await repository.members(of: chunk).first { $0.candidate.installation == installation }?.candidate.token)
+            let marked = try await repository.markSending(
+                chunk, [PlannedStart(installation: installation, token: token, osMajor: 18, route: .channel, plannedStartID: nil)])
+            try #require(marked.count == 1)
+            try await repository.finish(chunk, instance: "one")
+        }
+        try await f.pool.execute("UPDATE events SET status = 'ended' WHERE id = \(ended)")
+        let waiting = try await event(f, startsIn: 7800)
+        let later = try await event(f, startsIn: 7200 + 86_400)  // does not overlap
+        let withActivity = try await event(f, startsIn: 7200)
+        try await f.pool.execute(
+            """
+            INSERT INTO activities (app_id, installation, activity_id, event_id, attribute_type, push_type, state)
+            VALUES (\(f.appID), \(ids[0]), 'a', \(withActivity), 'MatchAttributes', 'channel', 'active')
+            """)
+        let installations = InstallationRepository(pool: f.pool)
+        _ = try await installations.changeFollows(
+            .replace, installation: ids[0], appID: f.appID, events: [.id(started), .id(waiting), .id(later), .id(withActivity)],
+            topics: ["team:ars"])
+        _ = try await installations.changeFollows(.replace, installation: ids[2], appID: f.appID, events: [.id(waiting)], topics: ["team:ars"])
+
+        let this = try await event(f, startsIn: 7200)
+        let run = try await repository.createManualRun(appID: f.appID, eventID: this, topics: nil, alert: nil, createdBy: nil, channelWait: 60)
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
+        let claimed = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        try #require(claimed.runID == run)
+        let facts = try await repository.members(of: claimed).map {
+            [$0.candidate.startsLastHour, $0.candidate.concurrentEvents, $0.candidate.directFollowsWaiting]
+        }
+        #expect(facts == [[1, 2, 1], [1, 0, 0], [0, 0, 1]], "starts in the last hour, events concurrent, direct follows waiting")
+    }
+
     @Test func removingTheAppTakesItsStartsWithIt() async throws {
         // A start has no foreign key to its run or event (Sql/0032); the app's installations take its starts.
         let f = try await PipelineFixture.make()

@@ -434,15 +434,18 @@ public struct StartRepository: Sendable {
                         SELECT a.event_id FROM activities a WHERE a.installation = m.installation
                           AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND a.event_id <> \(chunk.eventID)
                     ) x JOIN events o ON o.id = x.event_id WHERE o.status IN \(live))::integer AS concurrent,
-                   (SELECT count(*) FROM follows f JOIN events o ON o.id = f.event_id, this
-                    WHERE f.installation = m.installation AND f.event_id <> \(chunk.eventID) AND o.status IN \(live)
-                      AND o.starts_at < this.ends_at
+                   -- The member's own follows first (`OFFSET 0` keeps them a probe of follows_by_installation):
+                   -- planned from `events`, it read every live event and probed the follows of each, per member.
+                   (SELECT count(*) FROM (SELECT f.event_id FROM follows f
+                                          WHERE f.installation = m.installation AND f.event_id <> \(chunk.eventID) OFFSET 0) f
+                    JOIN events o ON o.id = f.event_id
+                    WHERE o.status IN \(live) AND o.starts_at < this.ends_at
                       AND coalesce(o.ends_at, o.starts_at + make_interval(secs => \(maxConcurrentWindow)::float8)) > this.starts_at
                       AND NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = o.id AND s.installation = m.installation
                                       AND s.went_out)
                       AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.event_id = o.id AND a.installation = m.installation
                                       AND a.state IN \(ActivityLifecycle.mirroredStates.sql)))::integer AS waiting
-            FROM members m
+            FROM members m CROSS JOIN this
             JOIN installations i ON i.id = m.installation
             -- A probe per member (an EXISTS here may be planned as one hashed read of every started start of the
             -- event, per chunk: the whole audience again for each chunk of a big run).
@@ -453,8 +456,8 @@ public struct StartRepository: Sendable {
             ) started ON true
             LEFT JOIN LATERAL (
                 SELECT s.state, s.next_attempt_at FROM starts s
+                -- starts_once_per_token: one row at most.
                 WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation AND s.token = i.push_to_start_token
-                ORDER BY s.id DESC LIMIT 1
             ) mine ON true
             LEFT JOIN LATERAL (
                 SELECT s.id, s.token FROM starts s
