@@ -456,8 +456,11 @@ public struct StartRepository: Sendable {
             ) started ON true
             LEFT JOIN LATERAL (
                 SELECT s.state, s.next_attempt_at FROM starts s
-                -- starts_once_per_token: one row at most.
                 WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation AND s.token = i.push_to_start_token
+                -- One row at most (starts_once_per_token), but the LIMIT keeps this a probe per member: without
+                -- it the subquery is pulled up into a join, which may be planned as a read of every start of the
+                -- run, per chunk.
+                LIMIT 1
             ) mine ON true
             LEFT JOIN LATERAL (
                 SELECT s.id, s.token FROM starts s
