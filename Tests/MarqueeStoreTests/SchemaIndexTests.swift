@@ -191,7 +191,8 @@ struct SchemaIndexTests {
         defer { f.pool.close() }
         let chunk = ClaimedStartChunk(
             id: 1, runID: 1, eventID: 1, appID: f.appID, after: 0, through: 1000, attempts: 0, runAlert: nil, channelWaitUntil: Date())
-        let plan = try await Self.genericPlan(of: StartRepository.membersStatement(chunk, maxConcurrentWindow: 28800, now: nil), on: f.pool, seqScan: true)
+        let members = StartRepository.membersStatement(chunk, maxConcurrentWindow: 28800, now: nil)
+        let plan = try await Self.genericPlan(of: members, on: f.pool, seqScan: true)
         let startsScans = plan.split(separator: "\n").enumerated().filter { $0.element.contains(" on starts ") }
         #expect(!startsScans.isEmpty, "\(plan)")
         let lines = plan.split(separator: "\n")
