@@ -59,8 +59,10 @@ enum MarqueeProcess {
         let serve = try start(
             ["serve", "--log-format", "json"] + listen + pool + arguments,
             databaseURL: databaseURL, environment: extra)
-        // Generous: in a parallel run, a dozen serve processes migrate fresh databases at once on two cores.
-        let deadline = Date().addingTimeInterval(180)
+        // Generous: a parallel run starts every test at once, so on two cores a start (migrating a fresh
+        // database and warming its pools up) shares the machine with the whole suite; one took over 180 s.
+        let started = Date()
+        let deadline = started.addingTimeInterval(600)
         while Date() < deadline {
             for line in serve.stderr.split(separator: "\n") {
                 if let record = try? JSONValue(parsing: String(line)), record["msg"] == "listening", let port = record["port"]?.intValue {
@@ -70,7 +72,9 @@ enum MarqueeProcess {
             if !serve.process.isRunning { break }
             try await Task.sleep(for: .milliseconds(50))
         }
-        throw LoopbackHTTP.Failure(description: "serve did not start: \(serve.stderr)")
+        let ended = serve.process.isRunning ? "still running" : "exited with \(serve.process.terminationStatus)"
+        throw LoopbackHTTP.Failure(
+            description: "serve did not start (\(ended) after \(Int(Date().timeIntervalSince(started))) s): \(serve.stderr)")
     }
 
     /// A running process whose output goes to temporary files (no pipe can fill up).
