@@ -72,14 +72,15 @@ struct ServeTests {
 
     @Test func sigtermLetsRequestsInFlightFinishAndRefusesNewConnections() async throws {
         let url = try await MarqueeProcess.freshDatabase()
-        let (serve, port) = try await Self.startServe(databaseURL: url, extra: ["--grace-period", "20"])
+        let (serve, port) = try await Self.startServe(databaseURL: url, extra: ["--grace-period", "120"])
         let key = try await Self.adminKey(databaseURL: url)
 
         // Slow requests: hold a lock on api_keys, so each request's key lookup waits in PostgreSQL.
         let blocker = try await PostgresConnection.connect(PostgresConfiguration(url: url))
         try await blocker.executeScript("BEGIN; LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+        // They wait on the lock for the rest of the test, which on a loaded machine can pass the default 30 s.
         let requests = (0..<3).map { _ in
-            Task { try await LoopbackHTTP.request(port: port, "GET", "/v1/apps", headers: ["Authorization": "Bearer \(key)"]) }
+            Task { try await LoopbackHTTP.request(port: port, "GET", "/v1/apps", headers: ["Authorization": "Bearer \(key)"], timeout: 300) }
         }
         let observer = try await PostgresConnection.connect(PostgresConfiguration(url: url))
         var waiting = 0
