@@ -109,8 +109,12 @@ enum MarqueeProcess {
                 }
                 for waiter in waiters { waiter.resume(returning: process.terminationStatus) }
             }
-            try process.run()
+            // One launch at a time: concurrent Process.run calls of a parallel run crashed once in Foundation
+            // (a bad read in its memmove while spawning).
+            try Running.launches.withLock { _ in try process.run() }
         }
+
+        private static let launches = Mutex(())
 
         var stdout: String { (try? String(contentsOf: stdoutURL, encoding: .utf8)) ?? "" }
         var stderr: String { (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "" }
