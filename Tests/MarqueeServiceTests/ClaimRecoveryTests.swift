@@ -123,14 +123,17 @@ struct ClaimRecoveryTests {
         try await heartbeat.start()
         let first = try #require(try await repository.aliveUntil(instance: "beating", pool: f.pool))
         // Renewed on its own, ahead of the database's clock (read together, so a loaded machine does not matter).
+        // On a loaded machine the read of `first` can itself outlast several renewals, so the loop waits for a
+        // row newer than that read, not only for a count.
         let deadline = ContinuousClock.now + .seconds(20)
         var ahead = false
-        while !(heartbeat.renewalCount >= 4 && ahead) && ContinuousClock.now < deadline {
+        var renewed = first
+        while !(heartbeat.renewalCount >= 4 && ahead && renewed > first) && ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(50))
             ahead = try await f.scalar(Bool.self, "SELECT alive_until > now() AS now FROM instance_heartbeats WHERE instance = 'beating'")
+            renewed = try #require(try await repository.aliveUntil(instance: "beating", pool: f.pool))
         }
         #expect(heartbeat.renewalCount >= 4 && ahead)
-        let renewed = try #require(try await repository.aliveUntil(instance: "beating", pool: f.pool))
         #expect(renewed > first)
         await heartbeat.stop()
         let lapsed = try #require(try await repository.aliveUntil(instance: "beating", pool: f.pool))
