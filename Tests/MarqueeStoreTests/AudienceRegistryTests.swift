@@ -286,6 +286,25 @@ struct AudienceRegistryTests {
         #expect(try await fixture.count("follows") == 0)
     }
 
+    @Test func erasingAnInstallationTakesItsFollowsAndNoOthers() async throws {
+        // A follow has no foreign key to its installation either (Sql/0037): a trigger on installations takes an
+        // erased installation's follows, and only its own.
+        let fixture = try await PipelineFixture.make()
+        defer { fixture.pool.close() }
+        let event = try await fixture.makeEvent("match")
+        let installations = InstallationRepository(pool: fixture.pool)
+        let a = try await register(fixture, "a", token: Self.token("41"), os: "18.2").0
+        let b = try await register(fixture, "b", token: Self.token("42"), os: "18.2").0
+        for installation in [a, b] {
+            _ = try await installations.changeFollows(
+                .add, installation: installation.id, appID: fixture.appID, events: [.id(event.id)], topics: ["league"])
+        }
+        #expect(try await fixture.count("follows") == 4)
+        #expect(try await installations.erase(installation: a.id))
+        #expect(try await fixture.count("follows") == 2)
+        #expect(try await installations.record(id: b.id).follows.count == 2)
+    }
+
     @Test func statsCountByVersionEnablementTokenAndFollows() async throws {
         let fixture = try await PipelineFixture.make()
         defer { fixture.pool.close() }
