@@ -142,6 +142,9 @@ public struct InstallationImporter: Sendable {
             guard try await tx.query("SELECT 1 FROM apps WHERE id = \(appID)").first != nil else {
                 throw InstallationImportError.unknownApp(appID)
             }
+            // The newest row per installation and per token are sorts and hash joins over every staged row: with
+            // the default 4 MB each spilled to disk in batches. For this transaction only.
+            try await tx.execute("SET LOCAL work_mem = '128MB'")
             // Temporary tables write no WAL and vanish at the end of the transaction, whatever its outcome.
             try await tx.execute(
                 """
