@@ -107,28 +107,58 @@ public struct PostgresStaticSQL: Sendable, Hashable, CustomStringConvertible, Ex
     }
 
     /// `('a', 'b')`: the raw values of cases of an enumeration (a fixed set written in the program) as a
-    /// parenthesized list of SQL string literals, for `IN`. The list must not be empty.
+    /// parenthesized list of SQL string literals, for `IN`. The list must not be empty. Hot statements splice
+    /// these on every call, so they are built without Foundation and specialized where they are used.
+    @inlinable
     public static func list<Value: RawRepresentable & CaseIterable>(_ values: some Sequence<Value>) -> PostgresStaticSQL
     where Value.RawValue == String {
-        let literals = values.map { "'" + $0.rawValue.replacingOccurrences(of: "'", with: "''") + "'" }
-        precondition(!literals.isEmpty, "an SQL IN list needs at least one value")
-        return PostgresStaticSQL(text: "(" + literals.joined(separator: ", ") + ")")
+        var text = "("
+        for value in values {
+            if text.utf8.count > 1 { text += ", " }
+            text += quoteLiteral(value.rawValue)
+        }
+        precondition(text.utf8.count > 1, "an SQL IN list needs at least one value")
+        return PostgresStaticSQL(text: text + ")")
     }
 
     /// `'a'`: the raw value of one case of an enumeration as an SQL string literal.
+    @inlinable
     public static func literal<Value: RawRepresentable & CaseIterable>(_ value: Value) -> PostgresStaticSQL
     where Value.RawValue == String {
-        PostgresStaticSQL(text: "'" + value.rawValue.replacingOccurrences(of: "'", with: "''") + "'")
+        PostgresStaticSQL(text: quoteLiteral(value.rawValue))
     }
 
-    private init(text: String) { self.text = text }
+    @usableFromInline
+    init(text: String) { self.text = text }
 
     public var description: String { text }
 }
 
+/// `'text'` with embedded quotes doubled.
+@usableFromInline
+func quoteLiteral(_ text: String) -> String {
+    quoted(text, by: "'", dropping: nil)
+}
+
 /// `"name"` with embedded quotes doubled; a NUL is dropped (PostgreSQL identifiers cannot hold it).
 func quoteIdentifier(_ name: String) -> String {
-    "\"" + name.replacingOccurrences(of: "\u{0}", with: "").replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    quoted(name, by: "\"", dropping: "\u{0}")
+}
+
+/// `text` between two `quote`s, each `quote` inside doubled and each `dropped` left out.
+@usableFromInline
+func quoted(_ text: String, by quote: Unicode.Scalar, dropping dropped: Unicode.Scalar?) -> String {
+    let mark = UInt8(ascii: quote)
+    let skip = dropped.map { UInt8(ascii: $0) }
+    if !text.utf8.contains(where: { $0 == mark || $0 == skip }) { return String(quote) + text + String(quote) }
+    var bytes: [UInt8] = [mark]
+    bytes.reserveCapacity(text.utf8.count + 2)
+    for byte in text.utf8 where byte != skip {
+        bytes.append(byte)
+        if byte == mark { bytes.append(mark) }
+    }
+    bytes.append(mark)
+    return String(decoding: bytes, as: UTF8.self)
 }
 
 /// Shifts every `$n` outside quotes by `offset`. Fragments are written by this module's callers, so a

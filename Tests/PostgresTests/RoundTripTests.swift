@@ -134,6 +134,29 @@ struct RoundTripTests {
         #expect(try count.decode(Int.self, column: "n") == 2)
     }
 
+    private enum Spelling: String, CaseIterable {
+        case plain
+        case quoted = "it's"
+        case doubled = "''"
+    }
+
+    @Test func staticLiteralsAndListsDoubleTheirQuotes() async throws {
+        let connection = try await PostgresConnection.connect(TestDatabase.shared)
+        for spelling in Spelling.allCases {
+            let row = try await connection.query("SELECT \(PostgresStaticSQL.literal(spelling)) AS v")[0]
+            #expect(try row.decode(String.self, column: "v") == spelling.rawValue)
+        }
+        #expect(PostgresStaticSQL.list(Spelling.allCases).text == "('plain', 'it''s', '''''')")
+        let found = try await connection.query(
+            "SELECT v FROM unnest(\(Spelling.allCases.map(\.rawValue))::text[]) AS v WHERE v IN \(PostgresStaticSQL.list(Spelling.allCases))")
+        #expect(try found.map { try $0.decode(String.self, column: "v") } == Spelling.allCases.map(\.rawValue))
+    }
+
+    @Test func identifiersDropNul() {
+        let query: PostgresQuery = "SELECT 1 FROM \(identifier: "a\u{0}b\"c")"
+        #expect(query.sql == "SELECT 1 FROM \"ab\"\"c\"")
+    }
+
     @Test func fragmentsRenumberTheirPlaceholders() async throws {
         let connection = try await PostgresConnection.connect(TestDatabase.shared)
         let filter: PostgresQuery = "x > \(1) AND x < \(5)"
