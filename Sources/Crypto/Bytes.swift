@@ -12,16 +12,23 @@ func withBytes<Result>(_ bytes: some Sequence<UInt8>, _ body: (UnsafeRawBufferPo
 
 /// SHA-256 digests.
 public enum SHA256 {
+    /// The digest fetched from the default provider once. `EVP_sha256()` makes OpenSSL 3 look the digest up
+    /// again on every use (a locked search of its provider's algorithms), which costs more than hashing a
+    /// short input. A fetched `EVP_MD` is immutable and may be shared by threads.
+    nonisolated(unsafe) private static let fetched: OpaquePointer? = EVP_MD_fetch(nil, "SHA2-256", nil)
+
     /// The 32-byte SHA-256 digest of `bytes`.
     public static func hash(_ bytes: some Sequence<UInt8>) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var digest = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
         let ok = withBytes(bytes) { input in
-            EVP_Digest(input.baseAddress, input.count, &digest, &length, EVP_sha256(), nil)
+            digest.withUnsafeMutableBufferPointer { output in
+                EVP_Digest(input.baseAddress, input.count, output.baseAddress, &length, fetched ?? EVP_sha256(), nil)
+            }
         }
         // EVP_Digest with a built-in digest fails only when memory is exhausted.
-        precondition(ok == 1, "EVP_Digest(SHA-256) failed: \(openSSLErrorText())")
-        return Array(digest.prefix(Int(length)))
+        precondition(ok == 1 && length == 32, "EVP_Digest(SHA-256) failed: \(openSSLErrorText())")
+        return digest
     }
 }
 
