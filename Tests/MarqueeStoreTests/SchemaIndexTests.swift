@@ -107,6 +107,44 @@ struct SchemaIndexTests {
         }
     }
 
+    /// The broadcast record's estimated cost does not depend on its parameters: a custom plan for a batch of
+    /// one, four or `recordRowsEstimate` records costs what the generic plan costs, so PostgreSQL keeps the
+    /// generic plan instead of planning every call anew. A LIMIT of the bare count, and the event states
+    /// tested with `= ANY` (a custom plan proved `events_ending` from them), made the custom plans cheaper.
+    @Test func theRecordsPlanCostsTheSameForAnyBatchUpToItsEstimate() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        // A live service's tables: a thousand events with channels, thirty updates each.
+        try await f.pool.execute(
+            """
+            INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy, starts_at, ends_at)
+            SELECT \(f.appID), 'match-' || g, 'match', \(f.typeID), '{}', 'mostRecent', now(), now() + interval '2 hours'
+            FROM generate_series(1, 1000) g
+            """)
+        try await f.pool.execute("INSERT INTO channels (app_id, event_id, storage_policy) SELECT app_id, id, storage_policy FROM events")
+        try await f.pool.execute(
+            """
+            INSERT INTO updates (event_id, content_state, occurred_at, disposition, disposed_at)
+            SELECT id, '{"home": 0}', now(), 'broadcast', now() FROM events, generate_series(1, 30)
+            """)
+        try await f.pool.execute("ANALYZE")
+        func cost(_ plan: String) -> String? {
+            plan.split(separator: "\n").first.flatMap { line in
+                line.firstRange(of: "cost=").map { String(line[$0.lowerBound...].prefix { $0 != " " }) }
+            }
+        }
+        func custom(_ count: Int) async throws -> String? {
+            let rows = try await f.pool.query("EXPLAIN \(fragment: OutboxRepository.recordStatement(input: [], count: count, now: nil))")
+            return cost(try rows.map { try $0.decode(String.self, column: "QUERY PLAN") }.joined(separator: "\n"))
+        }
+        let generic = cost(try await Self.genericPlan(of: OutboxRepository.recordStatement(input: [], count: 1, now: nil), on: f.pool, seqScan: true))
+        #expect(generic != nil)
+        for count in [1, 4, OutboxRepository.recordRowsEstimate] {
+            let customCost = try await custom(count)
+            #expect(customCost == generic, "a batch of \(count): \(customCost ?? "-") against \(generic ?? "-")")
+        }
+    }
+
     @Test func theClaimSweepAndPurgeStatementsUseTheirPartialIndexesInGenericPlans() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }

@@ -266,11 +266,11 @@ public struct OutboxRepository: Sendable {
         // exclusive predicates. The main SELECT reads the CTEs in the order of the old transaction's
         // statements, so rows are locked in that order (channels, updates, events, then outbox rows, as
         // ingest locks the event first). A batch pays the per-statement costs (planning the executor,
-        // compiling the tables' CHECK constraints, the commit) once. The LIMIT tells the planner how many
-        // records there are: it guesses 100 rows for jsonb_to_recordset, and with that it hash-joined a
+        // compiling the tables' CHECK constraints, the commit) once. The LIMIT tells the planner there are
+        // few records: it guesses 100 rows for jsonb_to_recordset, and with that it hash-joined a
         // sequential scan of channels and two of outbox (hundreds of pages under churn) where a handful of
         // primary-key lookups do (Scripts/bench service, pg_stat_statements: 145 buffer hits and 0.34 ms per
-        // record before, 57 and 0.19 ms with the LIMIT).
+        // record before, 57 and 0.19 ms with the LIMIT). See `recordRowsEstimate` for why it is not the count.
         let row = try await pool.query(Self.recordStatement(input: input, count: records.count, now: now))[0]
         func indices(_ column: String) throws -> Set<Int> {
             Set(try row.decode(String.self, column: column).split(separator: ",").compactMap { Int($0) })
@@ -510,12 +510,24 @@ public struct OutboxRepository: Sendable {
     }
 
     private static let eventStatusAfterEnd = EventLifecycle.sqlStatus(after: .endBroadcast, column: "e.status")
-    /// Bound, not spliced: the event rows come by their ids, and a spliced list would let the plan prove
-    /// `events_ending` and read every ending event instead of the primary key.
+    /// Bound, not spliced, and tested with `<@` rather than `= ANY`: the event rows come by their ids. A
+    /// spliced list would let the plan prove `events_ending` and read every ending event instead of the
+    /// primary key; so would a bound one with `= ANY` in a custom plan, which made the custom plans look
+    /// cheaper than the generic one and PostgreSQL plan the record anew on every call (see
+    /// `recordRowsEstimate`). Containment proves no partial index, so both plans read the primary key.
     private static let eventStatesTakingTheEnd = EventLifecycle.states(accepting: .endBroadcast).map(\.rawValue)
 
+    /// The fewest records the record statement's plan assumes: its LIMIT is `greatest(count, this)`.
+    /// PostgreSQL keeps a statement's generic plan only while it costs no more than the custom plans made for
+    /// the parameters of each call (plus their planning). A custom plan saw a LIMIT of the bare count (a
+    /// batch is usually a few records) where the generic plan guesses a tenth of jsonb_to_recordset's 100
+    /// rows, and so looked cheaper, and the record was planned anew on every call (Scripts/bench service at
+    /// 500 updates/s, pg_stat_statements: 5.3 to 7.9 s of planning in a minute, 0.7 to 1.0 ms a call). With
+    /// this floor a custom plan for up to 10 records sees the generic plan's 10 rows.
+    static let recordRowsEstimate = 10
+
     /// The statement of `recordBroadcasts`, for `count` records as one jsonb array.
-    private static func recordStatement(input: JSONValue, count: Int, now: Date?) -> PostgresQuery {
+    static func recordStatement(input: JSONValue, count: Int, now: Date?) -> PostgresQuery {
         """
         WITH input AS (
             SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i(
@@ -523,7 +535,7 @@ public struct OutboxRepository: Sendable {
                 aps_timestamp bigint, sent_at float8, ends boolean, delay float8, app_id bigint, apns_request_id uuid,
                 apns_unique_id uuid, status integer, reason text, latency_us bigint, priority smallint, attempt integer,
                 alert boolean)
-            LIMIT \(count)
+            LIMIT greatest(\(count), \(recordRowsEstimate))
         ), stamped AS (
             UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
                 last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
@@ -552,7 +564,7 @@ public struct OutboxRepository: Sendable {
         ), event_ended AS (
             UPDATE events e SET status = \(fragment: eventStatusAfterEnd), updated_at = now()
             FROM stamped s
-            WHERE e.id = s.event_id AND s.ends AND e.status = ANY (\(eventStatesTakingTheEnd)::text[])
+            WHERE e.id = s.event_id AND s.ends AND ARRAY[e.status::text] <@ \(eventStatesTakingTheEnd)::text[]
             RETURNING e.id
         ), deleted AS (
             DELETE FROM outbox o USING stamped s
