@@ -329,17 +329,42 @@ struct PipelineSchedulerTests {
         // The leader runs as a service; on shutdown it gives the lease up and the other takes over at once.
         let shutdown = ShutdownSignal()
         let running = Task { try await first.run(until: shutdown) }
-        var waited = 0
-        while f.apns.state.withLock({ $0.creates }) == 0 && waited < 100 {
-            try await Task.sleep(for: .milliseconds(50))
-            waited += 1
-        }
+        #expect(try await eventually { f.apns.state.withLock({ $0.creates }) > 0 })
         #expect(f.apns.state.withLock { $0.creates } == 1)
         shutdown.trigger()
         try await running.value
         #expect(!first.isLeader)
         #expect(try await second.tick() != nil)
         #expect(second.isLeader)
+    }
+
+    /// An operator's sweep or reconcile in a running serve (`runOnce` from the routes) shares the service's
+    /// lease: it takes it when free and keeps it. Giving it back would expire the lease the service holds
+    /// under the same holder and fencing, and the service's next write would find it lost.
+    @Test func aSweepAskedOfARunningServiceKeepsTheLeaseItTook() async throws {
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let other = f.scheduler(instance: "s2")
+        #expect(try await other.tick() != nil)
+        let serving = f.scheduler(instance: "s1") {
+            $0.renewInterval = .seconds(600)
+            $0.tickInterval = .seconds(600)
+        }
+        let shutdown = ShutdownSignal()
+        let running = Task { try await serving.run(until: shutdown) }
+        // The service's first look finds s2 leading (had it not looked yet, it takes the lease itself below).
+        try await Task.sleep(for: .seconds(1))
+        await #expect(throws: ChannelSchedulerError.leaseHeldElsewhere(holder: "s2")) { try await serving.runOnce() }
+        f.clock.advance(by: 20)  // s2's lease (15 s) expires unrenewed
+        _ = try await serving.runOnce(reconcile: true)
+        #expect(serving.isLeader)
+        let lease = try #require(try await LeaderLeaseRepository(pool: f.pool).current(name: serving.configuration.leaseName))
+        #expect(lease.holder == "s1" && lease.expiresAt > f.clock.now)
+        _ = try await f.makeEvent(startsAt: f.clock.now)
+        #expect(try await serving.runOnce().opened.count == 1)
+        shutdown.trigger()
+        try await running.value
+        #expect(try await other.tick() != nil)
     }
 
     @Test func aFencedLeaderThatLostItsLeaseWritesNothing() async throws {

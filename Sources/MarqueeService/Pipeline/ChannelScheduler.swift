@@ -30,6 +30,8 @@ public final class ChannelScheduler: Service {
     /// The requests to APNs and the steps their answers lead to.
     let requests: ChannelRequests
     private let grant = Mutex<LeaseGrant?>(nil)
+    /// True while `run(until:)` runs: `runOnce` then shares the service's lease instead of borrowing it.
+    private let serving = Mutex(false)
     private let lastReconcile = Mutex<Date?>(nil)
     private let wakeup = Wakeup()
     private let renewWakeup = Wakeup()
@@ -71,6 +73,8 @@ public final class ChannelScheduler: Service {
     // MARK: the service
 
     public func run(until shutdown: ShutdownSignal) async throws {
+        serving.withLock { $0 = true }
+        defer { serving.withLock { $0 = false } }
         let bridge = Task { [wakeup, renewWakeup] in
             await shutdown.wait()
             wakeup.signal()
@@ -152,30 +156,41 @@ public final class ChannelScheduler: Service {
         }
     }
 
-    /// One full sweep for `marquee channel sweep` (cron): takes the lease unless held, sweeps, and gives
-    /// the lease back if it took it. Throws `leaseHeldElsewhere` while a daemon leads.
+    /// One full sweep for `marquee channel sweep` (cron) and the operator's routes. Inside a running service
+    /// it sweeps under the service's lease, taking it if free, and keeps it: giving back a lease the service
+    /// shares (same holder, same fencing) would fence the service's own sweeps. On its own it takes the
+    /// lease, sweeps and gives it back. Throws `leaseHeldElsewhere` while another instance leads.
     public func runOnce(reconcile: Bool = false, deleteUnknown: Bool? = nil) async throws -> SweepReport {
-        if let fence = grant.withLock({ $0 }) {
-            let report = try await sweep(fence: fence, reconcileAll: reconcile, deleteUnknown: deleteUnknown)
-            await retention().purge(hourly: reconcile)
-            return report
+        var fence = grant.withLock { $0 }
+        let inService = serving.withLock { $0 }
+        if fence == nil && inService {
+            fence = await holdLease() ? grant.withLock { $0 } : nil
         }
-        guard
-            let fence = try await leases.acquire(
+        let takenForThisSweep = fence == nil && !inService
+        if takenForThisSweep {
+            fence = try await leases.acquire(
                 name: configuration.leaseName, holder: configuration.instance,
                 duration: configuration.leaseDuration, now: databaseNow)
-        else {
-            throw ChannelSchedulerError.leaseHeldElsewhere(holder: try? await leases.current(name: configuration.leaseName)?.holder)
+        }
+        guard let fence else {
+            throw await heldElsewhere()
         }
         do {
             let report = try await sweep(fence: fence, reconcileAll: reconcile, deleteUnknown: deleteUnknown)
             await retention().purge(hourly: reconcile)
-            try await leases.release(fence)
+            if takenForThisSweep { try await leases.release(fence) }
             return report
+        } catch PipelineError.leaseNotHeld {
+            grant.withLock { held in if held?.fencing == fence.fencing { held = nil } }
+            throw await heldElsewhere()
         } catch {
-            try? await leases.release(fence)
+            if takenForThisSweep { try? await leases.release(fence) }
             throw error
         }
+    }
+
+    private func heldElsewhere() async -> ChannelSchedulerError {
+        .leaseHeldElsewhere(holder: try? await leases.current(name: configuration.leaseName)?.holder)
     }
 
     /// The retention purges, run while this instance leads (a service of its own in the daemon; `runOnce`
