@@ -82,20 +82,10 @@ final class BroadcastHarness: Sendable {
         simulator: (inout SimulatorConfiguration) -> Void = { _ in }, instances: Int = 1, serveArguments: [String] = [],
         appBackend: Bool = false, _ body: (BroadcastHarness) async throws -> T
     ) async throws -> T {
-        var serveArguments = serveArguments
-        var adjust = simulator
-        var backendKey: NewAPIKey?
-        if appBackend {
-            let key = NewAPIKey.generate()
-            let port = AdminCLITests.freePort()
-            serveArguments += ["--listen", "127.0.0.1:\(port)"]
-            adjust = { configuration in
-                simulator(&configuration)
-                configuration.appBackend = SimulatorAppBackend(url: "http://127.0.0.1:\(port)", apiKey: key.text)
-            }
-            backendKey = key
-        }
-        let harness = try await start(simulator: adjust, instances: instances, serveArguments: serveArguments, backendKey: backendKey)
+        let harness =
+            appBackend
+            ? try await startWithAppBackend(simulator: simulator, instances: instances, serveArguments: serveArguments)
+            : try await start(simulator: simulator, instances: instances, serveArguments: serveArguments, backendKey: nil)
         do {
             let registered = try await harness.api("POST", "/v1/attribute-types", MatchState.attributeType(app: harness.appID))
             try #require(registered.status == 201, "POST /v1/attribute-types: \(registered.text)")
@@ -111,6 +101,28 @@ final class BroadcastHarness: Sendable {
         } catch {
             await harness.stop()
             throw error
+        }
+    }
+
+    /// `start` with the simulator calling serve as the app backend. The simulator needs serve's address first,
+    /// so serve's port is chosen ahead and released; another test's server can take it before serve binds it,
+    /// and then the start is tried again with another port (three tries).
+    private static func startWithAppBackend(
+        simulator: (inout SimulatorConfiguration) -> Void, instances: Int, serveArguments: [String]
+    ) async throws -> BroadcastHarness {
+        var attempt = 1
+        while true {
+            let key = NewAPIKey.generate()
+            let port = AdminCLITests.freePort()
+            do {
+                return try await start(
+                    simulator: { configuration in
+                        simulator(&configuration)
+                        configuration.appBackend = SimulatorAppBackend(url: "http://127.0.0.1:\(port)", apiKey: key.text)
+                    }, instances: instances, serveArguments: serveArguments + ["--listen", "127.0.0.1:\(port)"], backendKey: key)
+            } catch let failure as LoopbackHTTP.Failure where attempt < 3 && failure.description.contains("Address already in use") {
+                attempt += 1
+            }
         }
     }
 

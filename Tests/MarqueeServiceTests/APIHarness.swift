@@ -93,7 +93,9 @@ extension MarqueeDaemon {
             pool: pool, apns: APNsClientChannelAPNs { app in try await clients.client(for: app) },
             catalog: PostgresPipelineCatalog(pool: pool), configuration: ChannelSchedulerConfiguration(instance: "api-tests"),
             metrics: PipelineMetrics(registry: metrics), logger: Logger { _ in })
-        return routes(pool: pool, metrics: metrics, scheduler: scheduler)
+        // The readiness probe's 2 s deadline is for a live service; under the full suite a 2-core machine can
+        // starve a test longer, which would read as an unreachable database.
+        return routes(pool: pool, metrics: metrics, scheduler: scheduler, readinessTimeout: .seconds(60))
     }
 }
 

@@ -333,11 +333,7 @@ struct PipelineDispatcherTests {
             }
             try await Task.sleep(for: .milliseconds(30))
         }
-        var waited = 0
-        while try await f.scalar(Int.self, "SELECT count(*) FROM outbox") > 0, waited < 300 {
-            try await Task.sleep(for: .milliseconds(100))
-            waited += 1
-        }
+        _ = try await eventually { try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0 }
         shutdown.trigger()
         try await running.value
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
@@ -400,11 +396,7 @@ struct PipelineDispatcherTests {
         #expect(f.apns.broadcasts.isEmpty)
         // Another instance's notifier (nothing wakes this dispatcher in-process): only the NOTIFY can.
         OutboxNotifier(pool: f.pool, sender: "d2", logger: Logger { _ in }).committed()
-        var waited = 0
-        while f.apns.broadcasts.isEmpty && waited < 100 {
-            try await Task.sleep(for: .milliseconds(50))
-            waited += 1
-        }
+        _ = try await eventually { !f.apns.broadcasts.isEmpty }
         shutdown.trigger()
         try await running.value
         #expect(f.apns.broadcasts.count == 1)
@@ -434,13 +426,7 @@ struct PipelineDispatcherTests {
         }
         let shutdown = ShutdownSignal()
         let running = Task { try await dispatcher.run(until: shutdown) }
-        func waitForBroadcasts(_ count: Int) async throws {
-            var waited = 0
-            while f.apns.broadcasts.count < count && waited < 100 {
-                try await Task.sleep(for: .milliseconds(50))
-                waited += 1
-            }
-        }
+        func waitForBroadcasts(_ count: Int) async throws { _ = try await eventually { f.apns.broadcasts.count >= count } }
         // Two goals, each woken for at once; the second claim waits out the spacing after the first, which
         // came no sooner than its wake-up.
         try await f.post(first.id, ["home": 1, "away": 0], alert: ["title": "GOAL"], at: Date())
@@ -467,11 +453,9 @@ struct PipelineDispatcherTests {
         let shutdown = ShutdownSignal()
         let running = Task { try await dispatcher.run(until: shutdown) }
         try await f.post(event.id, ["home": 1, "away": 0], priority: .high, at: Date())
-        var waited = 0
-        while f.apns.state.withLock({ $0.broadcastsStarted }) == 0 && waited < 200 {
-            try await Task.sleep(for: .milliseconds(10))
-            waited += 1
-        }
+        // Bounded generously: under the full suite the first claim can take seconds.
+        _ = try await eventually { f.apns.state.withLock({ $0.broadcastsStarted }) > 0 }
+        try #require(f.apns.state.withLock { $0.broadcastsStarted } == 1)
         shutdown.trigger()
         try await running.value
         // The send in flight finished and was recorded; nothing is left claimed.
@@ -496,12 +480,8 @@ struct PipelineDispatcherTests {
         let running = Task { try await dispatcher.run(until: shutdown) }
         // Waits for the n-th accepted broadcast to be recorded; returns when its send began (the pacing reference).
         func recordedBroadcast(_ count: Int) async throws -> Date? {
-            var waited = 0
-            while try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE channel_id = \(channel.id) AND status = 200") < count
-                && waited < 200
-            {
-                try await Task.sleep(for: .milliseconds(50))
-                waited += 1
+            _ = try await eventually {
+                try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE channel_id = \(channel.id) AND status = 200") >= count
             }
             return try await f.pool.query("SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)")[0]
                 .decode(Date?.self, column: "last_broadcast_at")
@@ -554,12 +534,8 @@ struct PipelineDispatcherTests {
             dueIn.append(update.dueIn ?? -1)
             // What serve's notifier passes on: only the due time, never a claim now (no NOTIFY, poll 120 s).
             dispatcher.wake(dueIn: update.dueIn)
-            var waited = 0
-            while try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE channel_id = \(channel.id) AND status = 200") < home
-                && waited < 150
-            {
-                try await Task.sleep(for: .milliseconds(50))
-                waited += 1
+            _ = try await eventually {
+                try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE channel_id = \(channel.id) AND status = 200") >= home
             }
             sentAt.append(
                 try await f.pool.query("SELECT last_broadcast_at FROM channels WHERE id = \(channel.id)")[0]
@@ -598,11 +574,7 @@ struct PipelineDispatcherTests {
         }
         let shutdown = ShutdownSignal()
         let running = Task { try await dispatcher.run(until: shutdown) }
-        var waited = 0
-        while f.apns.broadcasts.count < 3 && waited < 200 {
-            try await Task.sleep(for: .milliseconds(50))
-            waited += 1
-        }
+        _ = try await eventually { f.apns.broadcasts.count >= 3 }
         shutdown.trigger()
         try await running.value
         #expect(f.apns.broadcasts.count == 3)

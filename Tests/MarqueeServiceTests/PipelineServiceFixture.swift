@@ -20,8 +20,10 @@ struct PipelineServiceFixture {
     let registry = MetricsRegistry()
     let metrics: PipelineMetrics
     let catalog: PostgresPipelineCatalog
-    /// Ahead of the database clock, so rows the database stamps with now() are due for it.
-    let clock = ManualWallClock(Date().addingTimeInterval(60).rounded())
+    /// Ahead of the database clock, so rows the database stamps with now() are due for it. Ten minutes: under
+    /// the full suite a 2-core machine starves a test for minutes at times, and the database's clock must not
+    /// overtake; well inside the hour of the priority budget, whose window reaches back to rows stamped by now().
+    let clock = ManualWallClock(Date().addingTimeInterval(600).rounded())
     let log = LogCapture()
 
     var events: EventRepository { EventRepository(pool: pool) }
@@ -308,4 +310,16 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         let attempts = (earlier + [result]).map { ChannelAPNsAttempt(result: $0, requestID: UUID().uuidString, latency: .milliseconds(2)) }
         return ChannelAPNsOutcome(result: result, attempts: attempts)
     }
+}
+
+/// Polls `condition` every 50 ms until it holds or `timeout` passes; returns whether it held. Generous by
+/// default: under the whole suite (hundreds of tests at once on two cores) one step can take many seconds,
+/// and a test that passes waits only as long as its condition needs.
+func eventually(within timeout: Duration = .seconds(60), _ condition: () async throws -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now.advanced(by: timeout)
+    while try await !condition() {
+        guard ContinuousClock.now < deadline else { return false }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    return true
 }

@@ -219,9 +219,12 @@ struct PipelineLeaseTests {
         let f = try await PipelineFixture.make(maxConnections: 6)
         defer { f.pool.close() }
         let leases = LeaderLeaseRepository(pool: f.pool)
+        // One instant for every contender: on a starved machine they may reach the database tens of seconds
+        // apart, which must not read as an expiry.
+        let start = Date()
         let grants = try await withThrowingTaskGroup(of: LeaseGrant?.self) { group in
             for index in 0..<6 {
-                group.addTask { try await leases.acquire(name: "scheduler", holder: "instance-\(index)", duration: 30) }
+                group.addTask { try await leases.acquire(name: "scheduler", holder: "instance-\(index)", duration: 30, now: start) }
             }
             return try await group.reduce(into: [LeaseGrant]()) { if let grant = $1 { $0.append(grant) } }
         }
@@ -229,13 +232,14 @@ struct PipelineLeaseTests {
         let old = try #require(grants.first)
         #expect(old.fencing == 1)
         // The holder renews (same fencing); another contender is refused while it runs.
-        let renewed = try #require(try await leases.renew(old, duration: 30))
+        let renewed = try #require(try await leases.renew(old, duration: 30, now: start + 1))
         #expect(renewed.fencing == 1)
-        #expect(try await leases.acquire(name: "scheduler", holder: "other", duration: 30) == nil)
-        #expect(try await leases.acquire(name: "scheduler", holder: old.holder, duration: 30)?.fencing == 1)
+        #expect(try await leases.acquire(name: "scheduler", holder: "other", duration: 30, now: start + 2) == nil)
+        #expect(try await leases.acquire(name: "scheduler", holder: old.holder, duration: 30, now: start + 3)?.fencing == 1)
 
-        // Expiry: another instance takes over with a higher fencing number.
-        let later = Date() + 60
+        // Expiry: another instance takes over with a higher fencing number. An hour on, so the release
+        // below (which stamps the database's now() when that is later) still reads as `later`.
+        let later = start + 3600
         let new = try #require(try await leases.acquire(name: "scheduler", holder: "other", duration: 30, now: later))
         #expect(new.fencing == 2)
         #expect(try await leases.renew(old, duration: 30, now: later) == nil)

@@ -268,12 +268,13 @@ public final class MarqueeDaemon: Sendable {
         scheduler: ChannelScheduler, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
         adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout),
         maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew,
-        settings: PipelineSettings = PipelineSettings(), starts: StartFanOut? = nil
+        settings: PipelineSettings = PipelineSettings(), starts: StartFanOut? = nil,
+        readinessTimeout: Duration = SystemRoutes.defaultReadinessTimeout
     ) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
         let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
         return [
-            SystemRoutes(pool: pool, metrics: metrics, processMetrics: ProcessMetrics(registry: metrics)),
+            SystemRoutes(pool: pool, metrics: metrics, processMetrics: ProcessMetrics(registry: metrics), readinessTimeout: readinessTimeout),
             AppRoutes(apps: apps),
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
             ChannelRoutes(pool: pool, scheduler: scheduler, adminTimeout: adminTimeout),

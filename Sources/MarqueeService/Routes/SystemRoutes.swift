@@ -11,7 +11,12 @@ public struct SystemRoutes: APIRoutes {
     private let processMetrics: ProcessMetrics
     private let readinessTimeout: Duration
 
-    public init(pool: PostgresPool, metrics: MetricsRegistry, processMetrics: ProcessMetrics, readinessTimeout: Duration = .seconds(2)) {
+    /// How long `/readyz` waits for the database before it answers 503.
+    public static let defaultReadinessTimeout: Duration = .seconds(2)
+
+    public init(
+        pool: PostgresPool, metrics: MetricsRegistry, processMetrics: ProcessMetrics, readinessTimeout: Duration = defaultReadinessTimeout
+    ) {
         self.pool = pool
         self.metrics = metrics
         self.processMetrics = processMetrics
