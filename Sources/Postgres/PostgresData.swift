@@ -314,9 +314,13 @@ extension Array: PostgresEncodable where Element == String {
         for (index, element) in enumerated() {
             if index > 0 { text += "," }
             text += "\""
-            for char in element.unicodeScalars {
-                if char == "\"" || char == "\\" { text += "\\" }
-                text.unicodeScalars.append(char)
+            if element.utf8.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+                for char in element.unicodeScalars {
+                    if char == "\"" || char == "\\" { text += "\\" }
+                    text.unicodeScalars.append(char)
+                }
+            } else {
+                text += element
             }
             text += "\""
         }

@@ -95,8 +95,12 @@ struct InstallationImportParserTests {
     }
 
     @Test func cellsFollowRFC4180OnOneLine() throws {
-        #expect(try InstallationImportParser.cells(#"a,"b,c","d ""e""",,"#).get() == ["a", "b,c", #"d "e""#, "", ""])
-        #expect(try InstallationImportParser.cells("").get() == [""])
+        func cells(_ line: String) throws -> [String] { try InstallationImportParser.cells(Array(line.utf8)[...]).get() }
+        #expect(try cells(#"a,"b,c","d ""e""",,"#) == ["a", "b,c", #"d "e""#, "", ""])
+        #expect(try cells("") == [""])
+        #expect(try cells(#"a"b,"","""""#) == [#"a"b"#, "", #"""#], "a quote inside an unquoted cell is text")
+        #expect(throws: CSVLineError.self) { try cells(#""a"b"#) }
+        #expect(throws: CSVLineError.self) { try cells(#"a,"b"#) }
     }
 
     @Test func theLineReaderNumbersLinesAcrossBlocks() throws {

@@ -14,13 +14,16 @@ public enum DeviceTokenText {
     public static func validate(_ text: String) -> Result<String, DeviceTokenError> {
         let count = text.utf8.count
         guard lengths.contains(count) else { return .failure(.length(count)) }
-        guard text.utf8.allSatisfy(isHexDigit) else { return .failure(.notHex) }
+        var upper = false
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): continue
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): upper = true
+            default: return .failure(.notHex)
+            }
+        }
         guard count % 2 == 0 else { return .failure(.oddLength) }
-        return .success(text.lowercased())
-    }
-
-    private static func isHexDigit(_ byte: UInt8) -> Bool {
-        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte | 0x20)
+        return .success(upper ? text.lowercased() : text)
     }
 }
 
@@ -54,17 +57,27 @@ public struct OSVersion: Sendable, Hashable, Comparable, CustomStringConvertible
 
     /// Parses `17`, `17.2` or `17.2.1` (each part 1 to 3 digits); nil for anything else.
     public init?(_ text: String) {
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
-        guard (1...3).contains(parts.count) else { return nil }
-        var numbers: [Int] = []
-        for part in parts {
-            guard (1...3).contains(part.utf8.count), part.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
-                let number = Int(part)
-            else { return nil }
-            numbers.append(number)
+        var numbers = (0, 0, 0)
+        var part = 0
+        var digits = 0
+        for byte in text.utf8 {
+            if byte == UInt8(ascii: ".") {
+                guard digits > 0, part < 2 else { return nil }
+                part += 1
+                digits = 0
+                continue
+            }
+            guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte), digits < 3 else { return nil }
+            digits += 1
+            let digit = Int(byte - UInt8(ascii: "0"))
+            switch part {
+            case 0: numbers.0 = numbers.0 * 10 + digit
+            case 1: numbers.1 = numbers.1 * 10 + digit
+            default: numbers.2 = numbers.2 * 10 + digit
+            }
         }
-        while numbers.count < 3 { numbers.append(0) }
-        self.init(major: numbers[0], minor: numbers[1], patch: numbers[2])
+        guard digits > 0 else { return nil }
+        self.init(major: numbers.0, minor: numbers.1, patch: numbers.2)
     }
 
     /// Live Activities exist from iOS 16.1.

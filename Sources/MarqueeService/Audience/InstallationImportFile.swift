@@ -28,7 +28,6 @@ public struct InstallationImportParser: Sendable {
         "installationId", "pushToStartToken", "osVersion", "appBuild", "locale", "frequentPushesEnabled", "liveActivitiesEnabled",
         "events", "eventIds", "topics", "registeredAt",
     ]
-    static let followColumns: Set<String> = ["events", "eventIds", "topics"]
     static let jsonFields: Set<String> = [
         "installationId", "pushToStartToken", "osVersion", "appBuild", "locale", "frequentPushesEnabled", "liveActivitiesEnabled",
         "follows", "registeredAt",
@@ -40,8 +39,8 @@ public struct InstallationImportParser: Sendable {
     public let format: InstallationImportFormat
     /// The time `registeredAt` values are checked against.
     public let now: Date
-    /// The CSV header's column names by position (nil for JSON Lines, or before the header is read).
-    private(set) var columns: [String]?
+    /// The CSV header's columns by position (nil for JSON Lines, or before the header is read).
+    private(set) var columns: [CSVColumn]?
 
     public init(format: InstallationImportFormat, now: Date = Date()) {
         self.format = format
@@ -54,14 +53,15 @@ public struct InstallationImportParser: Sendable {
         var bytes = bytes
         if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
         if bytes.allSatisfy({ $0 == 32 || $0 == 9 }) { return nil }
-        guard let text = String(validating: bytes, as: UTF8.self) else {
+        // ASCII is UTF-8; anything else is checked whole (delimiters are ASCII, so a valid line's cells are valid).
+        guard bytes.allSatisfy({ $0 < 0x80 }) || String(validating: bytes, as: UTF8.self) != nil else {
             return .failure(InstallationImportProblem(line: line, field: nil, message: "not UTF-8 text"))
         }
         switch format {
-        case .jsonl: return Self.parseJSON(text, line: line, now: now)
+        case .jsonl: return Self.parseJSON(String(decoding: bytes, as: UTF8.self), line: line, now: now)
         case .csv:
             guard let columns else {
-                switch Self.header(text) {
+                switch Self.header(bytes) {
                 case .success(let names): columns = names
                 case .failure(let error):
                     columns = []
@@ -70,7 +70,7 @@ public struct InstallationImportParser: Sendable {
                 return nil
             }
             guard !columns.isEmpty else { return .failure(InstallationImportProblem(line: line, field: nil, message: "the header is not valid")) }
-            return Self.parseCSV(text, columns: columns, line: line, now: now)
+            return Self.parseCSV(bytes, columns: columns, line: line, now: now)
         }
     }
 
@@ -108,75 +108,85 @@ public struct InstallationImportParser: Sendable {
 
     // MARK: CSV
 
-    static func header(_ text: String) -> Result<[String], CSVLineError> {
-        guard case .success(let names) = cells(text) else { return .failure(CSVLineError("the header is not a CSV line")) }
-        let known = Set(csvColumns)
-        if let unknown = names.first(where: { !known.contains($0) }) {
-            return .failure(CSVLineError("unknown column '\(unknown)'; the columns are \(csvColumns.joined(separator: ", "))"))
+    static func header(_ line: ArraySlice<UInt8>) -> Result<[CSVColumn], CSVLineError> {
+        guard case .success(let names) = cells(line) else { return .failure(CSVLineError("the header is not a CSV line")) }
+        var columns: [CSVColumn] = []
+        for name in names {
+            guard let column = CSVColumn(name: name) else {
+                return .failure(CSVLineError("unknown column '\(name)'; the columns are \(csvColumns.joined(separator: ", "))"))
+            }
+            guard !columns.contains(column) else { return .failure(CSVLineError("a column is named twice")) }
+            columns.append(column)
         }
-        guard Set(names).count == names.count else { return .failure(CSVLineError("a column is named twice")) }
-        for required in ["installationId", "registeredAt"] where !names.contains(required) {
-            return .failure(CSVLineError("the header has no \(required) column"))
+        for required in [CSVColumn.installationId, .registeredAt] where !columns.contains(required) {
+            return .failure(CSVLineError("the header has no \(required.name) column"))
         }
-        return .success(names)
+        return .success(columns)
     }
 
-    static func parseCSV(_ text: String, columns: [String], line: Int, now: Date) -> Result<ImportedInstallation, InstallationImportProblem> {
-        func problem(_ field: String?, _ message: String) -> Result<ImportedInstallation, InstallationImportProblem> {
-            .failure(InstallationImportProblem(line: line, field: field, message: message))
+    static func parseCSV(_ line: ArraySlice<UInt8>, columns: [CSVColumn], line number: Int, now: Date)
+        -> Result<ImportedInstallation, InstallationImportProblem>
+    {
+        func problem(_ field: CSVColumn?, _ message: String) -> Result<ImportedInstallation, InstallationImportProblem> {
+            .failure(InstallationImportProblem(line: number, field: field?.name, message: message))
         }
-        let values: [String]
-        switch cells(text) {
-        case .success(let cells): values = cells
+        // The row's non-empty cells by column.
+        var cell = [String?](repeating: nil, count: CSVColumn.allCases.count)
+        let count: Int
+        switch forEachCell(line, { position, bytes in
+            if position < columns.count && !bytes.isEmpty { cell[columns[position].rawValue] = String(decoding: bytes, as: UTF8.self) }
+        }) {
+        case .success(let cells): count = cells
         case .failure(let error): return problem(nil, error.message)
         }
-        guard values.count == columns.count else { return problem(nil, "\(values.count) cells; the header has \(columns.count) columns") }
-        var cell: [String: String] = [:]
-        for (name, value) in zip(columns, values) where !value.isEmpty { cell[name] = value }
-        guard let installationID = cell["installationId"] else { return problem("installationId", "required") }
-        guard let registered = cell["registeredAt"] else { return problem("registeredAt", "required") }
+        guard count == columns.count else { return problem(nil, "\(count) cells; the header has \(columns.count) columns") }
+        func value(_ column: CSVColumn) -> String? { cell[column.rawValue] }
+        guard let installationID = value(.installationId) else { return problem(.installationId, "required") }
+        guard let registered = value(.registeredAt) else { return problem(.registeredAt, "required") }
         guard let registeredAt = Date(iso8601: registered) else {
-            return problem("registeredAt", "expected an ISO 8601 date such as 2026-11-29T18:30:00Z")
+            return problem(.registeredAt, "expected an ISO 8601 date such as 2026-11-29T18:30:00Z")
         }
-        var row = ImportedInstallation(line: line, installationID: installationID, registeredAt: registeredAt)
-        if let token = cell["pushToStartToken"] {
+        var row = ImportedInstallation(line: number, installationID: installationID, registeredAt: registeredAt)
+        if let token = value(.pushToStartToken) {
             switch DeviceTokenText.validate(token) {
             case .success(let lowered): row.pushToStartToken = lowered
-            case .failure(let error): return problem("pushToStartToken", "not a device token: \(error)")
+            case .failure(let error): return problem(.pushToStartToken, "not a device token: \(error)")
             }
         }
-        row.osVersion = cell["osVersion"]
-        for (name, limits) in [("appBuild", RegistrationLimits.appBuild), ("locale", RegistrationLimits.locale)] {
-            if let value = cell[name], !limits.contains(value.count) {
-                return problem(name, "\(limits.lowerBound) to \(limits.upperBound) characters")
+        row.osVersion = value(.osVersion)
+        // The column lists are static: a literal array here would be an allocation a row.
+        for column in CSVColumn.shortTexts {
+            let limits = column == .appBuild ? RegistrationLimits.appBuild : RegistrationLimits.locale
+            if let text = value(column), !limits.contains(text.count) {
+                return problem(column, "\(limits.lowerBound) to \(limits.upperBound) characters")
             }
         }
-        row.appBuild = cell["appBuild"]
-        row.locale = cell["locale"]
-        for name in ["frequentPushesEnabled", "liveActivitiesEnabled"] {
-            guard let value = cell[name] else { continue }
+        row.appBuild = value(.appBuild)
+        row.locale = value(.locale)
+        for column in CSVColumn.flags {
+            guard let text = value(column) else { continue }
             let flag: Bool
-            switch value.lowercased() {
+            switch text.lowercased() {
             case "true", "1": flag = true
             case "false", "0": flag = false
-            default: return problem(name, "expected true or false")
+            default: return problem(column, "expected true or false")
             }
-            if name == "frequentPushesEnabled" { row.frequentPushesEnabled = flag } else { row.liveActivitiesEnabled = flag }
+            if column == .frequentPushesEnabled { row.frequentPushesEnabled = flag } else { row.liveActivitiesEnabled = flag }
         }
-        if columns.contains(where: followColumns.contains) {
+        if columns.contains(where: \.isFollows) {
             var follows = ImportedFollows()
-            for external in list(cell["events"]) {
+            for external in list(value(.events)) {
                 guard RegistrationLimits.identifier.contains(external.count) else {
-                    return problem("events", "an external id is 1 to 200 characters")
+                    return problem(.events, "an external id is 1 to 200 characters")
                 }
                 if !follows.events.contains(.externalID(external)) { follows.events.append(.externalID(external)) }
             }
-            for text in list(cell["eventIds"]) {
-                guard let id = Int(text), id > 0 else { return problem("eventIds", "'\(text)' is not an event id") }
+            for text in list(value(.eventIds)) {
+                guard let id = Int(text), id > 0 else { return problem(.eventIds, "'\(text)' is not an event id") }
                 if !follows.events.contains(.id(id)) { follows.events.append(.id(id)) }
             }
-            for topic in list(cell["topics"]) {
-                guard RegistrationLimits.identifier.contains(topic.count) else { return problem("topics", "a topic is 1 to 200 characters") }
+            for topic in list(value(.topics)) {
+                guard RegistrationLimits.identifier.contains(topic.count) else { return problem(.topics, "a topic is 1 to 200 characters") }
                 if !follows.topics.contains(topic) { follows.topics.append(topic) }
             }
             row.follows = follows
@@ -184,47 +194,63 @@ public struct InstallationImportParser: Sendable {
         return checked(row, now: now)
     }
 
-    /// A `;`-separated list, without empty items.
+    /// A `;`-separated list, without empty items, each trimmed of white space.
     static func list(_ cell: String?) -> [String] {
         guard let cell else { return [] }
-        return cell.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        return cell.split(separator: ";").compactMap { item in
+            // Most items have no space at either end: no trimming pass.
+            let plain = item.utf8.first.map(isPlain) == true && item.utf8.last.map(isPlain) == true
+            let trimmed = plain ? String(item) : item.trimmingCharacters(in: .whitespaces)
+            return trimmed.isEmpty ? nil : trimmed
+        }
     }
 
+    /// An ASCII byte that is not white space (anything else may be, as part of a wider character).
+    private static func isPlain(_ byte: UInt8) -> Bool { byte > 32 && byte < 0x80 }
+
     /// The cells of one CSV line: separated by commas, a quoted cell may hold commas and `""` for a quote.
-    static func cells(_ text: String) -> Result<[String], CSVLineError> {
+    static func cells(_ line: ArraySlice<UInt8>) -> Result<[String], CSVLineError> {
         var cells: [String] = []
-        var current: [UInt8] = []
-        var quoted = false
-        var wasQuoted = false
-        var bytes = Array(text.utf8)[...]
-        while let byte = bytes.popFirst() {
-            if quoted {
-                if byte == UInt8(ascii: "\"") {
-                    if bytes.first == UInt8(ascii: "\"") {
-                        current.append(byte)
-                        bytes.removeFirst()
-                    } else {
-                        quoted = false
+        return forEachCell(line) { _, bytes in cells.append(String(decoding: bytes, as: UTF8.self)) }.map { _ in cells }
+    }
+
+    /// Calls `body` with each cell's position and bytes (a quoted cell's without its quotes, `""` read as `"`);
+    /// returns how many cells the line has. A quote opens a quoted cell only as the cell's first byte;
+    /// elsewhere in an unquoted cell it is text.
+    static func forEachCell(_ line: ArraySlice<UInt8>, _ body: (Int, ArraySlice<UInt8>) -> Void) -> Result<Int, CSVLineError> {
+        let quote = UInt8(ascii: "\""), comma = UInt8(ascii: ",")
+        var position = 0
+        var index = line.startIndex
+        while true {
+            if index < line.endIndex && line[index] == quote {
+                var text: [UInt8] = []
+                var scan = index + 1
+                while true {
+                    guard let next = line[scan...].firstIndex(of: quote) else {
+                        return .failure(CSVLineError("a quoted cell is not closed on its line"))
                     }
-                } else {
-                    current.append(byte)
+                    text += line[scan..<next]
+                    if next + 1 < line.endIndex && line[next + 1] == quote {
+                        text.append(quote)
+                        scan = next + 2
+                    } else {
+                        index = next + 1
+                        break
+                    }
                 }
-            } else if byte == UInt8(ascii: ",") {
-                cells.append(String(decoding: current, as: UTF8.self))
-                current = []
-                wasQuoted = false
-            } else if byte == UInt8(ascii: "\"") && current.isEmpty && !wasQuoted {
-                quoted = true
-                wasQuoted = true
-            } else if wasQuoted {
-                return .failure(CSVLineError("text after a quoted cell's closing quote"))
+                guard index == line.endIndex || line[index] == comma else {
+                    return .failure(CSVLineError("text after a quoted cell's closing quote"))
+                }
+                body(position, text[...])
             } else {
-                current.append(byte)
+                let end = line[index...].firstIndex(of: comma) ?? line.endIndex
+                body(position, line[index..<end])
+                index = end
             }
+            position += 1
+            guard index < line.endIndex else { return .success(position) }
+            index += 1  // past the comma
         }
-        guard !quoted else { return .failure(CSVLineError("a quoted cell is not closed on its line")) }
-        cells.append(String(decoding: current, as: UTF8.self))
-        return .success(cells)
     }
 
     // MARK: Rules both formats share
@@ -252,6 +278,26 @@ public struct InstallationImportParser: Sendable {
         }
         return .success(row)
     }
+}
+
+/// A column a CSV import file may have, in the order of `InstallationImportParser.csvColumns`.
+enum CSVColumn: Int, CaseIterable {
+    case installationId, pushToStartToken, osVersion, appBuild, locale, frequentPushesEnabled, liveActivitiesEnabled
+    case events, eventIds, topics, registeredAt
+
+    init?(name: String) {
+        guard let index = InstallationImportParser.csvColumns.firstIndex(of: name) else { return nil }
+        self.init(rawValue: index)
+    }
+
+    /// The name a header gives it.
+    var name: String { InstallationImportParser.csvColumns[rawValue] }
+
+    static let shortTexts: [CSVColumn] = [.appBuild, .locale]
+    static let flags: [CSVColumn] = [.frequentPushesEnabled, .liveActivitiesEnabled]
+
+    /// Whether a header with this column replaces each row's follows.
+    var isFollows: Bool { self == .events || self == .eventIds || self == .topics }
 }
 
 /// Why a CSV line cannot be read.
