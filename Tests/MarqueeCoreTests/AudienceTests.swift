@@ -19,9 +19,12 @@ struct AudienceTests {
         #expect(OSVersion("17.10")! > OSVersion("17.2")!)
         #expect(OSVersion("17.2") == OSVersion(major: 17, minor: 2, patch: 0))
         #expect(OSVersion("18") == OSVersion.channels)
-        #expect(OSVersion("16.10.123") == OSVersion(major: 16, minor: 10, patch: 123) && OSVersion("007.0") == OSVersion(major: 7))
+        #expect(OSVersion("16.10.123") == OSVersion(major: 16, minor: 10, patch: 123))
+        #expect(OSVersion("007.0") == OSVersion(major: 7))
         #expect(OSVersion("17.1.9")! < OSVersion.pushToStart && OSVersion("17.2")! >= OSVersion.pushToStart)
-        for bad in ["", "17.", ".1", "17.2.1.4", "a.b", "1234", "17 .2", "-1", "17.+2", "17..2", "17.2.", "1.2.3.", "17.1234"] { #expect(OSVersion(bad) == nil, "\(bad)") }
+        for bad in ["", "17.", ".1", "17.2.1.4", "a.b", "1234", "17 .2", "-1", "17.+2", "17..2", "17.2.", "1.2.3.", "17.1234"] {
+            #expect(OSVersion(bad) == nil, "\(bad)")
+        }
     }
 
     @Test func theActivityLifecycleKeepsTombstones() {

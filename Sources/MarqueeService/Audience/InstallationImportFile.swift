@@ -132,10 +132,11 @@ public struct InstallationImportParser: Sendable {
         }
         // The row's non-empty cells by column.
         var cell = [String?](repeating: nil, count: CSVColumn.allCases.count)
-        let count: Int
-        switch forEachCell(line, { position, bytes in
+        let scanned = forEachCell(line) { position, bytes in
             if position < columns.count && !bytes.isEmpty { cell[columns[position].rawValue] = String(decoding: bytes, as: UTF8.self) }
-        }) {
+        }
+        let count: Int
+        switch scanned {
         case .success(let cells): count = cells
         case .failure(let error): return problem(nil, error.message)
         }
@@ -218,7 +219,8 @@ public struct InstallationImportParser: Sendable {
     /// returns how many cells the line has. A quote opens a quoted cell only as the cell's first byte;
     /// elsewhere in an unquoted cell it is text.
     static func forEachCell(_ line: ArraySlice<UInt8>, _ body: (Int, ArraySlice<UInt8>) -> Void) -> Result<Int, CSVLineError> {
-        let quote = UInt8(ascii: "\""), comma = UInt8(ascii: ",")
+        let quote = UInt8(ascii: "\"")
+        let comma = UInt8(ascii: ",")
         var position = 0
         var index = line.startIndex
         while true {
