@@ -24,10 +24,7 @@ public enum InstallationImportFormat: String, Sendable, CaseIterable {
 public struct InstallationImportParser: Sendable {
     /// The columns a CSV file may have; `installationId` and `registeredAt` are required. `events` holds
     /// external ids and `eventIds` Marquee's ids, each list separated by `;`, as is `topics`.
-    public static let csvColumns = [
-        "installationId", "pushToStartToken", "osVersion", "appBuild", "locale", "frequentPushesEnabled", "liveActivitiesEnabled",
-        "events", "eventIds", "topics", "registeredAt",
-    ]
+    public static let csvColumns = CSVColumn.allCases.map { String(describing: $0) }
     static let jsonFields: Set<String> = [
         "installationId", "pushToStartToken", "osVersion", "appBuild", "locale", "frequentPushesEnabled", "liveActivitiesEnabled",
         "follows", "registeredAt",
@@ -156,8 +153,7 @@ public struct InstallationImportParser: Sendable {
         }
         row.osVersion = value(.osVersion)
         // The column lists are static: a literal array here would be an allocation a row.
-        for column in CSVColumn.shortTexts {
-            let limits = column == .appBuild ? RegistrationLimits.appBuild : RegistrationLimits.locale
+        for (column, limits) in CSVColumn.shortTexts {
             if let text = value(column), !limits.contains(text.count) {
                 return problem(column, "\(limits.lowerBound) to \(limits.upperBound) characters")
             }
@@ -282,7 +278,8 @@ public struct InstallationImportParser: Sendable {
     }
 }
 
-/// A column a CSV import file may have, in the order of `InstallationImportParser.csvColumns`.
+/// A column a CSV import file may have: a header names it by its case name. The raw value is its slot in a
+/// row's cells.
 enum CSVColumn: Int, CaseIterable {
     case installationId, pushToStartToken, osVersion, appBuild, locale, frequentPushesEnabled, liveActivitiesEnabled
     case events, eventIds, topics, registeredAt
@@ -295,7 +292,7 @@ enum CSVColumn: Int, CaseIterable {
     /// The name a header gives it.
     var name: String { InstallationImportParser.csvColumns[rawValue] }
 
-    static let shortTexts: [CSVColumn] = [.appBuild, .locale]
+    static let shortTexts: [(CSVColumn, ClosedRange<Int>)] = [(.appBuild, RegistrationLimits.appBuild), (.locale, RegistrationLimits.locale)]
     static let flags: [CSVColumn] = [.frequentPushesEnabled, .liveActivitiesEnabled]
 
     /// Whether a header with this column replaces each row's follows.

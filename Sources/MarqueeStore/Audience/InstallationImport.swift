@@ -1,8 +1,9 @@
 // `marquee installation import`: existing registrations brought in from another system's dump, under the
 // registry's rules (docs/operations.md#importing-installations). Rows are COPYed into a temporary table and
 // applied by a few set-wide statements in one transaction (a million rows take under a minute, not a statement
-// each), and a failed import leaves nothing behind. A row changes an installation only when its `registeredAt` is newer than the
-// installation's last registration, so an old dump cannot undo rotations, moves or invalidations made since.
+// each), and a failed import leaves nothing behind. A row changes an installation only when its `registeredAt`
+// is newer than the installation's last registration, so an old dump cannot undo rotations, moves or
+// invalidations made since.
 import Foundation
 import MarqueeCore
 import Postgres
