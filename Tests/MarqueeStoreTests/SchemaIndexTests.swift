@@ -240,6 +240,37 @@ struct SchemaIndexTests {
         }
     }
 
+    @Test func theAutomaticRunCheckProbesEachEventsRunsAndEnd() async throws {
+        // The fan-out runs the check every tick over every event not over, so each event's automatic runs and its end
+        // are probed by the event's id, whatever the statistics: a `NOT EXISTS` pulled up into a join, planned while
+        // the tables looked empty, read every automatic run once per event (the cost grew with the square of the
+        // events).
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let check = StartRepository.dueAutomaticRunsStatement(lead: 600, maxLateness: 1800, channelWait: 60, now: nil)
+        for analyzed in [false, true] {
+            if analyzed {
+                try await f.pool.execute(
+                    """
+                    INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy, starts_at, status)
+                    SELECT \(f.appID), 'e' || g, 'match', \(f.typeID), '{}', 'mostRecent', now() + make_interval(mins => g), \(EventStatus.scheduled.sql)
+                    FROM generate_series(1, 500) AS g
+                    """)
+                try await f.pool.execute("ANALYZE events")
+            }
+            let plan = try await Self.genericPlan(of: check, on: f.pool, seqScan: true)
+            let lines = plan.split(separator: "\n")
+            for table in ["start_runs", "outbox"] {
+                let scans = lines.indices.filter { lines[$0].contains("Scan") && lines[$0].contains(" on \(table) ") }
+                #expect(!scans.isEmpty, "\(table), analyzed \(analyzed):\n\(plan)")
+                for index in scans {
+                    let indexCondition = lines[(index + 1)...].prefix { !$0.contains("->") }.filter { $0.contains("Index Cond:") }
+                    #expect(indexCondition.contains { $0.contains("(event_id = ") }, "\(lines[index]), analyzed \(analyzed):\n\(plan)")
+                }
+            }
+        }
+    }
+
     @Test func anInstallationIDIsFoundAppByAppThroughTheAppsKey() async throws {
         // Sql/0035 dropped the index of installation ids alone: a lookup without an app reads each app's
         // (app_id, installation_id), with or without an app given.
