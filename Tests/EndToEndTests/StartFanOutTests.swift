@@ -382,4 +382,47 @@ struct StartFanOutTests {
             #expect(Self.activities(harness).values.allSatisfy { $0.allSatisfy { $0.channelID == channel } })
         }
     }
+
+    @Test func aBroadcastAcceptedBeforeAWindowsStartsButRecordedAfterItsReadGoesAgain() async throws {
+        // The race made certain: APNs answers every request 2 s after accepting it, so the goal is accepted (and
+        // delivered to the channel's subscribers, none yet) well before serve records it, and the window of starts
+        // reads the event's content in between: every start carries the score before the goal and is accepted after
+        // it. Once the window is answered the goal is recorded, and the channel's last state goes again.
+        try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900"]) { harness in
+            let members = (1...50).map { Member(installationID: "r-\($0)", token: Self.token($0), os: "18.2", follows: true, enabled: true) }
+            try await Self.seed(members, topic: "team:arsenal", harness: harness)
+            let event = try await Self.createMatch(harness, "fanout-raced", startsIn: 7200)
+            let channel = try await harness.openChannel(of: event)
+            // Kick-off is broadcast and recorded first: a start carries the last broadcast's state.
+            var kickOff = MatchState()
+            kickOff.period = .firstHalf
+            #expect(try await harness.update(event, kickOff).status == 202)
+            try await harness.waitUntil("the kick-off is recorded") {
+                try await harness.count("SELECT count(*) AS n FROM updates WHERE event_id = \(event) AND disposition = 'broadcast'") == 1
+            }
+            harness.simulator.engine.latency = .seconds(2) ... .seconds(2)
+            var goal = kickOff
+            goal.homeScore = 1
+            let updated = try await harness.update(event, goal, extra: ["priority": "high"])
+            #expect(updated.status == 202, "\(updated.text)")
+            try await harness.waitUntil("APNs accepts the goal") {
+                harness.simulator.engine.broadcasts.contains { $0.json["aps"]?["content-state"]?["homeScore"] == 1 }
+            }
+            let started = try await harness.api("POST", "/v1/events/\(event)/starts", [:])
+            #expect(started.status == 202, "\(started.text)")
+            try await harness.waitUntil("every device shows an activity") { Self.activities(harness).values.allSatisfy { $0.count == 1 } }
+            #expect(
+                Self.activities(harness).values.allSatisfy { $0.first?.contentState["homeScore"] == 0 },
+                "started with the kick-off, read before the goal was recorded")
+            try await harness.waitUntil("every device shows the goal") {
+                let shown = Self.activities(harness)
+                return members.allSatisfy { shown[$0.token]?.count == 1 && shown[$0.token]?.first?.contentState["homeScore"] == 1 }
+            }
+            #expect(Self.activities(harness).values.allSatisfy { $0.allSatisfy { $0.channelID == channel } })
+            #expect(try await harness.metric("marquee_start_windows_raced_total") >= 1)
+            let again = harness.simulator.engine.broadcasts.filter { $0.json["aps"]?["content-state"]?["homeScore"] == 1 }
+            #expect(again.count == 2, "the goal, then its state again")
+            #expect(again.last.map { $0.priority == 5 && $0.json["aps"]?["alert"] == nil } == true, "without the goal's alert")
+        }
+    }
 }

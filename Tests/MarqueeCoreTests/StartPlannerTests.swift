@@ -97,6 +97,22 @@ struct StartPlannerTests {
         #expect(notDone.state == .planned && notDone.backOffChunk && notDone.retryAfter == nil, "500 and 503 back off the chunk")
     }
 
+    @Test func aBroadcastRacingAWindowOfChannelStartsIsBroadcastAgain() {
+        // The window's starts carried aps.timestamp 100; the channel's is read once they are answered.
+        let cases: [(channel: Int64?, inFlight: Bool, waitedOut: Bool, expected: StartWindowFollowUp)] = [
+            (nil, false, false, .none), (nil, false, true, .none), (100, false, false, .none), (100, false, true, .none),
+            (nil, true, false, .waitForBroadcast), (100, true, false, .waitForBroadcast),
+            (nil, true, true, .broadcastAgain), (100, true, true, .broadcastAgain),
+            (101, false, false, .broadcastAgain), (101, false, true, .broadcastAgain),
+            (101, true, false, .broadcastAgain), (101, true, true, .broadcastAgain),
+        ]
+        for c in cases {
+            let followUp = planner.afterChannelWindow(
+                startedWith: 100, channelTimestamp: c.channel, broadcastInFlight: c.inFlight, waitedOut: c.waitedOut)
+            #expect(followUp == c.expected, "channel \(c.channel.map(String.init) ?? "nil"), in flight \(c.inFlight), waited out \(c.waitedOut)")
+        }
+    }
+
     @Test func aRunCutsChunksThenRollsIntoLatePassesUntilTheCutoff() {
         let runs = StartRunPlanner(lateStartInterval: 60)
         func facts(_ state: StartRunState, _ adjust: (inout StartRunFacts) -> Void = { _ in }) -> StartRunFacts {

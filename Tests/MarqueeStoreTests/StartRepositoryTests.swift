@@ -353,4 +353,53 @@ struct StartRepositoryTests {
         #expect(try await f.count("starts") == 0)
         #expect(try await f.count("start_runs") == 0)
     }
+
+    @Test func aRacedWindowQueuesTheLastBroadcastStateAgainWithoutItsAlert() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let repository = StartRepository(pool: f.pool)
+        let event = try await f.makeEvent(startsAt: Date().addingTimeInterval(3600))
+        let channel = try await f.openChannel(eventID: event.id)
+        let apnsChannelID = try #require(channel.apnsChannelID)
+        let goal = try await f.postAccepted(event.id, ["home": 1, "away": 0], at: Date())
+        #expect(try await repository.broadcastLastStateAgain(eventID: event.id) == false, "nothing broadcast yet")
+        // The dispatcher broadcast the goal with its alert at priority high, and its outbox row went.
+        try await f.pool.execute(
+            """
+            UPDATE updates SET disposition = \(UpdateDisposition.broadcast.rawValue), disposed_at = now(),
+                alert = \(#"{"title": "GOAL"}"#)::jsonb, priority = \(RequestedPriority.high.rawValue) WHERE id = \(goal.id)
+            """)
+        try await f.pool.execute("DELETE FROM outbox WHERE event_id = \(event.id)")
+        try await f.pool.execute("UPDATE channels SET last_aps_timestamp = 42 WHERE id = \(channel.id)")
+        let before = try await repository.channelAfterWindow(eventID: event.id, apnsChannelID: apnsChannelID)
+        #expect(before.lastApsTimestamp == 42 && !before.broadcastInFlight)
+
+        #expect(try await repository.broadcastLastStateAgain(eventID: event.id))
+        let queued = try await f.pool.query(
+            """
+            SELECT u.id, u.content_state = \(#"{"home": 1, "away": 0}"#)::jsonb AS same_state, u.alert IS NULL AS silent, u.priority, u.disposition, u.api_key_id IS NULL AS by_marquee
+            FROM outbox o JOIN updates u ON u.id = o.update_id WHERE o.event_id = \(event.id)
+            """)
+        try #require(queued.count == 1)
+        #expect(try queued[0].decode(Int.self, column: "id") > goal.id)
+        #expect(try queued[0].decode(Bool.self, column: "same_state"), "the broadcast's state")
+        #expect(try queued[0].decode(Bool.self, column: "silent"), "the goal's alert is not sounded again")
+        #expect(try queued[0].decode(String.self, column: "priority") == RequestedPriority.low.rawValue)
+        #expect(try queued[0].decode(String.self, column: "disposition") == UpdateDisposition.pending.rawValue)
+        #expect(try queued[0].decode(Bool.self, column: "by_marquee"))
+        #expect(try await repository.broadcastLastStateAgain(eventID: event.id) == false, "queued work carries that state already")
+
+        let claimed = try await OutboxRepository(pool: f.pool).claim(instance: "dispatcher", limit: 10, lease: 60)
+        #expect(claimed.map(\.eventID) == [event.id])
+        #expect(try await repository.channelAfterWindow(eventID: event.id, apnsChannelID: apnsChannelID).broadcastInFlight)
+
+        // After an end, nothing goes again.
+        try await f.pool.execute("DELETE FROM outbox WHERE event_id = \(event.id)")
+        try await f.pool.execute(
+            """
+            UPDATE updates SET action = \(UpdateAction.end.rawValue), disposition = \(UpdateDisposition.broadcast.rawValue), disposed_at = now()
+            WHERE event_id = \(event.id)
+            """)
+        #expect(try await repository.broadcastLastStateAgain(eventID: event.id) == false)
+    }
 }

@@ -168,6 +168,20 @@ public struct StartAnswerPlan: Sendable, Equatable {
     public var backOffChunk: Bool
 }
 
+/// What a window of starts on the channel asks for once answered. APNs delivers a broadcast to the activities
+/// subscribed when it accepts it, so a broadcast accepted while the window was in flight reaches none of the
+/// activities the window started after it, and those show the older state the window read before it went.
+public enum StartWindowFollowUp: Sendable, Equatable {
+    /// Nothing was broadcast since the window's content was read.
+    case none
+    /// A broadcast of the event is in flight: it may have been accepted before some of the window's starts.
+    /// Look again once it is recorded.
+    case waitForBroadcast
+    /// A broadcast was recorded since the window's content was read (or one stayed in flight past the wait):
+    /// the channel broadcasts its last state again, without its alert and at priority 5.
+    case broadcastAgain
+}
+
 /// The fan-out's decisions.
 public struct StartPlanner: Sendable {
     public var limits: StartLimits
@@ -201,6 +215,17 @@ public struct StartPlanner: Sendable {
         case .waitForChannel: return .wait(until: channelWaitUntil)
         case .notStartable: return .skip(.notStartable)
         }
+    }
+
+    /// What a window of starts on the channel asks for once answered: `startedWith` is the aps.timestamp its
+    /// starts carried, `channelTimestamp` the channel's last one now, `broadcastInFlight` whether a broadcast of
+    /// the event is claimed and unrecorded now, and `waitedOut` whether the wait for one is over.
+    public func afterChannelWindow(startedWith: Int64, channelTimestamp: Int64?, broadcastInFlight: Bool, waitedOut: Bool)
+        -> StartWindowFollowUp
+    {
+        if let channelTimestamp, channelTimestamp > startedWith { return .broadcastAgain }
+        guard broadcastInFlight else { return .none }
+        return waitedOut ? .broadcastAgain : .waitForBroadcast
     }
 
     /// What a start's answer leads to, for a start on its `attempt`-th send (1 for the first).

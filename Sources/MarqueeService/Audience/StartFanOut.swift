@@ -111,6 +111,8 @@ public struct StartMetrics: Sendable {
     /// Accepted starts of the last day, and those the app's registration shows adopted, by `os_major`.
     public let accepted: Gauge
     public let adopted: Gauge
+    /// Windows of channel starts a broadcast raced, after which the channel's last state went again.
+    public let racedWindows: Counter
 
     public init(registry: MetricsRegistry) {
         starts = registry.counter("marquee_starts_total", help: "Push-to-starts by result and reason.", labels: ["result", "reason"])
@@ -125,6 +127,9 @@ public struct StartMetrics: Sendable {
             "marquee_start_adopted",
             help: "Accepted push-to-starts of the last 24 hours whose activity the app registered within 10 minutes, by OS major version.",
             labels: ["os_major"])
+        racedWindows = registry.counter(
+            "marquee_start_windows_raced_total",
+            help: "Windows of push-to-starts on a channel that a broadcast raced; the channel's last state went again.")
     }
 }
 
@@ -308,6 +313,9 @@ public final class StartFanOut: Service {
                 let outcome = try await send(window, chunk: chunk, app: content.app, composer: composer)
                 backOff = outcome.backOff
                 if let retry = outcome.retryAt { waitUntil = min(waitUntil ?? retry, retry) }
+                if outcome.wentOutOnChannel, let channelID = content.channelID {
+                    try await followBroadcastsRacing(startedWith: content.apsTimestamp, chunk: chunk, apnsChannelID: channelID, logger: logger)
+                }
             }
             if backOff || index < sends.count {
                 let delay = backOff ? configuration.chunkBackoff.delay(attempt: chunk.attempts) : 0
@@ -327,9 +335,9 @@ public final class StartFanOut: Service {
     /// Marks one window `sending`, sends it, and records the answers (at most `sendWindow` per statement).
     private func send(
         _ window: [PlannedStart], chunk: ClaimedStartChunk, app: StartApp, composer: StartComposer
-    ) async throws -> (backOff: Bool, retryAt: Date?) {
+    ) async throws -> (backOff: Bool, retryAt: Date?, wentOutOnChannel: Bool) {
         let marked = try await repository.markSending(chunk, window)
-        guard !marked.isEmpty else { return (false, nil) }
+        guard !marked.isEmpty else { return (false, nil, false) }
         let pipelineApp = PipelineApp(id: chunk.appID, bundleID: app.bundleID, environment: app.environment)
         inFlight.withLock { $0 += marked.count }
         metrics.inFlight.set(Double(inFlight.withLock { $0 }))
@@ -364,8 +372,10 @@ public final class StartFanOut: Service {
         var records: [StartAnswerRecord] = []
         var backOff = false
         var retryAt: Date?
+        var wentOutOnChannel = false
         for (start, answer, outcome) in answers {
             let plan = planner.afterAnswer(answer, attempt: start.attempt)
+            wentOutOnChannel = wentOutOnChannel || (start.route == .channel && StartLifecycle.startedStates.contains(plan.state))
             records.append(
                 StartAnswerRecord(
                     startID: start.id, state: plan.state, reason: plan.reason, status: outcome?.attempts.last?.status,
@@ -391,8 +401,36 @@ public final class StartFanOut: Service {
                 logger.warning("token refusal not recorded", ["installation": .int(start.installation), "error": .string("\(error)")])
             }
         }
-        return (backOff, retryAt)
+        return (backOff, retryAt, wentOutOnChannel)
     }
+
+    /// After a window of starts on the channel (`StartWindowFollowUp`): once a broadcast in flight, if any, is
+    /// recorded (waiting up to `raceWait`), a broadcast recorded since the window's content was read makes the
+    /// channel's last state go again, for the activities the window started after APNs accepted that broadcast.
+    private func followBroadcastsRacing(startedWith: Int64, chunk: ClaimedStartChunk, apnsChannelID: String, logger: Logger) async throws {
+        let deadline = ContinuousClock.now + Self.raceWait
+        while true {
+            let channel = try await repository.channelAfterWindow(eventID: chunk.eventID, apnsChannelID: apnsChannelID)
+            switch planner.afterChannelWindow(
+                startedWith: startedWith, channelTimestamp: channel.lastApsTimestamp, broadcastInFlight: channel.broadcastInFlight,
+                waitedOut: ContinuousClock.now >= deadline)
+            {
+            case .none:
+                return
+            case .waitForBroadcast:
+                try await Task.sleep(for: .milliseconds(20))
+            case .broadcastAgain:
+                metrics.racedWindows.increment()
+                if try await repository.broadcastLastStateAgain(eventID: chunk.eventID) {
+                    logger.info("a broadcast raced a window of starts; the channel's last state goes again")
+                }
+                return
+            }
+        }
+    }
+
+    /// How long a window of channel starts waits for a broadcast in flight to be recorded.
+    private static let raceWait: Duration = .seconds(2)
 
     /// Runs a write until PostgreSQL takes it: a failure a retry can mend (a lost connection, a server
     /// restarting) is tried again after a backoff (50 ms doubling to 1 s) for up to `seconds`; any other

@@ -393,6 +393,61 @@ public struct StartRepository: Sendable {
             lastAlertAt: try event.decode(column: "last_alert_at"))
     }
 
+    /// The event's channel as a window of starts on it finds it once answered: its last aps.timestamp, and
+    /// whether a broadcast of the event is claimed and not yet recorded (`StartPlanner.afterChannelWindow`).
+    public func channelAfterWindow(eventID: Int, apnsChannelID: String, now: Date? = nil) async throws
+        -> (lastApsTimestamp: Int64?, broadcastInFlight: Bool)
+    {
+        let row = try await pool.query(
+            """
+            SELECT (SELECT last_aps_timestamp FROM channels WHERE event_id = \(eventID) AND apns_channel_id = \(apnsChannelID)
+                    ORDER BY id DESC LIMIT 1) AS last_aps_timestamp,
+                   EXISTS (SELECT 1 FROM outbox WHERE event_id = \(eventID) AND claim_token IS NOT NULL
+                           AND claimed_until > coalesce(\(now), now())) AS broadcast_in_flight
+            """)[0]
+        return (try row.decode(column: "last_aps_timestamp"), try row.decode(column: "broadcast_in_flight"))
+    }
+
+    /// Queues the event's last broadcast state to go out again on its channel (`StartWindowFollowUp.broadcastAgain`):
+    /// a new update with that broadcast's content-state, stale date and relevance, no alert, priority `low`,
+    /// recorded without an API key. Nothing is queued while the event has outbox work (which goes out with that
+    /// state or a newer one), when it is over, or when its last broadcast was its end. Returns whether it was queued.
+    public func broadcastLastStateAgain(eventID: Int) async throws -> Bool {
+        try await pool.withTransaction { tx in
+            guard
+                let repeated = try await tx.query(
+                    """
+                    INSERT INTO updates (event_id, action, content_state, stale_date, relevance_score, priority, occurred_at)
+                    SELECT u.event_id, \(UpdateAction.update.sql), u.content_state, u.stale_date, u.relevance_score,
+                           \(RequestedPriority.low.sql), u.occurred_at
+                    FROM updates u JOIN events e ON e.id = u.event_id AND e.status IN \(Self.startableEventStates.sql)
+                    WHERE u.id = (SELECT id FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.broadcast.sql)
+                                  ORDER BY id DESC LIMIT 1)
+                      AND u.action = \(UpdateAction.update.sql)
+                      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = \(eventID))
+                    RETURNING id
+                    """
+                ).first
+            else { return false }
+            let updateID: Int = try repeated.decode(column: "id")
+            let queued = try await tx.query(
+                """
+                WITH queued AS (
+                    INSERT INTO outbox (event_id, update_id) VALUES (\(eventID), \(updateID)) ON CONFLICT (event_id) DO NOTHING
+                    RETURNING event_id
+                )
+                SELECT pg_notify(\(IngestRepository.notifyChannel), event_id::text) FROM queued
+                """)
+            guard queued.isEmpty else { return true }
+            // An ingest queued work meanwhile: it carries that state or a newer one.
+            try await tx.execute(
+                """
+                UPDATE updates SET disposition = \(UpdateDisposition.conflated.sql), disposed_at = now() WHERE id = \(updateID)
+                """)
+            return false
+        }
+    }
+
     /// Every member of the audience in the chunk's range with the planner's facts.
     public func members(of chunk: ClaimedStartChunk, maxConcurrentWindow: TimeInterval = 8 * 3600, now: Date? = nil) async throws
         -> [StartChunkMember]
