@@ -367,6 +367,31 @@ struct PipelineSchedulerTests {
         #expect(try await other.tick() != nil)
     }
 
+    @Test func aSweepThatTookTheLeaseBeforeTheServiceStartedLeavesItToTheService() async throws {
+        // serve answers the operator's routes before its scheduler's loop starts: a sweep asked then takes the lease
+        // itself, and the service starting during it shares that lease (same holder, same fencing). Given back at the
+        // end, it expired under the service, and the next operator's sweep was refused as led elsewhere.
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let scheduler = f.scheduler(instance: "s1") {
+            $0.renewInterval = .seconds(600)
+            $0.tickInterval = .seconds(600)
+        }
+        _ = try await f.makeEvent(startsAt: f.clock.now)
+        f.apns.state.withLock { $0.createDelay = .seconds(1) }
+        let sweep = Task { try await scheduler.runOnce() }
+        try await Task.sleep(for: .milliseconds(300))  // the sweep holds the lease, waiting on its create
+        let shutdown = ShutdownSignal()
+        let running = Task { try await scheduler.run(until: shutdown) }
+        #expect(try await sweep.value.opened.count == 1)
+        #expect(scheduler.isLeader)
+        let lease = try #require(try await LeaderLeaseRepository(pool: f.pool).current(name: scheduler.configuration.leaseName))
+        #expect(lease.holder == "s1" && lease.expiresAt > f.clock.now, "the service's lease is held still")
+        _ = try await scheduler.runOnce(reconcile: true)
+        shutdown.trigger()
+        try await running.value
+    }
+
     @Test func aFencedLeaderThatLostItsLeaseWritesNothing() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

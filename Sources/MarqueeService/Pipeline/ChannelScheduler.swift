@@ -178,15 +178,24 @@ public final class ChannelScheduler: Service {
         do {
             let report = try await sweep(fence: fence, reconcileAll: reconcile, deleteUnknown: deleteUnknown)
             await retention().purge(hourly: reconcile)
-            if takenForThisSweep { try await leases.release(fence) }
+            if takenForThisSweep { try await giveBack(fence) }
             return report
         } catch PipelineError.leaseNotHeld {
             grant.withLock { held in if held?.fencing == fence.fencing { held = nil } }
             throw await heldElsewhere()
         } catch {
-            if takenForThisSweep { try? await leases.release(fence) }
+            if takenForThisSweep { try? await giveBack(fence) }
             throw error
         }
+    }
+
+    /// Gives back the lease `runOnce` took for its sweep, unless the service started meanwhile: it shares that
+    /// lease (same holder, same fencing), and serve answers the operator's routes before its scheduler's loop
+    /// starts, so giving it back would expire the service's lease under it (its sweeps fenced, and the next
+    /// operator's sweep refused) until its next renewal.
+    private func giveBack(_ fence: LeaseGrant) async throws {
+        guard !serving.withLock({ $0 }), grant.withLock({ $0?.fencing != fence.fencing }) else { return }
+        try await leases.release(fence)
     }
 
     private func heldElsewhere() async -> ChannelSchedulerError {
