@@ -298,8 +298,10 @@ import Testing
         let puts = backend.requests.filter { $0.method == "PUT" }
         // The event key is read from the attribute type (once per worker at most: both may ask before one learns it).
         #expect(Set(backend.requests.filter { $0.method == "GET" }.map(\.path)) == ["/v1/attribute-types/MatchAttributes?app=7"])
-        // The first PUT was answered 503 and tried again.
-        #expect(puts.count == 3)
+        // The first PUT was answered 503 and tried again (both end registered with 201, so the 503 was retried).
+        // Under a loaded machine a PUT whose answer outlives the client's timeout goes once more: at least 3.
+        #expect(puts.count >= 3, "\(puts.map(\.path))")
+        #expect(Set(puts.map(\.path)).count == 2, "\(puts.map(\.path))")
         for request in backend.requests { #expect(request.authorization == "Bearer mq_1_secret") }
         let byInstallation = Dictionary(puts.map { ($0.path, $0) }) { _, last in last }
         let expected: [(installation: String, activity: SimulatedActivity, match: String)] = [

@@ -175,12 +175,16 @@ import Testing
         var url: String { "http://127.0.0.1:\(port)" }
         let databaseURL: String
         let key: String
+        /// The apps' signing key files (read when needed, so kept until `stop()`).
+        let folder: URL
 
         static func start(_ extra: [String] = []) async throws -> Server {
             let databaseURL = try await MarqueeProcess.freshDatabase()
             let (serve, port) = try await MarqueeProcess.serve(databaseURL: databaseURL, arguments: extra)
             let key = try await ServeTests.adminKey(databaseURL: databaseURL)
-            return Server(serve: serve, port: port, databaseURL: databaseURL, key: key)
+            let folder = FileManager.default.temporaryDirectory.appending(path: "marquee-cli-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            return Server(serve: serve, port: port, databaseURL: databaseURL, key: key, folder: folder)
         }
 
         func cli(_ arguments: [String], key: String? = nil) async throws -> MarqueeProcess.Result {
@@ -196,9 +200,9 @@ import Testing
         /// Adds an app with a fresh signing key, straight in the database as `marquee app add` does; its APNs
         /// hosts are a loopback port nothing listens on.
         func addApp() async throws -> Int64 {
-            let folder = FileManager.default.temporaryDirectory.appending(path: "marquee-cli-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            let keyFile = folder.appending(path: "AuthKey_KEY1234567.p8").path
+            let keys = folder.appending(path: UUID().uuidString)
+            try FileManager.default.createDirectory(at: keys, withIntermediateDirectories: true)
+            let keyFile = keys.appending(path: "AuthKey_KEY1234567.p8").path
             try P256.SigningKey.generate().pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
             chmod(keyFile, 0o600)
             let added = try await MarqueeProcess.run(
@@ -228,6 +232,7 @@ import Testing
         func stop() async {
             serve.signal(SIGTERM)
             _ = await serve.wait()
+            try? FileManager.default.removeItem(at: folder)
         }
     }
 

@@ -17,6 +17,11 @@ struct InstallationImportTests {
         return url.path
     }
 
+    /// Removes a file that `file(_:_:)` wrote, with its folder.
+    static func remove(_ path: String) {
+        try? FileManager.default.removeItem(at: URL(fileURLWithPath: path).deletingLastPathComponent())
+    }
+
     static func installation(_ harness: BroadcastHarness, _ id: String, key: String) async throws -> JSONValue? {
         let response = try await harness.api("GET", "/v1/installations/\(id)?app=\(harness.appID)", key: key)
         return response.status == 200 ? response.json : nil
@@ -42,6 +47,7 @@ struct InstallationImportTests {
                     "phone-5,,banana,,,,2026-11-01T10:00:00Z",
                     "\"phone-6\",\(Self.token("dd")),16.4,\"fr,FR\",,,2026-11-01T10:00:00Z",
                 ])
+            defer { Self.remove(path) }
             let refused = try await MarqueeProcess.run(
                 ["installation", "import", path, "--app", "\(harness.appID)"], databaseURL: harness.databaseURL)
             #expect(refused.status == 65, "\(refused.stderr)")
@@ -85,6 +91,7 @@ struct InstallationImportTests {
             }
             func run(_ lines: [String]) async throws -> JSONValue {
                 let path = try Self.file("dump.jsonl", lines)
+                defer { Self.remove(path) }
                 let result = try await MarqueeProcess.run(
                     ["installation", "import", path, "--app", "\(harness.appID)", "--json"], databaseURL: harness.databaseURL)
                 try #require(result.status == 0, "\(result.stdout) \(result.stderr)")
