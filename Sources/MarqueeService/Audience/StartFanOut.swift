@@ -216,7 +216,11 @@ public final class StartFanOut: Service {
         {
             metrics.runs.increment([StartRunKind.automatic.rawValue, run.state.rawValue])
             if let reason = run.skipReason {
-                logger.warning("automatic start run skipped", ["event": .int(run.eventID), "run": .int(run.id), "reason": .string(reason.rawValue)])
+                // Late: serve was down at the lead, an operator's matter. Without a start alert there is nothing to
+                // start with, as for every event of an app that does not use push-to-start: the run records it.
+                logger.log(
+                    reason == .late ? .warning : .info, "automatic start run skipped",
+                    ["event": .int(run.eventID), "run": .int(run.id), "reason": .string(reason.rawValue)])
             } else {
                 logger.info("automatic start run began", ["event": .int(run.eventID), "run": .int(run.id)])
             }
