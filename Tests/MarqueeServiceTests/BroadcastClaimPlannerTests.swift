@@ -79,6 +79,23 @@ import Testing
             ])
         let planned = try #require(sent(Self.planner.plan(Self.facts(carried, schema: nil))))
         #expect(planned.droppedAlert && planned.conflated == 1 && planned.body.count <= 5120)
+        #expect(planned.alertUpdateID == nil && !planned.carriesAlert)
+    }
+
+    /// The update whose alert a broadcast carries: its own, else the one it conflates, recorded so mirroring sends it too.
+    @Test func aBroadcastNamesTheUpdateWhoseAlertItCarries() throws {
+        let goal: JSONValue = ["title": "Goal", "body": "1-0"]
+        let conflating = Self.claim(
+            pending: [
+                PendingUpdate(id: 9, priority: .auto, alert: goal, occurredAt: Self.now - 1),
+                PendingUpdate(id: 10, priority: .auto, alert: nil, occurredAt: Self.now),
+            ])
+        let carried = try #require(sent(Self.planner.plan(Self.facts(conflating))))
+        #expect(carried.alertUpdateID == 9 && carried.carriesAlert && carried.conflated == 1)
+        let own = try #require(sent(Self.planner.plan(Self.facts(Self.claim(alert: goal)))))
+        #expect(own.alertUpdateID == 10 && own.carriesAlert)
+        let none = try #require(sent(Self.planner.plan(Self.facts(Self.claim()))))
+        #expect(none.alertUpdateID == nil && !none.carriesAlert)
     }
 
     @Test func apsTimestampsComeFromTheClaimUnlessThisInstanceSentALaterOne() throws {

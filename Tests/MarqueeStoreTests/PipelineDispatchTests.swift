@@ -186,6 +186,32 @@ struct PipelineDispatchTests {
         #expect(again.update.id == newer.id)
     }
 
+    /// A broadcast that carried the alert of an update it conflated names that update in its delivery, and what
+    /// mirroring sends the event's token activities carries that alert, as the channel's subscribers were shown.
+    @Test func theAlertABroadcastCarriedFromAConflatedUpdateIsTheOneMirrored() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent()
+        let channel = try await f.openChannel(eventID: event.id)
+        let goal: JSONValue = ["title": "Goal", "body": "Arsenal 1-0"]
+        let scored = try await f.ingest.ingest(
+            eventID: event.id, UpdateDraft(alert: goal, occurredAt: t0, apiKeyID: f.apiKeyID, urgent: true),
+            state: ["home": 1], idempotency: nil, response: PipelineFixture.answer)
+        guard case .accepted(let alertUpdate, _) = scored else { throw FixtureError.notAccepted }
+        try await f.post(event.id, ["home": 1, "away": 0], at: t0 + 1)
+        let claim = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
+        #expect(claim.pending.map(\.id) == [alertUpdate.id, claim.update.id] && claim.update.alert == nil)
+        let outcomes = try await f.outbox.recordBroadcasts([
+            BroadcastRecord(claim: claim, delivery: f.delivery(for: claim), apsTimestamp: 10, sentAt: t0 + 1, alertUpdateID: alertUpdate.id)
+        ])
+        #expect(try outcomes[0].get() == .completed)
+        #expect(try await f.scalar(Int?.self, "SELECT alert_update_id FROM deliveries WHERE channel_id = \(channel.id)") == alertUpdate.id)
+        #expect(try await f.scalar(Date?.self, "SELECT last_alert_at FROM channels WHERE id = \(channel.id)") == t0 + 1)
+        let mirrored = try #require(try await MirrorRepository(pool: f.pool).content(eventID: event.id))
+        #expect(mirrored.updateID == claim.update.id && mirrored.contentState == ["home": 1, "away": 0])
+        #expect(mirrored.alert == goal)
+    }
+
     @Test func aNewerUpdateDuringTheSendKeepsTheRowDue() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }

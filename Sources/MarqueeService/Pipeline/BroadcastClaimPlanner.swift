@@ -34,7 +34,9 @@ struct PlannedBroadcast: Sendable, Equatable {
     /// A carried alert did not fit the broadcast limit and was left out.
     var droppedAlert: Bool
     /// The body has an alert (the channel's alert boost runs from its acceptance).
-    var carriesAlert: Bool
+    var carriesAlert: Bool { alertUpdateID != nil }
+    /// The update whose alert the body carries: the one sent, or an older pending one it conflates (nil: none).
+    var alertUpdateID: Int?
     /// The channel's budget with this send counted (stored in its memory once accepted).
     var budget: HighPriorityBudget
     /// Pending updates older than the one sent, which become conflated.
@@ -116,7 +118,8 @@ struct BroadcastClaimPlanner: Sendable {
         return .send(
             PlannedBroadcast(
                 body: body, apsTimestamp: apsTimestamp, priority: priority.priority, downgraded: priority.downgraded,
-                droppedAlert: composed.droppedAlert, carriesAlert: composed.hasAlert, budget: budget,
+                droppedAlert: composed.droppedAlert,
+                alertUpdateID: composed.hasAlert ? (claim.update.alert != nil ? claim.update.id : alertFrom) : nil, budget: budget,
                 conflated: pending.count(where: { $0.id < claim.update.id })))
     }
 

@@ -138,7 +138,7 @@ final class BroadcastSender: Sendable {
                 // A newer update that arrived during the send is due when the pacing allows (at once if urgent).
                 let record = BroadcastRecord(
                     claim: claim, delivery: final, apsTimestamp: planned.apsTimestamp,
-                    nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now, carriedAlert: planned.carriesAlert)
+                    nextAttemptDelay: pacedDelay(sentAt: now), sentAt: now, alertUpdateID: planned.alertUpdateID)
                 recorded = try await persistently(claim, "broadcast") { try await recorder.record(record) }
             } catch PipelineError.apsTimestampNotIncreasing {
                 // Another instance sent a later timestamp meanwhile: send again with a new one.

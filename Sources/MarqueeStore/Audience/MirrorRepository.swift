@@ -166,22 +166,25 @@ public struct MirrorRepository: Sendable {
             """)
     }
 
-    /// What a mirrored push of the event carries now: its newest accepted broadcast (the update, its
-    /// aps.timestamp and priority, read together with the channel), the event's storage policy and the app.
-    /// Nil before any broadcast.
+    /// What a mirrored push of the event carries now: its newest accepted broadcast (the update, the alert it
+    /// carried, its aps.timestamp and priority, read together with the channel), the event's storage policy and
+    /// the app. Nil before any broadcast.
     public func content(eventID: Int) async throws -> MirrorContent? {
         guard
             let row = try await pool.query(
                 """
                 SELECT e.storage_policy, a.bundle_id, a.environment, d.aps_timestamp, d.priority, d.last_alert_at, u.id AS update_id,
-                       u.action, u.content_state, u.alert, u.stale_date, u.dismissal_date, u.relevance_score, \(FreshnessSQL.columns)
+                       u.action, u.content_state,
+                       CASE WHEN d.alert_update_id IS NULL THEN u.alert
+                            ELSE (SELECT carried.alert FROM updates carried WHERE carried.id = d.alert_update_id) END AS alert,
+                       u.stale_date, u.dismissal_date, u.relevance_score, \(FreshnessSQL.columns)
                 FROM events e
                 \(FreshnessSQL.typePolicyJoin)
                 JOIN apps a ON a.id = e.app_id
                 CROSS JOIN LATERAL (
-                    SELECT d.update_id, d.aps_timestamp, d.priority, c.last_alert_at FROM channels c
+                    SELECT d.update_id, d.alert_update_id, d.aps_timestamp, d.priority, c.last_alert_at FROM channels c
                     JOIN LATERAL (
-                        SELECT update_id, aps_timestamp, priority FROM deliveries
+                        SELECT update_id, alert_update_id, aps_timestamp, priority FROM deliveries
                         WHERE channel_id = c.id AND kind = 'broadcast' AND status = 200 ORDER BY sent_at DESC LIMIT 1
                     ) d ON true
                     WHERE c.event_id = e.id ORDER BY d.aps_timestamp DESC LIMIT 1

@@ -95,19 +95,20 @@ public struct BroadcastRecord: Sendable, Equatable {
     public var nextAttemptDelay: TimeInterval
     /// When the send began (`channels.last_broadcast_at`, the pacing's reference); nil: now.
     public var sentAt: Date?
-    /// The broadcast carried an alert (`channels.last_alert_at`, where the alert boost runs from).
-    public var carriedAlert: Bool = false
+    /// The update whose alert the broadcast carried, its own or one it conflated (`deliveries.alert_update_id`,
+    /// which mirroring reads; `channels.last_alert_at`, where the alert boost runs from); nil: none.
+    public var alertUpdateID: Int?
 
     public init(
         claim: ClaimedBroadcast, delivery: DeliveryDraft, apsTimestamp: Int64, nextAttemptDelay: TimeInterval = 0,
-        sentAt: Date? = nil, carriedAlert: Bool = false
+        sentAt: Date? = nil, alertUpdateID: Int? = nil
     ) {
         self.claim = claim
         self.delivery = delivery
         self.apsTimestamp = apsTimestamp
         self.nextAttemptDelay = nextAttemptDelay
         self.sentAt = sentAt
-        self.carriedAlert = carriedAlert
+        self.alertUpdateID = alertUpdateID
     }
 }
 
@@ -256,7 +257,7 @@ public struct OutboxRepository: Sendable {
                     "apns_unique_id": optional(sent.apnsUniqueID) { .string($0.uuidString) },
                     "status": optional(sent.status) { .int(Int64($0)) }, "reason": optional(sent.reason) { .string($0) },
                     "latency_us": optional(sent.latencyMicroseconds) { .int($0) }, "priority": optional(sent.priority) { .int(Int64($0)) },
-                    "attempt": .int(Int64(sent.attempt)), "alert": .bool(record.carriedAlert),
+                    "attempt": .int(Int64(sent.attempt)), "alert_update_id": optional(record.alertUpdateID) { .int(Int64($0)) },
                 ]
             })
         // One statement, so atomic without a transaction: every step after the stamp is conditioned on
@@ -534,12 +535,12 @@ public struct OutboxRepository: Sendable {
                 n integer, outbox_id bigint, claim_token uuid, channel_id bigint, event_id bigint, update_id bigint,
                 aps_timestamp bigint, sent_at float8, ends boolean, delay float8, app_id bigint, apns_request_id uuid,
                 apns_unique_id uuid, status integer, reason text, latency_us bigint, priority smallint, attempt integer,
-                alert boolean)
+                alert_update_id bigint)
             LIMIT greatest(\(count), \(recordRowsEstimate))
         ), stamped AS (
             UPDATE channels c SET last_aps_timestamp = i.aps_timestamp,
                 last_broadcast_at = coalesce(to_timestamp(i.sent_at), \(now), now()),
-                last_alert_at = CASE WHEN i.alert THEN coalesce(to_timestamp(i.sent_at), \(now), now()) ELSE c.last_alert_at END,
+                last_alert_at = CASE WHEN i.alert_update_id IS NOT NULL THEN coalesce(to_timestamp(i.sent_at), \(now), now()) ELSE c.last_alert_at END,
                 state = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN \(fragment: Self.endedState) ELSE c.state END,
                 attempts = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN 0 ELSE c.attempts END,
                 next_attempt_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN NULL ELSE c.next_attempt_at END,
@@ -556,9 +557,9 @@ public struct OutboxRepository: Sendable {
             RETURNING u.id
         ), delivered AS (
             INSERT INTO deliveries (app_id, kind, channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
-                                    latency_us, priority, attempt, aps_timestamp)
+                                    latency_us, priority, attempt, aps_timestamp, alert_update_id)
             SELECT app_id, 'broadcast', channel_id, update_id, apns_request_id, apns_unique_id, status, reason,
-                   latency_us, priority, attempt, aps_timestamp
+                   latency_us, priority, attempt, aps_timestamp, alert_update_id
             FROM stamped ORDER BY n
             RETURNING id
         ), event_ended AS (
