@@ -94,8 +94,11 @@ struct BroadcastClaimPlanner: Sendable {
         }
         if facts.stopping { return .release }
 
-        let alertJSON = claim.update.alert ?? alertFrom.flatMap { id in pending.first { $0.id == id }?.alert }
-        let alert = alertJSON.flatMap { try? LiveActivityAlert(json: $0) }
+        // The update's own alert, else the one the conflation carries from an older pending update.
+        let alertSource: (updateID: Int, json: JSONValue)? =
+            claim.update.alert.map { (claim.update.id, $0) }
+            ?? alertFrom.flatMap { id in pending.first { $0.id == id }?.alert.map { (id, $0) } }
+        let alert = alertSource.flatMap { try? LiveActivityAlert(json: $0.json) }
         // The claim's own timestamp (the same on a send repeated after a crash), unless this instance
         // remembers sending a later one.
         let apsTimestamp =
@@ -119,7 +122,7 @@ struct BroadcastClaimPlanner: Sendable {
             PlannedBroadcast(
                 body: body, apsTimestamp: apsTimestamp, priority: priority.priority, downgraded: priority.downgraded,
                 droppedAlert: composed.droppedAlert,
-                alertUpdateID: composed.hasAlert ? (claim.update.alert != nil ? claim.update.id : alertFrom) : nil, budget: budget,
+                alertUpdateID: composed.hasAlert ? alertSource?.updateID : nil, budget: budget,
                 conflated: pending.count(where: { $0.id < claim.update.id })))
     }
 
