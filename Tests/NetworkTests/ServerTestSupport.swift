@@ -61,7 +61,14 @@ struct ServerTestCertificates: Sendable {
     var certificateFile: String { folder.appendingPathComponent("server.pem").path }
     var keyFile: String { folder.appendingPathComponent("server.key").path }
 
-    static let shared = Task { try await make() }
+    /// Made at the first use; its folder is removed when the test process exits.
+    static let shared = Task {
+        let certificates = try await make()
+        madeFolder.withLock { $0 = certificates.folder }
+        atexit { if let folder = ServerTestCertificates.madeFolder.withLock({ $0 }) { try? FileManager.default.removeItem(at: folder) } }
+        return certificates
+    }
+    private static let madeFolder = Mutex<URL?>(nil)
 
     static func make() async throws -> ServerTestCertificates {
         let folder = try ServerTestTools.temporaryFolder()
