@@ -380,7 +380,8 @@ struct PipelineSchedulerTests {
         _ = try await f.makeEvent(startsAt: f.clock.now)
         f.apns.state.withLock { $0.createDelay = .seconds(1) }
         let sweep = Task { try await scheduler.runOnce() }
-        try await Task.sleep(for: .milliseconds(300))  // the sweep holds the lease, waiting on its create
+        // The sweep holds the lease once its create is in flight (a fixed sleep lost that race on a busy machine).
+        #expect(try await eventually { f.apns.state.withLock { $0.createsInFlight } == 1 })
         let shutdown = ShutdownSignal()
         let running = Task { try await scheduler.run(until: shutdown) }
         #expect(try await sweep.value.opened.count == 1)
