@@ -111,10 +111,8 @@ struct SchemaIndexTests {
     /// one, four or `recordRowsEstimate` records costs what the generic plan costs, so PostgreSQL keeps the
     /// generic plan instead of planning every call anew. A LIMIT of the bare count, and the event states
     /// tested with `= ANY` (a custom plan proved `events_ending` from them), made the custom plans cheaper.
-    @Test func theRecordsPlanCostsTheSameForAnyBatchUpToItsEstimate() async throws {
-        let f = try await PipelineFixture.make()
-        defer { f.pool.close() }
-        // A live service's tables: a thousand events with channels, thirty updates each.
+    /// A live service's tables: a thousand events with channels, thirty updates each, analyzed.
+    static func fillLikeALiveService(_ f: PipelineFixture) async throws {
         try await f.pool.execute(
             """
             INSERT INTO events (app_id, external_id, kind, attribute_type_id, attributes, storage_policy, starts_at, ends_at)
@@ -128,6 +126,12 @@ struct SchemaIndexTests {
             SELECT id, '{"home": 0}', now(), 'broadcast', now() FROM events, generate_series(1, 30)
             """)
         try await f.pool.execute("ANALYZE")
+    }
+
+    @Test func theRecordsPlanCostsTheSameForAnyBatchUpToItsEstimate() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        try await Self.fillLikeALiveService(f)
         func cost(_ plan: String) -> String? {
             plan.split(separator: "\n").first.flatMap { line in
                 line.firstRange(of: "cost=").map { String(line[$0.lowerBound...].prefix { $0 != " " }) }
@@ -142,6 +146,22 @@ struct SchemaIndexTests {
         for count in [1, 4, OutboxRepository.recordRowsEstimate] {
             let customCost = try await custom(count)
             #expect(customCost == generic, "a batch of \(count): \(customCost ?? "-") against \(generic ?? "-")")
+        }
+    }
+
+    /// The record reads its channels and events by their primary keys, on a new database (serve's warm-up makes
+    /// its first generic plan there) and on a live one, with sequential scans allowed. Joined to the input rows
+    /// alone, the generic plan read every channel for each record, and every live event too when made on a new
+    /// database (Scripts/bench service: eight thousand sequential scans of a thousand rows each, in a minute).
+    @Test func theRecordFindsItsChannelsAndEventsByTheirKeys() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let record = OutboxRepository.recordStatement(input: [], count: 1, now: nil)
+        for tables in ["new", "live"] {
+            if tables == "live" { try await Self.fillLikeALiveService(f) }
+            let plan = try await Self.genericPlan(of: record, on: f.pool, seqScan: true)
+            for index in ["channels_pkey", "events_pkey"] { #expect(plan.contains(index), "\(tables) tables, no \(index):\n\(plan)") }
+            for table in ["channels", "events"] { #expect(!plan.contains("Seq Scan on \(table)"), "\(tables) tables:\n\(plan)") }
         }
     }
 

@@ -527,7 +527,11 @@ public struct OutboxRepository: Sendable {
     /// this floor a custom plan for up to 10 records sees the generic plan's 10 rows.
     static let recordRowsEstimate = 10
 
-    /// The statement of `recordBroadcasts`, for `count` records as one jsonb array.
+    /// The statement of `recordBroadcasts`, for `count` records as one jsonb array. Its channels come by their
+    /// primary key through `c.id = ANY (ARRAY(...))`, and its events only when a record ends one (the `EXISTS`,
+    /// a one-time filter): joined to the input rows alone, the generic plan hashed the input and read every
+    /// channel (on a thousand channels, each updated every second, that looked cheaper than ten index probes),
+    /// and a plan made on a new database (serve's warm-up) read every live event on every call.
     static func recordStatement(input: JSONValue, count: Int, now: Date?) -> PostgresQuery {
         """
         WITH input AS (
@@ -547,7 +551,8 @@ public struct OutboxRepository: Sendable {
                 ended_at = CASE WHEN i.ends AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) THEN coalesce(\(now), now()) ELSE c.ended_at END,
                 updated_at = now()
             FROM input i
-            WHERE c.id = i.channel_id AND (c.last_aps_timestamp IS NULL OR c.last_aps_timestamp < i.aps_timestamp)
+            WHERE c.id = ANY (ARRAY(SELECT channel_id FROM input)) AND c.id = i.channel_id
+              AND (c.last_aps_timestamp IS NULL OR c.last_aps_timestamp < i.aps_timestamp)
             RETURNING i.*
         ), disposed AS (
             UPDATE updates u SET disposition = CASE WHEN u.id = s.update_id THEN \(UpdateDisposition.broadcast.sql) ELSE \(UpdateDisposition.conflated.sql) END,
@@ -565,7 +570,8 @@ public struct OutboxRepository: Sendable {
         ), event_ended AS (
             UPDATE events e SET status = \(fragment: eventStatusAfterEnd), updated_at = now()
             FROM stamped s
-            WHERE e.id = s.event_id AND s.ends AND ARRAY[e.status::text] <@ \(eventStatesTakingTheEnd)::text[]
+            WHERE EXISTS (SELECT FROM stamped WHERE ends) AND e.id = s.event_id AND s.ends
+              AND ARRAY[e.status::text] <@ \(eventStatesTakingTheEnd)::text[]
             RETURNING e.id
         ), deleted AS (
             DELETE FROM outbox o USING stamped s
