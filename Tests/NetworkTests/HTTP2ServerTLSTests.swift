@@ -9,7 +9,8 @@ private struct OKHandler: HTTP2RequestHandler {
 }
 
 @Suite struct HTTP2ServerTLSTests {
-    /// Root CA -> intermediate CA -> leaf; the server is given the leaf and the intermediate as PEM text.
+    /// Root CA -> intermediate CA -> leaf, in a new folder the caller removes; the server is given the leaf and
+    /// the intermediate as PEM text.
     private static func makeChain() async throws -> URL {
         let folder = try ServerTestTools.temporaryFolder()
         try "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n"
@@ -38,6 +39,7 @@ private struct OKHandler: HTTP2RequestHandler {
 
     @Test func sendsTheIntermediateCertificatesFromPEMText() async throws {
         let folder = try await Self.makeChain()
+        defer { try? FileManager.default.removeItem(at: folder) }
         func text(_ name: String) throws -> String { try String(contentsOf: folder.appendingPathComponent(name), encoding: .utf8) }
         let tls = try TLSServerContext(certificateChainPEM: text("leaf.pem") + text("mid.pem"), privateKeyPEM: text("leaf.key"))
         let group = EventLoopGroup(loopCount: 1, name: "tls-test")
@@ -78,6 +80,7 @@ private struct OKHandler: HTTP2RequestHandler {
 
     @Test func rejectsMismatchedOrMissingPEM() async throws {
         let folder = try await Self.makeChain()
+        defer { try? FileManager.default.removeItem(at: folder) }
         func text(_ name: String) throws -> String { try String(contentsOf: folder.appendingPathComponent(name), encoding: .utf8) }
         #expect(throws: NetworkError.self) { try TLSServerContext(certificateChainPEM: text("leaf.pem"), privateKeyPEM: text("mid.key")) }
         #expect(throws: NetworkError.self) { try TLSServerContext(certificateChainPEM: "not a certificate", privateKeyPEM: text("leaf.key")) }
