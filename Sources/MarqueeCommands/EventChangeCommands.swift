@@ -142,12 +142,22 @@ extension EventCommands {
         if let date = try input.date("dismissal-date") { body["dismissalDate"] = .string(date) }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events/\(id)/cancel", body: .object(body)) }
         APIText.emit(arguments, answer) { answer in
+            let unreachable = Int(answer["unreachableStarts"]?.intValue ?? 0)
             let how =
-                answer["broadcast"] == true
-                ? "the end goes out with update \(APIText.cell(answer["update"]?["id"])); the channel is deleted after the delay"
-                : "nothing was sent (no activity had started); its channel, if open, is deleted now"
-            return "cancelled event \(id): \(how)"
+                if answer["broadcast"] == true {
+                    "the end goes out with update \(APIText.cell(answer["update"]?["id"])) to the channel and the activity tokens; "
+                        + "the channel is deleted after the delay"
+                } else {
+                    "nothing was sent (no channel broadcasts and no activity token is registered to carry an end); "
+                        + "its channel, if open, is deleted now"
+                }
+            let lost =
+                unreachable > 0
+                ? "; \(unreachable) accepted start\(unreachable == 1 ? "" : "s") cannot be reached (the app never registered the activity)"
+                : ""
+            return "cancelled event \(id): \(how)\(lost)"
         }
+        printWarnings(answer.json)
     }
 
     static let freshnessHelp =

@@ -241,6 +241,7 @@ enum EventCommands {
         if arguments.flag("replace") { body["replace"] = true }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events/\(id)/end", body: .object(body)) }
         APIText.emit(arguments, answer) { updateText($0, event: id) }
+        printWarnings(answer.json)
     }
 
     // MARK: Shared pieces

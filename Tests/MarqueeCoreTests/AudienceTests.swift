@@ -30,16 +30,29 @@ struct AudienceTests {
     @Test func theActivityLifecycleKeepsTombstones() {
         typealias L = ActivityLifecycle
         let table: [(L.State?, L.Event, L.Action)] = [
-            (nil, .registered, .store(.active)), (.active, .registered, .store(.active)),
+            (nil, .registered, .store(.active)), (.active, .registered, .store(.active)), (.pending, .registered, .store(.active)),
             (.ended, .registered, .refuseEnded), (.dismissed, .registered, .refuseEnded),
-            (nil, .ended, .store(.ended)), (.active, .ended, .store(.ended)), (.ended, .ended, .keep), (.dismissed, .ended, .keep),
-            (nil, .dismissed, .store(.dismissed)), (.active, .dismissed, .store(.dismissed)), (.ended, .dismissed, .store(.dismissed)),
-            (.dismissed, .dismissed, .keep),
+            (nil, .scheduled, .store(.pending)), (.pending, .scheduled, .store(.pending)), (.active, .scheduled, .store(.active)),
+            (.ended, .scheduled, .refuseEnded), (.dismissed, .scheduled, .refuseEnded),
+            (nil, .ended, .store(.ended)), (.active, .ended, .store(.ended)), (.pending, .ended, .store(.ended)), (.ended, .ended, .keep),
+            (.dismissed, .ended, .keep),
+            (nil, .dismissed, .store(.dismissed)), (.active, .dismissed, .store(.dismissed)), (.pending, .dismissed, .store(.dismissed)),
+            (.ended, .dismissed, .store(.dismissed)), (.dismissed, .dismissed, .keep),
         ]
-        #expect(table.count == 4 * L.Event.allCases.count)
+        #expect(table.count == 5 * L.Event.allCases.count)
         for (state, event, action) in table { #expect(L.transition(from: state, on: event) == action, "\(String(describing: state)) \(event)") }
         #expect(L.finalStates == [.ended, .dismissed])
-        #expect(L.mirroredStates == [.active])
+        #expect(L.mirroredStates == [.active, .pending])
+    }
+
+    @Test func aDismissalHoldsBackStartsOnlyWhileItsRoundRan() {
+        typealias L = ActivityLifecycle
+        #expect(L.dismissalIsTheUsers(activityRunning: true, activityRound: 2, eventRound: 2, eventTakesStarts: true))
+        // After Marquee's end went out: the event is over, or a postponement moved it to a new round.
+        #expect(!L.dismissalIsTheUsers(activityRunning: true, activityRound: 2, eventRound: 2, eventTakesStarts: false))
+        #expect(!L.dismissalIsTheUsers(activityRunning: true, activityRound: 1, eventRound: 2, eventTakesStarts: true))
+        // The app ended it: iOS clears an ended activity.
+        #expect(!L.dismissalIsTheUsers(activityRunning: false, activityRound: 2, eventRound: 2, eventTakesStarts: true))
     }
 
     @Test func aGoneTokenIsInvalidOnlyWhenNotSeenAfterAPNsTime() {

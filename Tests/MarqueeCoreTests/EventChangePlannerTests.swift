@@ -83,15 +83,20 @@ import Testing
         #expect(EventWarning.warnings(startsAt: Self.kickoff, endsAt: nil, lead: 86400) == [])
     }
 
-    @Test func aCancelEndsActivitiesOnlyWhenSomeMayRunAndAChannelCarriesTheEnd() {
+    @Test func aCancelEndsActivitiesWhenSomeMayRunAndAChannelOrTheirTokensTakeTheEnd() {
         for status in EventStatus.allCases {
             for started in [false, true] {
                 for carries in [false, true] {
-                    let plan = EventCancelPlan.plan(status: status, startedActivities: started, channelCarriesEnd: carries)
-                    if EventLifecycle.finalStates.contains(status) {
-                        #expect(plan == nil)
-                    } else {
-                        #expect(plan == (started && carries ? .endActivities : .closeQuietly), "\(status) \(started) \(carries)")
+                    for tokens in [false, true] {
+                        let plan = EventCancelPlan.plan(
+                            EventCancelFacts(status: status, startedActivities: started, channelCarriesEnd: carries, tokenActivitiesTakeEnd: tokens))
+                        if EventLifecycle.finalStates.contains(status) {
+                            #expect(plan == nil)
+                        } else {
+                            #expect(
+                                plan == (started && (carries || tokens) ? .endActivities : .closeQuietly), "\(status) \(started) \(carries) \(tokens)"
+                            )
+                        }
                     }
                 }
             }

@@ -51,6 +51,63 @@ struct StartPlannerTests {
         #expect(planner.decide(startedElsewhere, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .skip(.startedByAnotherRun))
     }
 
+    /// One activity per device per event: what the app registered of the event holds back a start. The store reads
+    /// the facts (StartRepositoryTests.eachActivityTheAppRegisteredHoldsBackItsRoundsStart): an activity of the run's
+    /// round (active, pending, ended, by any route) is `hasActivityOfRound`; a dismissal while the round ran is
+    /// `dismissedByUser` in every round; an activity of an earlier round, or dismissed after Marquee's end, is neither.
+    @Test func anActivityTheAppRegisteredHoldsBackAStart() {
+        let hasActivity = member("18.0") { $0.hasActivityOfRound = true }
+        let dismissed = member("17.6") { $0.dismissedByUser = true }
+        let both = member("18.0") {
+            $0.hasActivityOfRound = true
+            $0.dismissedByUser = true
+        }
+        for channelID in ["Y2g=", nil] {
+            #expect(planner.decide(hasActivity, channelID: channelID, channelWaitUntil: waitOver, now: now) == .skip(.hasActivity))
+            #expect(planner.decide(dismissed, channelID: channelID, channelWaitUntil: waitOver, now: now) == .skip(.dismissed))
+            #expect(planner.decide(both, channelID: channelID, channelWaitUntil: waitOver, now: now) == .skip(.dismissed))
+        }
+        // Neither fact (an earlier round's activity, a dismissal after the end): started as any follower.
+        #expect(planner.decide(member("18.0"), channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .send(.channel))
+        // Before the device limit, the concurrency cap and the OS: a duplicate is the first thing ruled out.
+        let limited = member("17.1") {
+            $0.hasActivityOfRound = true
+            $0.startsLastHour = 99
+        }
+        #expect(planner.decide(limited, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .skip(.hasActivity))
+        // A planned retry (not due yet) whose app registered the activity meanwhile is settled at once.
+        let retry = member("18.0") {
+            $0.runStateForToken = .planned
+            $0.retryAt = now.addingTimeInterval(20)
+            $0.hasPlannedStart = true
+            $0.hasActivityOfRound = true
+        }
+        #expect(planner.decide(retry, channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .skip(.hasActivity))
+        // Settled in this run, or started already (the registered activity is the started one): nothing more.
+        #expect(
+            planner.decide(
+                member("18.0") {
+                    $0.runStateForToken = .skipped
+                    $0.hasActivityOfRound = true
+                },
+                channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .none)
+        #expect(
+            planner.decide(
+                member("18.0") {
+                    $0.startedForEvent = true
+                    $0.hasActivityOfRound = true
+                },
+                channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .none)
+        // Outside the audience: nothing to count.
+        #expect(
+            planner.decide(
+                member("18.0") {
+                    $0.enabled = false
+                    $0.dismissedByUser = true
+                },
+                channelID: "Y2g=", channelWaitUntil: waitOver, now: now) == .none)
+    }
+
     @Test func aPlannedRetryGoesWhenDue() {
         let later = now.addingTimeInterval(20)
         let waiting = member("17.4") {

@@ -158,7 +158,7 @@ struct AudienceRegistryTests {
         await #expect(throws: AudienceError.activityEventChanged("act-1", storedEventID: event.id)) {
             try await put("act-1", token: Self.token("d2"), event: other.id)
         }
-        let ended = try await repository.endActivity(installation: installation.id, activityID: "act-1", event: .ended)
+        let ended = try await repository.endActivity(installation: installation.id, appID: fixture.appID, activityID: "act-1", event: .ended)
         #expect(ended.state == .ended && ended.endedAt != nil)
         // The ended activity's token stream yields again: refused, and the next activity's token is untouched.
         _ = try await put("act-2", token: Self.token("e1"), event: event.id)
@@ -166,11 +166,45 @@ struct AudienceRegistryTests {
         let record = try await repository.record(id: installation.id)
         #expect(record.activities.map(\.activityID) == ["act-2", "act-1"])
         #expect(record.activities.map(\.pushToken) == [Self.token("e1"), Self.token("d2")])
-        let dismissed = try await repository.endActivity(installation: installation.id, activityID: "act-1", event: .dismissed)
+        let dismissed = try await repository.endActivity(installation: installation.id, appID: fixture.appID, activityID: "act-1", event: .dismissed)
         #expect(dismissed.state == .dismissed && dismissed.endedAt == ended.endedAt)
-        #expect(try await repository.endActivity(installation: installation.id, activityID: "act-1", event: .ended).state == .dismissed)
+        #expect(
+            try await repository.endActivity(installation: installation.id, appID: fixture.appID, activityID: "act-1", event: .ended).state
+                == .dismissed)
         let channel = try await put("act-3", token: nil, event: event.id).0
         #expect(channel.pushType == .channel && channel.pushToken == nil)
+        // The ended activity was dismissed after it ended: iOS clearing it, not the user holding back starts.
+        #expect(!dismissed.userDismissed)
+    }
+
+    @Test func aDismissalOfAnActivityNeverRegisteredIsATombstoneOfItsEvent() async throws {
+        let fixture = try await PipelineFixture.make()
+        defer { fixture.pool.close() }
+        let event = try await fixture.makeEvent("match")
+        let repository = InstallationRepository(pool: fixture.pool)
+        let installation = try await register(fixture, "phone").0
+        await #expect(throws: AudienceError.activityNotFound("pushed-1")) {
+            try await repository.endActivity(installation: installation.id, appID: fixture.appID, activityID: "pushed-1", event: .dismissed)
+        }
+        let tombstone = try await repository.endActivity(
+            installation: installation.id, appID: fixture.appID, activityID: "pushed-1", event: .dismissed, eventReference: .id(event.id))
+        #expect(tombstone.state == .dismissed && tombstone.eventID == event.id && tombstone.endedAt != nil)
+        #expect(tombstone.userDismissed && tombstone.audienceRound == 1 && tombstone.pushType == .channel)
+        // A repeated report changes nothing.
+        let again = try await repository.endActivity(
+            installation: installation.id, appID: fixture.appID, activityID: "pushed-1", event: .dismissed, eventReference: .id(event.id))
+        #expect(again == tombstone)
+        // A scheduled activity is pending until iOS starts it, then active.
+        let start = Date().addingTimeInterval(3600)
+        let (pending, _) = try await repository.registerActivity(
+            installation: installation.id, appID: fixture.appID, activityID: "scheduled-1", event: .id(event.id),
+            attributeType: "MatchAttributes", pushType: .channel, pushToken: nil, startDate: start)
+        #expect(pending.state == .pending && pending.endedAt == nil)
+        #expect(abs(pending.startDate!.timeIntervalSince(start)) < 0.001)
+        let (running, _) = try await repository.registerActivity(
+            installation: installation.id, appID: fixture.appID, activityID: "scheduled-1", event: .id(event.id),
+            attributeType: "MatchAttributes", pushType: .channel, pushToken: nil)
+        #expect(running.state == .active && running.startDate == pending.startDate)
     }
 
     @Test func aGoneTokenIsInvalidatedOnlyWhenNotRegisteredAfterAPNsTime() async throws {

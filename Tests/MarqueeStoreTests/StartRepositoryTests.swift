@@ -241,6 +241,76 @@ struct StartRepositoryTests {
         #expect(updated == 100 && hot == 100, "\(hot) of \(updated) updates were HOT")
     }
 
+    /// One activity per device per event, as the store reads it for the planner (StartPlannerTests has the decisions):
+    /// an activity of the run's round holds back its installation whatever its state (active, pending, ended), a
+    /// dismissal while its round ran holds back every later round, and an activity of an earlier round or dismissed
+    /// after Marquee's end of its round holds nothing back. The mark reads the activities again: a registration
+    /// committed between the members' read and the mark is skipped there, not started.
+    @Test func eachActivityTheAppRegisteredHoldsBackItsRoundsStart() async throws {
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let repository = StartRepository(pool: f.pool)
+        let installations = InstallationRepository(pool: f.pool)
+        let ids = try await Self.followers(7, topic: "team:ars", f)
+        let eventID = try await event(f, startsIn: 7200)
+        func register(_ index: Int, startDate: Date? = nil) async throws {
+            _ = try await installations.registerActivity(
+                installation: ids[index], appID: f.appID, activityID: "act-\(index)", event: .id(eventID), attributeType: "MatchAttributes",
+                pushType: .channel, pushToken: nil, startDate: startDate)
+        }
+        func end(_ index: Int, _ how: ActivityLifecycle.Event) async throws -> StoredActivity {
+            try await installations.endActivity(installation: ids[index], appID: f.appID, activityID: "act-\(index)", event: how)
+        }
+        // Round 1: the fifth installation's activity, and the sixth's, which its user dismissed while it ran.
+        try await register(4)
+        try await register(5)
+        #expect(try await end(5, .dismissed).userDismissed)
+        // The event is postponed (a new audience round); the fifth's old activity is cleared after that end.
+        try await f.pool.execute("UPDATE events SET audience_round = 2, postponed_at = now() WHERE id = \(eventID)")
+        #expect(!(try await end(4, .dismissed).userDismissed))
+        // Round 2: active, scheduled, ended by the app, dismissed by the user.
+        try await register(0)
+        try await register(1, startDate: Date().addingTimeInterval(3600))
+        try await register(2)
+        _ = try await end(2, .ended)
+        try await register(3)
+        _ = try await end(3, .dismissed)
+
+        let run = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: nil, channelWait: 0)
+        _ = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { StartRunPlanner().next($0) }
+        let chunk = try #require(try await repository.claimChunk(instance: "one", lease: 60))
+        let members = try await repository.members(of: chunk)
+        #expect(members.map(\.candidate.installation) == ids)
+        let facts = members.map { ($0.candidate.hasActivityOfRound, $0.candidate.dismissedByUser) }
+        #expect(facts.map(\.0) == [true, true, true, true, false, false, false])
+        #expect(facts.map(\.1) == [false, false, false, true, false, true, false])
+        let planner = StartPlanner()
+        let decisions = members.map { planner.decide($0.candidate, channelID: "Y2g=", channelWaitUntil: Date(), now: Date()) }
+        #expect(
+            decisions == [
+                .skip(.hasActivity), .skip(.hasActivity), .skip(.hasActivity), .skip(.dismissed), .send(.channel), .skip(.dismissed),
+                .send(.channel),
+            ])
+        try await repository.skip(
+            chunk,
+            zip(members, decisions).compactMap { member, decision in
+                guard case .skip(let reason) = decision else { return nil }
+                return SkippedStart(
+                    installation: member.candidate.installation, token: member.candidate.token!, osMajor: 18, reason: reason, plannedStartID: nil)
+            })
+        // The race: the seventh's app registers the activity it started itself after the read, before the mark.
+        try await register(6)
+        let marked = try await repository.markSending(
+            chunk,
+            [4, 6].map { PlannedStart(installation: ids[$0], token: members[$0].candidate.token!, osMajor: 18, route: .channel, plannedStartID: nil) }
+        )
+        #expect(marked.map(\.installation) == [ids[4]])
+        try await repository.finish(chunk, instance: "one")
+        let counts = try #require(try await repository.runs(eventID: eventID).first).counts
+        #expect(counts.skipped == ["has_activity": 4, "dismissed": 2])
+        #expect(counts.sending == 1)
+    }
+
     @Test func aRunsAdoptionCountsAcceptedStartsWhoseActivityCameWithinTenMinutes() async throws {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
@@ -261,8 +331,8 @@ struct StartRepositoryTests {
         func activity(_ installation: Int, _ name: String, event: Int, createdIn: TimeInterval = 0) async throws {
             try await f.pool.execute(
                 """
-                INSERT INTO activities (app_id, installation, activity_id, event_id, attribute_type, push_type, state, created_at)
-                VALUES (\(f.appID), \(installation), \(name), \(event), 'MatchAttributes', 'channel', 'active', now() + make_interval(secs => \(createdIn)))
+                INSERT INTO activities (app_id, installation, activity_id, event_id, attribute_type, push_type, state, created_at, audience_round)
+                VALUES (\(f.appID), \(installation), \(name), \(event), 'MatchAttributes', 'channel', 'active', now() + make_interval(secs => \(createdIn)), 1)
                 """)
         }
         try await activity(ids[0], "a", event: eventID)
@@ -319,8 +389,8 @@ struct StartRepositoryTests {
         let withActivity = try await event(f, startsIn: 7200)
         try await f.pool.execute(
             """
-            INSERT INTO activities (app_id, installation, activity_id, event_id, attribute_type, push_type, state)
-            VALUES (\(f.appID), \(ids[0]), 'a', \(withActivity), 'MatchAttributes', 'channel', 'active')
+            INSERT INTO activities (app_id, installation, activity_id, event_id, attribute_type, push_type, state, audience_round)
+            VALUES (\(f.appID), \(ids[0]), 'a', \(withActivity), 'MatchAttributes', 'channel', 'active', 1)
             """)
         let installations = InstallationRepository(pool: f.pool)
         _ = try await installations.changeFollows(

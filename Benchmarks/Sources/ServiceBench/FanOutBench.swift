@@ -162,9 +162,10 @@ struct FanOutBench {
         // Token activities on the mirror event, on the first installations (update tokens of their own).
         try await database.execute(
             """
-            INSERT INTO activities (app_id, installation, activity_id, event_id, attribute_type, push_type, push_token, state, token_seen_at)
+            INSERT INTO activities (app_id, installation, activity_id, event_id, attribute_type, push_type, push_token, state, token_seen_at,
+                                    audience_round)
             SELECT \(app), id, 'bench-mirror-' || id, \(mirrorEvent), \(typeName), 'token',
-                   encode(sha256(convert_to('bench-mirror-' || id, 'UTF8')), 'hex'), 'active', now()
+                   encode(sha256(convert_to('bench-mirror-' || id, 'UTF8')), 'hex'), 'active', now(), 1
             FROM installations WHERE app_id = \(app) ORDER BY id LIMIT \(tokens)
             """)
         try await database.execute("ANALYZE activities")

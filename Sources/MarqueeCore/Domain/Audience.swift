@@ -102,18 +102,24 @@ public enum ActivityPushType: String, Sendable, Codable, CaseIterable {
     case channel
 }
 
-/// A Live Activity's life as the app reports it (`activities.state`): active until it ends or is dismissed.
-/// An ended or dismissed activity stays as a tombstone, so a late token update of it changes nothing.
+/// A Live Activity's life as the app reports it (`activities.state`): active (or pending until its scheduled
+/// start) until it ends or is dismissed. An ended or dismissed activity stays as a tombstone, so a late token
+/// update of it changes nothing, and so a start run knows the device showed the event's activity.
 public enum ActivityLifecycle {
     /// A stored activity state.
     public enum State: String, Sendable, Codable, CaseIterable {
-        case active, ended, dismissed
+        case active
+        /// Scheduled by the app (iOS 26 `startDate`): iOS starts it at its start date.
+        case pending
+        case ended, dismissed
     }
 
     /// What the app reports.
     public enum Event: String, Sendable, CaseIterable {
         /// `PUT …/activities/{id}`: the activity runs (a new token, or the same).
         case registered
+        /// `PUT …/activities/{id}` with a future `startDate`: iOS starts it then.
+        case scheduled
         /// `DELETE …/activities/{id}`: `activityState` became `.ended`.
         case ended
         /// `DELETE …/activities/{id}?state=dismissed`: it left the Lock Screen.
@@ -133,18 +139,30 @@ public enum ActivityLifecycle {
     /// The action for `event` on an activity stored in `state` (nil: none stored yet).
     public static func transition(from state: State?, on event: Event) -> Action {
         switch (state, event) {
-        case (nil, .registered), (.active, .registered): .store(.active)
-        case (.ended, .registered), (.dismissed, .registered): .refuseEnded
-        case (nil, .ended), (.active, .ended): .store(.ended)
-        case (nil, .dismissed), (.active, .dismissed), (.ended, .dismissed): .store(.dismissed)
+        case (nil, .registered), (.active, .registered), (.pending, .registered): .store(.active)
+        case (nil, .scheduled), (.pending, .scheduled): .store(.pending)
+        // Started already: a repeated registration with its old start date changes nothing but its token.
+        case (.active, .scheduled): .store(.active)
+        case (.ended, .registered), (.dismissed, .registered), (.ended, .scheduled), (.dismissed, .scheduled): .refuseEnded
+        case (nil, .ended), (.active, .ended), (.pending, .ended): .store(.ended)
+        case (nil, .dismissed), (.active, .dismissed), (.pending, .dismissed), (.ended, .dismissed): .store(.dismissed)
         case (.ended, .ended), (.dismissed, .ended), (.dismissed, .dismissed): .keep
         }
     }
 
-    /// The states that get updates: mirroring sends to active `token` activities only.
-    public static let mirroredStates: [State] = [.active]
+    /// The states that get updates: mirroring sends to active and pending `token` activities (a pending one from
+    /// its start date on).
+    public static let mirroredStates: [State] = [.active, .pending]
     /// Tombstones: the states no registration leaves.
     public static let finalStates: [State] = State.allCases.filter { transition(from: $0, on: .registered) == .refuseEnded }
+
+    /// Whether a dismissal is the user's choice, which holds back every later start of the event: the activity was
+    /// still running (active or pending: not ended by the app), and the dismissal was recorded while the activity's
+    /// audience round was the event's current one and the event still took starts (before Marquee's end of that
+    /// round went out). A dismissal of an ended activity, or after that end, is iOS clearing it.
+    public static func dismissalIsTheUsers(activityRunning: Bool, activityRound: Int, eventRound: Int, eventTakesStarts: Bool) -> Bool {
+        activityRunning && activityRound == eventRound && eventTakesStarts
+    }
 }
 
 /// Which token APNs refused (`token_invalidations.token_kind`).

@@ -117,20 +117,43 @@ public enum EventChangePlanner {
     }
 }
 
+/// What a cancel of an event decides on: what the event has reached.
+public struct EventCancelFacts: Sendable, Equatable {
+    public var status: EventStatus
+    /// A push-to-start went out, the app registered an activity, or a broadcast reached its channel.
+    public var startedActivities: Bool
+    /// Its channel is open (or ending) and can broadcast the end.
+    public var channelCarriesEnd: Bool
+    /// It has token activities, which take the end by the token route (with or without a channel).
+    public var tokenActivitiesTakeEnd: Bool
+    /// Accepted starts that no end reaches: their activity was never registered, and no channel carries the end to them.
+    public var unreachableStarts: Int
+
+    public init(
+        status: EventStatus, startedActivities: Bool, channelCarriesEnd: Bool, tokenActivitiesTakeEnd: Bool = false, unreachableStarts: Int = 0
+    ) {
+        self.status = status
+        self.startedActivities = startedActivities
+        self.channelCarriesEnd = channelCarriesEnd
+        self.tokenActivitiesTakeEnd = tokenActivitiesTakeEnd
+        self.unreachableStarts = unreachableStarts
+    }
+}
+
 /// What a cancel of an event does, decided from what it has reached.
 public enum EventCancelPlan: Sendable, Equatable {
-    /// Activities may be running: the final state goes out as the `end` broadcast (mirrored to activity
-    /// tokens); the channel is deleted after the usual delay.
+    /// Activities may be running: the final state goes out as the `end`, broadcast on the channel and sent to the
+    /// token activities (mirrored, or by the token route when no channel broadcasts); the channel is deleted after
+    /// the usual delay.
     case endActivities
-    /// Nothing was started and no channel can carry an end: no broadcast, no push; pending updates are unsent
-    /// and a channel already open is deleted at once, freeing its quota slot.
+    /// Nothing was started, or nothing can carry an end (no channel broadcasts and no token activity is known): no
+    /// broadcast, no push; pending updates are unsent and a channel already open is deleted at once, freeing its
+    /// quota slot.
     case closeQuietly
 
-    /// The plan for an event in `status`, or nil when its status takes no cancel (ended, cancelled).
-    /// `startedActivities`: a push-to-start went out or the app registered an activity for the event.
-    /// `channelCarriesEnd`: its channel is open (or ending) and can broadcast the end.
-    public static func plan(status: EventStatus, startedActivities: Bool, channelCarriesEnd: Bool) -> EventCancelPlan? {
-        guard EventLifecycle.transition(from: status, on: .cancelRequested) != nil else { return nil }
-        return startedActivities && channelCarriesEnd ? .endActivities : .closeQuietly
+    /// The plan for an event, or nil when its status takes no cancel (ended, cancelled).
+    public static func plan(_ facts: EventCancelFacts) -> EventCancelPlan? {
+        guard EventLifecycle.transition(from: facts.status, on: .cancelRequested) != nil else { return nil }
+        return facts.startedActivities && (facts.channelCarriesEnd || facts.tokenActivitiesTakeEnd) ? .endActivities : .closeQuietly
     }
 }

@@ -55,6 +55,13 @@ public enum StartSkipReason: String, Sendable, Codable, CaseIterable {
     case disabled
     /// Another run of the event started the installation before this run's retry.
     case startedByAnotherRun = "started_by_another_run"
+    /// The installation shows an activity of the event's current audience round already, registered by its app
+    /// (active, scheduled or ended, by whatever route): a push-to-start would put a second one beside it.
+    case hasActivity = "has_activity"
+    /// The user dismissed the event's activity while it ran: no start of the event brings it back.
+    case dismissed
+    /// The event ended, was cancelled or was postponed before a planned retry went.
+    case eventOver = "event_over"
 }
 
 /// How a start reaches its activity's updates (`starts.path`).
@@ -78,6 +85,10 @@ public struct StartCandidate: Sendable, Equatable {
     public var followsEventDirectly: Bool
     /// A start of this event is sending, accepted or unknown for it (by any run).
     public var startedForEvent: Bool
+    /// The app registered an activity of the event in the run's audience round (any state, any push type).
+    public var hasActivityOfRound: Bool
+    /// The user dismissed an activity of the event while its round ran (`ActivityLifecycle.dismissalIsTheUsers`).
+    public var dismissedByUser: Bool
     /// This run's rows for the installation's current token: its state, if any.
     public var runStateForToken: StartState?
     /// When this run's planned start for the current token may go again (nil: at once).
@@ -93,9 +104,8 @@ public struct StartCandidate: Sendable, Equatable {
 
     public init(
         installation: Int, os: OSVersion?, token: String?, enabled: Bool = true, followsEventDirectly: Bool = true,
-        startedForEvent: Bool = false, runStateForToken: StartState? = nil, retryAt: Date? = nil, hasPlannedStart: Bool = false,
-        startsLastHour: Int = 0,
-        concurrentEvents: Int = 0, directFollowsWaiting: Int = 0
+        startedForEvent: Bool = false, hasActivityOfRound: Bool = false, dismissedByUser: Bool = false, runStateForToken: StartState? = nil,
+        retryAt: Date? = nil, hasPlannedStart: Bool = false, startsLastHour: Int = 0, concurrentEvents: Int = 0, directFollowsWaiting: Int = 0
     ) {
         self.installation = installation
         self.os = os
@@ -103,6 +113,8 @@ public struct StartCandidate: Sendable, Equatable {
         self.enabled = enabled
         self.followsEventDirectly = followsEventDirectly
         self.startedForEvent = startedForEvent
+        self.hasActivityOfRound = hasActivityOfRound
+        self.dismissedByUser = dismissedByUser
         self.runStateForToken = runStateForToken
         self.retryAt = retryAt
         self.hasPlannedStart = hasPlannedStart
@@ -193,15 +205,13 @@ public struct StartPlanner: Sendable {
     public func decide(_ member: StartCandidate, channelID: String?, channelWaitUntil: Date, now: Date) -> StartDecision {
         guard member.enabled, member.token != nil else { return member.hasPlannedStart ? .skip(.disabled) : .none }
         guard !member.startedForEvent else { return member.hasPlannedStart ? .skip(.startedByAnotherRun) : .none }
-        switch member.runStateForToken {
-        case .planned?:
-            if let retryAt = member.retryAt, retryAt > now { return .wait(until: retryAt) }
-        case .some:
-            // Sent, answered or skipped in this run already; a newer token is another row.
-            return .none
-        case nil:
-            break
-        }
+        // Sent, answered or skipped in this run already; a newer token is another row.
+        if let state = member.runStateForToken, state != .planned { return .none }
+        // A duplicate is worse than a missing activity (the app can still start a missing one): these skips stay
+        // for the run, and hold back a planned retry too.
+        if member.dismissedByUser { return .skip(.dismissed) }
+        if member.hasActivityOfRound { return .skip(.hasActivity) }
+        if member.runStateForToken == .planned, let retryAt = member.retryAt, retryAt > now { return .wait(until: retryAt) }
         let path = StartPath.decide(os: member.os, channelID: channelID, channelWaitEnded: now >= channelWaitUntil)
         if path == .notStartable { return .skip(.notStartable) }
         if member.startsLastHour >= limits.startsPerDeviceHour { return .skip(.deviceLimit) }

@@ -1,5 +1,7 @@
 // Per-activity mirroring: every broadcast of an event also reaches the event's `token` activities (devices
 // below iOS 18, or started without a channel) as device pushes (docs/operations.md#mirroring-to-activity-tokens).
+// An event with no channel that broadcasts reaches them too: each turn first takes such events' outbox work by
+// the token route (TokenRouteRepository), whose newest state is then mirrored as a broadcast would be.
 // Every instance runs it. Its loop begins a pass for each event with a token activity behind its newest
 // broadcast, advances the running passes (cuts keyset chunks of activities, finishes them), and claims
 // chunks. A chunk takes the newest broadcast at its claim, so tokens still waiting get a state accepted
@@ -37,6 +39,7 @@ public final class MirrorService: Service {
     public let name = "mirroring"
     private let instance: String
     private let repository: MirrorRepository
+    private let tokenRoute: TokenRouteRepository
     private let hygiene: TokenHygieneRepository
     private let apns: any DevicePushAPNs
     private let metrics: MirrorMetrics
@@ -61,6 +64,7 @@ public final class MirrorService: Service {
     ) {
         self.planner = planner
         repository = MirrorRepository(pool: pool)
+        tokenRoute = TokenRouteRepository(pool: pool)
         hygiene = TokenHygieneRepository(pool: pool)
         self.apns = apns
         self.instance = instance
@@ -81,6 +85,10 @@ public final class MirrorService: Service {
             var failures = 0
             while !shutdown.isTriggered && !Task.isCancelled {
                 do {
+                    // Events with no channel that broadcasts: their newest state goes to their token activities.
+                    for eventID in try await tokenRoute.sendDue() {
+                        logger.debug("token route took the event's newest state", ["event": .int(eventID)])
+                    }
                     for (pass, eventID) in try await repository.beginDuePasses() {
                         logger.debug("mirroring pass began", ["pass": .int(pass), "event": .int(eventID)])
                     }

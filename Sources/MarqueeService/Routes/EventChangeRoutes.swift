@@ -132,8 +132,7 @@ extension EventRoutes {
             let type = try await types.find(id: event.attributeTypeID)?.type
         else { throw APIError.notFound("event \(eventID)") }
         guard
-            let plan = EventCancelPlan.plan(
-                status: facts.status, startedActivities: facts.startedActivities, channelCarriesEnd: facts.channelCarriesEnd)
+            let plan = EventCancelPlan.plan(facts)
         else { throw APIError.conflict("event \(eventID) is \(facts.status.rawValue): there is nothing left to cancel", field: nil) }
         // The final state is validated either way, so a bad request changes nothing whatever the plan.
         let encodedWhole = try whole.map { value in try Self.validated { () throws(ValidationError) in try type.encodeContentState(value) } }
@@ -185,6 +184,8 @@ extension EventRoutes {
         guard let cancelled = try await events.get(id: eventID) else { throw APIError.notFound("event \(eventID)") }
         answer["event"] = Self.json(cancelled, typeName: type.name)
         answer["broadcast"] = .bool(plan == .endActivities)
+        answer["unreachableStarts"] = .int(Int64(facts.unreachableStarts))
+        answer["warnings"] = .array(Self.unreachableStartsWarning(facts.unreachableStarts).map { [$0] } ?? [])
         return .json(.object(answer), status: 202)
     }
 
@@ -215,6 +216,18 @@ extension EventRoutes {
     }
 
     /// The `warnings` array of an answer (`Warning` in the OpenAPI document).
+    /// The warning of an end or cancel that cannot reach every started activity (nil: it reaches them all).
+    static func unreachableStartsWarning(_ count: Int) -> JSONValue? {
+        guard count > 0 else { return nil }
+        return [
+            "code": "starts_unreachable", "field": .null,
+            "message": .string(
+                "\(count) accepted push-to-start\(count == 1 ? "" : "s") cannot be reached by this end: the app never registered "
+                    + "\(count == 1 ? "its activity" : "their activities") and no channel carries the end to \(count == 1 ? "it" : "them"), "
+                    + "so those devices show the activity until iOS ends it (register every activity: docs/api.md#activities)"),
+        ]
+    }
+
     static func json(_ warnings: [EventWarning]) -> JSONValue {
         .array(
             warnings.map { warning in

@@ -88,7 +88,16 @@ extension EventRoutes {
             }
             return state
         }
-        let answerOf = { (update: IngestedUpdate) in StoredResponse(status: 202, body: Data(Self.json(update, action: action).jsonBytes)) }
+        // An end says how many accepted starts it cannot reach (read before it is queued, so the stored answer has it).
+        let unreachable = action == .end ? try await events.unreachableStarts(eventID: eventID) : 0
+        let answerOf: @Sendable (IngestedUpdate) -> StoredResponse = { update in
+            var answer = Self.json(update, action: action).objectValue ?? [:]
+            if let warning = Self.unreachableStartsWarning(unreachable) {
+                answer["warnings"] = [warning]
+                answer["unreachableStarts"] = .int(Int64(unreachable))
+            }
+            return StoredResponse(status: 202, body: Data(JSONValue.object(answer).jsonBytes))
+        }
         let appID = request.key?.appID
         let result: IngestResult
         do {

@@ -248,9 +248,14 @@ public struct InstallationRoutes: APIRoutes {
     private func putActivity(_ request: APIRequest) async throws -> HTTPResponse {
         let activityID = try Self.activityID(request)
         let body = try request.bodyObject()
-        try body.allowOnly(["event", "externalId", "attributesType", "pushType", "pushToken"])
+        try body.allowOnly(["event", "externalId", "attributesType", "pushType", "pushToken", "startDate"])
         let reference = try Self.eventReference(body, field: "event", alone: false)
         let attributesType = try body.string("attributesType")
+        // A scheduled activity (iOS 26): iOS starts it at its start date, which is ahead.
+        let startDate: Date? = body.optional("startDate") == nil ? nil : try body.date("startDate")
+        if let startDate, startDate <= Date() {
+            throw APIError.validation("startDate is when iOS starts a scheduled activity: a time in the future", field: "startDate")
+        }
         let pushType: ActivityPushType = try body.choice("pushType")
         let token = try Self.token(body, "pushToken")
         switch (pushType, token) {
@@ -274,7 +279,7 @@ public struct InstallationRoutes: APIRoutes {
         do {
             let (activity, created) = try await installations.registerActivity(
                 installation: id, appID: appID, activityID: activityID, event: .id(event.id), attributeType: attributesType,
-                pushType: pushType, pushToken: token)
+                pushType: pushType, pushToken: token, startDate: startDate)
             return .json(Self.json(activity), status: created ? 201 : 200)
         } catch let error as AudienceError {
             throw Self.apiError(error)
@@ -283,8 +288,9 @@ public struct InstallationRoutes: APIRoutes {
 
     private func endActivity(_ request: APIRequest) async throws -> HTTPResponse {
         let activityID = try Self.activityID(request)
-        if let unknown = request.query.names.first(where: { $0 != "state" && $0 != "app" }) {
-            throw APIError.validation("unknown query parameter; allowed: app, state", field: unknown)
+        let allowed: Set<String> = ["state", "app", "event", "externalId"]
+        if let unknown = request.query.names.first(where: { !allowed.contains($0) }) {
+            throw APIError.validation("unknown query parameter; allowed: app, state, event, externalId", field: unknown)
         }
         let event: ActivityLifecycle.Event =
             switch request.query.text("state") {
@@ -292,9 +298,24 @@ public struct InstallationRoutes: APIRoutes {
             case "dismissed": .dismissed
             default: throw APIError.validation("state is ended or dismissed", field: "state")
             }
-        let (id, _) = try await find(request)
+        // The activity's event, for one never registered (a push-started activity): its end is kept as a tombstone.
+        let reference: EventReference?
+        switch (try request.query.integer("event"), request.query.text("externalId")) {
+        case (nil, nil): reference = nil
+        case (let id?, nil): reference = .id(id)
+        case (nil, let external?):
+            guard RegistrationLimits.identifier.contains(external.count) else {
+                throw APIError.validation("1 to 200 characters", field: "externalId")
+            }
+            reference = .externalID(external)
+        default: throw APIError.validation("give at most one of event and externalId", field: "event")
+        }
+        let (id, appID) = try await find(request)
         do {
-            return .json(Self.json(try await installations.endActivity(installation: id, activityID: activityID, event: event)))
+            return .json(
+                Self.json(
+                    try await installations.endActivity(
+                        installation: id, appID: appID, activityID: activityID, event: event, eventReference: reference)))
         } catch let error as AudienceError {
             throw Self.apiError(error)
         }
@@ -361,6 +382,9 @@ public struct InstallationRoutes: APIRoutes {
             "createdAt": EventRoutes.json(activity.createdAt),
             "updatedAt": EventRoutes.json(activity.updatedAt),
             "endedAt": EventRoutes.json(activity.endedAt),
+            "startDate": EventRoutes.json(activity.startDate),
+            "audienceRound": .int(Int64(activity.audienceRound)),
+            "dismissedByUser": .bool(activity.userDismissed),
         ]
     }
 }

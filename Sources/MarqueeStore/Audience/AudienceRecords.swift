@@ -128,8 +128,17 @@ public struct StoredActivity: Sendable, Equatable {
     public let createdAt: Date
     public let updatedAt: Date
     public let endedAt: Date?
+    /// When iOS starts it, for one the app scheduled.
+    public let startDate: Date?
+    /// The event's audience round it belongs to (the round current when it was first registered).
+    public let audienceRound: Int
+    /// The user dismissed it while its round ran: no start of the event brings it back.
+    public let userDismissed: Bool
 
-    static let columns = "activity_id, event_id, attribute_type, push_type, push_token, state, created_at, updated_at, ended_at"
+    static let columns =
+        "activity_id, event_id, attribute_type, push_type, push_token, state, created_at, updated_at, ended_at, start_date, audience_round, user_dismissed"
+    /// `columns`, each of table `a`.
+    static let qualifiedColumns = columns.split(separator: ",").map { "a." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", ")
 
     init(row: PostgresRow) throws {
         activityID = try row.decode(column: "activity_id")
@@ -141,6 +150,9 @@ public struct StoredActivity: Sendable, Equatable {
         createdAt = try row.decode(column: "created_at")
         updatedAt = try row.decode(column: "updated_at")
         endedAt = try row.decode(column: "ended_at")
+        startDate = try row.decode(column: "start_date")
+        audienceRound = try row.decode(column: "audience_round")
+        userDismissed = try row.decode(column: "user_dismissed")
     }
 }
 

@@ -293,12 +293,14 @@ public struct InstallationRepository: Sendable {
 
     // MARK: Activities
 
-    /// Registers a running activity (a new one, or a new token of one): `pushToken` only for `token` activities.
-    /// An activity that ended throws `activityEnded` and changes nothing; one registered for another event
-    /// throws `activityEventChanged`. Returns the stored activity and whether it was created.
+    /// Registers a running activity (a new one, or a new token of one): `pushToken` only for `token` activities;
+    /// `startDate` (in the future, checked by the caller) for one the app scheduled, stored `pending` until it runs.
+    /// A new activity belongs to the event's current audience round. An activity that ended throws `activityEnded`
+    /// and changes nothing; one registered for another event throws `activityEventChanged`. Returns the stored
+    /// activity and whether it was created.
     public func registerActivity(
         installation: Int, appID: Int, activityID: String, event: EventReference, attributeType: String,
-        pushType: ActivityPushType, pushToken: String?
+        pushType: ActivityPushType, pushToken: String?, startDate: Date? = nil
     ) async throws -> (StoredActivity, created: Bool) {
         try await pool.withTransaction { tx in
             try await Self.lock(installation: installation, on: tx)
@@ -314,9 +316,9 @@ public struct InstallationRepository: Sendable {
                 """
             ).first
             let state: ActivityLifecycle.State? = try stored?.decode(column: "state")
-            // A registration stores an active activity, or is refused for one that ended (held by FOR UPDATE, so an
-            // end committed meanwhile is seen).
-            guard case .store(let next) = ActivityLifecycle.transition(from: state, on: .registered) else {
+            // A registration stores an active (or pending) activity, or is refused for one that ended (held by FOR
+            // UPDATE, so an end committed meanwhile is seen).
+            guard case .store(let next) = ActivityLifecycle.transition(from: state, on: startDate == nil ? .registered : .scheduled) else {
                 throw AudienceError.activityEnded(activityID, state ?? .ended)
             }
             if let storedEvent: Int = try stored?.decode(column: "event_id"), storedEvent != eventID {
@@ -324,12 +326,15 @@ public struct InstallationRepository: Sendable {
             }
             let row = try await tx.query(
                 """
-                INSERT INTO activities AS a (app_id, installation, activity_id, event_id, attribute_type, push_type, push_token, state, token_seen_at)
+                INSERT INTO activities AS a (app_id, installation, activity_id, event_id, attribute_type, push_type, push_token, state, token_seen_at,
+                                             start_date, audience_round)
                 VALUES (\(appID), \(installation), \(activityID), \(eventID), \(attributeType), \(pushType), \(pushToken), \(next),
-                        CASE WHEN \(pushToken)::text IS NULL THEN NULL ELSE now() END)
+                        CASE WHEN \(pushToken)::text IS NULL THEN NULL ELSE now() END, \(startDate),
+                        (SELECT audience_round FROM events WHERE id = \(eventID)))
                 ON CONFLICT (installation, activity_id) DO UPDATE SET
                     attribute_type = EXCLUDED.attribute_type, push_type = EXCLUDED.push_type, push_token = EXCLUDED.push_token,
-                    token_seen_at = EXCLUDED.token_seen_at, updated_at = now()
+                    token_seen_at = EXCLUDED.token_seen_at, state = EXCLUDED.state, start_date = coalesce(EXCLUDED.start_date, a.start_date),
+                    updated_at = now()
                 RETURNING \(unsafeRaw: StoredActivity.columns), (xmax = 0) AS created
                 """)[0]
             return (try StoredActivity(row: row), try row.decode(Bool.self, column: "created"))
@@ -337,30 +342,61 @@ public struct InstallationRepository: Sendable {
     }
 
     /// Records that the activity ended or was dismissed (`event` is `.ended` or `.dismissed`); it stays as a
-    /// tombstone. A repeated report changes nothing.
-    public func endActivity(installation: Int, activityID: String, event: ActivityLifecycle.Event) async throws -> StoredActivity {
-        try await pool.withTransaction { tx in
-            guard
-                let row = try await tx.query(
-                    """
-                    SELECT \(unsafeRaw: StoredActivity.columns) FROM activities
-                    WHERE installation = \(installation) AND activity_id = \(activityID) FOR UPDATE
-                    """
-                ).first
-            else { throw AudienceError.activityNotFound(activityID) }
-            let activity = try StoredActivity(row: row)
-            switch ActivityLifecycle.transition(from: activity.state, on: event) {
-            case .keep, .refuseEnded:
-                return activity
-            case .store(let next):
+    /// tombstone. A repeated report changes nothing. A dismissal recorded while the activity's audience round ran
+    /// is the user's (`ActivityLifecycle.dismissalIsTheUsers`): it holds back every later start of the event. An
+    /// activity not seen before is recorded as a tombstone of `eventReference`'s event when one is given (an app
+    /// that never registered a push-started activity), else throws `activityNotFound`.
+    public func endActivity(
+        installation: Int, appID: Int, activityID: String, event: ActivityLifecycle.Event, eventReference: EventReference? = nil,
+        attributeType: String? = nil
+    ) async throws -> StoredActivity {
+        let usersDismissal = StartRepository.startableEventStates.sql
+        return try await pool.withTransaction { tx in
+            try await Self.lock(installation: installation, on: tx)
+            let stored = try await tx.query(
+                """
+                SELECT \(unsafeRaw: StoredActivity.columns) FROM activities
+                WHERE installation = \(installation) AND activity_id = \(activityID) FOR UPDATE
+                """
+            ).first
+            let activity = try stored.map(StoredActivity.init(row:))
+            guard case .store(let next) = ActivityLifecycle.transition(from: activity?.state, on: event) else { return activity! }
+            // The user's dismissal, as ActivityLifecycle.dismissalIsTheUsers says, for activity `a` (its state before
+            // this report) of event `e`.
+            let usersChoice: PostgresQuery = """
+                (\(next == .dismissed) AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND a.audience_round = e.audience_round
+                 AND e.status IN \(usersDismissal))
+                """
+            guard activity == nil else {
                 return try StoredActivity(
                     row: try await tx.query(
                         """
-                        UPDATE activities SET state = \(next), ended_at = coalesce(ended_at, now()), updated_at = now()
-                        WHERE installation = \(installation) AND activity_id = \(activityID)
-                        RETURNING \(unsafeRaw: StoredActivity.columns)
+                        UPDATE activities a SET state = \(next), ended_at = coalesce(a.ended_at, now()), updated_at = now(),
+                            user_dismissed = a.user_dismissed OR \(fragment: usersChoice)
+                        FROM events e
+                        WHERE a.installation = \(installation) AND a.activity_id = \(activityID) AND e.id = a.event_id
+                        RETURNING \(unsafeRaw: StoredActivity.qualifiedColumns)
                         """)[0])
             }
+            guard let eventReference else { throw AudienceError.activityNotFound(activityID) }
+            let eventID: Int
+            do {
+                eventID = try await Self.resolve([eventReference], appID: appID, on: tx)[0]
+            } catch AudienceError.unknownEvent(let reference, _) {
+                throw AudienceError.unknownEvent(reference, index: nil)
+            }
+            // A tombstone of the event's current round, with no token (the push type that needs none).
+            return try StoredActivity(
+                row: try await tx.query(
+                    """
+                    INSERT INTO activities AS a (app_id, installation, activity_id, event_id, attribute_type, push_type, state, ended_at,
+                                                 audience_round, user_dismissed)
+                    SELECT \(appID), \(installation), \(activityID), e.id, coalesce(\(attributeType), t.name), \(ActivityPushType.channel),
+                           \(next), now(), e.audience_round, (\(next == .dismissed) AND e.status IN \(usersDismissal))
+                    FROM events e JOIN attribute_types t ON t.id = e.attribute_type_id
+                    WHERE e.id = \(eventID)
+                    RETURNING \(unsafeRaw: StoredActivity.qualifiedColumns)
+                    """)[0])
         }
     }
 }

@@ -12,11 +12,21 @@ public struct MirrorRepository: Sendable {
 
     public init(pool: PostgresPool) { self.pool = pool }
 
-    /// The channels' newest accepted broadcast per event, for events whose last broadcast is at most a day old.
+    /// The newest state each event sent in the last day, by a channel's accepted broadcast or by the token route
+    /// (`token_routes`, for an event with no channel that broadcasts): its aps.timestamp.
     private static let newestBroadcasts: PostgresQuery = """
-        SELECT c.app_id, c.event_id, max(c.last_aps_timestamp) AS aps_timestamp FROM channels c
-        WHERE c.event_id IS NOT NULL AND c.last_broadcast_at > now() - interval '1 day'
-        GROUP BY c.app_id, c.event_id
+        SELECT n.app_id, n.event_id, max(n.aps_timestamp) AS aps_timestamp FROM (
+            SELECT c.app_id, c.event_id, c.last_aps_timestamp AS aps_timestamp FROM channels c
+            WHERE c.event_id IS NOT NULL AND c.last_broadcast_at > now() - interval '1 day'
+            UNION ALL
+            SELECT t.app_id, t.event_id, t.aps_timestamp FROM token_routes t WHERE t.sent_at > now() - interval '1 day'
+        ) n
+        GROUP BY n.app_id, n.event_id
+        """
+
+    /// Token activity `a` takes pushes now: a pending (scheduled) one only from its start date.
+    static let takesPushes: PostgresQuery = """
+        (a.state <> \(ActivityLifecycle.State.pending.sql) OR a.start_date <= now())
         """
 
     /// Begins a pass for every event with a token activity behind its newest broadcast (and not waiting for a
@@ -34,7 +44,7 @@ public struct MirrorRepository: Sendable {
                           WHERE a.event_id = n.event_id AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
                             AND a.push_type = \(ActivityPushType.token.sql)
                             AND coalesce(a.mirrored_aps_timestamp, 0) < n.aps_timestamp
-                            AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
+                            AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now()) AND \(fragment: Self.takesPushes)
                             AND EXISTS (SELECT 1 FROM installations i WHERE i.id = a.installation AND i.live_activities_enabled)
                             AND \(fragment: Self.ofItsRound(apsTimestamp: "n.aps_timestamp")))
               AND NOT EXISTS (SELECT 1 FROM mirror_passes p WHERE p.event_id = n.event_id AND p.state = \(MirrorPassState.running.sql))
@@ -46,12 +56,14 @@ public struct MirrorRepository: Sendable {
 
     /// `a` (a token activity of event `e`) may be sent the broadcast with this aps.timestamp: an activity
     /// registered after the event's last postponement belongs to the new audience round, and is never sent the
-    /// end that postponement queued for the activities running then, nor anything broadcast before it.
+    /// end that postponement queued for the activities running then, nor anything broadcast before it (on a channel or
+    /// by the token route).
     static func ofItsRound(apsTimestamp: PostgresQuery) -> PostgresQuery {
         """
         NOT (e.postponed_at IS NOT NULL AND a.created_at > e.postponed_at
-             AND \(fragment: apsTimestamp) <= coalesce((SELECT max(d.aps_timestamp) FROM deliveries d
-                                                      WHERE d.update_id = e.postponed_end_update_id AND d.status = 200), 0))
+             AND \(fragment: apsTimestamp) <= greatest((SELECT max(d.aps_timestamp) FROM deliveries d
+                                                       WHERE d.update_id = e.postponed_end_update_id AND d.status = 200),
+                                                      (SELECT t.round_end_aps_timestamp FROM token_routes t WHERE t.event_id = e.id), 0))
         """
     }
 
@@ -166,9 +178,9 @@ public struct MirrorRepository: Sendable {
             """)
     }
 
-    /// What a mirrored push of the event carries now: its newest accepted broadcast (the update, the alert it
-    /// carried, its aps.timestamp and priority, read together with the channel), the event's storage policy and
-    /// the app. Nil before any broadcast.
+    /// What a mirrored push of the event carries now: its newest accepted broadcast, or the newest state the token
+    /// route sent, whichever is newer (the update, the alert it carried, its aps.timestamp and priority), the
+    /// event's storage policy and the app. Nil before any.
     public func content(eventID: Int) async throws -> MirrorContent? {
         guard
             let row = try await pool.query(
@@ -182,12 +194,17 @@ public struct MirrorRepository: Sendable {
                 \(FreshnessSQL.typePolicyJoin)
                 JOIN apps a ON a.id = e.app_id
                 CROSS JOIN LATERAL (
-                    SELECT d.update_id, d.alert_update_id, d.aps_timestamp, d.priority, c.last_alert_at FROM channels c
-                    JOIN LATERAL (
-                        SELECT update_id, alert_update_id, aps_timestamp, priority FROM deliveries
-                        WHERE channel_id = c.id AND kind = 'broadcast' AND status = 200 ORDER BY sent_at DESC LIMIT 1
-                    ) d ON true
-                    WHERE c.event_id = e.id ORDER BY d.aps_timestamp DESC LIMIT 1
+                    SELECT * FROM (
+                        SELECT d.update_id, d.alert_update_id, d.aps_timestamp, d.priority, c.last_alert_at FROM channels c
+                        JOIN LATERAL (
+                            SELECT update_id, alert_update_id, aps_timestamp, priority FROM deliveries
+                            WHERE channel_id = c.id AND kind = 'broadcast' AND status = 200 ORDER BY sent_at DESC LIMIT 1
+                        ) d ON true
+                        WHERE c.event_id = e.id
+                        UNION ALL
+                        SELECT t.update_id, t.alert_update_id, t.aps_timestamp, t.priority, t.last_alert_at FROM token_routes t
+                        WHERE t.event_id = e.id
+                    ) newest ORDER BY aps_timestamp DESC LIMIT 1
                 ) d
                 JOIN updates u ON u.id = d.update_id
                 WHERE e.id = \(eventID)
@@ -216,7 +233,7 @@ public struct MirrorRepository: Sendable {
             WHERE a.event_id = \(chunk.eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND i.live_activities_enabled
               AND a.push_type = \(ActivityPushType.token.sql) AND a.id > \(chunk.after) AND a.id <= \(chunk.through)
               AND coalesce(a.mirrored_aps_timestamp, 0) < \(apsTimestamp) AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
-              AND \(fragment: Self.ofItsRound(apsTimestamp: "\(apsTimestamp)::bigint"))
+              AND \(fragment: Self.takesPushes) AND \(fragment: Self.ofItsRound(apsTimestamp: "\(apsTimestamp)::bigint"))
             ORDER BY a.id
             """
         ).map { row in
@@ -263,7 +280,9 @@ public struct MirrorRepository: Sendable {
     public func progress(eventID: Int) async throws -> (activities: Int, behind: Int, lastLag: Double?) {
         let row = try await pool.query(
             """
-            WITH newest AS (SELECT max(last_aps_timestamp) AS ts FROM channels WHERE event_id = \(eventID) AND last_broadcast_at IS NOT NULL)
+            WITH newest AS (
+                SELECT greatest((SELECT max(last_aps_timestamp) FROM channels WHERE event_id = \(eventID) AND last_broadcast_at IS NOT NULL),
+                                (SELECT aps_timestamp FROM token_routes WHERE event_id = \(eventID))) AS ts)
             SELECT count(*)::integer AS activities,
                    count(*) FILTER (WHERE coalesce(a.mirrored_aps_timestamp, 0) < (SELECT ts FROM newest) AND i.live_activities_enabled
                                     AND \(fragment: Self.ofItsRound(apsTimestamp: "(SELECT ts FROM newest)")))::integer AS behind,

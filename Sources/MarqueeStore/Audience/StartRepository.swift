@@ -228,7 +228,7 @@ public struct StartRepository: Sendable {
                 // Starts still planned (a retry not yet due) are not sent any more.
                 try await tx.execute(
                     """
-                    UPDATE starts SET state = \(StartState.skipped), reason = 'event_over', next_attempt_at = NULL
+                    UPDATE starts SET state = \(StartState.skipped), reason = \(StartSkipReason.eventOver.rawValue), next_attempt_at = NULL
                     WHERE run_id = \(runID) AND state = \(StartState.planned)
                     """)
                 // Every chunk's counts as the run ends (the step above may have settled starts of done ones).
@@ -350,8 +350,10 @@ public struct StartRepository: Sendable {
             """
             SELECT e.status, e.attributes, e.ends_at, e.start_alert, e.latest_state, t.name AS type_name, a.bundle_id,
                    a.environment, c.id AS channel_id, c.apns_channel_id, c.last_aps_timestamp, c.last_alert_at,
-                   b.content_state AS broadcast_state, b.stale_date, b.relevance_score, \(FreshnessSQL.columns)
+                   b.content_state AS broadcast_state, b.stale_date, b.relevance_score, tr.aps_timestamp AS route_aps_timestamp,
+                   \(FreshnessSQL.columns)
             FROM events e
+            LEFT JOIN token_routes tr ON tr.event_id = e.id
             JOIN attribute_types t ON t.id = e.attribute_type_id
             \(FreshnessSQL.typePolicyJoin)
             JOIN apps a ON a.id = e.app_id
@@ -369,13 +371,18 @@ public struct StartRepository: Sendable {
         guard let event else { throw PipelineError.eventNotFound(chunk.eventID) }
         let channelID: Int? = try event.decode(column: "channel_id")
         var apsTimestamp: Int64? = try event.decode(column: "last_aps_timestamp")
+        // The event's sequence goes on from what the token route sent (Sql/0039) to the channel, never back.
+        let routeTimestamp: Int64? = try event.decode(column: "route_aps_timestamp")
         if let channelID, apsTimestamp == nil {
             apsTimestamp = try await pool.query(
                 """
-                UPDATE channels SET last_aps_timestamp = coalesce(last_aps_timestamp, floor(extract(epoch FROM coalesce(\(now), now())))::bigint)
+                UPDATE channels SET last_aps_timestamp = coalesce(last_aps_timestamp,
+                    greatest(floor(extract(epoch FROM coalesce(\(now), now())))::bigint, \(routeTimestamp)::bigint))
                 WHERE id = \(channelID) RETURNING last_aps_timestamp
                 """
             ).first?.decode(Int64.self, column: "last_aps_timestamp")
+        } else if channelID == nil {
+            apsTimestamp = routeTimestamp
         }
         let broadcastState = try event.decodeJSON(column: "broadcast_state")
         let latestState = try event.decodeJSON(column: "latest_state")
@@ -400,8 +407,10 @@ public struct StartRepository: Sendable {
     {
         let row = try await pool.query(
             """
-            SELECT (SELECT last_aps_timestamp FROM channels WHERE event_id = \(eventID) AND apns_channel_id = \(apnsChannelID)
-                    ORDER BY id DESC LIMIT 1) AS last_aps_timestamp,
+            SELECT greatest((SELECT last_aps_timestamp FROM channels WHERE event_id = \(eventID) AND apns_channel_id = \(apnsChannelID)
+                             ORDER BY id DESC LIMIT 1),
+                            -- A state the token route sent as the channel opened went to token activities only.
+                            (SELECT aps_timestamp FROM token_routes WHERE event_id = \(eventID))) AS last_aps_timestamp,
                    EXISTS (SELECT 1 FROM outbox WHERE event_id = \(eventID) AND claim_token IS NOT NULL
                            AND claimed_until > coalesce(\(now), now())) AS broadcast_in_flight
             """)[0]
@@ -464,6 +473,7 @@ public struct StartRepository: Sendable {
                         installation: try row.decode(column: "installation"), os: try row.osVersion(), token: refused ? nil : token,
                         enabled: try row.decode(column: "live_activities_enabled"), followsEventDirectly: try row.decode(column: "direct"),
                         startedForEvent: try row.decode(column: "started"),
+                        hasActivityOfRound: try row.decode(column: "has_activity"), dismissedByUser: try row.decode(column: "dismissed"),
                         runStateForToken: try row.decodeRaw(StartState?.self, column: "run_state"),
                         retryAt: try row.decode(column: "retry_at"), hasPlannedStart: try row.decode(Int?.self, column: "planned_id") != nil,
                         startsLastHour: try row.decode(column: "starts_last_hour"),
@@ -488,6 +498,7 @@ public struct StartRepository: Sendable {
             SELECT m.installation, m.direct, i.live_activities_enabled, i.os_major, i.os_minor, i.os_patch, i.push_to_start_token,
                    i.token_refused_reason,
                    started.found IS NOT NULL AS started,
+                   coalesce(held.of_round, false) AS has_activity, coalesce(held.dismissed, false) AS dismissed,
                    mine.state AS run_state, mine.next_attempt_at AS retry_at,
                    planned.id AS planned_id, planned.token AS planned_token,
                    (SELECT count(*) FROM starts s WHERE s.installation = m.installation AND s.went_out
@@ -519,6 +530,8 @@ public struct StartRepository: Sendable {
                   AND s.went_out AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
                 LIMIT 1
             ) started ON true
+            -- The event's activities the app registered for the member (activities_by_installation_event).
+            LEFT JOIN LATERAL (\(fragment: Self.heldBack(eventID: chunk.eventID, runID: chunk.runID, installation: "m.installation"))) held ON true
             LEFT JOIN LATERAL (
                 SELECT s.state, s.next_attempt_at FROM starts s
                 WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation AND s.token = i.push_to_start_token
@@ -540,6 +553,18 @@ public struct StartRepository: Sendable {
                    AND (mine.state IS NULL OR mine.state = \(StartState.planned)))
             ORDER BY m.installation
             """
+    }
+
+    /// `(of_round, dismissed)` for one installation (`installation`, an SQL expression) and the run's event: whether
+    /// the app registered an activity of the event in the run's audience round, whatever its state or push type, and
+    /// whether the user dismissed one while its round ran (`ActivityLifecycle.dismissalIsTheUsers`, recorded as
+    /// `user_dismissed`). Either holds back a start (`StartPlanner.decide`), also at the mark.
+    static func heldBack(eventID: Int, runID: Int, installation: PostgresQuery) -> PostgresQuery {
+        """
+        SELECT bool_or(a.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(runID))) AS of_round,
+               bool_or(a.user_dismissed) AS dismissed
+        FROM activities a WHERE a.installation = \(fragment: installation) AND a.event_id = \(eventID)
+        """
     }
 
     // MARK: starts
@@ -573,8 +598,11 @@ public struct StartRepository: Sendable {
 
     /// Marks a send window's starts `sending`, one statement: new starts are inserted, planned ones (a retry)
     /// take the installation's current token. Only installations still enabled, with that token current
-    /// and no start of the event sending, accepted or unknown, are marked; the rest are left out. Returns
-    /// the starts marked, to send now.
+    /// and no start of the event sending, accepted or unknown, are marked; the rest are left out. The event's
+    /// activities are read again here: an installation whose app registered an activity of the round (or whose user
+    /// dismissed one) since the chunk's members were read is recorded skipped instead (`has_activity`, `dismissed`).
+    /// A registration committed after this statement still gets its start (docs/api.md#activities). Returns the
+    /// starts marked, to send now.
     public func markSending(_ chunk: ClaimedStartChunk, _ starts: [PlannedStart]) async throws -> [SendingStart] {
         guard !starts.isEmpty else { return [] }
         let input = JSONValue.array(
@@ -588,11 +616,15 @@ public struct StartRepository: Sendable {
         let rows = try await pool.query(
             """
             WITH input AS (
-                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (installation bigint, token text, os_major integer,
-                                                                                    path text, planned_id bigint)
+                SELECT i.*, CASE WHEN h.dismissed THEN \(StartSkipReason.dismissed.rawValue)
+                                 WHEN h.of_round THEN \(StartSkipReason.hasActivity.rawValue) END AS held_reason
+                FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (installation bigint, token text, os_major integer,
+                                                                          path text, planned_id bigint)
+                LEFT JOIN LATERAL (\(fragment: Self.heldBack(eventID: chunk.eventID, runID: chunk.runID, installation: "i.installation"))) h ON true
             ), eligible AS (
                 SELECT i.* FROM input i JOIN installations n ON n.id = i.installation
-                WHERE n.live_activities_enabled AND n.push_to_start_token = i.token AND n.token_refused_reason IS NULL
+                WHERE i.held_reason IS NULL
+                  AND n.live_activities_enabled AND n.push_to_start_token = i.token AND n.token_refused_reason IS NULL
                   -- A new start that the round's started one would duplicate is left out by starts_once_per_event
                   -- (ON CONFLICT below); only a retry, which updates its row, asks first. Asking for every row made
                   -- this statement a scan of starts per row whenever the table's statistics were older than its
@@ -601,6 +633,15 @@ public struct StartRepository: Sendable {
                        OR NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = i.installation
                                       AND s.went_out
                                       AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))))
+            ), held_settled AS (
+                UPDATE starts s SET state = \(StartLifecycle.transition(from: .planned, on: .skipped)!), reason = i.held_reason,
+                    next_attempt_at = NULL
+                FROM input i WHERE i.held_reason IS NOT NULL AND s.id = i.planned_id AND s.state = \(StartState.planned)
+            ), held_recorded AS (
+                INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, state, reason)
+                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, \(StartState.skipped), held_reason
+                FROM input WHERE held_reason IS NOT NULL AND planned_id IS NULL
+                ON CONFLICT DO NOTHING
             ), retried AS (
                 UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1, sent_at = now(),
                     next_attempt_at = NULL

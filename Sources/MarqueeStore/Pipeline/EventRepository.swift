@@ -345,11 +345,19 @@ public struct EventRepository: Sendable {
     }
 
     /// Ends an event no channel can carry (none opened, refused, or lost), if its lifecycle takes
-    /// `endedWithoutChannel`: its pending updates become unsent and its outbox row goes. Returns whether it ended.
+    /// `endedWithoutChannel` and it has no token activity (those take the end by the token route,
+    /// `TokenRouteRepository`, so nothing is unsent while one could take it): its pending updates become unsent and
+    /// its outbox row goes. Returns whether it ended.
     @discardableResult
     public func endWithoutChannel(eventID: Int) async throws -> Bool {
         try await pool.withTransaction { tx in
-            guard try await Self.perform(.endedWithoutChannel, eventID: eventID, on: tx) else { return false }
+            let ended = try await tx.execute(
+                """
+                UPDATE events SET status = \(fragment: EventLifecycle.sqlStatus(after: .endedWithoutChannel, column: "status")), updated_at = now()
+                WHERE id = \(eventID) AND status IN \(EventLifecycle.states(accepting: .endedWithoutChannel).sql)
+                  AND NOT \(fragment: TokenRouteRepository.hasTokenActivity(eventID: "events.id"))
+                """)
+            guard ended == 1 else { return false }
             try await tx.execute(
                 """
                 UPDATE updates SET disposition = \(UpdateDisposition.unsent.sql), disposed_at = now()
@@ -377,8 +385,10 @@ public struct EventRepository: Sendable {
         """
         UPDATE events SET status = \(fragment: Self.statusAfterStart), updated_at = now()
         WHERE id IN (SELECT e.id FROM events e WHERE e.status IN \(Self.statesToStart) AND e.starts_at <= coalesce(\(now), now())
-                       AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
-                                   AND (\(fragment: ChannelRepository.ofCurrentRound) OR e.channel_lost))
+                       AND (EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
+                                    AND (\(fragment: ChannelRepository.ofCurrentRound) OR e.channel_lost))
+                            -- Delivered on its token activities without a channel (the token route).
+                            OR \(fragment: TokenRouteRepository.hasTokenActivity(eventID: "e.id")))
                      ORDER BY e.starts_at, e.id LIMIT \(limit) FOR UPDATE OF e SKIP LOCKED)
           AND status IN \(Self.statesToStart)
         RETURNING id
@@ -454,9 +464,11 @@ public struct EventRepository: Sendable {
     }
 
     /// What a cancel of the event decides on (EventCancelPlan): its status, whether activities may be running (a
-    /// push-to-start went out, the app registered an activity, or a broadcast reached its channel), and whether its
-    /// channel can broadcast an end. Nil when there is no such event (in `appID`'s app when given).
-    public func cancelFacts(eventID: Int, appID: Int?) async throws -> (status: EventStatus, startedActivities: Bool, channelCarriesEnd: Bool)? {
+    /// push-to-start went out, the app registered an activity, or a broadcast reached its channel), whether its
+    /// channel can broadcast an end, whether it has token activities to take the end by the token route, and the
+    /// accepted starts that no end can reach (`unreachableStarts`). Nil when there is no such event (in `appID`'s app
+    /// when given).
+    public func cancelFacts(eventID: Int, appID: Int?) async throws -> EventCancelFacts? {
         guard
             let row = try await pool.query(
                 """
@@ -465,17 +477,39 @@ public struct EventRepository: Sendable {
                        OR EXISTS (SELECT 1 FROM activities a WHERE a.event_id = e.id)
                        OR EXISTS (SELECT 1 FROM deliveries d JOIN channels c ON c.id = d.channel_id
                                   WHERE c.event_id = e.id AND d.kind = 'broadcast' AND d.status = 200) AS started,
-                       NOT e.channel_lost AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id
-                                                      AND c.state IN \(ChannelLifecycle.broadcastingStates.sql)) AS carries
+                       \(fragment: Self.channelCarriesEnd) AS carries,
+                       \(fragment: TokenRouteRepository.hasTokenActivity(eventID: "e.id")) AS tokens,
+                       (\(fragment: Self.unreachableStartsCount)) AS unreachable
                 FROM events e WHERE e.id = \(eventID) AND (\(appID)::bigint IS NULL OR e.app_id = \(appID))
                 """
             ).first
         else { return nil }
-        return (
-            try row.decode(EventStatus.self, column: "status"), try row.decode(Bool.self, column: "started"),
-            try row.decode(Bool.self, column: "carries")
-        )
+        return EventCancelFacts(
+            status: try row.decode(EventStatus.self, column: "status"), startedActivities: try row.decode(Bool.self, column: "started"),
+            channelCarriesEnd: try row.decode(Bool.self, column: "carries"), tokenActivitiesTakeEnd: try row.decode(Bool.self, column: "tokens"),
+            unreachableStarts: try row.decode(Int.self, column: "unreachable"))
     }
+
+    /// The accepted starts of event `e`'s current round that no end reaches: the app never registered their activity,
+    /// and they are not on a channel that can broadcast the end (a plain or `input-push-token` start, or any start
+    /// when no channel carries it). Their devices keep showing the activity until iOS ends it.
+    public func unreachableStarts(eventID: Int) async throws -> Int {
+        try await pool.query("SELECT (\(fragment: Self.unreachableStartsCount)) AS n FROM events e WHERE e.id = \(eventID)").first?
+            .decode(Int.self, column: "n") ?? 0
+    }
+
+    /// Event `e`'s channel is open (or ending) and can broadcast an end.
+    static let channelCarriesEnd: PostgresQuery = """
+        NOT e.channel_lost AND EXISTS (SELECT 1 FROM channels c WHERE c.event_id = e.id AND c.state IN \(ChannelLifecycle.broadcastingStates.sql))
+        """
+
+    static let unreachableStartsCount: PostgresQuery = """
+        SELECT count(*)::integer FROM starts s
+        WHERE s.event_id = e.id AND s.audience_round = e.audience_round AND s.state = \(StartState.accepted)
+          AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.event_id = e.id AND a.installation = s.installation
+                          AND a.audience_round = e.audience_round)
+          AND (s.path IS DISTINCT FROM \(StartRoute.channel.rawValue) OR NOT (\(fragment: channelCarriesEnd)))
+        """
 
     /// Cancels an event that sends nothing (EventCancelPlan.closeQuietly): the status as the lifecycle says for
     /// `cancelRequested`, its pending updates unsent, its outbox row gone, the change recorded with `apiKeyID`. Returns
@@ -545,7 +579,7 @@ public struct EventRepository: Sendable {
             """)
         try await tx.execute(
             """
-            UPDATE starts SET state = \(StartState.skipped.rawValue), reason = 'event_over', next_attempt_at = NULL
+            UPDATE starts SET state = \(StartState.skipped.rawValue), reason = \(StartSkipReason.eventOver.rawValue), next_attempt_at = NULL
             WHERE event_id = \(eventID) AND state = \(StartState.planned.rawValue)
             """)
     }

@@ -452,7 +452,10 @@ public struct OutboxRepository: Sendable {
                         THEN live.last_broadcast_at + make_interval(secs => \(pacing)::float8) END AS paced_until
             FROM outbox o
             CROSS JOIN LATERAL (
-                SELECT c.id AS channel_id, c.last_broadcast_at, c.last_aps_timestamp
+                -- The event's sequence goes on from what the token route sent before the channel opened (Sql/0039).
+                SELECT c.id AS channel_id, c.last_broadcast_at,
+                       greatest(c.last_aps_timestamp, (SELECT t.aps_timestamp FROM token_routes t WHERE t.event_id = c.event_id))
+                           AS last_aps_timestamp
                 FROM channels c JOIN events e ON e.id = c.event_id
                 WHERE c.event_id = o.event_id AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) AND NOT e.channel_lost
                 LIMIT 1
@@ -490,7 +493,7 @@ public struct OutboxRepository: Sendable {
                c.id AS channel_id, c.apns_channel_id, c.storage_policy, c.state AS channel_state,
                CASE WHEN o.aps_timestamp_update_id = o.update_id THEN o.aps_timestamp END AS fixed_aps_timestamp,
                greatest(c.last_aps_timestamp, CASE WHEN o.aps_timestamp_update_id IS DISTINCT FROM o.update_id
-                                                   THEN o.aps_timestamp END) AS last_aps_timestamp,
+                                                   THEN o.aps_timestamp END, tr.aps_timestamp) AS last_aps_timestamp,
                c.last_broadcast_at, c.last_alert_at, \(FreshnessSQL.columns), p.id IS NULL OR p.newest AS carries_update,
                u.id AS update_id, u.action, CASE WHEN p.id IS NULL OR p.newest THEN u.content_state END AS content_state,
                CASE WHEN p.id IS NULL OR p.newest THEN u.alert END AS alert, u.stale_date, u.dismissal_date,
@@ -500,6 +503,7 @@ public struct OutboxRepository: Sendable {
         JOIN events e ON e.id = o.event_id
         \(FreshnessSQL.typePolicyJoin)
         JOIN channels c ON c.id = o.channel_id
+        LEFT JOIN token_routes tr ON tr.event_id = o.event_id
         JOIN updates u ON u.id = o.update_id
         LEFT JOIN LATERAL (
             SELECT id, priority, alert, occurred_at, id = max(id) OVER () AS newest FROM updates
