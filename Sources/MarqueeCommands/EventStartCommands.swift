@@ -180,7 +180,7 @@ enum StartRunText {
     /// The width of `--follow`'s bar: with the rest of the line it fits 80 columns.
     static let barWidth = 24
 
-    /// `event starts`: one row per run.
+    /// `event starts`: one row per run, its skips by reason.
     static func table(_ runs: [JSONValue]) -> String {
         guard !runs.isEmpty else { return "(no start runs)" }
         return Terminal.table(
@@ -189,7 +189,7 @@ enum StartRunText {
                 let counts = run["counts"]
                 return [
                     APIText.cell(run["id"]), APIText.cell(run["kind"]), state(run), APIText.cell(counts?["audience"]),
-                    APIText.cell(counts?["accepted"]), String(total(counts?["rejected"])), String(total(counts?["skipped"])),
+                    APIText.cell(counts?["accepted"]), String(total(counts?["rejected"])), breakdown(counts?["skipped"]),
                     APIText.cell(counts?["unknown"]), APIText.cell(run["adoption"]?["total"]),
                 ]
             })

@@ -38,8 +38,9 @@ struct StartFanOutTests {
     }
 
     /// Stores the members straight in the registry (one statement each for installations and follows), and
-    /// gives the simulator their devices.
-    static func seed(_ members: [Member], topic: String, harness: BroadcastHarness) async throws {
+    /// gives the simulator their devices (without `appRegisters`, devices that do not know their installation id,
+    /// so their app registers no activity with the backend).
+    static func seed(_ members: [Member], topic: String, harness: BroadcastHarness, appRegisters: Bool = true) async throws {
         let rows = JSONValue.array(
             members.map {
                 let version = OSVersion($0.os)!
@@ -65,7 +66,8 @@ struct StartFanOutTests {
             """)
         _ = harness.simulator.engine.devices.add(
             members.map {
-                SimulatedDeviceSpec(pushToStartToken: $0.token, osVersion: SimulatorOSVersion(parsing: $0.os)!, installationID: $0.installationID)
+                SimulatedDeviceSpec(
+                    pushToStartToken: $0.token, osVersion: SimulatorOSVersion(parsing: $0.os)!, installationID: appRegisters ? $0.installationID : nil)
             })
     }
 

@@ -174,9 +174,9 @@ import Testing
         let table = StartRunText.table([Self.running, Self.skipped])
         #expect(
             table == """
-                ID  KIND       STATE               AUDIENCE  ACCEPTED  REJECTED  SKIPPED  UNKNOWN  ADOPTION
-                3   manual     running             1234      1200      3         7        2        900
-                2   automatic  skipped (no_alert)  0         0         0         0        0        0
+                ID  KIND       STATE               AUDIENCE  ACCEPTED  REJECTED  SKIPPED                                       UNKNOWN  ADOPTION
+                3   manual     running             1234      1200      3         7: device_limit 4, concurrency 2, disabled 1  2        900
+                2   automatic  skipped (no_alert)  0         0         0         0                                             0        0
                 """)
         #expect(StartRunText.table([]) == "(no start runs)")
     }
