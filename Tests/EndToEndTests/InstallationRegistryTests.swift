@@ -145,6 +145,18 @@ struct InstallationRegistryTests {
                 "PUT", "/v1/installations/phone/activities/act-2",
                 ["externalId": "ars-che", "attributesType": "MatchAttributes", "pushType": "channel"], key: key)
             #expect(channel.status == 201 && channel.json["pushToken"] == .null, "\(channel.text)")
+            // A scheduled activity is pending until iOS starts it; a dismissal of one never registered is kept.
+            let scheduled = try await harness.api(
+                "PUT", "/v1/installations/phone/activities/act-3",
+                [
+                    "externalId": "ars-che", "attributesType": "MatchAttributes", "pushType": "channel",
+                    "startDate": .string(BroadcastHarness.iso(Date().addingTimeInterval(3600))),
+                ], key: key)
+            #expect(scheduled.status == 201 && scheduled.json["state"] == "pending" && scheduled.json["startDate"] != .null, "\(scheduled.text)")
+            let pushed = try await harness.api("DELETE", "/v1/installations/phone/activities/pushed-1?externalId=ars-che&state=dismissed", key: key)
+            #expect(
+                pushed.status == 200 && pushed.json["state"] == "dismissed" && pushed.json["event"] == .int(Int64(match))
+                    && pushed.json["dismissedByUser"] == true, "\(pushed.text)")
         }
     }
 
@@ -184,10 +196,29 @@ struct InstallationRegistryTests {
                     ["event": .int(Int64(match)), "attributesType": "MatchAttributes", "pushType": "token"],
                     422, "pushToken"
                 ),
+                (
+                    "PUT", "/v1/installations/phone/activities/a",
+                    [
+                        "event": .int(Int64(match)), "attributesType": "MatchAttributes", "pushType": "channel",
+                        "startDate": .string(BroadcastHarness.iso(Date().addingTimeInterval(-60))),
+                    ],
+                    422, "startDate"
+                ),
+                (
+                    "PUT", "/v1/installations/phone/activities/a",
+                    ["event": .int(Int64(match)), "attributesType": "MatchAttributes", "pushType": "channel", "startDate": "tomorrow"],
+                    422, "startDate"
+                ),
+                ("DELETE", "/v1/installations/phone/activities/never-seen?event=999999", .null, 422, "event"),
+                ("DELETE", "/v1/installations/phone/activities/never-seen?event=1&externalId=ars-che", .null, 422, "event"),
+                ("DELETE", "/v1/installations/phone/activities/never-seen?colour=red", .null, 422, "colour"),
+                ("DELETE", "/v1/installations/phone/activities/never-seen", .null, 404, ""),
             ]
             for (method, path, body, status, field) in cases {
-                let answer = try await harness.api(method, path, body, key: key)
-                #expect(answer.status == status && answer.json["error"]?["field"]?.stringValue == field, "\(method) \(path) \(body): \(answer.text)")
+                let answer = try await harness.api(method, path, body == .null ? nil : body, key: key)
+                #expect(
+                    answer.status == status && (answer.json["error"]?["field"]?.stringValue ?? "") == field,
+                    "\(method) \(path) \(body): \(answer.text)")
             }
             // A body over the limit.
             let big = try await harness.api("PUT", "/v1/installations/phone", ["locale": .string(String(repeating: "x", count: 70_000))], key: key)

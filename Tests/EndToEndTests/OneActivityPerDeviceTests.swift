@@ -26,7 +26,8 @@ struct OneActivityPerDeviceTests {
         try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900"]) { harness in
             // Six on iOS 18.4 and four on 17.6 with nothing of the match; three 18.4 whose app started the match's
             // activity itself (on the channel), two 17.6 whose app did (on its token), two whose user dismissed it.
-            let oses = Array(repeating: "18.4", count: 6) + Array(repeating: "17.6", count: 4) + Array(repeating: "18.4", count: 3)
+            let oses =
+                Array(repeating: "18.4", count: 6) + Array(repeating: "17.6", count: 4) + Array(repeating: "18.4", count: 3)
                 + Array(repeating: "17.6", count: 2) + Array(repeating: "18.4", count: 2)
             let members = oses.enumerated().map { index, os in
                 Fans.Member(installationID: "fan-\(index + 1)", token: Fans.token(index + 1), os: os, follows: true, enabled: true)
@@ -46,12 +47,14 @@ struct OneActivityPerDeviceTests {
             }
             for member in members[10..<13] { try await register(member, ["pushType": "channel"]) }
             for member in members[13..<15] {
-                try await register(member, ["pushType": "token", "pushToken": .string(String(repeating: "e", count: 63) + "\(member.token.suffix(1))")])
+                try await register(
+                    member, ["pushType": "token", "pushToken": .string(String(repeating: "e", count: 63) + "\(member.token.suffix(1))")])
             }
             for member in members[15..<17] {
                 try await register(member, ["pushType": "channel"])
                 let dismissed = try await harness.api(
-                    "DELETE", "/v1/installations/\(member.installationID)/activities/app-\(member.installationID)?app=\(harness.appID)&state=dismissed",
+                    "DELETE",
+                    "/v1/installations/\(member.installationID)/activities/app-\(member.installationID)?app=\(harness.appID)&state=dismissed",
                     key: key)
                 #expect(dismissed.status == 200 && dismissed.json["dismissedByUser"] == true, "\(dismissed.text)")
             }

@@ -67,7 +67,8 @@ struct StartFanOutTests {
         _ = harness.simulator.engine.devices.add(
             members.map {
                 SimulatedDeviceSpec(
-                    pushToStartToken: $0.token, osVersion: SimulatorOSVersion(parsing: $0.os)!, installationID: appRegisters ? $0.installationID : nil)
+                    pushToStartToken: $0.token, osVersion: SimulatorOSVersion(parsing: $0.os)!, installationID: appRegisters ? $0.installationID : nil
+                )
             })
     }
 
