@@ -264,8 +264,13 @@ public final class APNsClient: Sendable {
     /// connection ever carried it, the peer refused its stream, or a GOAWAY said its stream was not processed.
     /// A timeout, a lost connection or another reset after it was written prove nothing.
     public static func provesNotActedOn(_ error: NetworkError) -> Bool {
-        if case .connectFailed = error { return true }
-        return error.wasNotSent
+        switch error {
+        // The connection never carried a request: refused, or its TLS handshake failed (the server's certificate
+        // rejected, no h2 through ALPN, any other handshake error: the HTTP/2 client reports these only while
+        // connecting).
+        case .connectFailed, .tls, .certificateRejected, .alpnRefused: true
+        default: error.wasNotSent
+        }
     }
 
     /// What a network failure means for the request: GOAWAY before processing means reconnect; the rest is transient.

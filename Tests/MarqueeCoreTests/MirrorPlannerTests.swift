@@ -27,9 +27,11 @@ struct MirrorPlannerTests {
 
     @Test func answersAndPassSteps() {
         #expect(planner.afterAnswer(.accepted) == .served)
-        #expect(planner.afterAnswer(.throttled) == .retryTokenLater(30))
-        #expect(planner.afterAnswer(.notDone) == .backOffChunk)
-        #expect(planner.afterAnswer(.unknown) == .sendInALaterPass, "the same timestamp twice is harmless")
+        #expect(planner.afterAnswer(.throttled(reason: "TooManyRequests", retryAfter: nil)) == .retryTokenLater(30))
+        #expect(planner.afterAnswer(.throttled(reason: "TooManyRequests", retryAfter: 90)) == .retryTokenLater(90), "APNs' Retry-After")
+        #expect(planner.afterAnswer(.notDone(reason: "ServiceUnavailable", retryAfter: nil)) == .backOffChunk)
+        #expect(planner.afterAnswer(.unknown(reason: "timeout")) == .sendInALaterPass, "the same timestamp twice is harmless")
+        #expect(planner.afterAnswer(.parkCredentials(reason: "InvalidProviderToken")) == .parkApp)
         #expect(
             planner.afterAnswer(.rejected(reason: "Unregistered", refusal: .badDeviceToken))
                 == .failed(reason: "Unregistered", refusal: .badDeviceToken))

@@ -142,16 +142,18 @@ struct StartPlannerTests {
 
     @Test func answersFollowTheNoRepeatPolicy() {
         #expect(planner.afterAnswer(.accepted, attempt: 1).state == .accepted)
-        #expect(planner.afterAnswer(.unknown, attempt: 1).state == .unknown, "a lost answer is never resent")
+        #expect(planner.afterAnswer(.unknown(reason: "timeout"), attempt: 1).state == .unknown, "a lost answer is never resent")
         let gone = planner.afterAnswer(
             .rejected(reason: "Unregistered", refusal: .gone(reason: "Unregistered", apnsTimestampMilliseconds: 5)), attempt: 1)
         #expect(gone.state == .rejected && gone.reason == "Unregistered" && gone.refusal != nil)
-        let throttled = planner.afterAnswer(.throttled, attempt: 1)
+        let throttled = planner.afterAnswer(.throttled(reason: "TooManyRequests", retryAfter: nil), attempt: 1)
         #expect(throttled.state == .planned && throttled.retryAfter == 30 && !throttled.backOffChunk, "one later retry of that token only")
-        let throttledAgain = planner.afterAnswer(.throttled, attempt: 2)
+        let throttledAgain = planner.afterAnswer(.throttled(reason: "TooManyRequests", retryAfter: nil), attempt: 2)
         #expect(throttledAgain.state == .skipped && throttledAgain.reason == StartSkipReason.throttled.rawValue)
-        let notDone = planner.afterAnswer(.notDone, attempt: 3)
+        let notDone = planner.afterAnswer(.notDone(reason: "ServiceUnavailable", retryAfter: nil), attempt: 3)
         #expect(notDone.state == .planned && notDone.backOffChunk && notDone.retryAfter == nil, "500 and 503 back off the chunk")
+        let parked = planner.afterAnswer(.parkCredentials(reason: "InvalidProviderToken"), attempt: 1)
+        #expect(parked.state == .planned && parked.parkApp && !parked.backOffChunk, "a refused key parks the app; the start waits for it")
     }
 
     @Test func aBroadcastRacingAWindowOfChannelStartsIsBroadcastAgain() {

@@ -132,26 +132,25 @@ import Testing
     }
 
     @Test func everyKindOfAnswerHasItsPlan() {
-        func answer(_ status: Int, _ reason: APNsReason, retryAfter: String? = nil) -> APNsResult {
-            APNsResult(
-                response: APNsResponse(
-                    status: status, headers: retryAfter.map { ["retry-after": $0] } ?? [:],
-                    body: APNsErrorBody(reason: reason).json), operation: .broadcast)
+        func answer(_ status: Int, _ reason: APNsReason, retryAfter: String? = nil) -> APNsVerdict {
+            ChannelAPNsOutcome(
+                ChannelAPNsAttempt(
+                    result: APNsResult(
+                        response: APNsResponse(
+                            status: status, headers: retryAfter.map { ["retry-after": $0] } ?? [:],
+                            body: APNsErrorBody(reason: reason).json), operation: .broadcast))
+            ).verdict
         }
         let planner = Self.planner
-        #expect(planner.afterAnswer(APNsResult(response: APNsResponse(status: 200), operation: .broadcast), retryDelay: 1) == .record)
+        #expect(planner.afterAnswer(.accepted, retryDelay: 1) == .record)
         #expect(planner.afterAnswer(answer(400, .channelNotRegistered), retryDelay: 1) == .channelLost)
         #expect(planner.afterAnswer(answer(400, .badRequestPayload), retryDelay: 1) == .reject(reason: "BadRequestPayload"))
-        guard case .parkApp(let failure) = planner.afterAnswer(answer(403, .invalidProviderToken), retryDelay: 1) else {
-            Issue.record("a refused key must park the app")
-            return
-        }
-        #expect(failure.reason == .invalidProviderToken)
+        #expect(planner.afterAnswer(answer(403, .invalidProviderToken), retryDelay: 1) == .parkApp(reason: "InvalidProviderToken"))
         #expect(planner.afterAnswer(answer(503, .serviceUnavailable), retryDelay: 2) == .retry(after: 2))
         #expect(planner.afterAnswer(answer(429, .tooManyRequests, retryAfter: "30"), retryDelay: 2) == .retry(after: 30))
         #expect(planner.afterAnswer(answer(429, .tooManyProviderTokenUpdates), retryDelay: 2) == .retry(after: 2))
         #expect(planner.afterAnswer(answer(403, .expiredProviderToken), retryDelay: 2) == .retry(after: 2))
-        #expect(planner.afterAnswer(APNsResult(transportFailure: .timeout), retryDelay: 3) == .retry(after: 3))
-        #expect(planner.afterAnswer(APNsResult(goawayDebugData: []), retryDelay: 3) == .retry(after: 3))
+        #expect(planner.afterAnswer(.unknown(reason: "timeout"), retryDelay: 3) == .retry(after: 3))
+        #expect(planner.afterAnswer(.notDone(reason: "GOAWAY", retryAfter: nil), retryDelay: 3) == .retry(after: 3))
     }
 }

@@ -79,15 +79,9 @@ import Testing
             Issue.record("FeatureNotEnabled is for good")
             return
         }
-        guard
-            case .parkApp(let failure) = CreateAnswer(
-                Self.outcome(Self.answer(403, .invalidProviderToken, operation: .createChannel)),
-                backoff: 2)
-        else {
-            Issue.record("a refused key parks the app")
-            return
-        }
-        #expect(failure.reason == .invalidProviderToken)
+        #expect(
+            CreateAnswer(Self.outcome(Self.answer(403, .invalidProviderToken, operation: .createChannel)), backoff: 2)
+                == .parkApp(reason: "InvalidProviderToken"), "a refused key parks the app")
         // Written and unanswered: unknown, never repeated. A timeout always is.
         guard case .unknown = CreateAnswer(Self.outcome(APNsResult(transportFailure: .timeout)), backoff: 2) else {
             Issue.record("a timed-out create is unknown")

@@ -21,6 +21,8 @@ public enum MirrorAnswerPlan: Sendable, Equatable {
     case sendInALaterPass
     /// A final refusal; the registry learns of a refused token (`refusal`).
     case failed(reason: String, refusal: TokenRefusal?)
+    /// The app's credentials were refused: park the app; the token stays behind and the chunk waits for the park.
+    case parkApp
 }
 
 /// A pass's next step.
@@ -81,13 +83,14 @@ public struct MirrorPlanner: Sendable {
         return (.high, window)
     }
 
-    public func afterAnswer(_ answer: StartAnswer) -> MirrorAnswerPlan {
-        switch answer {
+    public func afterAnswer(_ verdict: APNsVerdict) -> MirrorAnswerPlan {
+        switch verdict {
         case .accepted: .served
-        case .throttled: .retryTokenLater(throttleRetryDelay)
+        case .throttled(_, let retryAfter): .retryTokenLater(max(throttleRetryDelay, retryAfter ?? 0))
         case .notDone: .backOffChunk
         case .unknown: .sendInALaterPass
         case .rejected(let reason, let refusal): .failed(reason: reason, refusal: refusal)
+        case .parkCredentials: .parkApp
         }
     }
 

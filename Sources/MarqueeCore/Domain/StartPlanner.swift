@@ -153,20 +153,6 @@ public struct StartLimits: Sendable, Equatable {
     }
 }
 
-/// The facts of an APNs answer to a start that the planner reads.
-public enum StartAnswer: Sendable, Equatable {
-    /// 200.
-    case accepted
-    /// 429 `TooManyRequests`: this token only.
-    case throttled
-    /// 500 or 503, a stream above GOAWAY's last id, a connection that never carried it: APNs did nothing.
-    case notDone
-    /// Written and no answer, or an answer that leaves doubt (a proxy's 502 or 504).
-    case unknown
-    /// A final refusal, with APNs' reason and what it means for the token (nil: not the token's fault).
-    case rejected(reason: String, refusal: TokenRefusal?)
-}
-
 /// What to write for one start after its answer.
 public struct StartAnswerPlan: Sendable, Equatable {
     public var state: StartState
@@ -178,6 +164,8 @@ public struct StartAnswerPlan: Sendable, Equatable {
     public var refusal: TokenRefusal?
     /// The whole chunk backs off (500 or 503).
     public var backOffChunk: Bool
+    /// The app's credentials were refused: park the app; the chunk waits for the park to end.
+    public var parkApp = false
 }
 
 /// What a window of starts on the channel asks for once answered. APNs delivers a broadcast to the activities
@@ -239,13 +227,13 @@ public struct StartPlanner: Sendable {
     }
 
     /// What a start's answer leads to, for a start on its `attempt`-th send (1 for the first).
-    public func afterAnswer(_ answer: StartAnswer, attempt: Int) -> StartAnswerPlan {
+    public func afterAnswer(_ verdict: APNsVerdict, attempt: Int) -> StartAnswerPlan {
         func plan(_ events: [StartLifecycle.Event], reason: String? = nil) -> StartAnswerPlan {
             var state = StartState.sending
             for event in events { state = StartLifecycle.transition(from: state, on: event) ?? state }
             return StartAnswerPlan(state: state, reason: reason, retryAfter: nil, refusal: nil, backOffChunk: false)
         }
-        switch answer {
+        switch verdict {
         case .accepted:
             return plan([.accepted])
         case .unknown:
@@ -264,6 +252,11 @@ public struct StartPlanner: Sendable {
             var again = plan([.notDone])
             again.backOffChunk = true
             return again
+        case .parkCredentials:
+            // Nothing was done, and nothing will be until the app's key works: the start waits for the park.
+            var parked = plan([.notDone])
+            parked.parkApp = true
+            return parked
         }
     }
 }

@@ -57,11 +57,15 @@ public final class MirrorService: Service {
     private let pollInterval: Duration
     private let chunkBackoff = RetryBackoff(base: 1, maximum: 60)
     private let retryPolicy = RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(200), maxDelay: .seconds(5))
+    /// The apps parked for a credentials fault, shared with the other senders (nil: none kept).
+    private let parking: CredentialsParking?
 
     public init(
         pool: PostgresPool, apns: any DevicePushAPNs, instance: String, expiration: ExpirationPolicy, sendWindow: Int,
-        planner: MirrorPlanner = MirrorPlanner(), pollInterval: Duration = .seconds(1), metrics: MirrorMetrics, logger: Logger
+        planner: MirrorPlanner = MirrorPlanner(), pollInterval: Duration = .seconds(1), metrics: MirrorMetrics, logger: Logger,
+        parking: CredentialsParking? = nil
     ) {
+        self.parking = parking
         self.planner = planner
         repository = MirrorRepository(pool: pool)
         tokenRoute = TokenRouteRepository(pool: pool)
@@ -134,11 +138,17 @@ public final class MirrorService: Service {
             let app = PipelineApp(id: chunk.appID, bundleID: content.app.bundleID, environment: content.app.environment)
             var index = 0
             var backOff = false
-            while index < tokens.count && !backOff && !shutdown.isTriggered {
+            var parkedUntil: Date?
+            while index < tokens.count && !backOff && parkedUntil == nil && !shutdown.isTriggered {
+                // A parked app is sent nothing: the chunk waits for the park to end.
+                if let until = await parking?.heldUntil(appID: chunk.appID) {
+                    parkedUntil = until
+                    break
+                }
                 let window = Array(tokens[index..<min(index + sendWindow, tokens.count)])
                 index += window.count
                 let now = Date()
-                let answers = await withTaskGroup(of: (MirrorToken, StartAnswer, TokenHighPriorityWindow?).self) { group in
+                let answers = await withTaskGroup(of: (MirrorToken, APNsVerdict, TokenHighPriorityWindow?).self) { group in
                     for token in window {
                         // The broadcast's priority, within this token's own priority-10 budget.
                         let (priority, windowIfAccepted) = planner.priority(
@@ -150,20 +160,24 @@ public final class MirrorService: Service {
                                     app: app, token: token.token, payload: body,
                                     expiration: expiration.expiration(for: content.storagePolicy, now: now), priority: priority,
                                     retryPolicy: retryPolicy)
-                                return (token, StartFanOut.answer(outcome), changed)
+                                return (token, outcome.verdict, changed)
                             } catch {
                                 return (token, .rejected(reason: "not sent: \(error)", refusal: nil), nil)
                             }
                         }
                     }
-                    var answers: [(MirrorToken, StartAnswer, TokenHighPriorityWindow?)] = []
+                    var answers: [(MirrorToken, APNsVerdict, TokenHighPriorityWindow?)] = []
                     for await answer in group { answers.append(answer) }
                     return answers
                 }
                 sent += answers.count
                 var outcomes: [MirrorOutcome] = []
+                var parkReason: String?
                 for (token, answer, window) in answers {
                     switch planner.afterAnswer(answer) {
+                    case .parkApp:
+                        parkReason = answer.reason
+                        metrics.pushes.increment(["parked", answer.reason ?? "-"])
                     case .served:
                         accepted += 1
                         outcomes.append(
@@ -199,8 +213,15 @@ public final class MirrorService: Service {
                     }
                 }
                 try await repository.record(outcomes)
+                if let parkReason, let parking {
+                    parkedUntil = try await parking.refused(app, reason: parkReason).retryAt
+                } else if outcomes.contains(where: { $0.servedTimestamp != nil }) {
+                    await parking?.succeeded(app)
+                }
             }
-            if backOff || index < tokens.count {
+            if let parkedUntil {
+                try await repository.release(chunk, instance: instance, after: max(0.1, parkedUntil.timeIntervalSinceNow))
+            } else if backOff || index < tokens.count {
                 let delay = backOff ? chunkBackoff.delay(attempt: chunk.attempts) : 0
                 try await repository.release(chunk, instance: instance, after: delay)
             } else {

@@ -147,10 +147,14 @@ public final class StartFanOut: Service {
     private let wakeup = Wakeup()
     private let working = Mutex(0)
     private let inFlight = Mutex(0)
+    /// The apps parked for a credentials fault, shared with the dispatcher and the scheduler (nil: none kept).
+    private let parking: CredentialsParking?
 
     public init(
-        pool: PostgresPool, apns: any DevicePushAPNs, configuration: StartFanOutConfiguration, metrics: StartMetrics, logger: Logger
+        pool: PostgresPool, apns: any DevicePushAPNs, configuration: StartFanOutConfiguration, metrics: StartMetrics, logger: Logger,
+        parking: CredentialsParking? = nil
     ) {
+        self.parking = parking
         repository = StartRepository(pool: pool)
         hygiene = TokenHygieneRepository(pool: pool)
         self.apns = apns
@@ -302,8 +306,14 @@ public final class StartFanOut: Service {
             try await repository.skip(chunk, skipped)
             for start in skipped { metrics.starts.increment([StartState.skipped.rawValue, start.reason.rawValue]) }
             var backOff = false
+            var parkedUntil: Date?
             var index = 0
-            while index < sends.count && !backOff && !shutdown.isTriggered {
+            while index < sends.count && !backOff && parkedUntil == nil && !shutdown.isTriggered {
+                // A parked app sends nothing: the chunk waits for the park to end.
+                if let until = await parking?.heldUntil(appID: chunk.appID) {
+                    parkedUntil = until
+                    break
+                }
                 let window = Array(sends[index..<min(index + configuration.sendWindow, sends.count)])
                 index += window.count
                 guard try await repository.renew(chunk, instance: configuration.instance, lease: configuration.chunkLease) else {
@@ -316,12 +326,17 @@ public final class StartFanOut: Service {
                 let composer = StartComposer(content: content, alert: alert, ttl: configuration.startTTL)
                 let outcome = try await send(window, chunk: chunk, app: content.app, composer: composer)
                 backOff = outcome.backOff
+                parkedUntil = outcome.parkedUntil
                 if let retry = outcome.retryAt { waitUntil = min(waitUntil ?? retry, retry) }
                 if outcome.wentOutOnChannel, let channelID = content.channelID {
                     try await followBroadcastsRacing(startedWith: content.apsTimestamp, chunk: chunk, apnsChannelID: channelID, logger: logger)
                 }
             }
-            if backOff || index < sends.count {
+            if let parkedUntil {
+                let delay = max(0.1, parkedUntil.timeIntervalSinceNow)
+                try await repository.release(chunk, instance: configuration.instance, after: delay)
+                logger.warning("the app's credentials are parked; its starts wait", ["retry_in_seconds": .double(delay)])
+            } else if backOff || index < sends.count {
                 let delay = backOff ? configuration.chunkBackoff.delay(attempt: chunk.attempts) : 0
                 try await repository.release(chunk, instance: configuration.instance, after: delay)
                 if backOff { logger.warning("APNs could not take starts; chunk backs off", ["retry_in_seconds": .double(delay)]) }
@@ -339,9 +354,9 @@ public final class StartFanOut: Service {
     /// Marks one window `sending`, sends it, and records the answers (at most `sendWindow` per statement).
     private func send(
         _ window: [PlannedStart], chunk: ClaimedStartChunk, app: StartApp, composer: StartComposer
-    ) async throws -> (backOff: Bool, retryAt: Date?, wentOutOnChannel: Bool) {
+    ) async throws -> (backOff: Bool, retryAt: Date?, wentOutOnChannel: Bool, parkedUntil: Date?) {
         let marked = try await repository.markSending(chunk, window)
-        guard !marked.isEmpty else { return (false, nil, false) }
+        guard !marked.isEmpty else { return (false, nil, false, nil) }
         let pipelineApp = PipelineApp(id: chunk.appID, bundleID: app.bundleID, environment: app.environment)
         inFlight.withLock { $0 += marked.count }
         metrics.inFlight.set(Double(inFlight.withLock { $0 }))
@@ -352,7 +367,7 @@ public final class StartFanOut: Service {
         for start in marked where bodies[start.route] == nil {
             bodies[start.route] = Result { try composer.body(route: start.route, sentAt: sentAt) }
         }
-        let answers = await withTaskGroup(of: (SendingStart, StartAnswer, ChannelAPNsOutcome?).self) { group in
+        let answers = await withTaskGroup(of: (SendingStart, APNsVerdict, ChannelAPNsOutcome?).self) { group in
             for start in marked {
                 let body = bodies[start.route]!
                 group.addTask { [self] in
@@ -360,14 +375,14 @@ public final class StartFanOut: Service {
                         let outcome = try await apns.devicePush(
                             app: pipelineApp, token: start.token, payload: try body.get(), expiration: expiration,
                             priority: .high, retryPolicy: configuration.retryPolicy)
-                        return (start, Self.answer(outcome), outcome)
+                        return (start, outcome.verdict, outcome)
                     } catch {
                         // No request could be made (a signing key unreadable, a payload too large): nothing went out.
                         return (start, .rejected(reason: "not sent: \(error)", refusal: nil), nil)
                     }
                 }
             }
-            var answers: [(SendingStart, StartAnswer, ChannelAPNsOutcome?)] = []
+            var answers: [(SendingStart, APNsVerdict, ChannelAPNsOutcome?)] = []
             for await answer in group { answers.append(answer) }
             return answers
         }
@@ -377,8 +392,12 @@ public final class StartFanOut: Service {
         var backOff = false
         var retryAt: Date?
         var wentOutOnChannel = false
+        var parkReason: String?
+        var anyAccepted = false
         for (start, answer, outcome) in answers {
             let plan = planner.afterAnswer(answer, attempt: start.attempt)
+            if plan.parkApp { parkReason = answer.reason }
+            anyAccepted = anyAccepted || plan.state == .accepted
             wentOutOnChannel = wentOutOnChannel || (start.route == .channel && StartLifecycle.startedStates.contains(plan.state))
             records.append(
                 StartAnswerRecord(
@@ -389,8 +408,8 @@ public final class StartFanOut: Service {
                 let at = Date().addingTimeInterval(delay)
                 retryAt = min(retryAt ?? at, at)
             }
-            let result = plan.state == .planned ? "retry" : plan.state.rawValue
-            metrics.starts.increment([result, plan.reason ?? (plan.state == .accepted ? "ok" : "-")])
+            let result = plan.parkApp ? "parked" : plan.state == .planned ? "retry" : plan.state.rawValue
+            metrics.starts.increment([result, plan.reason ?? answer.reason ?? (plan.state == .accepted ? "ok" : "-")])
         }
         // The answers are known: written as soon as PostgreSQL takes them, else the starts would count unknown.
         try await persistently(for: configuration.chunkLease) { try await repository.record(chunk, records) }
@@ -405,7 +424,14 @@ public final class StartFanOut: Service {
                 logger.warning("token refusal not recorded", ["installation": .int(start.installation), "error": .string("\(error)")])
             }
         }
-        return (backOff, retryAt, wentOutOnChannel)
+        // A refused key parks the app (its other senders hold too); an accepted start ends a park.
+        var parkedUntil: Date?
+        if let parkReason, let parking {
+            parkedUntil = try await parking.refused(pipelineApp, reason: parkReason).retryAt
+        } else if anyAccepted {
+            await parking?.succeeded(pipelineApp)
+        }
+        return (backOff, retryAt, wentOutOnChannel, parkedUntil)
     }
 
     /// After a window of starts on the channel (`StartWindowFollowUp`): once a broadcast in flight, if any, is
@@ -456,28 +482,6 @@ public final class StartFanOut: Service {
     }
 
     private static let writeBackoff = RetryBackoff(base: 0.05, maximum: 1)
-
-    /// What an outcome says about a start.
-    static func answer(_ outcome: ChannelAPNsOutcome) -> StartAnswer {
-        if outcome.acceptance != nil { return .accepted }
-        if outcome.outcomeUnknown { return .unknown }
-        guard let failure = outcome.failure else { return .unknown }
-        guard let status = failure.status else { return .notDone }
-        let reason = failure.reason?.text ?? "status \(status)"
-        switch status {
-        case 429: return failure.reason == .tooManyProviderTokenUpdates ? .notDone : .throttled
-        case 500, 503: return .notDone
-        case 403: return .notDone
-        case 410: return .rejected(reason: reason, refusal: .gone(reason: reason, apnsTimestampMilliseconds: failure.timestamp))
-        default:
-            switch failure.reason {
-            case .badDeviceToken?: return .rejected(reason: reason, refusal: .badDeviceToken)
-            case .deviceTokenNotForTopic?: return .rejected(reason: reason, refusal: .notForTopic)
-            case .expiredProviderToken?: return .notDone
-            default: return .rejected(reason: reason, refusal: nil)
-            }
-        }
-    }
 }
 
 /// The start payload of one chunk (docs/apns.md#push-to-start): `event: start` with the last broadcast's

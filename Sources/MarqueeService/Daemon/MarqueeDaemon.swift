@@ -243,10 +243,10 @@ public final class MarqueeDaemon: Sendable {
             planner: MirrorPlanner(
                 highPriorityBudget: configuration.pipeline.highPriorityBudget,
                 infrequentHighPriorityBudget: configuration.pipeline.infrequentHighPriorityBudget),
-            metrics: MirrorMetrics(registry: metrics), logger: logger)
+            metrics: MirrorMetrics(registry: metrics), logger: logger, parking: parking)
         let starts = StartFanOut(
             pool: audiencePool, apns: apns, configuration: StartFanOutConfiguration(instance: instance, settings: configuration.pipeline.starts),
-            metrics: StartMetrics(registry: metrics), logger: logger)
+            metrics: StartMetrics(registry: metrics), logger: logger, parking: parking)
         self.starts = starts
         scheduler = ChannelScheduler(
             pool: pipelinePool, apns: apns, catalog: catalog,

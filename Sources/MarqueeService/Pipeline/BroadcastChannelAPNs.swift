@@ -82,6 +82,35 @@ public struct ChannelAPNsOutcome: Sendable {
     public var reason: APNsReason? { result.failure?.reason }
 }
 
+extension ChannelAPNsOutcome {
+    /// What happens next, read once from the outcome for every operation (docs/apns.md#errors).
+    public var verdict: APNsVerdict {
+        if acceptance != nil { return .accepted }
+        guard let failure else { return .unknown(reason: "no answer") }
+        let reason = failure.reason?.text ?? failure.status.map { "HTTP \($0)" } ?? attempts.last?.reasonText ?? "no answer"
+        if case .credentialsFault = result { return .parkCredentials(reason: reason) }
+        // Written and unanswered, or a 502/504 a proxy may have sent after APNs acted.
+        if outcomeUnknown { return .unknown(reason: reason) }
+        let retryAfter = failure.retryAfterSeconds.map(TimeInterval.init)
+        // No answer, and proof that none was needed: the request never left (GOAWAY above its stream, a refused
+        // stream, a connection that never carried it).
+        guard let status = failure.status else { return .notDone(reason: reason, retryAfter: retryAfter) }
+        switch result {
+        case .tokenUpdatesTooFrequent, .refreshTokenAndRetry, .reconnect: return .notDone(reason: reason, retryAfter: retryAfter)
+        default: break
+        }
+        switch (status, failure.reason) {
+        case (429, _): return .throttled(reason: reason, retryAfter: retryAfter)
+        case (500, _), (503, _): return .notDone(reason: reason, retryAfter: retryAfter)
+        case (410, _): return .rejected(reason: reason, refusal: .gone(reason: reason, apnsTimestampMilliseconds: failure.timestamp))
+        case (_, .badDeviceToken?): return .rejected(reason: reason, refusal: .badDeviceToken)
+        case (_, .deviceTokenNotForTopic?): return .rejected(reason: reason, refusal: .notForTopic)
+        case (500..., _): return .unknown(reason: reason)
+        default: return .rejected(reason: reason, refusal: nil)
+        }
+    }
+}
+
 /// What the dispatcher and the scheduler need from APNs. Implementations retry transient failures as
 /// they see fit and report every attempt; they throw only when no request could be made at all
 /// (signing key unreadable, client shut down, task cancelled).

@@ -62,8 +62,8 @@ enum BroadcastAnswerPlan: Sendable, Equatable {
     case channelLost
     /// Refused for good: record it, do not retry.
     case reject(reason: String)
-    /// The app's credentials were refused: park the app (`CredentialsParking`), the row waits for it.
-    case parkApp(APNsFailure)
+    /// The app's credentials were refused, for this reason: park the app (`CredentialsParking`), the row waits for it.
+    case parkApp(reason: String)
     /// Transient: record it, try again after this many seconds.
     case retry(after: TimeInterval)
 }
@@ -126,17 +126,19 @@ struct BroadcastClaimPlanner: Sendable {
                 conflated: pending.count(where: { $0.id < claim.update.id })))
     }
 
-    /// What the answer to a broadcast asks for; `retryDelay` is the backoff of the claim's next attempt.
-    func afterAnswer(_ result: APNsResult, retryDelay: TimeInterval) -> BroadcastAnswerPlan {
-        switch result {
+    /// What the answer to a broadcast asks for; `retryDelay` is the backoff of the claim's next attempt. A
+    /// broadcast is safe to repeat (the same aps.timestamp), so no answer leaves it unknown.
+    func afterAnswer(_ verdict: APNsVerdict, retryDelay: TimeInterval) -> BroadcastAnswerPlan {
+        switch verdict {
         case .accepted: return .record
-        case .rejected(let failure) where failure.reason == .channelNotRegistered: return .channelLost
-        case .rejected(let failure): return .reject(reason: failure.reason?.text ?? "\(failure)")
-        case .credentialsFault(let failure): return .parkApp(failure)
-        case .retryAfterBackoff(let failure), .tokenUpdatesTooFrequent(let failure), .refreshTokenAndRetry(let failure),
-            .reconnect(let failure):
-            // 429, 5xx, timeouts, I/O, an expired token that a refresh did not mend.
-            return .retry(after: max(retryDelay, TimeInterval(failure.retryAfterSeconds ?? 0)))
+        case .rejected(let reason, _) where reason == APNsReason.channelNotRegistered.text: return .channelLost
+        case .rejected(let reason, _): return .reject(reason: reason)
+        case .parkCredentials(let reason): return .parkApp(reason: reason)
+        case .notDone(_, let retryAfter), .throttled(_, let retryAfter):
+            // 429, 500, 503, an expired token that a refresh did not mend, a request that never left.
+            return .retry(after: max(retryDelay, retryAfter ?? 0))
+        case .unknown:
+            return .retry(after: retryDelay)
         }
     }
 

@@ -131,7 +131,7 @@ final class BroadcastSender: Sendable {
             "priority": .int(planned.priority.rawValue), "aps_timestamp": .int(planned.apsTimestamp),
         ]
 
-        switch planner.afterAnswer(outcome.result, retryDelay: configuration.retryBackoff.delay(attempt: claim.attempts + 1)) {
+        switch planner.afterAnswer(outcome.verdict, retryDelay: configuration.retryBackoff.delay(attempt: claim.attempts + 1)) {
         case .record:
             let recorded: BroadcastOutcome
             do {
@@ -198,9 +198,9 @@ final class BroadcastSender: Sendable {
                 ])
             return await withEarlierAttempts(.rejected(reason))
 
-        case .parkApp(let failure):
+        case .parkApp(let reason):
             // The app's key or certificate, not this broadcast: the row waits with every other of the app's.
-            let park = try await parking.refused(app, failure: failure)
+            let park = try await parking.refused(app, reason: reason)
             let delay = max(0.01, park.retryAt.timeIntervalSince(clock.now))
             try await persistently(claim, "credentials park") {
                 try await outbox.recordRetryableFailure(claim, delivery: final, retryAfter: delay, now: databaseNow)

@@ -88,7 +88,7 @@ extension ChannelRequests {
     private func list(_ app: PipelineApp) async throws -> (ids: [String]?, failure: String) {
         let outcome = await call("channel_list") { try await apns.listChannels(app: app) }
         try await record(outcome, kind: .channelList, appID: app.id, channelID: nil, firstAttempt: 1)
-        if case .credentialsFault(let failure) = outcome.result { _ = try await parking.refused(app, failure: failure) }
+        if case .parkCredentials(let reason) = outcome.verdict { _ = try await parking.refused(app, reason: reason) }
         let failure = outcome.failure.map { "\($0)" } ?? "unknown"
         guard let listed = outcome.acceptance?.channels?.map(\.value) else {
             logger.warning("channel list failed", ["app": .string("\(app.bundleID)/\(app.environment)"), "reason": .string(failure)])

@@ -11,6 +11,9 @@ import Postgres
 
 /// Creates, deletes and reconciles channels at APNs for the scheduler and its operator actions.
 final class ChannelRequests: Sendable {
+    /// A channel's last error while its app is parked: APNs' 403 and its reason.
+    static func parkedError(_ reason: String) -> String { "APNs answered 403 \(reason)" }
+
     let configuration: ChannelSchedulerConfiguration
     private let pool: PostgresPool
     let apns: any BroadcastChannelAPNs
@@ -204,12 +207,12 @@ final class ChannelRequests: Sendable {
             try await perform(
                 ChannelStep(channel: channel, before: creating, after: next, action: action), error: failure, fence: fence,
                 report: &report)
-        case .parkApp(let failure):
+        case .parkApp(let reason):
             // The app's key, not this create: it waits with the app's other work, and stays a retry.
-            let park = try await parking.refused(app, failure: failure)
+            let park = try await parking.refused(app, reason: reason)
             let action = try next.createFailedRetryable()
             try await perform(
-                ChannelStep(channel: channel, before: creating, after: next, action: action), error: "\(failure)",
+                ChannelStep(channel: channel, before: creating, after: next, action: action), error: Self.parkedError(reason),
                 nextAttemptAt: park.retryAt, fence: fence, report: &report)
             report.parked.append(channel.id)
         case .unknown(let failure):
@@ -279,11 +282,11 @@ final class ChannelRequests: Sendable {
             await parking.succeeded(app)
         case .notRegistered:
             gone = try next.channelNotRegistered()
-        case .parkApp(let failure):
-            let park = try await parking.refused(app, failure: failure)
+        case .parkApp(let reason):
+            let park = try await parking.refused(app, reason: reason)
             let action = try next.deleteFailed()
             try await perform(
-                ChannelStep(channel: channel, before: deleting, after: next, action: action), error: "\(failure)",
+                ChannelStep(channel: channel, before: deleting, after: next, action: action), error: Self.parkedError(reason),
                 nextAttemptAt: park.retryAt, fence: fence, report: &report)
             report.parked.append(channel.id)
             return

@@ -64,9 +64,12 @@ public final class CredentialsParking: Sendable {
 
     /// Records that APNs refused the app's credentials (`APNsResult.credentialsFault`); returns its park.
     public func refused(_ app: PipelineApp, failure: APNsFailure) async throws -> CredentialsPark {
-        let park = try await repository.recordRefusal(
-            appID: app.id, reason: failure.reason?.text ?? "HTTP \(failure.status ?? 403)",
-            now: clock.now, policy: policy)
+        try await refused(app, reason: failure.reason?.text ?? "HTTP \(failure.status ?? 403)")
+    }
+
+    /// Records that APNs refused the app's credentials (`APNsVerdict.parkCredentials`) for `reason`; returns its park.
+    public func refused(_ app: PipelineApp, reason: String) async throws -> CredentialsPark {
+        let park = try await repository.recordRefusal(appID: app.id, reason: reason, now: clock.now, policy: policy)
         let earlier = view.withLock { view in
             defer {
                 view.parks[app.id] = park

@@ -75,7 +75,7 @@ enum SweepPlanner {
     }
 }
 
-/// What APNs' answer to a channel create means.
+/// What APNs' answer to a channel create means, read from the outcome's verdict.
 enum CreateAnswer: Sendable, Equatable {
     /// 201 with the channel's id.
     case opened(apnsChannelID: String)
@@ -83,52 +83,48 @@ enum CreateAnswer: Sendable, Equatable {
     case quotaExhausted
     /// Refused for good (FeatureNotEnabled, a malformed answer...): an operator must act.
     case refusedForGood(String)
-    /// The app's credentials were refused: park the app, keep the create as a retry.
-    case parkApp(APNsFailure)
+    /// The app's credentials were refused, for this reason: park the app, keep the create as a retry.
+    case parkApp(reason: String)
     /// Written and unanswered (timeout, reset, connection lost in flight): APNs may have made the channel.
     case unknown(String)
-    /// Transient (429, 5xx, a request never written): try again after this many seconds.
+    /// Proven not done (429, 500, 503, a request never written, a connection that never carried it): try again
+    /// after this many seconds.
     case retry(String, after: TimeInterval)
 
     /// Reads an outcome; `backoff` is the delay of the next attempt, raised to APNs' Retry-After.
     init(_ outcome: ChannelAPNsOutcome, backoff: TimeInterval) {
         let failure = outcome.failure.map { "\($0)" } ?? "unknown"
-        switch outcome.result {
-        case .accepted(let acceptance):
-            if let id = acceptance.channelID?.value { self = .opened(apnsChannelID: id) } else { self = .refusedForGood("no channel id") }
-        case .rejected(let refusal) where refusal.reason == .cannotCreateChannelConfig: self = .quotaExhausted
+        switch outcome.verdict {
+        case .accepted:
+            if let id = outcome.acceptance?.channelID?.value { self = .opened(apnsChannelID: id) } else { self = .refusedForGood("no channel id") }
+        case .rejected(let reason, _) where reason == APNsReason.cannotCreateChannelConfig.text: self = .quotaExhausted
         case .rejected: self = .refusedForGood(failure)
-        case .credentialsFault(let refusal): self = .parkApp(refusal)
-        default:
-            if outcome.outcomeUnknown {
-                self = .unknown(failure)
-            } else {
-                self = .retry(failure, after: max(backoff, TimeInterval(outcome.failure?.retryAfterSeconds ?? 0)))
-            }
+        case .parkCredentials(let reason): self = .parkApp(reason: reason)
+        case .unknown: self = .unknown(failure)
+        case .notDone(_, let retryAfter), .throttled(_, let retryAfter): self = .retry(failure, after: max(backoff, retryAfter ?? 0))
         }
     }
 }
 
-/// What APNs' answer to a channel delete means.
+/// What APNs' answer to a channel delete means, read from the outcome's verdict.
 enum DeleteAnswer: Sendable, Equatable {
     /// 204: gone.
     case deleted
     /// ChannelNotRegistered: gone already (or never known).
     case notRegistered
-    /// The app's credentials were refused: park the app, keep the delete as a retry.
-    case parkApp(APNsFailure)
+    /// The app's credentials were refused, for this reason: park the app, keep the delete as a retry.
+    case parkApp(reason: String)
     /// Anything else: try again after this many seconds (a delete is safe to repeat).
     case retry(String, after: TimeInterval)
 
     init(_ outcome: ChannelAPNsOutcome, backoff: TimeInterval) {
-        switch outcome.result {
+        let failure = outcome.failure.map { "\($0)" } ?? "unknown"
+        switch outcome.verdict {
         case .accepted: self = .deleted
-        case .rejected(let refusal) where refusal.reason == .channelNotRegistered: self = .notRegistered
-        case .credentialsFault(let refusal): self = .parkApp(refusal)
-        default:
-            self = .retry(
-                outcome.failure.map { "\($0)" } ?? "unknown",
-                after: max(backoff, TimeInterval(outcome.failure?.retryAfterSeconds ?? 0)))
+        case .rejected(let reason, _) where reason == APNsReason.channelNotRegistered.text: self = .notRegistered
+        case .parkCredentials(let reason): self = .parkApp(reason: reason)
+        case .notDone(_, let retryAfter), .throttled(_, let retryAfter): self = .retry(failure, after: max(backoff, retryAfter ?? 0))
+        case .rejected, .unknown: self = .retry(failure, after: backoff)
         }
     }
 }
