@@ -31,6 +31,14 @@ public struct SimulatorControlRoutes: Sendable {
             return Self.json(200, status)
         case ("POST", "/rejections"):
             return scriptRejection(request.body)
+        case ("DELETE", "/rejections"):
+            let query = request.path.split(separator: "?", maxSplits: 1).dropFirst().first.map(String.init) ?? ""
+            let named = query.split(separator: "&").compactMap { $0.hasPrefix("api=") ? String($0.dropFirst(4)) : nil }.first
+            guard let apis = named.map({ SimulatorAPI(rawValue: $0).map { [$0] } }) ?? SimulatorAPI.allCases else {
+                return Self.error(400, "unknown api \(named ?? ""): channelManagement, broadcast or devicePush")
+            }
+            for api in apis { engine.stopRejecting(on: api) }
+            return HTTPResponse(status: 204)
         case ("POST", "/devices"):
             do {
                 let (added, updated) = engine.devices.add(try SimulatedDeviceSpec.parse(request.body))
@@ -64,7 +72,7 @@ public struct SimulatorControlRoutes: Sendable {
         default:
             return Self.error(
                 404,
-                "no control route \(path): GET /status, POST /rejections, POST /invalid-tokens/<hex>, DELETE /records, "
+                "no control route \(path): GET /status, POST|DELETE /rejections, POST /invalid-tokens/<hex>, DELETE /records, "
                     + "POST|GET|DELETE /devices, GET /devices/<id>")
         }
     }
@@ -97,7 +105,8 @@ public struct SimulatorControlRoutes: Sendable {
         guard let object = (try? JSONValue(parsing: body))?.objectValue,
             let apiName = object["api"]?.stringValue, let text = object["reason"]?.stringValue
         else {
-            return Self.error(400, #"expected {"api": "channelManagement" | "broadcast" | "devicePush", "reason": "<Apple's reason>"}"#)
+            return Self.error(
+                400, #"expected {"api": "channelManagement" | "broadcast" | "devicePush", "reason": "<Apple's reason>", "every": false}"#)
         }
         guard let api = SimulatorAPI(rawValue: apiName) else {
             return Self.error(400, "unknown api \(apiName): channelManagement, broadcast or devicePush")
@@ -106,7 +115,11 @@ public struct SimulatorControlRoutes: Sendable {
             let texts = api.documentedReasons.compactMap { api.answer(for: $0)?.text }
             return Self.error(400, "\(text) is not a reason Apple documents for \(apiName): \(texts.joined(separator: ", "))")
         }
-        engine.rejectNext(reason, on: api)
+        if object["every"]?.boolValue == true {
+            engine.rejectEvery(reason, on: api)
+        } else {
+            engine.rejectNext(reason, on: api)
+        }
         return HTTPResponse(status: 204)
     }
 

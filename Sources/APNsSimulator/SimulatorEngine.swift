@@ -80,6 +80,8 @@ public final class SimulatorEngine: Sendable {
         var random: SeededRandom
         /// Reasons to answer the next requests of an API with, oldest first (`rejectNext(_:on:)`).
         var scripted: [SimulatorAPI: [SimulatorReason]] = [:]
+        /// The reason every request of an API is answered with until told to stop (`rejectEvery(_:on:)`).
+        var standing: [SimulatorAPI: SimulatorReason] = [:]
     }
 
     /// `channelsChanged` is called (outside any lock, on the caller's thread) after each create or delete,
@@ -350,9 +352,10 @@ public final class SimulatorEngine: Sendable {
     }
 
     private func nextScripted(on api: SimulatorAPI, now: Date) -> Rejection? {
+        // `scriptedCount` counts the scripted answers and the standing rejections, so the common case takes no lock.
         guard scriptedCount.load(ordering: .acquiring) > 0,
             let reason = state.withLock({ state -> SimulatorReason? in
-                guard var queue = state.scripted[api], !queue.isEmpty else { return nil }
+                guard var queue = state.scripted[api], !queue.isEmpty else { return state.standing[api] }
                 let reason = queue.removeFirst()
                 state.scripted[api] = queue
                 scriptedCount.subtract(1, ordering: .releasing)
@@ -707,6 +710,25 @@ public final class SimulatorEngine: Sendable {
             scriptedCount.add(1, ordering: .releasing)
         }
         return true
+    }
+
+    /// Answers every request of `api` (once it has passed the path, method and token checks) with `reason` until
+    /// `stopRejecting(on:)`: a revoked key, say. False, and nothing changed, when `api`'s table has no `reason`.
+    @discardableResult
+    public func rejectEvery(_ reason: SimulatorReason, on api: SimulatorAPI) -> Bool {
+        guard api.answer(for: reason) != nil else { return false }
+        state.withLock { state in
+            if state.standing.updateValue(reason, forKey: api) == nil { scriptedCount.add(1, ordering: .releasing) }
+        }
+        return true
+    }
+
+    /// Ends `rejectEvery(_:on:)` and drops the answers `rejectNext(_:on:)` scripted for `api`.
+    public func stopRejecting(on api: SimulatorAPI) {
+        state.withLock { state in
+            let dropped = (state.scripted.removeValue(forKey: api)?.count ?? 0) + (state.standing.removeValue(forKey: api) == nil ? 0 : 1)
+            if dropped > 0 { scriptedCount.subtract(dropped, ordering: .releasing) }
+        }
     }
 
     /// From now on, pushes to `deviceToken` (hex) are answered 410 `Unregistered` with `at` (default: now) as timestamp.

@@ -52,11 +52,13 @@ final class BroadcastHarness: Sendable {
 
     /// Kills serve number `instance` with SIGKILL (nothing released, no graceful stop) and starts a new one
     /// with the same settings in its place: a new process, instance name and port.
-    func killAndRestart(instance: Int = 0) async throws {
+    /// `environment` adjusts the new process's variables (the simulator's hosts and CA, by default).
+    func killAndRestart(instance: Int = 0, environment adjust: (inout [String: String]) -> Void = { _ in }) async throws {
         await kill(instance: instance)
+        var environment = simulator.environmentVariables
+        adjust(&environment)
         let (process, port) = try await MarqueeProcess.serve(
-            databaseURL: databaseURL, arguments: Self.pipelineArguments + serveArguments,
-            environment: simulator.environmentVariables)
+            databaseURL: databaseURL, arguments: Self.pipelineArguments + serveArguments, environment: environment)
         processes.withLock { state in
             state.serves.insert(process, at: instance)
             state.ports.insert(port, at: instance)

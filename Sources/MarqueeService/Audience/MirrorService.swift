@@ -220,7 +220,9 @@ public final class MirrorService: Service {
                 }
             }
             if let parkedUntil {
-                try await repository.release(chunk, instance: instance, after: max(0.1, parkedUntil.timeIntervalSinceNow))
+                // Looked at again every few seconds: the park may end sooner (another sender's probe succeeded).
+                try await repository.release(
+                    chunk, instance: instance, after: max(0.1, min(parkedUntil.timeIntervalSinceNow, StartFanOut.parkRecheck)))
             } else if backOff || index < tokens.count {
                 let delay = backOff ? chunkBackoff.delay(attempt: chunk.attempts) : 0
                 try await repository.release(chunk, instance: instance, after: delay)

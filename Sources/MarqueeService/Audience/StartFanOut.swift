@@ -333,7 +333,8 @@ public final class StartFanOut: Service {
                 }
             }
             if let parkedUntil {
-                let delay = max(0.1, parkedUntil.timeIntervalSinceNow)
+                // Looked at again every few seconds: the park may end sooner (another sender's probe succeeded).
+                let delay = max(0.1, min(parkedUntil.timeIntervalSinceNow, Self.parkRecheck))
                 try await repository.release(chunk, instance: configuration.instance, after: delay)
                 logger.warning("the app's credentials are parked; its starts wait", ["retry_in_seconds": .double(delay)])
             } else if backOff || index < sends.count {
@@ -458,6 +459,9 @@ public final class StartFanOut: Service {
             }
         }
     }
+
+    /// How long a chunk of a parked app waits before it looks at the park again.
+    static let parkRecheck: TimeInterval = 5
 
     /// How long a window of channel starts waits for a broadcast in flight to be recorded.
     private static let raceWait: Duration = .seconds(2)

@@ -249,8 +249,12 @@ public struct ChannelRepository: Sendable {
                     opened_at = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.open.sql) AND state <> \(ChannelLifecycle.State.open.sql) THEN coalesce(\(now), now()) ELSE opened_at END,
                     ended_at = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.ended.sql) THEN coalesce(\(now), now()) ELSE ended_at END,
                     deleted_at = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.deleted.sql) THEN coalesce(\(now), now()) ELSE deleted_at END,
-                    last_error = coalesce(\(error), last_error),
-                    last_error_at = CASE WHEN \(error)::text IS NOT NULL THEN coalesce(\(now), now()) ELSE last_error_at END,
+                    -- A channel that opens has no error to show: one its create met before is settled.
+                    last_error = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.open.sql) AND state <> \(ChannelLifecycle.State.open.sql)
+                                      THEN \(error) ELSE coalesce(\(error), last_error) END,
+                    last_error_at = CASE WHEN \(error)::text IS NOT NULL THEN coalesce(\(now), now())
+                                         WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.open.sql) AND state <> \(ChannelLifecycle.State.open.sql)
+                                         THEN NULL ELSE last_error_at END,
                     updated_at = now()
                 WHERE id = \(channelID) AND state = \(old.state.rawValue) AND attempts = \(old.attempt)
                 RETURNING event_id
