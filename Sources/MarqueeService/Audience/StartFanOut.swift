@@ -413,7 +413,9 @@ public final class StartFanOut: Service {
             metrics.starts.increment([result, plan.reason ?? answer.reason ?? (plan.state == .accepted ? "ok" : "-")])
         }
         // The answers are known: written as soon as PostgreSQL takes them, else the starts would count unknown.
-        try await persistently(for: configuration.chunkLease) { try await repository.record(chunk, records) }
+        try await DurableWrite.run(
+            until: .now + .seconds(configuration.chunkLease), logger: logger.with(["chunk": .int(chunk.id), "write": "start answers"])
+        ) { try await repository.record(chunk, records) }
         for (start, answer, _) in answers {
             guard case .rejected(_, let refusal?) = answer else { continue }
             do {
@@ -465,27 +467,6 @@ public final class StartFanOut: Service {
 
     /// How long a window of channel starts waits for a broadcast in flight to be recorded.
     private static let raceWait: Duration = .seconds(2)
-
-    /// Runs a write until PostgreSQL takes it: a failure a retry can mend (a lost connection, a server
-    /// restarting) is tried again after a backoff (50 ms doubling to 1 s) for up to `seconds`; any other
-    /// error is thrown at once.
-    private func persistently(for seconds: TimeInterval, _ body: () async throws -> Void) async throws {
-        let deadline = ContinuousClock.now + .seconds(seconds)
-        var failures = 0
-        while true {
-            do {
-                return try await body()
-            } catch let error as PostgresError where error.isRetryable {
-                failures += 1
-                let delay = Self.writeBackoff.delay(attempt: failures)
-                guard !Task.isCancelled, ContinuousClock.now + .seconds(delay) < deadline else { throw error }
-                if failures == 1 { logger.warning("start answers not written; retrying until the database answers", ["error": .string("\(error)")]) }
-                try await Task.sleep(for: .seconds(delay))
-            }
-        }
-    }
-
-    private static let writeBackoff = RetryBackoff(base: 0.05, maximum: 1)
 }
 
 /// The start payload of one chunk (docs/apns.md#push-to-start): `event: start` with the last broadcast's

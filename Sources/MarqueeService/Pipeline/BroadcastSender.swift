@@ -227,40 +227,15 @@ final class BroadcastSender: Sendable {
         }
     }
 
-    /// Runs a write of a claim's outcome until PostgreSQL takes it. A failure that a retry can mend (a lost
-    /// connection, a server restarting or refusing connections) is tried again after a backoff (50 ms
-    /// doubling up to 1 s, jittered) until the claim's lease would end (the row is anybody's then) or the
-    /// task is cancelled; any other error is thrown at once. So a broadcast sent while the database went
-    /// away is recorded, or its claim given back, as soon as the database answers again, not after the lease.
+    /// Runs a write of a claim's outcome until PostgreSQL takes it (`DurableWrite`), until the claim's lease would
+    /// end (the row is anybody's then). So a broadcast sent while the database went away is recorded, or its claim
+    /// given back, as soon as the database answers again, not after the lease.
     @discardableResult
     func persistently<T: Sendable>(_ claim: ClaimedBroadcast, _ write: String, _ body: () async throws -> T) async throws -> T {
-        let deadline = ContinuousClock.now + .seconds(max(0, claim.claimedUntil.timeIntervalSince(clock.now)))
-        var failures = 0
-        while true {
-            do {
-                let result = try await body()
-                if failures > 0 {
-                    logger.info(
-                        "claim outcome written once the database answered again",
-                        ["event": .int(claim.eventID), "write": .string(write), "failures": .int(failures)])
-                }
-                return result
-            } catch let error as PostgresError where error.isRetryable {
-                failures += 1
-                let delay = Self.writeBackoff.delay(attempt: failures)
-                guard !Task.isCancelled, ContinuousClock.now + .seconds(delay) < deadline else { throw error }
-                if failures == 1 {
-                    logger.warning(
-                        "claim outcome not written; retrying until the database answers",
-                        ["event": .int(claim.eventID), "write": .string(write), "error": .string("\(error)")])
-                }
-                try await Task.sleep(for: .seconds(delay))
-            }
-        }
+        try await DurableWrite.run(
+            until: ContinuousClock.now + .seconds(max(0, claim.claimedUntil.timeIntervalSince(clock.now))),
+            logger: logger.with(["event": .int(claim.eventID), "write": .string(write)]), body)
     }
-
-    /// The backoff of `persistently`.
-    private static let writeBackoff = RetryBackoff(base: 0.05, maximum: 1)
 
     /// The channel's memory rebuilt from the database (see `loadMemories`).
     private func loadMemory(_ claim: ClaimedBroadcast) async throws -> ChannelMemory {

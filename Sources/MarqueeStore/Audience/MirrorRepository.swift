@@ -103,60 +103,39 @@ public struct MirrorRepository: Sendable {
                 return (step, try row.decode(Double?.self, column: "lag"))
             case .cutChunk:
                 let eventID: Int = try row.decode(column: "event_id")
-                var through: Int = try row.decode(column: "planned_through")
-                var waiting: Int = try row.decode(column: "waiting")
-                var done = false
-                while waiting < cutAhead && !done {
-                    let page = try await tx.query(
-                        """
-                        SELECT max(id) AS through, count(*)::integer AS n FROM (
-                            SELECT a.id FROM activities a
-                            WHERE a.event_id = \(eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
-                              AND a.push_type = \(ActivityPushType.token.sql) AND a.id > \(through)
-                            ORDER BY a.id LIMIT \(chunkSize)) page
-                        """
-                    ).first!
-                    done = try page.decode(Int.self, column: "n") < chunkSize
-                    if let last = try page.decode(Int?.self, column: "through") {
-                        try await tx.execute(
+                let (through, done) = try await ChunkLeases.cut(
+                    from: try row.decode(column: "planned_through"), waiting: try row.decode(column: "waiting"), cutAhead: cutAhead,
+                    chunkSize: chunkSize,
+                    page: { after in
+                        let page = try await tx.query(
                             """
-                            INSERT INTO mirror_chunks (pass_id, after_activity, through_activity) VALUES (\(passID), \(through), \(last))
-                            """)
-                        through = last
-                        waiting += 1
-                    }
-                }
+                            SELECT max(id) AS through, count(*)::integer AS n FROM (
+                                SELECT a.id FROM activities a
+                                WHERE a.event_id = \(eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
+                                  AND a.push_type = \(ActivityPushType.token.sql) AND a.id > \(after)
+                                ORDER BY a.id LIMIT \(chunkSize)) page
+                            """
+                        ).first!
+                        return (try page.decode(Int?.self, column: "through"), try page.decode(Int.self, column: "n"))
+                    },
+                    insert: { after, last in
+                        try await tx.execute(
+                            "INSERT INTO mirror_chunks (pass_id, after_activity, through_activity) VALUES (\(passID), \(after), \(last))")
+                    })
                 try await tx.execute("UPDATE mirror_passes SET planned_through = \(through), planning_done = \(done) WHERE id = \(passID)")
                 return (step, nil)
             }
         }
     }
 
-    /// Claims the due chunk first in line whose lease ran out or whose holder stopped beating.
-    public func claimChunk(instance: String, lease: TimeInterval) async throws -> ClaimedMirrorChunk? {
-        guard
-            let row = try await pool.query(
-                """
-                WITH due AS (
-                    SELECT c.id FROM mirror_chunks c
-                    WHERE NOT c.done AND c.next_attempt_at <= now()
-                      AND (c.claimed_until IS NULL OR c.claimed_until <= now()
-                           OR c.claimed_by = ANY (\(fragment: InstanceHeartbeatRepository.lapsedInstances(now: nil))))
-                    ORDER BY c.next_attempt_at, c.id LIMIT 1
-                    FOR UPDATE OF c SKIP LOCKED
-                )
-                UPDATE mirror_chunks c SET claimed_by = \(instance), claimed_until = now() + make_interval(secs => \(lease)::float8),
-                    attempts = c.attempts + 1
-                FROM due, mirror_passes p
-                WHERE c.id = due.id AND p.id = c.pass_id
-                RETURNING c.id, c.pass_id, c.after_activity, c.through_activity, c.attempts, p.event_id, p.app_id
-                """
-            ).first
-        else { return nil }
+    /// Claims the due chunk first in line whose lease ran out or whose holder stopped beating (`ChunkLeases`), with its
+    /// pass's event and app.
+    public func claimChunk(instance: String, lease: TimeInterval, now: Date? = nil) async throws -> ClaimedMirrorChunk? {
+        guard let claimed = try await ChunkLeases.mirroring.claim(instance: instance, lease: lease, now: now, on: pool) else { return nil }
+        let pass = try await pool.query("SELECT event_id, app_id FROM mirror_passes WHERE id = \(claimed.passID)")[0]
         return ClaimedMirrorChunk(
-            id: try row.decode(column: "id"), passID: try row.decode(column: "pass_id"), eventID: try row.decode(column: "event_id"),
-            appID: try row.decode(column: "app_id"), after: try row.decode(column: "after_activity"),
-            through: try row.decode(column: "through_activity"), attempts: try row.decode(column: "attempts"))
+            id: claimed.id, passID: claimed.passID, eventID: try pass.decode(column: "event_id"), appID: try pass.decode(column: "app_id"),
+            after: claimed.after, through: claimed.through, attempts: claimed.attempts)
     }
 
     /// Ends the chunk with its progress counts.
@@ -170,12 +149,8 @@ public struct MirrorRepository: Sendable {
     }
 
     /// Gives the chunk back, due again after `delay` seconds.
-    public func release(_ chunk: ClaimedMirrorChunk, instance: String, after delay: TimeInterval) async throws {
-        try await pool.execute(
-            """
-            UPDATE mirror_chunks SET claimed_by = NULL, claimed_until = NULL, next_attempt_at = now() + make_interval(secs => \(delay)::float8)
-            WHERE id = \(chunk.id) AND claimed_by = \(instance)
-            """)
+    public func release(_ chunk: ClaimedMirrorChunk, instance: String, after delay: TimeInterval, now: Date? = nil) async throws {
+        try await ChunkLeases.mirroring.release(chunkID: chunk.id, instance: instance, after: delay, now: now, on: pool)
     }
 
     /// What a mirrored push of the event carries now: its newest accepted broadcast, or the newest state the token

@@ -1,0 +1,431 @@
+// The start fan-out's chunk work (Sql/0025): claiming a chunk of a run's audience (ChunkLeases), what its starts
+// carry, its members with the planner's facts, and the starts' rows: skipped, marked `sending` one statement per send
+// window, and answered one statement per batch. A start is inserted `sending` only while no start of the event is
+// sending, accepted or unknown for the installation (`starts_once_per_event` holds it even against two runs at once).
+import Foundation
+import MarqueeCore
+import Postgres
+
+extension StartRepository {
+    // MARK: chunks
+
+    /// Claims the due chunk first in line whose lease ran out or whose holder stopped beating, for `lease` seconds
+    /// (`ChunkLeases`), with its run's event, app, alert and wait for a channel.
+    public func claimChunk(instance: String, lease: TimeInterval, now: Date? = nil) async throws -> ClaimedStartChunk? {
+        guard let claimed = try await ChunkLeases.starts.claim(instance: instance, lease: lease, now: now, on: pool) else { return nil }
+        let run = try await pool.query("SELECT event_id, app_id, alert, channel_wait_until FROM start_runs WHERE id = \(claimed.passID)")[0]
+        return ClaimedStartChunk(
+            id: claimed.id, runID: claimed.passID, eventID: try run.decode(column: "event_id"), appID: try run.decode(column: "app_id"),
+            after: claimed.after, through: claimed.through, attempts: claimed.attempts, runAlert: try run.decodeJSON(column: "alert"),
+            channelWaitUntil: try run.decode(column: "channel_wait_until"))
+    }
+
+    /// Keeps the claim for `lease` more seconds; false when it is no longer this instance's.
+    public func renew(_ chunk: ClaimedStartChunk, instance: String, lease: TimeInterval, now: Date? = nil) async throws -> Bool {
+        try await ChunkLeases.starts.renew(chunkID: chunk.id, instance: instance, lease: lease, now: now, on: pool)
+    }
+
+    /// Ends the chunk (every member settled), keeps its counts, and folds its last acceptance into the run's.
+    public func finish(_ chunk: ClaimedStartChunk, instance: String) async throws {
+        try await pool.execute(
+            """
+            WITH finished AS (
+                UPDATE start_chunks c SET done = true, finished_at = now(), claimed_by = NULL, claimed_until = NULL,
+                    counts = \(fragment: Self.chunkCounts)
+                WHERE id = \(chunk.id) AND claimed_by = \(instance)
+                RETURNING run_id, last_accepted_at)
+            UPDATE start_runs r SET last_accepted_at = greatest(r.last_accepted_at, f.last_accepted_at)
+            FROM finished f WHERE r.id = f.run_id AND f.last_accepted_at IS NOT NULL
+            """)
+    }
+
+    /// The starts chunk `c` wrote (of its run, in its range, created since it was cut: a later pass's chunk
+    /// over the same range writes its own), by state, reason and path, as a JSON array of groups.
+    static let chunkCounts: PostgresQuery = """
+        (SELECT coalesce(jsonb_agg(jsonb_build_object('state', g.state, 'reason', g.reason, 'path', g.path, 'n', g.n)), '[]'::jsonb)
+         FROM (\(fragment: chunkGroups)) g)
+        """
+
+    /// Chunk `c`'s starts by state, reason and path (`n`).
+    static let chunkGroups: PostgresQuery = """
+        SELECT s.state, s.reason, s.path, count(*) AS n FROM starts s
+        WHERE s.run_id = c.run_id AND s.installation > c.after_installation AND s.installation <= c.through_installation
+          AND s.created_at >= c.created_at
+        GROUP BY 1, 2, 3
+        """
+
+    /// The time of run `r`'s last accepted start: its own (done chunks') or an open chunk's.
+    static let lastAccepted: PostgresQuery = """
+        greatest(r.last_accepted_at, (SELECT max(c.last_accepted_at) FROM start_chunks c WHERE c.run_id = r.id AND NOT c.done))
+        """
+
+    /// Gives the chunk back, due again after `delay` seconds.
+    public func release(_ chunk: ClaimedStartChunk, instance: String, after delay: TimeInterval, now: Date? = nil) async throws {
+        try await ChunkLeases.starts.release(chunkID: chunk.id, instance: instance, after: delay, now: now, on: pool)
+    }
+
+    /// Starts of the chunk's run and range left `sending` by a holder that is gone: nobody can tell whether
+    /// APNs took them (`StartLifecycle`'s `holderLost`), so they are `unknown`, counted and never resent.
+    public func settleAbandoned(_ chunk: ClaimedStartChunk) async throws -> Int {
+        try await pool.execute(
+            """
+            UPDATE starts SET state = \(StartLifecycle.transition(from: .sending, on: .holderLost)!), reason = 'holder_lost', answered_at = now()
+            WHERE run_id = \(chunk.runID) AND installation > \(chunk.after) AND installation <= \(chunk.through)
+              AND state = \(StartState.sending)
+            """)
+    }
+
+    /// What a start of the chunk's event carries, read just before each send window (so a broadcast accepted
+    /// meanwhile is in the next window's starts): the event's status and parts, and one consistent read of the
+    /// channel's last aps.timestamp with the last broadcast's content-state. Before the first broadcast the
+    /// event's latest state goes, with a timestamp from the channel's sequence recorded as its last, so every
+    /// later broadcast (and mirrored push) is newer than any start of the event; with no channel at all, the
+    /// second before now.
+    public func content(of chunk: ClaimedStartChunk, now: Date? = nil) async throws -> StartContent {
+        let event = try await pool.query(
+            """
+            SELECT e.status, e.attributes, e.ends_at, e.start_alert, e.latest_state, t.name AS type_name, a.bundle_id,
+                   a.environment, c.id AS channel_id, c.apns_channel_id, c.last_aps_timestamp, c.last_alert_at,
+                   b.content_state AS broadcast_state, b.stale_date, b.relevance_score, tr.aps_timestamp AS route_aps_timestamp,
+                   \(FreshnessSQL.columns)
+            FROM events e
+            LEFT JOIN token_routes tr ON tr.event_id = e.id
+            JOIN attribute_types t ON t.id = e.attribute_type_id
+            \(FreshnessSQL.typePolicyJoin)
+            JOIN apps a ON a.id = e.app_id
+            LEFT JOIN LATERAL (
+                SELECT id, apns_channel_id, last_aps_timestamp, last_alert_at FROM channels
+                WHERE event_id = e.id AND state IN \(ChannelLifecycle.broadcastingStates.sql) AND NOT e.channel_lost LIMIT 1
+            ) c ON true
+            LEFT JOIN LATERAL (
+                SELECT content_state, stale_date, relevance_score FROM updates u
+                WHERE u.event_id = e.id AND u.disposition = \(UpdateDisposition.broadcast.sql) ORDER BY u.id DESC LIMIT 1
+            ) b ON true
+            WHERE e.id = \(chunk.eventID)
+            """
+        ).first
+        guard let event else { throw PipelineError.eventNotFound(chunk.eventID) }
+        let channelID: Int? = try event.decode(column: "channel_id")
+        var apsTimestamp: Int64? = try event.decode(column: "last_aps_timestamp")
+        // The event's sequence goes on from what the token route sent (Sql/0039) to the channel, never back.
+        let routeTimestamp: Int64? = try event.decode(column: "route_aps_timestamp")
+        if let channelID, apsTimestamp == nil {
+            apsTimestamp = try await pool.query(
+                """
+                UPDATE channels SET last_aps_timestamp = coalesce(last_aps_timestamp,
+                    greatest(floor(extract(epoch FROM coalesce(\(now), now())))::bigint, \(routeTimestamp)::bigint))
+                WHERE id = \(channelID) RETURNING last_aps_timestamp
+                """
+            ).first?.decode(Int64.self, column: "last_aps_timestamp")
+        } else if channelID == nil {
+            apsTimestamp = routeTimestamp
+        }
+        let broadcastState = try event.decodeJSON(column: "broadcast_state")
+        let latestState = try event.decodeJSON(column: "latest_state")
+        let eventAlert = try event.decodeJSON(column: "start_alert")
+        return StartContent(
+            eventStatus: try event.decodeRaw(EventStatus.self, column: "status"),
+            app: StartApp(bundleID: try event.decode(column: "bundle_id"), environment: try event.decode(column: "environment")),
+            attributesType: try event.decode(column: "type_name"), attributes: try event.decodeJSON(column: "attributes") ?? [:],
+            contentState: broadcastState ?? latestState ?? [:],
+            apsTimestamp: apsTimestamp ?? Int64((now ?? Date()).timeIntervalSince1970.rounded(.down)) - 1,
+            channelID: try event.decode(column: "apns_channel_id"),
+            startAlert: chunk.runAlert ?? eventAlert,
+            staleDate: try event.decode(column: "stale_date"), relevanceScore: try event.decode(column: "relevance_score"),
+            endsAt: try event.decode(column: "ends_at"), freshness: try event.freshnessPolicy(),
+            lastAlertAt: try event.decode(column: "last_alert_at"))
+    }
+
+    /// The event's channel as a window of starts on it finds it once answered: its last aps.timestamp, and
+    /// whether a broadcast of the event is claimed and not yet recorded (`StartPlanner.afterChannelWindow`).
+    public func channelAfterWindow(eventID: Int, apnsChannelID: String, now: Date? = nil) async throws
+        -> (lastApsTimestamp: Int64?, broadcastInFlight: Bool)
+    {
+        let row = try await pool.query(
+            """
+            SELECT greatest((SELECT last_aps_timestamp FROM channels WHERE event_id = \(eventID) AND apns_channel_id = \(apnsChannelID)
+                             ORDER BY id DESC LIMIT 1),
+                            -- A state the token route sent as the channel opened went to token activities only.
+                            (SELECT aps_timestamp FROM token_routes WHERE event_id = \(eventID))) AS last_aps_timestamp,
+                   EXISTS (SELECT 1 FROM outbox WHERE event_id = \(eventID) AND claim_token IS NOT NULL
+                           AND claimed_until > coalesce(\(now), now())) AS broadcast_in_flight
+            """)[0]
+        return (try row.decode(column: "last_aps_timestamp"), try row.decode(column: "broadcast_in_flight"))
+    }
+
+    /// Queues the event's last broadcast state to go out again on its channel (`StartWindowFollowUp.broadcastAgain`):
+    /// a new update with that broadcast's content-state, stale date and relevance, no alert, priority `low`,
+    /// recorded without an API key. Nothing is queued while the event has outbox work (which goes out with that
+    /// state or a newer one), when it is over, or when its last broadcast was its end. Returns whether it was queued.
+    public func broadcastLastStateAgain(eventID: Int) async throws -> Bool {
+        try await pool.withTransaction { tx in
+            guard
+                let repeated = try await tx.query(
+                    """
+                    INSERT INTO updates (event_id, action, content_state, stale_date, relevance_score, priority, occurred_at)
+                    SELECT u.event_id, \(UpdateAction.update.sql), u.content_state, u.stale_date, u.relevance_score,
+                           \(RequestedPriority.low.sql), u.occurred_at
+                    FROM updates u JOIN events e ON e.id = u.event_id AND e.status IN \(Self.startableEventStates.sql)
+                    WHERE u.id = (SELECT id FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.broadcast.sql)
+                                  ORDER BY id DESC LIMIT 1)
+                      AND u.action = \(UpdateAction.update.sql)
+                      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = \(eventID))
+                    RETURNING id
+                    """
+                ).first
+            else { return false }
+            let updateID: Int = try repeated.decode(column: "id")
+            let queued = try await tx.query(
+                """
+                WITH queued AS (
+                    INSERT INTO outbox (event_id, update_id) VALUES (\(eventID), \(updateID)) ON CONFLICT (event_id) DO NOTHING
+                    RETURNING event_id
+                )
+                SELECT pg_notify(\(IngestRepository.notifyChannel), event_id::text) FROM queued
+                """)
+            guard queued.isEmpty else { return true }
+            // An ingest queued work meanwhile: it carries that state or a newer one.
+            try await tx.execute(
+                """
+                UPDATE updates SET disposition = \(UpdateDisposition.conflated.sql), disposed_at = now() WHERE id = \(updateID)
+                """)
+            return false
+        }
+    }
+
+    /// Every member of the audience in the chunk's range with the planner's facts.
+    public func members(of chunk: ClaimedStartChunk, maxConcurrentWindow: TimeInterval = 8 * 3600, now: Date? = nil) async throws
+        -> [StartChunkMember]
+    {
+        let members = try await pool.query(Self.membersStatement(chunk, maxConcurrentWindow: maxConcurrentWindow, now: now))
+        var candidates: [StartChunkMember] = []
+        candidates.reserveCapacity(members.count)
+        for row in members {
+            let token: String? = try row.decode(column: "push_to_start_token")
+            let refused = try row.decode(String?.self, column: "token_refused_reason") != nil
+            candidates.append(
+                StartChunkMember(
+                    candidate: StartCandidate(
+                        installation: try row.decode(column: "installation"), os: try row.osVersion(), token: refused ? nil : token,
+                        enabled: try row.decode(column: "live_activities_enabled"), followsEventDirectly: try row.decode(column: "direct"),
+                        startedForEvent: try row.decode(column: "started"),
+                        hasActivityOfRound: try row.decode(column: "has_activity"), dismissedByUser: try row.decode(column: "dismissed"),
+                        runStateForToken: try row.decodeRaw(StartState?.self, column: "run_state"),
+                        retryAt: try row.decode(column: "retry_at"), hasPlannedStart: try row.decode(Int?.self, column: "planned_id") != nil,
+                        startsLastHour: try row.decode(column: "starts_last_hour"),
+                        concurrentEvents: try row.decode(column: "concurrent"), directFollowsWaiting: try row.decode(column: "waiting")),
+                    plannedStartID: try row.decode(column: "planned_id"), plannedToken: try row.decode(column: "planned_token"),
+                    osMajor: try row.decode(column: "os_major")))
+        }
+        return candidates
+    }
+
+    /// The members of the chunk's range with something to decide, with what the planner reads. Concurrency counts other events not
+    /// over that the installation has a start or an active activity of; `waiting` counts other events not
+    /// over, overlapping this one (within `maxConcurrentWindow` of an end when one has none), that it follows
+    /// directly and has no start of.
+    static func membersStatement(_ chunk: ClaimedStartChunk, maxConcurrentWindow: TimeInterval, now: Date?) -> PostgresQuery {
+        let live = StartRepository.startableEventStates.sql
+        return """
+            WITH run AS (\(fragment: runSource(runID: chunk.runID))),
+            this AS (SELECT starts_at, coalesce(ends_at, starts_at + make_interval(secs => \(maxConcurrentWindow)::float8)) AS ends_at
+                     FROM events WHERE id = \(chunk.eventID)),
+            members AS (\(fragment: AudienceRepository.followers(eventID: chunk.eventID, after: chunk.after, through: chunk.through, limit: nil)))
+            SELECT m.installation, m.direct, i.live_activities_enabled, i.os_major, i.os_minor, i.os_patch, i.push_to_start_token,
+                   i.token_refused_reason,
+                   started.found IS NOT NULL AS started,
+                   coalesce(held.of_round, false) AS has_activity, coalesce(held.dismissed, false) AS dismissed,
+                   mine.state AS run_state, mine.next_attempt_at AS retry_at,
+                   planned.id AS planned_id, planned.token AS planned_token,
+                   (SELECT count(*) FROM starts s WHERE s.installation = m.installation AND s.went_out
+                      AND s.sent_at > coalesce(\(now), now()) - interval '1 hour')::integer AS starts_last_hour,
+                   (SELECT count(DISTINCT x.event_id) FROM (
+                        SELECT s.event_id FROM starts s WHERE s.installation = m.installation AND s.went_out
+                          AND s.event_id <> \(chunk.eventID)
+                        UNION ALL
+                        SELECT a.event_id FROM activities a WHERE a.installation = m.installation
+                          AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND a.event_id <> \(chunk.eventID)
+                    ) x JOIN events o ON o.id = x.event_id WHERE o.status IN \(live))::integer AS concurrent,
+                   -- The member's own follows first (`OFFSET 0` keeps them a probe of follows_by_installation):
+                   -- planned from `events`, it read every live event and probed the follows of each, per member.
+                   (SELECT count(*) FROM (SELECT f.event_id FROM follows f
+                                          WHERE f.installation = m.installation AND f.event_id <> \(chunk.eventID)) f
+                    JOIN events o ON o.id = f.event_id
+                    WHERE o.status IN \(live) AND o.starts_at < this.ends_at
+                      AND coalesce(o.ends_at, o.starts_at + make_interval(secs => \(maxConcurrentWindow)::float8)) > this.starts_at
+                      AND NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = o.id AND s.installation = m.installation
+                                      AND s.went_out)
+                      AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.event_id = o.id AND a.installation = m.installation
+                                      AND a.state IN \(ActivityLifecycle.mirroredStates.sql)))::integer AS waiting
+            FROM members m CROSS JOIN this
+            JOIN installations i ON i.id = m.installation
+            -- A probe per member (an EXISTS here may be planned as one hashed read of every started start of the
+            -- event, per chunk: the whole audience again for each chunk of a big run).
+            LEFT JOIN LATERAL (
+                SELECT true AS found FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = m.installation
+                  AND s.went_out AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
+                LIMIT 1
+            ) started ON true
+            -- The event's activities the app registered for the member (activities_by_installation_event).
+            LEFT JOIN LATERAL (\(fragment: Self.heldBack(eventID: chunk.eventID, runID: chunk.runID, installation: "m.installation"))) held ON true
+            LEFT JOIN LATERAL (
+                SELECT s.state, s.next_attempt_at FROM starts s
+                WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation AND s.token = i.push_to_start_token
+                -- One row at most (starts_once_per_token), but the LIMIT keeps this a probe per member: without
+                -- it the subquery is pulled up into a join, which may be planned as a read of every start of the
+                -- run, per chunk.
+                LIMIT 1
+            ) mine ON true
+            LEFT JOIN LATERAL (
+                SELECT s.id, s.token FROM starts s
+                WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation AND s.state = \(StartState.planned)
+                ORDER BY s.id DESC LIMIT 1
+            ) planned ON true
+            -- Only members with something to decide (so a late pass over a started audience reads little more
+            -- than its follows): in the audience and not settled in this run for their token, or with a
+            -- planned retry.
+            WHERE planned.id IS NOT NULL
+               OR (i.live_activities_enabled AND i.push_to_start_token IS NOT NULL AND i.token_refused_reason IS NULL
+                   AND (mine.state IS NULL OR mine.state = \(StartState.planned)))
+            ORDER BY m.installation
+            """
+    }
+
+    /// `(of_round, dismissed)` for one installation (`installation`, an SQL expression) and the run's event: whether
+    /// the app registered an activity of the event in the run's audience round, whatever its state or push type, and
+    /// whether the user dismissed one while its round ran (`ActivityLifecycle.dismissalIsTheUsers`, recorded as
+    /// `user_dismissed`). Either holds back a start (`StartPlanner.decide`), also at the mark.
+    static func heldBack(eventID: Int, runID: Int, installation: PostgresQuery) -> PostgresQuery {
+        """
+        SELECT bool_or(a.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(runID))) AS of_round,
+               bool_or(a.user_dismissed) AS dismissed
+        FROM activities a WHERE a.installation = \(fragment: installation) AND a.event_id = \(eventID)
+        """
+    }
+
+    // MARK: starts
+
+    /// Records starts the run decided not to send, one statement for all.
+    public func skip(_ chunk: ClaimedStartChunk, _ skipped: [SkippedStart]) async throws {
+        guard !skipped.isEmpty else { return }
+        let input = JSONValue.array(
+            skipped.map {
+                [
+                    "installation": .int(Int64($0.installation)), "token": .string($0.token), "os_major": $0.osMajor.map { .int(Int64($0)) } ?? .null,
+                    "reason": .string($0.reason.rawValue), "planned_id": $0.plannedStartID.map { .int(Int64($0)) } ?? .null,
+                ]
+            })
+        try await pool.execute(
+            """
+            WITH input AS (
+                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (installation bigint, token text, os_major integer,
+                                                                                    reason text, planned_id bigint)
+            ), settled AS (
+                UPDATE starts s SET state = \(StartLifecycle.transition(from: .planned, on: .skipped)!), reason = i.reason, next_attempt_at = NULL
+                FROM input i WHERE s.id = i.planned_id AND s.state = \(StartState.planned)
+                RETURNING s.id
+            )
+            INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, state, reason)
+            SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, \(StartState.skipped), reason
+            FROM input WHERE planned_id IS NULL
+            ON CONFLICT DO NOTHING
+            """)
+    }
+
+    /// Marks a send window's starts `sending`, one statement: new starts are inserted, planned ones (a retry)
+    /// take the installation's current token. Only installations still enabled, with that token current
+    /// and no start of the event sending, accepted or unknown, are marked; the rest are left out. The event's
+    /// activities are read again here: an installation whose app registered an activity of the round (or whose user
+    /// dismissed one) since the chunk's members were read is recorded skipped instead (`has_activity`, `dismissed`).
+    /// A registration committed after this statement still gets its start (docs/api.md#activities). Returns the
+    /// starts marked, to send now.
+    public func markSending(_ chunk: ClaimedStartChunk, _ starts: [PlannedStart]) async throws -> [SendingStart] {
+        guard !starts.isEmpty else { return [] }
+        let input = JSONValue.array(
+            starts.map {
+                [
+                    "installation": .int(Int64($0.installation)), "token": .string($0.token), "os_major": $0.osMajor.map { .int(Int64($0)) } ?? .null,
+                    "path": .string($0.route.rawValue), "planned_id": $0.plannedStartID.map { .int(Int64($0)) } ?? .null,
+                ]
+            })
+        let sending = StartLifecycle.transition(from: .planned, on: .sendBegan)!
+        let rows = try await pool.query(
+            """
+            WITH input AS (
+                SELECT i.*, CASE WHEN h.dismissed THEN \(StartSkipReason.dismissed.rawValue)
+                                 WHEN h.of_round THEN \(StartSkipReason.hasActivity.rawValue) END AS held_reason
+                FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (installation bigint, token text, os_major integer,
+                                                                          path text, planned_id bigint)
+                LEFT JOIN LATERAL (\(fragment: Self.heldBack(eventID: chunk.eventID, runID: chunk.runID, installation: "i.installation"))) h ON true
+            ), eligible AS (
+                SELECT i.* FROM input i JOIN installations n ON n.id = i.installation
+                WHERE i.held_reason IS NULL
+                  AND n.live_activities_enabled AND n.push_to_start_token = i.token AND n.token_refused_reason IS NULL
+                  -- A new start that the round's started one would duplicate is left out by starts_once_per_event
+                  -- (ON CONFLICT below); only a retry, which updates its row, asks first. Asking for every row made
+                  -- this statement a scan of starts per row whenever the table's statistics were older than its
+                  -- growth (the first minute of a big kick-off).
+                  AND (i.planned_id IS NULL
+                       OR NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = i.installation
+                                      AND s.went_out
+                                      AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))))
+            ), held_settled AS (
+                UPDATE starts s SET state = \(StartLifecycle.transition(from: .planned, on: .skipped)!), reason = i.held_reason,
+                    next_attempt_at = NULL
+                FROM input i WHERE i.held_reason IS NOT NULL AND s.id = i.planned_id AND s.state = \(StartState.planned)
+            ), held_recorded AS (
+                INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, state, reason)
+                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, \(StartState.skipped), held_reason
+                FROM input WHERE held_reason IS NOT NULL AND planned_id IS NULL
+                ON CONFLICT DO NOTHING
+            ), retried AS (
+                UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1, sent_at = now(),
+                    next_attempt_at = NULL
+                FROM eligible e WHERE s.id = e.planned_id AND s.state = \(StartState.planned)
+                RETURNING s.id, s.installation, s.token, s.path, s.attempts
+            ), inserted AS (
+                INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, path, state, attempts, sent_at, audience_round)
+                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, path, \(sending), 1, now(),
+                       (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
+                FROM eligible WHERE planned_id IS NULL
+                ON CONFLICT DO NOTHING
+                RETURNING id, installation, token, path, attempts
+            )
+            SELECT * FROM retried UNION ALL SELECT * FROM inserted
+            """)
+        return try rows.map { row in
+            SendingStart(
+                id: try row.decode(column: "id"), installation: try row.decode(column: "installation"), token: try row.decode(column: "token"),
+                route: try row.decodeRaw(StartRoute.self, column: "path"), attempt: try row.decode(column: "attempts"))
+        }
+    }
+
+    /// Writes APNs' answers to the chunk's starts, one statement for up to a batch; only starts still `sending`
+    /// change. Moves the chunk's last acceptance forward (not the run's: its row would be every batch's lock).
+    public func record(_ chunk: ClaimedStartChunk, _ answers: [StartAnswerRecord]) async throws {
+        guard !answers.isEmpty else { return }
+        let input = JSONValue.array(
+            answers.map {
+                [
+                    "id": .int(Int64($0.startID)), "state": .string($0.state.rawValue), "reason": $0.reason.map(JSONValue.string) ?? .null,
+                    "status": $0.status.map { .int(Int64($0)) } ?? .null, "retry_after": $0.retryAfter.map(JSONValue.double) ?? .null,
+                    "unique_id": $0.apnsUniqueID.map(JSONValue.string) ?? .null,
+                ]
+            })
+        try await pool.execute(
+            """
+            WITH input AS (
+                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (id bigint, state text, reason text, status integer,
+                                                                                    retry_after float8, unique_id uuid)
+            ), written AS (
+                UPDATE starts s SET state = i.state, reason = i.reason, status = i.status, apns_unique_id = i.unique_id,
+                    answered_at = now(),
+                    next_attempt_at = CASE WHEN i.retry_after IS NOT NULL THEN now() + make_interval(secs => i.retry_after) END
+                FROM input i WHERE s.id = i.id AND s.state = \(StartState.sending)
+                RETURNING s.state
+            )
+            UPDATE start_chunks SET last_accepted_at = now()
+            WHERE id = \(chunk.id) AND EXISTS (SELECT 1 FROM written WHERE state = \(StartState.accepted))
+            """)
+    }
+}
