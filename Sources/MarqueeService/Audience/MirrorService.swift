@@ -35,7 +35,7 @@ public struct MirrorMetrics: Sendable {
 }
 
 /// Mirrors broadcasts to activity tokens.
-public final class MirrorService: Service {
+public final class MirrorService: Service, ChunkJob {
     public let name = "mirroring"
     private let instance: String
     private let repository: MirrorRepository
@@ -46,8 +46,8 @@ public final class MirrorService: Service {
     private let logger: Logger
     private let planner: MirrorPlanner
     private let expiration: ExpirationPolicy
-    private let wakeup = Wakeup()
-    private let working = Mutex(0)
+    /// The audience's worker loop, running this job.
+    private let worker: ChunkWorker
     /// Tokens per chunk, pushes in flight per chunk, chunks per instance, chunks cut ahead.
     private let chunkSize = 1000
     private let sendWindow: Int
@@ -59,13 +59,18 @@ public final class MirrorService: Service {
     private let retryPolicy = RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(200), maxDelay: .seconds(5))
     /// The apps parked for a credentials fault, shared with the other senders (nil: none kept).
     private let parking: CredentialsParking?
+    private let clock: any WallClock
+    /// The clock's time for the statements when it drives the database's (tests), else nil (the database's).
+    private let databaseClock: @Sendable () -> Date?
 
     public init(
         pool: PostgresPool, apns: any DevicePushAPNs, instance: String, expiration: ExpirationPolicy, sendWindow: Int,
         planner: MirrorPlanner = MirrorPlanner(), pollInterval: Duration = .seconds(1), metrics: MirrorMetrics, logger: Logger,
-        parking: CredentialsParking? = nil
+        parking: CredentialsParking? = nil, clock: any WallClock = SystemWallClock(), clockDrivesDatabase: Bool = false
     ) {
         self.parking = parking
+        self.clock = clock
+        databaseClock = { [clock] in clockDrivesDatabase ? clock.now : nil }
         self.planner = planner
         repository = MirrorRepository(pool: pool)
         tokenRoute = TokenRouteRepository(pool: pool)
@@ -77,53 +82,39 @@ public final class MirrorService: Service {
         self.pollInterval = pollInterval
         self.metrics = metrics
         self.logger = logger.with(["service": "mirroring"])
+        worker = ChunkWorker(
+            name: "mirroring", chunksInFlight: concurrentChunks, pollInterval: pollInterval, dueInterval: .zero, sampleInterval: .zero,
+            logger: self.logger)
     }
 
-    public func run(until shutdown: ShutdownSignal) async throws {
-        let bridge = Task { [wakeup] in
-            await shutdown.wait()
-            wakeup.signal()
+    public func run(until shutdown: ShutdownSignal) async throws { await worker.run(self, until: shutdown) }
+
+    func beginDueWork() async throws {
+        // Events with no channel that broadcasts: their newest state goes to their token activities.
+        for eventID in try await tokenRoute.sendDue() {
+            logger.debug("token route took the event's newest state", ["event": .int(eventID)])
         }
-        defer { bridge.cancel() }
-        await withDiscardingTaskGroup { group in
-            var failures = 0
-            while !shutdown.isTriggered && !Task.isCancelled {
-                do {
-                    // Events with no channel that broadcasts: their newest state goes to their token activities.
-                    for eventID in try await tokenRoute.sendDue() {
-                        logger.debug("token route took the event's newest state", ["event": .int(eventID)])
-                    }
-                    for (pass, eventID) in try await repository.beginDuePasses() {
-                        logger.debug("mirroring pass began", ["pass": .int(pass), "event": .int(eventID)])
-                    }
-                    for passID in try await repository.runningPassIDs() {
-                        let advanced = try await repository.advance(passID: passID, chunkSize: chunkSize, cutAhead: cutAhead) { [planner] in
-                            planner.next(planningDone: $0, openChunks: $1)
-                        }
-                        if let lag = advanced?.lag { metrics.lag.observe(max(0, lag)) }
-                    }
-                    while working.withLock({ $0 < concurrentChunks }), !shutdown.isTriggered,
-                        let chunk = try await repository.claimChunk(instance: instance, lease: chunkLease)
-                    {
-                        working.withLock { $0 += 1 }
-                        group.addTask { [self] in
-                            await work(chunk, shutdown: shutdown)
-                            working.withLock { $0 -= 1 }
-                            wakeup.signal()
-                        }
-                    }
-                    metrics.backlog.set(Double(try await repository.backlog()))
-                    failures = 0
-                } catch {
-                    failures += 1
-                    if failures % 10 == 1 { logger.error("mirroring pass failed", ["error": .string("\(error)"), "failures": .int(failures)]) }
-                }
-                await wakeup.wait(upTo: failures == 0 ? pollInterval : min(pollInterval * (1 << min(failures, 5)), .seconds(10)))
+        for (pass, eventID) in try await repository.beginDuePasses() {
+            logger.debug("mirroring pass began", ["pass": .int(pass), "event": .int(eventID)])
+        }
+    }
+
+    func advancePasses() async throws {
+        for passID in try await repository.runningPassIDs() {
+            let advanced = try await repository.advance(passID: passID, chunkSize: chunkSize, cutAhead: cutAhead) { [planner] in
+                planner.next(planningDone: $0, openChunks: $1)
             }
+            if let lag = advanced?.lag { metrics.lag.observe(max(0, lag)) }
         }
     }
 
-    private func work(_ chunk: ClaimedMirrorChunk, shutdown: ShutdownSignal) async {
+    func claimChunk() async throws -> ClaimedMirrorChunk? {
+        try await repository.claimChunk(instance: instance, lease: chunkLease, now: databaseClock())
+    }
+
+    func sample() async throws { metrics.backlog.set(Double(try await repository.backlog())) }
+
+    func work(_ chunk: ClaimedMirrorChunk, shutdown: ShutdownSignal) async {
         let logger = logger.with(["event": .int(chunk.eventID), "pass": .int(chunk.passID), "chunk": .int(chunk.id)])
         var sent = 0
         var accepted = 0
@@ -134,7 +125,7 @@ public final class MirrorService: Service {
                 return
             }
             let tokens = try await repository.tokens(of: chunk, behind: content.apsTimestamp)
-            let body = try Self.body(content)
+            let body = try Self.body(content, sentAt: clock.now)
             let app = PipelineApp(id: chunk.appID, bundleID: content.app.bundleID, environment: content.app.environment)
             var index = 0
             var backOff = false
@@ -147,7 +138,7 @@ public final class MirrorService: Service {
                 }
                 let window = Array(tokens[index..<min(index + sendWindow, tokens.count)])
                 index += window.count
-                let now = Date()
+                let now = clock.now
                 let answers = await withTaskGroup(of: (MirrorToken, APNsVerdict, TokenHighPriorityWindow?).self) { group in
                     for token in window {
                         // The broadcast's priority, within this token's own priority-10 budget.
@@ -222,21 +213,22 @@ public final class MirrorService: Service {
             if let parkedUntil {
                 // Looked at again every few seconds: the park may end sooner (another sender's probe succeeded).
                 try await repository.release(
-                    chunk, instance: instance, after: max(0.1, min(parkedUntil.timeIntervalSinceNow, StartFanOut.parkRecheck)))
+                    chunk, instance: instance, after: max(0.1, min(parkedUntil.timeIntervalSince(clock.now), StartFanOut.parkRecheck)),
+                    now: databaseClock())
             } else if backOff || index < tokens.count {
                 let delay = backOff ? chunkBackoff.delay(attempt: chunk.attempts) : 0
-                try await repository.release(chunk, instance: instance, after: delay)
+                try await repository.release(chunk, instance: instance, after: delay, now: databaseClock())
             } else {
                 try await repository.finish(chunk, instance: instance, sent: sent, accepted: accepted, failed: failed)
             }
         } catch {
             logger.error("mirroring chunk failed; it is claimed again later", ["error": .string("\(error)")])
-            try? await repository.release(chunk, instance: instance, after: chunkBackoff.delay(attempt: chunk.attempts))
+            try? await repository.release(chunk, instance: instance, after: chunkBackoff.delay(attempt: chunk.attempts), now: databaseClock())
         }
     }
 
     /// The broadcast's `aps` as a device push sent at `sentAt` (4,096 bytes: an alert that does not fit is left out).
-    static func body(_ content: MirrorContent, sentAt: Date = Date()) throws -> [UInt8] {
+    static func body(_ content: MirrorContent, sentAt: Date) throws -> [UInt8] {
         let alert = try content.alert.map { try LiveActivityAlert(json: $0) }
         func payload(_ alert: LiveActivityAlert?) -> LiveActivityPayload {
             let fields = content.freshness.fields(

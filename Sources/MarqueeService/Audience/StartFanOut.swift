@@ -87,6 +87,9 @@ public struct StartFanOutConfiguration: Sendable, Equatable {
     public var pollInterval: Duration = .seconds(1)
     /// How often it looks for automatic runs that came due.
     public var dueRunInterval: Duration = .seconds(5)
+    /// The statements take the fan-out's clock as the database's `now()` (tests, which move the clock); else the
+    /// database's, shared by every instance.
+    public var clockDrivesDatabase = false
     /// A chunk that met 500 or 503 waits this long, doubled each time, up to a minute.
     public var chunkBackoff = RetryBackoff(base: 1, maximum: 60)
     /// Retries inside one send (APNsClient's): one retry of a 429 or 5xx that proves nothing was done.
@@ -134,7 +137,7 @@ public struct StartMetrics: Sendable {
 }
 
 /// Starts events' audiences.
-public final class StartFanOut: Service {
+public final class StartFanOut: Service, ChunkJob {
     public let name = "starts"
     public let configuration: StartFanOutConfiguration
     private let repository: StartRepository
@@ -144,17 +147,21 @@ public final class StartFanOut: Service {
     private let logger: Logger
     private let planner: StartPlanner
     private let runPlanner: StartRunPlanner
-    private let wakeup = Wakeup()
-    private let working = Mutex(0)
+    /// The audience's worker loop, running this job.
+    private let worker: ChunkWorker
     private let inFlight = Mutex(0)
     /// The apps parked for a credentials fault, shared with the dispatcher and the scheduler (nil: none kept).
     private let parking: CredentialsParking?
+    private let clock: any WallClock
+    /// The clock's time for the statements with `clockDrivesDatabase`, else nil (the database's).
+    private var databaseNow: Date? { configuration.clockDrivesDatabase ? clock.now : nil }
 
     public init(
         pool: PostgresPool, apns: any DevicePushAPNs, configuration: StartFanOutConfiguration, metrics: StartMetrics, logger: Logger,
-        parking: CredentialsParking? = nil
+        parking: CredentialsParking? = nil, clock: any WallClock = SystemWallClock()
     ) {
         self.parking = parking
+        self.clock = clock
         repository = StartRepository(pool: pool)
         hygiene = TokenHygieneRepository(pool: pool)
         self.apns = apns
@@ -163,60 +170,25 @@ public final class StartFanOut: Service {
         self.logger = logger.with(["service": "starts"])
         planner = StartPlanner(limits: configuration.limits)
         runPlanner = StartRunPlanner(lateStartInterval: configuration.lateStartInterval)
+        // Runs come due at a lead of minutes: looking for them every few seconds is enough, and spares the events
+        // table a scan per poll under a busy ingest.
+        worker = ChunkWorker(
+            name: "start fan-out", chunksInFlight: configuration.chunksInFlight, pollInterval: configuration.pollInterval,
+            dueInterval: configuration.dueRunInterval, sampleInterval: .seconds(60), logger: self.logger)
     }
 
     /// A run was created in this process: look for its chunks now.
-    public func wake() { wakeup.signal() }
+    public func wake() { worker.wake() }
 
     public func run(until shutdown: ShutdownSignal) async throws {
-        let bridge = Task { [wakeup] in
-            await shutdown.wait()
-            wakeup.signal()
-        }
-        defer { bridge.cancel() }
         logger.info("start fan-out started", ["instance": .string(configuration.instance)])
-        var lastAdoptionSample: ContinuousClock.Instant?
-        var lastDueCheck: ContinuousClock.Instant?
-        await withDiscardingTaskGroup { group in
-            var failures = 0
-            while !shutdown.isTriggered && !Task.isCancelled {
-                do {
-                    // Runs come due at a lead of minutes: looking for them every few seconds is enough, and
-                    // spares the events table a scan per poll under a busy ingest.
-                    if lastDueCheck.map({ ContinuousClock.now - $0 >= configuration.dueRunInterval }) ?? true {
-                        lastDueCheck = .now
-                        try await createDueRuns()
-                    }
-                    try await advanceRuns()
-                    while working.withLock({ $0 < configuration.chunksInFlight }), !shutdown.isTriggered,
-                        let chunk = try await repository.claimChunk(instance: configuration.instance, lease: configuration.chunkLease)
-                    {
-                        working.withLock { $0 += 1 }
-                        group.addTask { [self] in
-                            await work(chunk, shutdown: shutdown)
-                            working.withLock { $0 -= 1 }
-                            wakeup.signal()
-                        }
-                    }
-                    if lastAdoptionSample.map({ ContinuousClock.now - $0 >= .seconds(60) }) ?? true {
-                        lastAdoptionSample = .now
-                        try await sampleAdoption()
-                    }
-                    failures = 0
-                } catch {
-                    failures += 1
-                    if failures % 10 == 1 { logger.error("start fan-out pass failed", ["error": .string("\(error)"), "failures": .int(failures)]) }
-                }
-                let wait = failures == 0 ? configuration.pollInterval : min(configuration.pollInterval * (1 << min(failures, 5)), .seconds(10))
-                await wakeup.wait(upTo: wait)
-            }
-        }
+        await worker.run(self, until: shutdown)
         logger.info("start fan-out stopped", ["instance": .string(configuration.instance)])
     }
 
-    private func createDueRuns() async throws {
+    func beginDueWork() async throws {
         for run in try await repository.createDueAutomaticRuns(
-            lead: configuration.audienceLead, maxLateness: configuration.maxLateness, channelWait: configuration.channelWait)
+            lead: configuration.audienceLead, maxLateness: configuration.maxLateness, channelWait: configuration.channelWait, now: databaseNow)
         {
             metrics.runs.increment([StartRunKind.automatic.rawValue, run.state.rawValue])
             if let reason = run.skipReason {
@@ -231,12 +203,12 @@ public final class StartFanOut: Service {
         }
     }
 
-    private func advanceRuns() async throws {
+    func advancePasses() async throws {
         for runID in try await repository.openRunIDs() {
             guard
                 let advanced = try await repository.advance(
                     runID: runID, lateStartCutoff: configuration.lateStartCutoff, chunkSize: configuration.chunkSize,
-                    cutAhead: configuration.cutAhead, decide: { [runPlanner] in runPlanner.next($0) })
+                    cutAhead: configuration.cutAhead, now: databaseNow, decide: { [runPlanner] in runPlanner.next($0) })
             else { continue }
             if let lag = advanced.firstPassLag {
                 metrics.lag.observe(lag)
@@ -249,7 +221,11 @@ public final class StartFanOut: Service {
         }
     }
 
-    private func sampleAdoption() async throws {
+    func claimChunk() async throws -> ClaimedStartChunk? {
+        try await repository.claimChunk(instance: configuration.instance, lease: configuration.chunkLease, now: databaseNow)
+    }
+
+    func sample() async throws {
         for group in try await repository.adoption(window: 86400) {
             metrics.accepted.set(Double(group.accepted), [group.osMajor])
             metrics.adopted.set(Double(group.adopted), [group.osMajor])
@@ -258,7 +234,7 @@ public final class StartFanOut: Service {
 
     // MARK: one chunk
 
-    private func work(_ chunk: ClaimedStartChunk, shutdown: ShutdownSignal) async {
+    func work(_ chunk: ClaimedStartChunk, shutdown: ShutdownSignal) async {
         let logger = logger.with(["run": .int(chunk.runID), "event": .int(chunk.eventID), "chunk": .int(chunk.id)])
         do {
             let abandoned = try await repository.settleAbandoned(chunk)
@@ -266,7 +242,7 @@ public final class StartFanOut: Service {
                 metrics.starts.increment([StartState.unknown.rawValue, "holder_lost"], by: Double(abandoned))
                 logger.warning("starts left sending by a holder that is gone are unknown", ["starts": .int(abandoned)])
             }
-            var content = try await repository.content(of: chunk)
+            var content = try await repository.content(of: chunk, now: databaseNow)
             guard StartRepository.startableEventStates.contains(content.eventStatus) else {
                 try await repository.finish(chunk, instance: configuration.instance)
                 return
@@ -277,8 +253,8 @@ public final class StartFanOut: Service {
                 try await repository.finish(chunk, instance: configuration.instance)
                 return
             }
-            let members = try await repository.members(of: chunk)
-            let now = Date()
+            let members = try await repository.members(of: chunk, now: databaseNow)
+            let now = clock.now
             var skipped: [SkippedStart] = []
             var sends: [PlannedStart] = []
             var waitUntil: Date?
@@ -316,11 +292,11 @@ public final class StartFanOut: Service {
                 }
                 let window = Array(sends[index..<min(index + configuration.sendWindow, sends.count)])
                 index += window.count
-                guard try await repository.renew(chunk, instance: configuration.instance, lease: configuration.chunkLease) else {
+                guard try await repository.renew(chunk, instance: configuration.instance, lease: configuration.chunkLease, now: databaseNow) else {
                     logger.warning("start chunk claim lost; its holder now is another instance")
                     return
                 }
-                if index > window.count { content = try await repository.content(of: chunk) }
+                if index > window.count { content = try await repository.content(of: chunk, now: databaseNow) }
                 // The event ended or was cancelled during the chunk: nothing more starts.
                 guard StartRepository.startableEventStates.contains(content.eventStatus) else { break }
                 let composer = StartComposer(content: content, alert: alert, ttl: configuration.startTTL)
@@ -334,21 +310,23 @@ public final class StartFanOut: Service {
             }
             if let parkedUntil {
                 // Looked at again every few seconds: the park may end sooner (another sender's probe succeeded).
-                let delay = max(0.1, min(parkedUntil.timeIntervalSinceNow, Self.parkRecheck))
-                try await repository.release(chunk, instance: configuration.instance, after: delay)
+                let delay = max(0.1, min(parkedUntil.timeIntervalSince(clock.now), Self.parkRecheck))
+                try await repository.release(chunk, instance: configuration.instance, after: delay, now: databaseNow)
                 logger.warning("the app's credentials are parked; its starts wait", ["retry_in_seconds": .double(delay)])
             } else if backOff || index < sends.count {
                 let delay = backOff ? configuration.chunkBackoff.delay(attempt: chunk.attempts) : 0
-                try await repository.release(chunk, instance: configuration.instance, after: delay)
+                try await repository.release(chunk, instance: configuration.instance, after: delay, now: databaseNow)
                 if backOff { logger.warning("APNs could not take starts; chunk backs off", ["retry_in_seconds": .double(delay)]) }
             } else if let waitUntil {
-                try await repository.release(chunk, instance: configuration.instance, after: max(0.1, min(waitUntil.timeIntervalSinceNow, 5)))
+                try await repository.release(
+                    chunk, instance: configuration.instance, after: max(0.1, min(waitUntil.timeIntervalSince(clock.now), 5)), now: databaseNow)
             } else {
                 try await repository.finish(chunk, instance: configuration.instance)
             }
         } catch {
             logger.error("start chunk failed; it is claimed again later", ["error": .string("\(error)")])
-            try? await repository.release(chunk, instance: configuration.instance, after: configuration.chunkBackoff.delay(attempt: chunk.attempts))
+            try? await repository.release(
+                chunk, instance: configuration.instance, after: configuration.chunkBackoff.delay(attempt: chunk.attempts), now: databaseNow)
         }
     }
 
@@ -362,7 +340,7 @@ public final class StartFanOut: Service {
         inFlight.withLock { $0 += marked.count }
         metrics.inFlight.set(Double(inFlight.withLock { $0 }))
         // Every start of a route in the window carries the same payload and expiration: built once a route.
-        let sentAt = Date()
+        let sentAt = clock.now
         let expiration = composer.expiration(now: sentAt)
         var bodies: [StartRoute: Result<[UInt8], any Error>] = [:]
         for start in marked where bodies[start.route] == nil {
@@ -406,7 +384,7 @@ public final class StartFanOut: Service {
                     retryAfter: plan.retryAfter, apnsUniqueID: outcome?.attempts.last?.uniqueID))
             backOff = backOff || plan.backOffChunk
             if let delay = plan.retryAfter {
-                let at = Date().addingTimeInterval(delay)
+                let at = clock.now.addingTimeInterval(delay)
                 retryAt = min(retryAt ?? at, at)
             }
             let result = plan.parkApp ? "parked" : plan.state == .planned ? "retry" : plan.state.rawValue
@@ -443,7 +421,7 @@ public final class StartFanOut: Service {
     private func followBroadcastsRacing(startedWith: Int64, chunk: ClaimedStartChunk, apnsChannelID: String, logger: Logger) async throws {
         let deadline = ContinuousClock.now + Self.raceWait
         while true {
-            let channel = try await repository.channelAfterWindow(eventID: chunk.eventID, apnsChannelID: apnsChannelID)
+            let channel = try await repository.channelAfterWindow(eventID: chunk.eventID, apnsChannelID: apnsChannelID, now: databaseNow)
             switch planner.afterChannelWindow(
                 startedWith: startedWith, channelTimestamp: channel.lastApsTimestamp, broadcastInFlight: channel.broadcastInFlight,
                 waitedOut: ContinuousClock.now >= deadline)
@@ -478,7 +456,7 @@ struct StartComposer: Sendable {
 
     /// The start of `route` sent at `sentAt`: its stale date and relevance are an update's under the event's
     /// freshness policy (a start's own alert does not boost it; the channel's last alert does).
-    func body(route: StartRoute, sentAt: Date = Date()) throws -> [UInt8] {
+    func body(route: StartRoute, sentAt: Date) throws -> [UInt8] {
         let subscription: StartSubscription? =
             switch route {
             case .channel: content.channelID.map { .channel($0) }
