@@ -250,7 +250,9 @@ struct APIInput {
     func number(_ name: String, in range: ClosedRange<Double>) throws -> Double? {
         guard let text = arguments.string(name) else { return nil }
         guard let value = Double(text), value.isFinite, range.contains(value) else {
-            throw UsageError("--\(name) takes a number from \(range.lowerBound) to \(range.upperBound), not '\(text)'", commandPath: path)
+            func bound(_ number: Double) -> String { Int64(exactly: number).map(String.init) ?? String(number) }
+            throw UsageError(
+                "--\(name) takes a number from \(bound(range.lowerBound)) to \(bound(range.upperBound)), not '\(text)'", commandPath: path)
         }
         return value
     }
@@ -317,13 +319,15 @@ enum APIText {
         }
     }
 
-    /// Prints `--json` as the server sent it, else the human text.
+    /// Prints `--json` as the server sent it, else the human text: the data on standard output (nothing when
+    /// `text` is empty) and the `note` for a person on standard error.
     static func emit(
         _ arguments: ParsedArguments, _ answer: APIAnswer, text: (JSONValue) -> String,
         note: (JSONValue) -> String? = { _ in nil }
     ) {
         guard !arguments.json else { return Terminal.print(answer.text) }
-        Terminal.print(text(answer.json))
+        let data = text(answer.json)
+        if !data.isEmpty { Terminal.print(data) }
         if let note = note(answer.json) { Terminal.error(note) }
     }
 }

@@ -141,7 +141,7 @@ extension EventCommands {
         var body = try await stateBody(input, required: false)
         if let date = try input.date("dismissal-date") { body["dismissalDate"] = .string(date) }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events/\(id)/cancel", body: .object(body)) }
-        APIText.emit(arguments, answer) { answer in
+        APIText.emit(arguments, answer, text: { _ in "" }) { answer in
             let how =
                 answer["broadcast"] == true
                 ? "the end goes out with update \(APIText.cell(answer["update"]?["id"])); the channel is deleted after the delay"
@@ -157,9 +157,10 @@ extension EventCommands {
     /// `PATCH /v1/events/{id}`, printing the event and its warnings.
     static func patch(_ arguments: ParsedArguments, id: Int64, body: JSONObject, verb: String) async throws {
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("PATCH", "/v1/events/\(id)", body: .object(body)) }
-        APIText.emit(arguments, answer) { event in
+        // The event as it is now is the data; what was done is a note.
+        APIText.emit(arguments, answer, text: eventBlock) { event in
             let postponed = event["postponed"] == true ? " (postponed: running activities end, the audience starts again)" : ""
-            return "\(verb) event \(APIText.cell(event["id"]))\(postponed)\n" + eventBlock(event)
+            return "\(verb) event \(APIText.cell(event["id"]))\(postponed)"
         }
         printWarnings(answer.json)
     }

@@ -80,7 +80,11 @@ enum EventCommands {
         if let alert = try await input.object("start-alert") { body["startAlert"] = alert }
         if let freshness = try await input.object("freshness") { body["freshness"] = freshness }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events", body: .object(body)) }
-        APIText.emit(arguments, answer) { "created event \(APIText.cell($0["id"]))\n" + eventBlock($0) }
+        // `EVENT=$(marquee event create ...)`: the id alone; what was created is a note (event show has the record).
+        APIText.emit(arguments, answer, text: { APIText.cell($0["id"]) }) { event in
+            "created event \(APIText.cell(event["id"])): \(APIText.cell(event["externalId"])), \(APIText.cell(event["status"])), "
+                + "starts \(APIText.cell(event["startsAt"]))"
+        }
         printWarnings(answer.json)
     }
 
@@ -180,7 +184,9 @@ enum EventCommands {
             .option("priority", value: "PRIORITY", help: "auto: 10 for alerts and significant changes, else 5.", choices: ["auto", "high", "low"]),
             .option("occurred-at", value: "DATE", help: "When it happened at the source (default: now); an older one than the latest is superseded."),
             .option("stale-date", value: "DATE", help: "When the system may show the activity as out of date."),
-            .option("relevance-score", value: "NUMBER", help: "The activity's relevance among the app's activities, 0 to 1."),
+            .option(
+                "relevance-score", value: "NUMBER",
+                help: "The activity's relevance among the app's activities, 0 to 1000000 (the policy's scale: 50 unless it says otherwise)."),
             .option("idempotency-key", value: "KEY", help: "1 to 255 printable ASCII characters; a retry with the same key is answered once."),
         ] + AdminAPIClient.options
     ) { arguments in
@@ -191,7 +197,9 @@ enum EventCommands {
         if let priority = arguments.string("priority") { body["priority"] = .string(priority) }
         if let date = try input.date("occurred-at") { body["occurredAt"] = .string(date) }
         if let date = try input.date("stale-date") { body["staleDate"] = .string(date) }
-        if let score = try input.number("relevance-score", in: 0...1) { body["relevanceScore"] = .double(score) }
+        if let score = try input.number("relevance-score", in: FreshnessSettings.scoreRange) {
+            body["relevanceScore"] = Int64(exactly: score).map(JSONValue.int) ?? .double(score)
+        }
         var headers: [(String, String)] = []
         if let key = arguments.string("idempotency-key") {
             guard (1...255).contains(key.utf8.count), key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
@@ -202,7 +210,7 @@ enum EventCommands {
         let answer = try await AdminAPIClient.with(arguments) { api in
             try await api.send("POST", "/v1/events/\(id)/updates", body: .object(body), headers: headers)
         }
-        APIText.emit(arguments, answer) { updateText($0, event: id) }
+        APIText.emit(arguments, answer, text: updateID) { updateText($0, event: id) }
         warnIfSuperseded(answer.json)
     }
 
@@ -240,7 +248,7 @@ enum EventCommands {
         if let date = try input.date("at") { body["at"] = .string(date) }
         if arguments.flag("replace") { body["replace"] = true }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events/\(id)/end", body: .object(body)) }
-        APIText.emit(arguments, answer) { updateText($0, event: id) }
+        APIText.emit(arguments, answer, text: updateID) { updateText($0, event: id) }
     }
 
     // MARK: Shared pieces
@@ -315,6 +323,9 @@ enum EventCommands {
                 ]
             })
     }
+
+    /// What `event update` and `event end` print on standard output: the id of the update they created.
+    static func updateID(_ answer: JSONValue) -> String { APIText.cell((answer["update"] ?? answer)["id"]) }
 
     static func updateText(_ answer: JSONValue, event: Int64) -> String {
         let update = answer["update"] ?? answer

@@ -37,9 +37,13 @@ extension EventCommands {
         let answer = try await AdminAPIClient.with(arguments) { api in
             try await api.send("POST", "/v1/events/\(id)/starts", body: .object(body))
         }
+        // `RUN=$(marquee event start ...)`: the new run's id; its state and where to follow it are a note.
         APIText.emit(
-            arguments, answer, text: { run in "start run \(APIText.cell(run["id"])) of event \(id)\n" + StartRunText.block(run) },
-            note: { run in run["state"] == "running" ? "follow it with: marquee event starts \(id) --follow" : nil })
+            arguments, answer, text: { run in APIText.cell(run["id"]) },
+            note: { run in
+                "start run \(APIText.cell(run["id"])) of event \(id): \(StartRunText.state(run))"
+                    + (run["state"] == "running" ? "; follow it with: marquee event starts \(id) --follow" : "")
+            })
     }
 
     static let starts = Command(

@@ -215,6 +215,9 @@ enum ServeCommand {
             Applies pending migrations at start unless --no-migrate, which refuses to start when the schema is behind.
             Endpoints: /healthz (alive), /readyz (database reachable, schema current), /metrics, /openapi.json, /v1/....
             SIGTERM or SIGINT: stop accepting, finish in-flight requests (up to --grace-period), exit 0.
+            Logs go to standard error (--log-format); nothing is printed on standard output.
+
+            \(ExitCode.help([.success, .usage, .unavailable, .software, .configuration]))
             """,
         arguments: [
             Database.option,
@@ -258,7 +261,8 @@ enum ServeCommand {
                         Delete channels APNs lists but Marquee never made, once seen for --unknown-channel-grace \
                         (or set MARQUEE_DELETE_UNKNOWN_CHANNELS=1). Off by default: another backend may share the bundle id.
                         """)
-            ]
+            ],
+        json: false
     ) { arguments in
         guard let listen = ServeConfiguration.parseListen(try arguments.required("listen")) else {
             throw UsageError("--listen takes HOST:PORT, e.g. \(ServeConfiguration.defaultListen)", commandPath: arguments.commandPath)

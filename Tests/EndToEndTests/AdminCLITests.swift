@@ -66,7 +66,7 @@ import Testing
             (["event", "update", "4", "--content-state", "{}", "--patch", "{}"], "either --content-state or --patch"),
             (["event", "update", "4"], "--content-state JSON or --patch JSON"),
             (["event", "update", "4", "--patch", "{}", "--priority", "urgent"], "--priority must be one of auto, high, low"),
-            (["event", "update", "4", "--patch", "{}", "--relevance-score", "2"], "--relevance-score takes a number from 0.0 to 1.0"),
+            (["event", "update", "4", "--patch", "{}", "--relevance-score", "2000000"], "--relevance-score takes a number from 0 to 1000000"),
             (["event", "update", "4", "--patch", "{}", "--idempotency-key", "has space"], "--idempotency-key"),
             (["event", "update", "four", "--patch", "{}"], "ID takes a positive whole number"),
             (["event", "update", "4", "--patch", "{}", "--alert", #"{"title":"GOAL"}"#, "--sound", "default"], "either --alert or --alert-title"),
@@ -358,7 +358,7 @@ import Testing
         #expect(localized["update"]?["disposition"] == "pending")
         let late = try await server.json([
             "event", "update", String(id), "--content-state", #"{"homeScore":0,"awayScore":0}"#,
-            "--occurred-at", "now-1h", "--relevance-score", "0.5",
+            "--occurred-at", "now-1h", "--relevance-score", "75",
         ])
         #expect(late["update"]?["disposition"] == "superseded")
 

@@ -439,6 +439,8 @@ struct EventRoutesTests {
             ),
             (#"{"contentStatePatch": {"minute": 2}, "relevanceScore": "high"}"#, 422, "validation_failed", "relevanceScore"),
             (#"{"contentStatePatch": {"minute": 2}, "relevanceScore": -1}"#, 422, "validation_failed", "relevanceScore"),
+            // One scale with the freshness policy's (0 to 1,000,000): above its maximum is refused too (issue 48).
+            (#"{"contentStatePatch": {"minute": 2}, "relevanceScore": 2000000}"#, 422, "validation_failed", "relevanceScore"),
             (#"{"contentStatePatch": {"minute": 2}, "occurredAt": 1764441000}"#, 422, "validation_failed", "occurredAt"),
             (#"{"contentStatePatch": {"minute": 2}, "occurredAt": "2026-11-29 late"}"#, 422, "validation_failed", "occurredAt"),
             (#"{"contentStatePatch": {"minute": 2}, "alert": {"title": 7, "body": "x"}}"#, 422, "validation_failed", "alert.title"),
