@@ -238,6 +238,10 @@ public final class StartFanOut: Service {
                 metrics.lag.observe(lag)
                 logger.info("start run's first pass done", ["run": .int(runID), "lag_seconds": .double(lag)])
             }
+            switch advanced.step {
+            case .roll, .beginPass: try await repository.refreshEstimatedAudience(runID: runID)  // late followers count too
+            default: break
+            }
             if case .finish(let state) = advanced.step {
                 metrics.runs.increment([advanced.kind.rawValue, state.rawValue])
                 logger.info("start run finished", ["run": .int(runID), "state": .string(state.rawValue)])
