@@ -10,15 +10,24 @@ import Synchronization
 
 /// A client of Marquee's HTTP API for one command run: `--url`, `--api-key`, `--ca-file`, `--timeout`.
 struct AdminAPIClient: Sendable {
-    /// The options every API command takes (plus `--json` and `--help`, which every command has).
-    static let options: [Argument] = [
-        .option(
-            "url", value: "URL", help: "The Marquee API (http:// or https://).", environment: "MARQUEE_URL",
-            default: "http://\(ServeConfiguration.defaultListen)"),
-        .option("api-key", value: "KEY", help: "An API key, usually of scope admin; never printed.", environment: "MARQUEE_API_KEY"),
-        .option("ca-file", value: "PATH", help: "A PEM file of CAs to trust for an https URL, besides the system's.", environment: "MARQUEE_CA_FILE"),
-        .option("timeout", value: "SECONDS", help: "How long one request may take.", default: "30"),
-    ]
+    /// The options every API command takes (plus `--json` and `--help`, which every command has), for a command
+    /// that needs an admin key.
+    static let options = makeOptions(keyHelp: "An API key of scope admin; never printed.")
+
+    /// The options of a command a feed may call with its ingest key (event update, end, reschedule, cancel).
+    static let ingestOptions = makeOptions(keyHelp: "An API key of scope ingest (a feed's) or admin; never printed.")
+
+    private static func makeOptions(keyHelp: String) -> [Argument] {
+        [
+            .option(
+                "url", value: "URL", help: "The Marquee API (http:// or https://).", environment: "MARQUEE_URL",
+                default: "http://\(ServeConfiguration.defaultListen)"),
+            .option("api-key", value: "KEY", help: keyHelp, environment: "MARQUEE_API_KEY"),
+            .option(
+                "ca-file", value: "PATH", help: "A PEM file of CAs to trust for an https URL, besides the system's.", environment: "MARQUEE_CA_FILE"),
+            .option("timeout", value: "SECONDS", help: "How long one request may take.", default: "30"),
+        ]
+    }
 
     /// The exit codes of the API commands, for their `--help`: 409 is a refusal (1), like the database commands'.
     static let exitCodes = ExitCode.help([.success, .failure, .usage, .dataError, .noInput, .unavailable, .temporaryFailure, .permissionDenied])

@@ -29,7 +29,7 @@ extension EventCommands {
                 help:
                     "The state that ends the running activities if this postpones the event past serve's --restart-on-postpone (default: the latest)."
             ),
-        ] + AdminAPIClient.options
+        ] + AdminAPIClient.ingestOptions
     ) { arguments in
         let input = APIInput(arguments)
         let id = try input.id("id", positional: true)!
@@ -134,7 +134,7 @@ extension EventCommands {
             """,
         arguments: [.positional("id", help: "The event id (marquee event list).")] + stateArguments + [
             .option("dismissal-date", value: "DATE", help: "When devices remove the ended activity (at most 4 hours after the end).")
-        ] + AdminAPIClient.options
+        ] + AdminAPIClient.ingestOptions
     ) { arguments in
         let input = APIInput(arguments)
         let id = try input.id("id", positional: true)!

@@ -69,6 +69,16 @@ struct CLIStdoutTests {
             words = ["app", "remove", app, "--yes"]
             Self.expectData(try await run(words), words, stdout: { $0.isEmpty }, note: "removed app \(app)")
 
+            // attribute-type create prints the type's id; policy prints the type.
+            words = [
+                "attribute-type", "create", "--app", String(h.appID), "--name", "StdoutAttributes", "--attributes", #"{"home":"string"}"#,
+                "--content-state", #"{"score":"int"}"#,
+            ]
+            Self.expectData(try await run(words), words, stdout: Self.isID, note: "attribute type StdoutAttributes of app \(h.appID)")
+            words = ["attribute-type", "policy", "StdoutAttributes", "--freshness", #"{"relevanceScore":60}"#]
+            Self.expectData(
+                try await run(words), words, stdout: { $0.hasPrefix("id:") && $0.contains("relevanceScore") }, note: "replaced the freshness policy")
+
             // event create: EVENT=$(marquee event create ...) is the id.
             words = [
                 "event", "create", "--app", String(h.appID), "--external-id", "stdout-1", "--kind", "match",

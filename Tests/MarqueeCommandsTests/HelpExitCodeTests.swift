@@ -1,6 +1,7 @@
 // Every command's --help lists the exit codes it uses (issue 48): the README promises it of every command,
 // and an operator reads them there before scripting a command.
 import MarqueeCommandLine
+import MarqueeCore
 import Testing
 
 @testable import MarqueeCommands
@@ -37,5 +38,31 @@ import Testing
         for path in [["migrate"], ["key", "create"], ["openapi"], ["simulator"], ["app", "add"]] {
             #expect(try Self.help(path).contains("64  the command line is wrong"), "\(path)")
         }
+    }
+}
+
+/// One spelling across commands (issue 48): an alert's sound is --alert-sound everywhere (update and end keep
+/// --sound as its older spelling), and --api-key says which scope the command needs.
+@Suite struct CommandSpellingTests {
+    @Test func theAlertSoundHasOneSpellingAndTheKeyItsScope() async throws {
+        for path in [["event", "update"], ["event", "end"], ["event", "start"]] {
+            #expect(try HelpExitCodeTests.help(path).contains("--alert-sound NAME"), "\(path)")
+        }
+        for path in [["event", "update"], ["event", "end"], ["event", "reschedule"], ["event", "cancel"]] {
+            #expect(try HelpExitCodeTests.help(path).contains("An API key of scope ingest (a feed's) or admin"), "\(path)")
+        }
+        for path in [["event", "create"], ["event", "start"], ["channel", "delete"], ["status"]] {
+            let help = try HelpExitCodeTests.help(path)
+            #expect(help.contains("An API key of scope admin") && !help.contains("usually"), "\(path)")
+        }
+        let parser = CommandParser(root: marqueeCommand, environment: [:])
+        guard case .run(_, let both) = try parser.parse(["event", "update", "1", "--patch", "{}", "--alert-sound", "a", "--sound", "b"]),
+            case .run(_, let older) = try parser.parse(["event", "update", "1", "--alert-title", "T", "--alert-body", "B", "--sound", "ping"])
+        else {
+            Issue.record("not a run")
+            return
+        }
+        await #expect(throws: UsageError.self) { try await EventCommands.alert(APIInput(both)) }
+        #expect(try await EventCommands.alert(APIInput(older)) == ["title": "T", "body": "B", "sound": "ping"])
     }
 }
