@@ -267,8 +267,14 @@ enum ServeCommand {
         guard let listen = ServeConfiguration.parseListen(try arguments.required("listen")) else {
             throw UsageError("--listen takes HOST:PORT, e.g. \(ServeConfiguration.defaultListen)", commandPath: arguments.commandPath)
         }
+        // A port in use is refused before the database is touched (migrations and warmed connections take a while).
+        do throws(NetworkError) {
+            try HTTP1Server.checkListenAddress(host: listen.host, port: listen.port)
+        } catch {
+            throw listenFailure(host: listen.host, port: listen.port, error)
+        }
         let configuration = ServeConfiguration(
-            databaseURL: try arguments.required("database-url"), host: listen.host, port: listen.port,
+            databaseURL: try Database.url(arguments), host: listen.host, port: listen.port,
             migrate: !arguments.flag("no-migrate"),
             gracePeriod: .seconds(try arguments.int("grace-period", in: 0...3600) ?? ServeConfiguration.defaultGracePeriodSeconds),
             maxConnections: try arguments.int("max-connections", in: 1...200) ?? ServeConfiguration.defaultMaxConnections,
@@ -291,9 +297,12 @@ enum ServeCommand {
         } catch let error as PostgresError {
             throw Database.failure(error)
         } catch let error as NetworkError {
-            throw CommandFailure(
-                "cannot listen on \(configuration.host):\(configuration.port): \(error)", exitCode: .unavailable,
-                code: "listen_failed", field: "listen")
+            throw listenFailure(host: configuration.host, port: configuration.port, error)
         }
+    }
+
+    /// `--listen` names an address this host cannot listen on (in use, or not its own): a configuration to change.
+    static func listenFailure(host: String, port: Int, _ error: NetworkError) -> CommandFailure {
+        CommandFailure("--listen \(host):\(port): cannot listen there: \(error)", exitCode: .configuration, code: "listen_failed", field: "listen")
     }
 }
