@@ -59,4 +59,27 @@ struct StartRunAccountingTests {
             #expect(stopped["state"] == "stopped" && stopped["counts"]?["accepted"] == 3, "\(stopped)")
         }
     }
+
+    /// `event starts --follow` before the event has a run waits for one (it exited 66), and follows a rolling run
+    /// through its late passes until it is done (it returned at once), as a kick-off is watched (issue 48).
+    @Test func followWaitsForTheRunAndFollowsItUntilItIsDone() async throws {
+        try await BroadcastHarness.run(serveArguments: ["--audience-lead", "900", "--late-start-interval", "1"]) { harness in
+            let event = try await Fans.createMatch(harness, "followed", startsIn: 7200)
+            let environment = CLIOutputTests.CLI(h: harness).environment
+            let follow = try MarqueeProcess.start(
+                ["event", "starts", String(event), "--follow", "--interval", "0.2"], databaseURL: nil, environment: environment)
+            try await harness.waitUntil("--follow waits for a run") { follow.stderr.contains("has no start run yet: waiting for one") }
+            #expect(follow.process.isRunning, "\(follow.stderr)")
+
+            #expect(try await harness.api("POST", "/v1/events/\(event)/starts", [:]).status == 202)
+            try await harness.waitUntil("--follow shows the rolling run") { follow.stderr.contains(" rolling ") }
+            try await Task.sleep(for: .seconds(1))
+            #expect(follow.process.isRunning, "--follow returned on a rolling run: \(follow.stderr)")
+
+            // The event ends: the run is done, and --follow prints it and exits 0.
+            #expect(try await harness.api("POST", "/v1/events/\(event)/end", ["contentState": MatchState().input]).status == 202)
+            #expect(await follow.wait() == 0, "\(follow.stderr)")
+            #expect(follow.stdout.contains("state:") && follow.stdout.contains("done"), "\(follow.stdout)")
+        }
+    }
 }
