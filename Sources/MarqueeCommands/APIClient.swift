@@ -175,7 +175,7 @@ struct AdminAPIClient: Sendable {
         var message = error?["message"]?.stringValue ?? "the server answered \(status)"
         let field = error?["field"]?.stringValue
         if !plain {
-            if let field { message += " (field: \(field))" }
+            if let field, !message.hasPrefix(field) { message += " (field: \(field))" }
             message += " [HTTP \(status) \(code)]"
             if status == 401 { message += "; pass an API key with --api-key or MARQUEE_API_KEY (marquee key create --scope admin)" }
         }
