@@ -401,12 +401,15 @@ public final class StartFanOut: Service {
         for (start, answer, _) in answers {
             guard case .rejected(_, let refusal?) = answer else { continue }
             do {
-                let outcome = try await hygiene.refuse(appID: chunk.appID, token: start.token, kind: .pushToStart, refusal: refusal)
+                let recorded = try await hygiene.recordRefusal(appID: chunk.appID, token: start.token, kind: .pushToStart, refusal: refusal)
                 logger.info(
                     "push-to-start token refused by APNs",
-                    ["installation": .int(start.installation), "reason": .string(refusal.reason), "outcome": .string(outcome.rawValue)])
+                    [
+                        "installation_id": .string(recorded.installationID ?? "unknown"), "reason": .string(refusal.reason),
+                        "outcome": .string(recorded.outcome.rawValue),
+                    ])
             } catch {
-                logger.warning("token refusal not recorded", ["installation": .int(start.installation), "error": .string("\(error)")])
+                logger.warning("token refusal not recorded", ["error": .string("\(error)")])
             }
         }
         return (backOff, retryAt, wentOutOnChannel)
