@@ -82,15 +82,16 @@ public struct Command: Sendable {
         self.runWithWords = runWithWords
     }
 
-    /// A leaf: `marquee app add --bundle ...`. `--help` and `--json` are added to every leaf.
+    /// A leaf: `marquee app add --bundle ...`. `--help` is added to every leaf, and `--json` unless `json` is
+    /// false (a command that prints no result, such as `serve`, which logs until it is stopped).
     public init(
-        _ name: String, summary: String, discussion: String? = nil, arguments: [Argument],
+        _ name: String, summary: String, discussion: String? = nil, arguments: [Argument], json: Bool = true,
         run: @escaping @Sendable (ParsedArguments) async throws -> Void
     ) {
         self.name = name
         self.summary = summary
         self.discussion = discussion
-        self.arguments = arguments + [.flag("json", help: "Print the result as JSON.")]
+        self.arguments = arguments + (json ? [.flag("json", help: "Print the result as JSON.")] : [])
         self.subcommands = []
         self.run = run
         self.ownHelp = nil

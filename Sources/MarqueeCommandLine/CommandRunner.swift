@@ -23,9 +23,11 @@ public struct CommandFailure: Error, Sendable, CustomStringConvertible {
 
     public var description: String { message }
 
-    var json: JSONValue {
+    /// `{"error": {"code", "message", "field", ...}}`, what `--json` prints for a failure.
+    public var json: JSONValue {
         var error: JSONObject = ["code": .string(code), "message": .string(message)]
-        error["field"] = field.map(JSONValue.string)
+        // Always present, `null` when no argument is at fault: the API's shape (`{"error": {"code", "message", "field"}}`).
+        error["field"] = field.map(JSONValue.string) ?? .null
         for (key, value) in details { error[key] = value }
         return ["error": .object(error)]
     }

@@ -24,7 +24,7 @@ public enum ExitCode: Int32, Sendable, CaseIterable {
     case temporaryFailure = 75
     /// Not allowed: a missing or wrong API key, a scope that does not cover the command, or a refused provider token.
     case permissionDenied = 77
-    /// Configuration is missing or invalid.
+    /// Configuration is missing or invalid (a schema behind the build, a `--listen` address in use).
     case configuration = 78
     /// Interrupted by Ctrl-C (128 + SIGINT), after saying how far it got.
     case interrupted = 130
@@ -49,7 +49,8 @@ public enum ExitCode: Int32, Sendable, CaseIterable {
         case .permissionDenied:
             "not allowed: the API key is missing or wrong (401) or lacks the scope (403), "
                 + "or APNs refused the provider token (403)"
-        case .configuration: "configuration is missing or invalid (serve --no-migrate on a schema that is behind)"
+        case .configuration:
+            "configuration is missing or invalid (serve --no-migrate on a schema that is behind, serve --listen on an address in use)"
         case .interrupted: "interrupted (Ctrl-C during event list --all, which says where to resume, or event starts --follow)"
         }
     }

@@ -26,15 +26,17 @@ public enum Terminal {
         }
     }
 
-    /// Prints a result: `json` with --json, else the human text. Standard output carries only the data, so
-    /// `KEY=$(marquee key create ...)` captures the key alone; a `note` for a person (a hint, a summary, where
-    /// to go on) goes to standard error, and only without --json.
+    /// Prints a result: `json` with --json, else the human text. Standard output carries only the data (a key,
+    /// an id, rows, a record), so `KEY=$(marquee key create ...)` captures the key alone; an empty `text` prints
+    /// nothing there. A `note` for a person (what was done, a hint, where to go on) goes to standard error, and
+    /// only without --json.
     public static func emit(
         _ arguments: ParsedArguments, text: @autoclosure () -> String, json: @autoclosure () -> JSONValue,
         note: @autoclosure () -> String? = nil
     ) {
         guard !arguments.json else { return print(json().jsonString) }
-        print(text())
+        let data = text()
+        if !data.isEmpty { print(data) }
         if let note = note() { error(note) }
     }
 
@@ -139,8 +141,10 @@ public enum Confirmation {
     public static func require(_ arguments: ParsedArguments, _ question: String) async throws {
         if arguments.flag("yes") { return }
         guard isatty(STDIN_FILENO) == 1, isatty(STDERR_FILENO) == 1, !arguments.json else {
+            // "Delete channel 1 at APNs?" asks a person; a script is told what needs --yes, without the question mark.
+            let action = question.hasSuffix("?") ? String(question.dropLast()) : question
             throw UsageError(
-                "\(question): pass --yes to confirm (stdin is not a terminal to ask on)", field: "yes",
+                "\(action): pass --yes to confirm (stdin is not a terminal to ask on)", field: "yes",
                 commandPath: arguments.commandPath)
         }
         FileHandle.standardError.write(Data("\(question) [y/N] ".utf8))

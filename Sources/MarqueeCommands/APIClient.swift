@@ -10,15 +10,24 @@ import Synchronization
 
 /// A client of Marquee's HTTP API for one command run: `--url`, `--api-key`, `--ca-file`, `--timeout`.
 struct AdminAPIClient: Sendable {
-    /// The options every API command takes (plus `--json` and `--help`, which every command has).
-    static let options: [Argument] = [
-        .option(
-            "url", value: "URL", help: "The Marquee API (http:// or https://).", environment: "MARQUEE_URL",
-            default: "http://\(ServeConfiguration.defaultListen)"),
-        .option("api-key", value: "KEY", help: "An API key, usually of scope admin; never printed.", environment: "MARQUEE_API_KEY"),
-        .option("ca-file", value: "PATH", help: "A PEM file of CAs to trust for an https URL, besides the system's.", environment: "MARQUEE_CA_FILE"),
-        .option("timeout", value: "SECONDS", help: "How long one request may take.", default: "30"),
-    ]
+    /// The options every API command takes (plus `--json` and `--help`, which every command has), for a command
+    /// that needs an admin key.
+    static let options = makeOptions(keyHelp: "An API key of scope admin; never printed.")
+
+    /// The options of a command a feed may call with its ingest key (event update, end, reschedule, cancel).
+    static let ingestOptions = makeOptions(keyHelp: "An API key of scope ingest (a feed's) or admin; never printed.")
+
+    private static func makeOptions(keyHelp: String) -> [Argument] {
+        [
+            .option(
+                "url", value: "URL", help: "The Marquee API (http:// or https://).", environment: "MARQUEE_URL",
+                default: "http://\(ServeConfiguration.defaultListen)"),
+            .option("api-key", value: "KEY", help: keyHelp, environment: "MARQUEE_API_KEY"),
+            .option(
+                "ca-file", value: "PATH", help: "A PEM file of CAs to trust for an https URL, besides the system's.", environment: "MARQUEE_CA_FILE"),
+            .option("timeout", value: "SECONDS", help: "How long one request may take.", default: "30"),
+        ]
+    }
 
     /// The exit codes of the API commands, for their `--help`: 409 is a refusal (1), like the database commands'.
     static let exitCodes = ExitCode.help([.success, .failure, .usage, .dataError, .noInput, .unavailable, .temporaryFailure, .permissionDenied])
@@ -166,7 +175,7 @@ struct AdminAPIClient: Sendable {
         var message = error?["message"]?.stringValue ?? "the server answered \(status)"
         let field = error?["field"]?.stringValue
         if !plain {
-            if let field { message += " (field: \(field))" }
+            if let field, !message.hasPrefix(field) { message += " (field: \(field))" }
             message += " [HTTP \(status) \(code)]"
             if status == 401 { message += "; pass an API key with --api-key or MARQUEE_API_KEY (marquee key create --scope admin)" }
         }
@@ -250,7 +259,9 @@ struct APIInput {
     func number(_ name: String, in range: ClosedRange<Double>) throws -> Double? {
         guard let text = arguments.string(name) else { return nil }
         guard let value = Double(text), value.isFinite, range.contains(value) else {
-            throw UsageError("--\(name) takes a number from \(range.lowerBound) to \(range.upperBound), not '\(text)'", commandPath: path)
+            func bound(_ number: Double) -> String { Int64(exactly: number).map(String.init) ?? String(number) }
+            throw UsageError(
+                "--\(name) takes a number from \(bound(range.lowerBound)) to \(bound(range.upperBound)), not '\(text)'", commandPath: path)
         }
         return value
     }
@@ -317,13 +328,15 @@ enum APIText {
         }
     }
 
-    /// Prints `--json` as the server sent it, else the human text.
+    /// Prints `--json` as the server sent it, else the human text: the data on standard output (nothing when
+    /// `text` is empty) and the `note` for a person on standard error.
     static func emit(
         _ arguments: ParsedArguments, _ answer: APIAnswer, text: (JSONValue) -> String,
         note: (JSONValue) -> String? = { _ in nil }
     ) {
         guard !arguments.json else { return Terminal.print(answer.text) }
-        Terminal.print(text(answer.json))
+        let data = text(answer.json)
+        if !data.isEmpty { Terminal.print(data) }
         if let note = note(answer.json) { Terminal.error(note) }
     }
 }

@@ -70,7 +70,9 @@ enum AppCommands {
                     exitCode: .failure, code: "conflict", field: "bundle")
             }
         }
-        Terminal.emit(arguments, text: "added app \(stored.id): \(stored.bundleID) (\(stored.environment))", json: appJSON(stored))
+        Terminal.emit(
+            arguments, text: String(stored.id), json: appJSON(stored),
+            note: "added app \(stored.id): \(stored.bundleID) (\(stored.environment))")
     }
 
     static let list = Command("list", summary: "List apps.", discussion: exitCodes, arguments: [Database.option]) { arguments in
@@ -158,7 +160,8 @@ enum AppCommands {
             }
             return removed
         }
-        Terminal.emit(arguments, text: "removed app \(removed.id): \(removed.bundleID) (\(removed.environment))", json: appJSON(removed))
+        Terminal.emit(
+            arguments, text: "", json: appJSON(removed), note: "removed app \(removed.id): \(removed.bundleID) (\(removed.environment))")
     }
 
     /// "open 2, ended 1"

@@ -79,7 +79,9 @@ enum ChannelCommands {
         let answer = try await AdminAPIClient.with(arguments) { api in
             try await api.send("DELETE", "/v1/channels/\(id)", query: [("force", arguments.flag("force") ? "true" : nil)])
         }
-        APIText.emit(arguments, answer) { "deleting channel \(id)\n" + channelBlock($0) }
+        APIText.emit(arguments, answer, text: { _ in "" }) { channel in
+            "deleting channel \(id) at APNs (state \(APIText.cell(channel["state"]))); see 'marquee channel show \(id)'"
+        }
     }
 
     static let recreate = Command(
@@ -99,15 +101,25 @@ enum ChannelCommands {
     ) { arguments in
         let event = try APIInput(arguments).id("event", positional: true)!
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events/\(event)/channel/recreate") }
-        APIText.emit(arguments, answer) { "planned a new channel for event \(event)\n" + channelBlock($0) }
+        // The channel's id is the data (the same row when APNs lost or refused it, a new one after a forced delete).
+        APIText.emit(arguments, answer, text: { APIText.cell($0["id"]) }) { channel in
+            "planned a new channel for event \(event): channel \(APIText.cell(channel["id"])), state \(APIText.cell(channel["state"]))"
+        }
     }
 
     static let reconcile = Command(
         "reconcile", summary: "Compare Apple's channel list with the database, per app.",
         discussion: """
-            Reports channels Apple has that Marquee did not record (unrecorded), channels nobody knows (unknown:
-            perhaps another backend's, e.g. staging on the same bundle id), and recorded channels Apple no longer
-            has (missing). Unknown channels are only deleted with --delete-unknown.
+            Columns, per app (each a count; --json lists the ids):
+              UNRECORDED   channels Apple lists that Marquee had no row for, recorded now as unknown (first seen
+                           now; a dry run records nothing)
+              UNKNOWN      every channel Apple lists that no event of Marquee's owns: perhaps another backend's,
+                           e.g. staging on the same bundle id
+              MISSING      channels Marquee has open or ending that Apple no longer lists: flagged lost (their
+                           event shows in 'marquee status'), or settled as deleted
+              RESURRECTED  channels Marquee deleted that Apple still lists: deleted again
+              DELETED      unknown channels deleted now (only with --delete-unknown, once seen for serve's
+                           --unknown-channel-grace)
 
             Example:
               marquee channel reconcile --dry-run

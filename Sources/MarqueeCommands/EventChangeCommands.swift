@@ -29,7 +29,7 @@ extension EventCommands {
                 help:
                     "The state that ends the running activities if this postpones the event past serve's --restart-on-postpone (default: the latest)."
             ),
-        ] + AdminAPIClient.options
+        ] + AdminAPIClient.ingestOptions
     ) { arguments in
         let input = APIInput(arguments)
         let id = try input.id("id", positional: true)!
@@ -134,14 +134,14 @@ extension EventCommands {
             """,
         arguments: [.positional("id", help: "The event id (marquee event list).")] + stateArguments + [
             .option("dismissal-date", value: "DATE", help: "When devices remove the ended activity (at most 4 hours after the end).")
-        ] + AdminAPIClient.options
+        ] + AdminAPIClient.ingestOptions
     ) { arguments in
         let input = APIInput(arguments)
         let id = try input.id("id", positional: true)!
         var body = try await stateBody(input, required: false)
         if let date = try input.date("dismissal-date") { body["dismissalDate"] = .string(date) }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events/\(id)/cancel", body: .object(body)) }
-        APIText.emit(arguments, answer) { answer in
+        APIText.emit(arguments, answer, text: { _ in "" }) { answer in
             let unreachable = Int(answer["unreachableStarts"]?.intValue ?? 0)
             let how =
                 if answer["broadcast"] == true {
@@ -167,9 +167,10 @@ extension EventCommands {
     /// `PATCH /v1/events/{id}`, printing the event and its warnings.
     static func patch(_ arguments: ParsedArguments, id: Int64, body: JSONObject, verb: String) async throws {
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("PATCH", "/v1/events/\(id)", body: .object(body)) }
-        APIText.emit(arguments, answer) { event in
+        // The event as it is now is the data; what was done is a note.
+        APIText.emit(arguments, answer, text: eventBlock) { event in
             let postponed = event["postponed"] == true ? " (postponed: running activities end, the audience starts again)" : ""
-            return "\(verb) event \(APIText.cell(event["id"]))\(postponed)\n" + eventBlock(event)
+            return "\(verb) event \(APIText.cell(event["id"]))\(postponed)"
         }
         printWarnings(answer.json)
     }

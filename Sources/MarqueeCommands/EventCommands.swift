@@ -27,7 +27,9 @@ enum EventCommands {
     static let create = Command(
         "create", summary: "Create an event; its channel opens a lead time before it starts.",
         discussion: """
-            --attributes and --content-state are validated against the attribute type's schema by the server.
+            --attribute-type names a type registered for the app ('marquee attribute-type create' registers one,
+            'marquee attribute-type list' shows them); --attributes and --content-state are validated against its
+            schema by the server.
             JSON values may be given inline or as @FILE (@- reads standard input). Dates are ISO 8601
             (2026-05-01T19:45:00Z, offsets allowed) or relative to now (now, now+2h, now-15m).
 
@@ -43,7 +45,10 @@ enum EventCommands {
             .option("app", value: "ID", help: "The app id (marquee app list).", required: true),
             .option("external-id", value: "ID", help: "Your id for the event, unique per app, e.g. epl-2026-ars-che.", required: true),
             .option("kind", value: "KIND", help: "What the event is.", required: true, choices: ["match", "flight", "other"]),
-            .option("attribute-type", value: "NAME", help: "The attributes type registered for the app, e.g. MatchAttributes.", required: true),
+            .option(
+                "attribute-type", value: "NAME",
+                help: "The attribute type registered for the app (marquee attribute-type list), e.g. MatchAttributes.",
+                required: true),
             .option("starts-at", value: "DATE", help: "When it starts.", required: true),
             .option("ends-at", value: "DATE", help: "When it is expected to end (after --starts-at)."),
             .option("storage-policy", value: "POLICY", help: "What APNs keeps for devices that are offline.", choices: ["mostRecent", "none"]),
@@ -80,7 +85,11 @@ enum EventCommands {
         if let alert = try await input.object("start-alert") { body["startAlert"] = alert }
         if let freshness = try await input.object("freshness") { body["freshness"] = freshness }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events", body: .object(body)) }
-        APIText.emit(arguments, answer) { "created event \(APIText.cell($0["id"]))\n" + eventBlock($0) }
+        // `EVENT=$(marquee event create ...)`: the id alone; what was created is a note (event show has the record).
+        APIText.emit(arguments, answer, text: { APIText.cell($0["id"]) }) { event in
+            "created event \(APIText.cell(event["id"])): \(APIText.cell(event["externalId"])), \(APIText.cell(event["status"])), "
+                + "starts \(APIText.cell(event["startsAt"]))"
+        }
         printWarnings(answer.json)
     }
 
@@ -180,9 +189,11 @@ enum EventCommands {
             .option("priority", value: "PRIORITY", help: "auto: 10 for alerts and significant changes, else 5.", choices: ["auto", "high", "low"]),
             .option("occurred-at", value: "DATE", help: "When it happened at the source (default: now); an older one than the latest is superseded."),
             .option("stale-date", value: "DATE", help: "When the system may show the activity as out of date."),
-            .option("relevance-score", value: "NUMBER", help: "The activity's relevance among the app's activities, 0 to 1."),
+            .option(
+                "relevance-score", value: "NUMBER",
+                help: "The activity's relevance among the app's activities, 0 to 1000000 (the policy's scale: 50 unless it says otherwise)."),
             .option("idempotency-key", value: "KEY", help: "1 to 255 printable ASCII characters; a retry with the same key is answered once."),
-        ] + AdminAPIClient.options
+        ] + AdminAPIClient.ingestOptions
     ) { arguments in
         let input = APIInput(arguments)
         let id = try input.id("id", positional: true)!
@@ -191,7 +202,9 @@ enum EventCommands {
         if let priority = arguments.string("priority") { body["priority"] = .string(priority) }
         if let date = try input.date("occurred-at") { body["occurredAt"] = .string(date) }
         if let date = try input.date("stale-date") { body["staleDate"] = .string(date) }
-        if let score = try input.number("relevance-score", in: 0...1) { body["relevanceScore"] = .double(score) }
+        if let score = try input.number("relevance-score", in: FreshnessSettings.scoreRange) {
+            body["relevanceScore"] = Int64(exactly: score).map(JSONValue.int) ?? .double(score)
+        }
         var headers: [(String, String)] = []
         if let key = arguments.string("idempotency-key") {
             guard (1...255).contains(key.utf8.count), key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
@@ -202,7 +215,7 @@ enum EventCommands {
         let answer = try await AdminAPIClient.with(arguments) { api in
             try await api.send("POST", "/v1/events/\(id)/updates", body: .object(body), headers: headers)
         }
-        APIText.emit(arguments, answer) { updateText($0, event: id) }
+        APIText.emit(arguments, answer, text: updateID) { updateText($0, event: id) }
         warnIfSuperseded(answer.json)
     }
 
@@ -230,7 +243,7 @@ enum EventCommands {
             .option("dismissal-date", value: "DATE", help: "When devices remove the ended activity."),
             .option("at", value: "DATE", help: "Do not send the end broadcast before this date."),
             .flag("replace", help: "Replace the end an ending event took already (its state, dismissal date and --at)."),
-        ] + AdminAPIClient.options
+        ] + AdminAPIClient.ingestOptions
     ) { arguments in
         let input = APIInput(arguments)
         let id = try input.id("id", positional: true)!
@@ -240,7 +253,7 @@ enum EventCommands {
         if let date = try input.date("at") { body["at"] = .string(date) }
         if arguments.flag("replace") { body["replace"] = true }
         let answer = try await AdminAPIClient.with(arguments) { api in try await api.send("POST", "/v1/events/\(id)/end", body: .object(body)) }
-        APIText.emit(arguments, answer) { updateText($0, event: id) }
+        APIText.emit(arguments, answer, text: updateID) { updateText($0, event: id) }
         printWarnings(answer.json)
     }
 
@@ -254,7 +267,8 @@ enum EventCommands {
     static let alertArguments: [Argument] = [
         .option("alert-title", value: "TEXT", help: "The alert's title."),
         .option("alert-body", value: "TEXT", help: "The alert's body."),
-        .option("sound", value: "NAME", help: "The alert's sound, e.g. default."),
+        .option("alert-sound", value: "NAME", help: "The alert's sound, e.g. default (as event start's --alert-sound)."),
+        .option("sound", value: "NAME", help: "The older spelling of --alert-sound."),
         .option(
             "alert", value: "JSON", help: #"The whole alert as JSON or @FILE, for localized text: {"title":{"locKey":"goal","locArgs":["Saka"]}}."#),
     ]
@@ -275,15 +289,18 @@ enum EventCommands {
     static func alert(_ input: APIInput) async throws -> JSONValue? {
         let arguments = input.arguments
         if let whole = try await input.object("alert") {
-            guard ["alert-title", "alert-body", "sound"].allSatisfy({ arguments.string($0) == nil }) else {
-                throw UsageError("give either --alert or --alert-title/--alert-body/--sound, not both", commandPath: input.path)
+            guard ["alert-title", "alert-body", "alert-sound", "sound"].allSatisfy({ arguments.string($0) == nil }) else {
+                throw UsageError("give either --alert or --alert-title/--alert-body/--alert-sound, not both", commandPath: input.path)
             }
             return whole
         }
         var alert = JSONObject()
         if let title = arguments.string("alert-title") { alert["title"] = .string(title) }
         if let body = arguments.string("alert-body") { alert["body"] = .string(body) }
-        if let sound = arguments.string("sound") { alert["sound"] = .string(sound) }
+        if arguments.string("alert-sound") != nil && arguments.string("sound") != nil {
+            throw UsageError("give --alert-sound or --sound (its older spelling), not both", commandPath: input.path)
+        }
+        if let sound = arguments.string("alert-sound") ?? arguments.string("sound") { alert["sound"] = .string(sound) }
         return alert.isEmpty ? nil : .object(alert)
     }
 
@@ -316,6 +333,9 @@ enum EventCommands {
                 ]
             })
     }
+
+    /// What `event update` and `event end` print on standard output: the id of the update they created.
+    static func updateID(_ answer: JSONValue) -> String { APIText.cell((answer["update"] ?? answer)["id"]) }
 
     static func updateText(_ answer: JSONValue, event: Int64) -> String {
         let update = answer["update"] ?? answer

@@ -37,9 +37,13 @@ extension EventCommands {
         let answer = try await AdminAPIClient.with(arguments) { api in
             try await api.send("POST", "/v1/events/\(id)/starts", body: .object(body))
         }
+        // `RUN=$(marquee event start ...)`: the new run's id; its state and where to follow it are a note.
         APIText.emit(
-            arguments, answer, text: { run in "start run \(APIText.cell(run["id"])) of event \(id)\n" + StartRunText.block(run) },
-            note: { run in run["state"] == "running" ? "follow it with: marquee event starts \(id) --follow" : nil })
+            arguments, answer, text: { run in APIText.cell(run["id"]) },
+            note: { run in
+                "start run \(APIText.cell(run["id"])) of event \(id): \(StartRunText.state(run))"
+                    + (run["state"] == "running" ? "; follow it with: marquee event starts \(id) --follow" : "")
+            })
     }
 
     static let starts = Command(
@@ -58,8 +62,11 @@ extension EventCommands {
 
             --follow polls every --interval seconds and shows the newest run's progress on standard error
             (a bar drawn in place on a terminal, else a line per poll: decided of the estimated audience, rate,
-            time left) until the run is no longer running, then prints the run (with --json, the run object
-            alone). Ctrl-C stops following and says how far the run got (exit 130).
+            time left) until the run is done, skipped or stopped, then prints the run (with --json, the run
+            object alone). Before the event has a run it waits for one (the automatic run comes at the audience
+            lead); a rolling run is followed through its late passes. While the run waits for the event's
+            channel (iOS 18 devices start on it), the line says so. Ctrl-C stops following and says how far the
+            run got (exit 130).
 
             Example:
               marquee event starts 42
@@ -69,7 +76,7 @@ extension EventCommands {
             """,
         arguments: [
             .positional("id", help: "The event id (marquee event list)."),
-            .flag("follow", help: "Poll the newest run until it is no longer running, showing its progress."),
+            .flag("follow", help: "Poll the newest run (waiting for one) until it is done, skipped or stopped, showing its progress."),
             .option("interval", value: "SECONDS", help: "Seconds between polls with --follow, 0.1 to 3600 (default 1)."),
         ] + AdminAPIClient.options
     ) { arguments in
@@ -127,8 +134,9 @@ extension EventCommands {
 
     // MARK: --follow
 
-    /// Polls the event's runs until the newest one (when the first poll was made) is no longer running, and
-    /// returns it. Its progress goes to standard error, unless --json; a Ctrl-C says where the run was and exits 130.
+    /// Polls the event's runs until the newest one (the first that appears, when there is none yet) is over (done,
+    /// skipped or stopped: a rolling run is followed through its late passes), and returns it. Its progress goes to
+    /// standard error, unless --json; a Ctrl-C says where the run was and exits 130.
     static func follow(_ api: AdminAPIClient, event id: Int64, every interval: Double) async throws -> JSONValue {
         let json = api.arguments.json
         let line = StatusLine(enabled: !json)
@@ -154,16 +162,24 @@ extension EventCommands {
             while true {
                 let runs = try await api.send("GET", "/v1/events/\(id)/starts").json["runs"]?.arrayValue ?? []
                 guard let run = runs.first(where: { followed != nil && $0["id"]?.intValue == followed }) ?? runs.first else {
-                    throw CommandFailure(
-                        "event \(id) has no start runs to follow (start one with 'marquee event start \(id)')", exitCode: .noInput,
-                        code: "no_start_runs")
+                    // No run yet: the automatic one comes at the audience lead (or an operator starts one).
+                    line.show(StartRunText.waitingForARun(event: id))
+                    try await Task.sleep(for: .seconds(interval))
+                    continue
                 }
                 followed = run["id"]?.intValue
+                // A running run's iOS 18 starts wait for the event's channel: say so while it is not open.
+                var channelState: String?
+                if run["state"] == "running" {
+                    channelState = try await api.send("GET", "/v1/events/\(id)").json["channel"]?["state"]?.stringValue ?? "none"
+                }
                 latest.withLock { last in
                     last = run
-                    line.show(StartRunText.progressLine(run, barWidth: line.inPlace ? StartRunText.barWidth : nil))
+                    line.show(
+                        StartRunText.progressLine(run, barWidth: line.inPlace ? StartRunText.barWidth : nil)
+                            + (StartRunText.channelWait(run, channelState: channelState).map { "; " + $0 } ?? ""))
                 }
-                guard run["state"] == "running" else { break }
+                guard StartRunText.isOpen(run) else { break }
                 try await Task.sleep(for: .seconds(interval))
             }
         } catch {
@@ -245,9 +261,25 @@ enum StartRunText {
         return parts.joined(separator: ", ")
     }
 
+    /// Whether `--follow` goes on polling the run: running (its first pass) or rolling (late passes to come).
+    static func isOpen(_ run: JSONValue) -> Bool { run["state"] == "running" || run["state"] == "rolling" }
+
+    /// `--follow`'s line before the event has a run.
+    static func waitingForARun(event: Int64) -> String {
+        "event \(event) has no start run yet: waiting for one (the automatic run comes at the audience lead; "
+            + "'marquee event start \(event)' starts one now)"
+    }
+
+    /// What `--follow` adds while a running run's iOS 18 starts wait for the event's channel (`channelState`: the
+    /// channel's state, `none` without one; nil when not asked).
+    static func channelWait(_ run: JSONValue, channelState: String?) -> String? {
+        guard run["state"] == "running", let channelState, channelState != "open" else { return nil }
+        return "iOS 18 devices wait for the event's channel (\(channelState == "none" ? "not planned yet" : channelState))"
+    }
+
     /// What a Ctrl-C during `--follow` says: how far the run was at the last poll; it goes on at the server.
     static func interruption(_ run: JSONValue?, event: Int64) -> String {
-        guard let run else { return "marquee: interrupted before the server answered about event \(event)'s start runs" }
+        guard let run else { return "marquee: interrupted; event \(event) had no start run yet" }
         return "marquee: interrupted; start run \(APIText.cell(run["id"])) of event \(event) goes on at the server "
             + "(last seen \(state(run)): \(progressSummary(run)))"
     }

@@ -7,14 +7,22 @@ import MarqueeService
 import MarqueeStore
 
 enum KeyCommands {
-    static let command = Command("key", summary: "Create, list and revoke API keys.", subcommands: [create, list, revoke])
+    static let command = Command("key", summary: "Create, list and revoke API keys.", discussion: exitCodes, subcommands: [create, list, revoke])
+
+    /// The exit codes of the key commands, for their `--help`.
+    static let exitCodes = ExitCode.help([.success, .failure, .usage, .unavailable])
 
     static let create = Command(
         "create", summary: "Create an API key and print it (once).",
         discussion: """
             Scopes: ingest (feed ingesters), tokens (app backends), admin (everything). With --app the key sees only that
             app's events and installations: give each app's backend a tokens key of its own. The key is shown only now;
-            store it in a secret store.
+            store it in a secret store. Standard output carries the key alone: KEY=$(marquee key create ...).
+
+            A tokens key for an app's backend needs the app first ('marquee app add' prints its id):
+              APP=$(marquee app add ...); marquee key create --scope tokens --app "$APP" --name backend
+
+            \(exitCodes)
             """,
         arguments: [
             Database.option,
@@ -48,7 +56,7 @@ enum KeyCommands {
     }
 
     static let list = Command(
-        "list", summary: "List API keys (never their secrets).",
+        "list", summary: "List API keys (never their secrets).", discussion: exitCodes,
         arguments: [Database.option, .flag("active", help: "Leave out revoked keys.")]
     ) { arguments in
         let keys = try await Database.withPool(arguments) { pool in
@@ -68,7 +76,7 @@ enum KeyCommands {
 
     static let revoke = Command(
         "revoke", summary: "Revoke an API key by its id.",
-        discussion: "Running servers cache verified keys for up to 10 seconds: a revoked key stops working within that time.",
+        discussion: "Running servers cache verified keys for up to 10 seconds: a revoked key stops working within that time.\n\n\(exitCodes)",
         arguments: [Database.option, .positional("id", help: "The key id (12 hex characters, as in mq_<id>_...).")]
     ) { arguments in
         let id = try arguments.required("id")
@@ -78,7 +86,7 @@ enum KeyCommands {
         guard let revoked = try await Database.withPool(arguments, { pool in try await APIKeyRepository(pool: pool).revoke(keyID: id) }) else {
             throw CommandFailure("no API key with id \(id)", exitCode: .failure, code: "not_found", field: "id")
         }
-        Terminal.emit(arguments, text: "revoked \(revoked.keyID) (\(revoked.name))", json: keyJSON(revoked))
+        Terminal.emit(arguments, text: "", json: keyJSON(revoked), note: "revoked API key \(revoked.keyID) (\(revoked.name))")
     }
 
     static func keyJSON(_ key: StoredAPIKey) -> JSONValue {

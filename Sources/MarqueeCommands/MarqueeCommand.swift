@@ -7,7 +7,7 @@ import MarqueeCommandLine
 public let marqueeCommand = Command(
     "marquee", summary: "Marquee: APNs broadcast channels for Live Activities.",
     discussion: """
-        event, channel and status are clients of a running server's HTTP API (--url or MARQUEE_URL,
+        attribute-type, event, channel and status are clients of a running server's HTTP API (--url or MARQUEE_URL,
         --api-key or MARQUEE_API_KEY); the other commands work on the database or APNs directly.
 
         \(ExitCode.help())
@@ -18,6 +18,7 @@ public let marqueeCommand = Command(
         KeyCommands.command,
         AppCommands.command,
         InstallationCommands.command,
+        AttributeTypeCommands.command,
         EventCommands.command,
         ChannelCommands.command,
         StatusCommand.command,

@@ -215,6 +215,9 @@ enum ServeCommand {
             Applies pending migrations at start unless --no-migrate, which refuses to start when the schema is behind.
             Endpoints: /healthz (alive), /readyz (database reachable, schema current), /metrics, /openapi.json, /v1/....
             SIGTERM or SIGINT: stop accepting, finish in-flight requests (up to --grace-period), exit 0.
+            Logs go to standard error (--log-format); nothing is printed on standard output.
+
+            \(ExitCode.help([.success, .usage, .unavailable, .software, .configuration]))
             """,
         arguments: [
             Database.option,
@@ -258,13 +261,20 @@ enum ServeCommand {
                         Delete channels APNs lists but Marquee never made, once seen for --unknown-channel-grace \
                         (or set MARQUEE_DELETE_UNKNOWN_CHANNELS=1). Off by default: another backend may share the bundle id.
                         """)
-            ]
+            ],
+        json: false
     ) { arguments in
         guard let listen = ServeConfiguration.parseListen(try arguments.required("listen")) else {
             throw UsageError("--listen takes HOST:PORT, e.g. \(ServeConfiguration.defaultListen)", commandPath: arguments.commandPath)
         }
+        // A port in use is refused before the database is touched (migrations and warmed connections take a while).
+        do throws(NetworkError) {
+            try HTTP1Server.checkListenAddress(host: listen.host, port: listen.port)
+        } catch {
+            throw listenFailure(host: listen.host, port: listen.port, error)
+        }
         let configuration = ServeConfiguration(
-            databaseURL: try arguments.required("database-url"), host: listen.host, port: listen.port,
+            databaseURL: try Database.url(arguments), host: listen.host, port: listen.port,
             migrate: !arguments.flag("no-migrate"),
             gracePeriod: .seconds(try arguments.int("grace-period", in: 0...3600) ?? ServeConfiguration.defaultGracePeriodSeconds),
             maxConnections: try arguments.int("max-connections", in: 1...200) ?? ServeConfiguration.defaultMaxConnections,
@@ -287,9 +297,12 @@ enum ServeCommand {
         } catch let error as PostgresError {
             throw Database.failure(error)
         } catch let error as NetworkError {
-            throw CommandFailure(
-                "cannot listen on \(configuration.host):\(configuration.port): \(error)", exitCode: .unavailable,
-                code: "listen_failed", field: "listen")
+            throw listenFailure(host: configuration.host, port: configuration.port, error)
         }
+    }
+
+    /// `--listen` names an address this host cannot listen on (in use, or not its own): a configuration to change.
+    static func listenFailure(host: String, port: Int, _ error: NetworkError) -> CommandFailure {
+        CommandFailure("--listen \(host):\(port): cannot listen there: \(error)", exitCode: .configuration, code: "listen_failed", field: "listen")
     }
 }

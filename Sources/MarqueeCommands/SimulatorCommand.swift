@@ -8,7 +8,7 @@ import MarqueeService
 
 let simulatorCommand = Command(
     "simulator", summary: "Run a local APNs that behaves as Apple documents (for development, tests and demos).",
-    helpText: SimulatorConfiguration.helpText
+    helpText: SimulatorConfiguration.helpText + "\n\n" + ExitCode.help([.success, .usage, .software])
 ) { words in
     let configuration: SimulatorConfiguration
     do {

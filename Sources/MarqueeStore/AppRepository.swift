@@ -81,8 +81,8 @@ public struct AppRepository: Sendable {
     }
 
     /// Removes an app and everything of it, in one transaction: by cascade, and explicitly the idempotency keys
-    /// of its API keys, its deliveries and its events' outbox rows (their tables keep no foreign key to what
-    /// they belong to: Sql/0011, Sql/0012).
+    /// of its API keys, its deliveries, its events' outbox rows and its push-to-starts (their tables keep no
+    /// foreign key to what they belong to: Sql/0011, Sql/0012, Sql/0032, Sql/0040).
     /// Returns the removed row.
     public func remove(id: Int) async throws -> StoredApp? {
         try await pool.withTransaction { tx in
@@ -92,6 +92,7 @@ public struct AppRepository: Sendable {
                 """)
             try await tx.execute("DELETE FROM deliveries WHERE app_id = \(id)")
             try await tx.execute("DELETE FROM outbox WHERE event_id IN (SELECT id FROM events WHERE app_id = \(id))")
+            try await tx.execute("DELETE FROM starts WHERE app_id = \(id)")
             return try await tx.query("DELETE FROM apps WHERE id = \(id) RETURNING \(fragment: Self.columns)").first.map(Self.decode)
         }
     }

@@ -135,3 +135,11 @@ func describeSocketAddress(_ address: UnsafePointer<sockaddr>) -> String {
 func cText(_ buffer: [CChar]) -> String {
     String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
+
+extension HTTP1Server {
+    /// Throws `.bindFailed` when a server could not listen on `host:port` now (the socket is bound, then closed at
+    /// once), so a daemon with a slow start (migrations, warmed connections) can refuse a port in use first.
+    public static func checkListenAddress(host: String, port: Int) throws(NetworkError) {
+        _ = try ListeningSocket(host: host, port: port)
+    }
+}

@@ -52,7 +52,7 @@ struct CLIOutputTests {
         try await BroadcastHarness.run { h in
             let cli = CLI(h: h)
             let leaves = try await cli.leafCommands()
-            #expect(leaves.count == 35 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
+            #expect(leaves.count == 39 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
             var covered: Set<[String]> = []
             func good(_ words: [String], succeeds: Bool = true) async throws -> JSONValue {
                 if let leaf = leaves.first(where: { words.starts(with: $0) }) { covered.insert(leaf) }
@@ -84,6 +84,16 @@ struct CLIOutputTests {
             defer { try? FileManager.default.removeItem(at: dump) }
             let imported = try await good(["installation", "import", dump.path, "--app", String(h.appID)])
             #expect(imported["created"] == 1, "\(imported)")
+
+            let registered = try await good([
+                "attribute-type", "create", "--app", String(h.appID), "--name", "CLIAttributes", "--attributes", #"{"home":"string"}"#,
+                "--content-state", #"{"score":"int"}"#,
+            ])
+            #expect(registered["name"] == "CLIAttributes", "\(registered)")
+            _ = try await good(["attribute-type", "list", "--app", String(h.appID)])
+            _ = try await good(["attribute-type", "show", "CLIAttributes"])
+            let policy = try await good(["attribute-type", "policy", "CLIAttributes", "--freshness", #"{"staleAfter":300}"#])
+            #expect(policy["policy"] == ["staleAfter": 300], "\(policy)")
 
             let start = BroadcastHarness.iso(Date().addingTimeInterval(-60))
             let created = try await good([

@@ -95,6 +95,17 @@ struct ChannelOperationsTests {
             #expect(app?["channelsByState"]?["open"]?.intValue == 5, "\(status.text)")
             let errors = status.json["lastErrors"]?.arrayValue ?? []
             #expect(errors.contains { $0["kind"] == "channel_create" && $0["reason"] == "CannotCreateChannelConfig" }, "\(status.text)")
+
+            // The metrics name the app by its id, the label's one form; the bundle/environment series stays one release.
+            let id = ["app": String(h.appID)]
+            let legacy = ["app": "\(BroadcastHarness.bundleID)/development"]
+            #expect(try await h.metric("marquee_channel_quota_refusals_total", id) >= 1)
+            #expect(try await h.metric("marquee_channel_quota_refusals_total", legacy) >= 1)
+            try await h.waitUntil("the sampled channel gauge has both forms") {
+                let byID = try await h.metric("marquee_channels", id.merging(["state": "open"]) { $1 })
+                let byBundle = try await h.metric("marquee_channels", legacy.merging(["state": "open"]) { $1 })
+                return byID == 5 && byBundle == 5
+            }
         }
     }
 

@@ -231,7 +231,21 @@ import Testing
         #expect(
             StartRunText.interruption(Self.running, event: 12)
                 == "marquee: interrupted; start run 3 of event 12 goes on at the server (last seen running: 50% 650/~1300, 812.5/s, eta 0.8s)")
-        #expect(StartRunText.interruption(nil, event: 12) == "marquee: interrupted before the server answered about event 12's start runs")
+        #expect(StartRunText.interruption(nil, event: 12) == "marquee: interrupted; event 12 had no start run yet")
+    }
+
+    /// --follow waits for a run, follows a rolling one, and says when iOS 18 starts wait for the channel (issue 48).
+    @Test func followWaitsForARunAndThroughLatePassesAndSaysWhatWaitsForTheChannel() throws {
+        #expect(StartRunText.waitingForARun(event: 12).hasPrefix("event 12 has no start run yet: waiting for one"))
+        let rolling = try JSONValue(parsing: #"{"id": 4, "state": "rolling"}"#)
+        #expect(StartRunText.isOpen(Self.running) && StartRunText.isOpen(rolling))
+        for state in ["done", "skipped", "stopped"] {
+            #expect(!StartRunText.isOpen(try JSONValue(parsing: #"{"id": 4, "state": "\#(state)"}"#)), "\(state)")
+        }
+        #expect(StartRunText.channelWait(Self.running, channelState: "creating") == "iOS 18 devices wait for the event's channel (creating)")
+        #expect(StartRunText.channelWait(Self.running, channelState: "none") == "iOS 18 devices wait for the event's channel (not planned yet)")
+        #expect(StartRunText.channelWait(Self.running, channelState: "open") == nil)
+        #expect(StartRunText.channelWait(rolling, channelState: "planned") == nil, "a rolling run's first pass is over")
     }
 
     @Test func durationsReadAsAPersonWouldSayThem() {

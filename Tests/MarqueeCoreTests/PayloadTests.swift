@@ -111,6 +111,10 @@ import Testing
             "title": ["loc-key": "GOAL", "loc-args": ["Saka"]], "body": ["loc-key": "SCORE"], "sound": nil,
         ])
         #expect(localized == LiveActivityAlert(title: .localized(key: "GOAL", arguments: ["Saka"]), body: .localized(key: "SCORE")))
+        // The API's spelling (an update's alert and a start alert alike), the same alert (issue 48).
+        let camel = try LiveActivityAlert(json: ["title": ["locKey": "GOAL", "locArgs": ["Saka"]], "body": ["locKey": "SCORE"]])
+        #expect(camel == localized)
+        #expect(throws: ValidationError.self) { try LiveActivityAlert(json: ["title": ["locKey": "A", "loc-key": "B"], "body": "b"]) }
     }
 
     static let badAlerts: [(JSONValue, String, ValidationError.Kind)] = [

@@ -115,11 +115,16 @@ struct ChannelRoutesTests {
         var lifecycle = channel.lifecycle!
         let before = lifecycle
         _ = try lifecycle.channelNotRegistered()
-        try await harness.fixture.channels.transition(channelID: channel.id, from: before, to: lifecycle)
+        try await harness.fixture.channels.transition(channelID: channel.id, from: before, to: lifecycle, error: "ChannelNotRegistered")
         #expect(try await harness.fixture.events.get(id: event.id)?.channelLost == true)
+        #expect(await harness.send("GET", "/v1/channels/\(channel.id)").json["lastError"] == "ChannelNotRegistered")
 
         let recreated = await harness.send("POST", "/v1/events/\(event.id)/channel/recreate")
         #expect(recreated.status == 202 && recreated.json["state"] == "open", "\(recreated.json)")
+        // The new channel starts clean: the lost one's error is not shown on it (issue 48).
+        #expect(recreated.json["lastError"] == .null && recreated.json["lastErrorAt"] == .null, "\(recreated.json)")
+        let listed = await harness.send("GET", "/v1/channels?event=\(event.id)").json["channels"]?.arrayValue ?? []
+        #expect(listed.count == 1 && listed.allSatisfy { $0["lastError"] == .null }, "\(listed)")
         #expect(recreated.json["apnsChannelId"]?.stringValue != channel.apnsChannelID)
         #expect(harness.fixture.apns.state.withLock { $0.creates } == 1)
         #expect(try await harness.fixture.events.get(id: event.id)?.channelLost == false)

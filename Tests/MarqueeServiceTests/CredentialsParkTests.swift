@@ -50,6 +50,7 @@ struct CredentialsParkTests {
         #expect(try await dispatcher.dispatchOnce() == [.parked(until: parkedAt + 300)])
         #expect(f.metrics.credentialsParked.value(label) == 1)
         #expect(f.metrics.credentialsRefusals.value(label) == 1)
+        #expect(f.metrics.credentialsParked.value(["\(f.appID)"]) == 1 && f.metrics.credentialsRefusals.value(["\(f.appID)"]) == 1)
         #expect(f.metrics.retries.value(["broadcast"]) == 0)  // not a retry of the request
 
         // The other event's update is not sent at all while the app is parked.

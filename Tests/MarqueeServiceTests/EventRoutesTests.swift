@@ -315,7 +315,7 @@ struct EventRoutesTests {
         expectError(tooLarge, 422, code: "payload_too_large", field: "contentState")
         let sizeMessage = tooLarge.json?["error"]?["message"]?.stringValue ?? ""
         #expect(sizeMessage.hasPrefix("the update's APNs payload is ") && sizeMessage.contains("over the 4096-byte limit"), "\(sizeMessage)")
-        #expect(await s.create("bad", ["app": 999_999]).json?["error"]?["message"] == "no app with id 999999")
+        #expect(await s.create("bad", ["app": 999_999]).json?["error"]?["message"] == "app: no app with id 999999")
         expectError(await s.harness.send("POST", "/v1/events", key: s.admin, body: "{\"app\": "), 400, code: "invalid_json")
         #expect(try await s.harness.count("events") == 0)
         // A key bound to another app cannot create events for this one.
@@ -439,6 +439,8 @@ struct EventRoutesTests {
             ),
             (#"{"contentStatePatch": {"minute": 2}, "relevanceScore": "high"}"#, 422, "validation_failed", "relevanceScore"),
             (#"{"contentStatePatch": {"minute": 2}, "relevanceScore": -1}"#, 422, "validation_failed", "relevanceScore"),
+            // One scale with the freshness policy's (0 to 1,000,000): above its maximum is refused too (issue 48).
+            (#"{"contentStatePatch": {"minute": 2}, "relevanceScore": 2000000}"#, 422, "validation_failed", "relevanceScore"),
             (#"{"contentStatePatch": {"minute": 2}, "occurredAt": 1764441000}"#, 422, "validation_failed", "occurredAt"),
             (#"{"contentStatePatch": {"minute": 2}, "occurredAt": "2026-11-29 late"}"#, 422, "validation_failed", "occurredAt"),
             (#"{"contentStatePatch": {"minute": 2}, "alert": {"title": 7, "body": "x"}}"#, 422, "validation_failed", "alert.title"),

@@ -421,6 +421,8 @@ struct PipelineSchedulerTests {
         #expect(refused.state == .lifecycle(.planned))
         #expect(refused.lastError?.contains("channel quota exhausted") == true)
         #expect(f.metrics.quotaRefusals.value(["com.example.scores/development"]) == 1)
+        // The app's id is the label's one form; the old bundle/environment series stays one release (issue 48).
+        #expect(f.metrics.quotaRefusals.value(["\(f.appID)"]) == 1)
         #expect(f.log.all.contains { $0.contains("level=warning") && $0.contains("nearly spent") })
         // Still refused next tick, still without asking APNs.
         #expect(try await scheduler.tick()?.quotaRefused == [refused.id])
@@ -511,6 +513,7 @@ struct PipelineSchedulerTests {
         #expect(f.apns.state.withLock { $0.deletes }.isEmpty)
         #expect(f.log.all.contains { $0.contains("unknown channel") && $0.contains(orphan) })
         #expect(f.metrics.unknownChannels.value(["com.example.scores/development"]) == 1)
+        #expect(f.metrics.unknownChannels.value(["\(f.appID)"]) == 1)
 
         let deleting = f.scheduler {
             $0.deleteUnknown = true

@@ -55,7 +55,11 @@ import Testing
         #expect(error.status == 422)
         #expect(
             String(decoding: error.response.body, as: UTF8.self)
-                == #"{"error":{"code":"validation_failed","message":"expected int, found string","field":"contentState.homeScore"}}"#)
+                == #"{"error":{"code":"validation_failed","message":"contentState.homeScore: expected int, found string","field":"contentState.homeScore"}}"#
+        )
+        // A message that names its subject already is left as it is (issue 48: a message needs its subject).
+        #expect(APIError.validation("occurredAt is 60 s ahead", field: "occurredAt").message == "occurredAt is 60 s ahead")
+        #expect(APIError.validation("nothing to change", field: nil).message == "nothing to change")
         #expect(error.response.headers["content-type"] == "application/json")
         #expect(String(decoding: APIError.internalError.response.body, as: UTF8.self).contains(#""field":null"#))
         #expect(APIError.unauthorized.response.headers["www-authenticate"] == "Bearer")

@@ -253,6 +253,11 @@ struct AudienceRegistryTests {
         #expect(try await AudienceRepository(pool: fixture.pool).page(eventID: event.id).members.count == 1)
         #expect(try await hygiene.refuse(appID: fixture.appID, token: Self.token("ac"), kind: .pushToStart, refusal: .notForTopic) == .refused)
         #expect(try await installations.record(id: phone.id).topicRefusedAt != nil)
+        // What a log may name: the app's installation id, not the row's number (issue 48).
+        let recorded = try await hygiene.recordRefusal(appID: fixture.appID, token: Self.token("ac"), kind: .pushToStart, refusal: .badDeviceToken)
+        #expect(recorded == RecordedTokenRefusal(outcome: .refused, installationID: "phone"), "\(recorded)")
+        let stranger = try await hygiene.recordRefusal(appID: fixture.appID, token: Self.token("ff"), kind: .pushToStart, refusal: .badDeviceToken)
+        #expect(stranger.installationID == nil && stranger.outcome == .unmatched)
     }
 
     @Test func eraseKeepsOnlyTheTokensHash() async throws {

@@ -49,7 +49,8 @@ public struct LiveActivityAlert: Sendable, Equatable {
 
 extension LiveActivityAlert {
     /// Reads an alert as an ingester sends it, in the same shape as `json`: `title` and `body` are
-    /// strings or `{"loc-key": string, "loc-args": [string]}` (`loc-args` optional); `sound` is optional.
+    /// strings or `{"locKey": string, "locArgs": [string]}` (`locArgs` optional; APNs' spelling `loc-key` and
+    /// `loc-args` is taken too); `sound` is optional.
     public init(json: JSONValue, at path: JSONPath = ["alert"]) throws(ValidationError) {
         guard case .object(let object) = json else {
             throw ValidationError(.wrongType(expected: "object", found: json.typeName), at: path)
@@ -70,7 +71,13 @@ extension LiveActivityAlert {
         switch value {
         case nil: throw ValidationError(.missingField, at: path)
         case .string(let text)?: return .plain(text)
-        case .object(let object)?:
+        case .object(var object)?:
+            // The API's one spelling is `locKey` and `locArgs`; APNs' `loc-key` and `loc-args` are taken too.
+            for (camel, apns) in [("locKey", "loc-key"), ("locArgs", "loc-args")] {
+                guard let value = object.removeValue(forKey: camel) else { continue }
+                guard object[apns] == nil else { throw ValidationError(.unknownField, at: path.appending(key: camel)) }
+                object[apns] = value
+            }
             try refuseUnknownKeys(object, allowed: ["loc-key", "loc-args"], at: path)
             guard let keyValue = object["loc-key"] else { throw ValidationError(.missingField, at: path.appending(key: "loc-key")) }
             guard case .string(let key) = keyValue else {

@@ -52,9 +52,7 @@ public struct FreshnessSettings: Sendable, Equatable {
         func score(_ name: String) throws(FreshnessSettingsError) -> Double? {
             guard let value = object[name], !value.isNull else { return nil }
             guard let number = value.doubleValue, number.isFinite else { throw FreshnessSettingsError(field: path + name, "must be a number") }
-            guard number >= 0, number <= Self.maximumScore else {
-                throw FreshnessSettingsError(field: path + name, "must be between 0 and \(Int(Self.maximumScore))")
-            }
+            guard Self.scoreRange.contains(number) else { throw FreshnessSettingsError(field: path + name, Self.scoreRule) }
             return number
         }
         staleAfter = try seconds("staleAfter", in: 1...Self.maximumStaleAfter, "must be between 1 and \(Self.maximumStaleAfter) seconds (8 hours)")
@@ -81,6 +79,10 @@ public struct FreshnessSettings: Sendable, Equatable {
     /// A Live Activity lasts at most 8 hours: a stale date or a boost further out never shows.
     public static let maximumStaleAfter = 8 * 3600
     public static let maximumScore: Double = 1_000_000
+    /// The one scale of a relevance score (a policy's, an update's, the CLI's `--relevance-score`): the default is 50.
+    public static let scoreRange: ClosedRange<Double> = 0...maximumScore
+    /// What a score outside `scoreRange` is told.
+    public static let scoreRule = "must be between 0 and \(Int(maximumScore)) (the default score is 50)"
 }
 
 /// A policy member that cannot be stored, with the field to name.

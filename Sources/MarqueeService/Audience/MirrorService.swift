@@ -190,12 +190,13 @@ public final class MirrorService: Service, ChunkJob {
                         metrics.pushes.increment(["failed", reason])
                         if let refusal {
                             do {
-                                let outcome = try await hygiene.refuse(appID: chunk.appID, token: token.token, kind: .activity, refusal: refusal)
+                                let recorded = try await hygiene.recordRefusal(
+                                    appID: chunk.appID, token: token.token, kind: .activity, refusal: refusal)
                                 logger.info(
                                     "activity token refused by APNs",
                                     [
-                                        "installation": .int(token.installation), "reason": .string(refusal.reason),
-                                        "outcome": .string(outcome.rawValue),
+                                        "installation_id": .string(recorded.installationID ?? "unknown"),
+                                        "reason": .string(refusal.reason), "outcome": .string(recorded.outcome.rawValue),
                                     ])
                             } catch {
                                 logger.warning("token refusal not recorded", ["error": .string("\(error)")])

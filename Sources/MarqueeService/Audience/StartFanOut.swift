@@ -214,6 +214,10 @@ public final class StartFanOut: Service, ChunkJob {
                 metrics.lag.observe(lag)
                 logger.info("start run's first pass done", ["run": .int(runID), "lag_seconds": .double(lag)])
             }
+            switch advanced.step {
+            case .roll, .beginPass: try await repository.refreshEstimatedAudience(runID: runID)  // late followers count too
+            default: break
+            }
             if case .finish(let state) = advanced.step {
                 metrics.runs.increment([advanced.kind.rawValue, state.rawValue])
                 logger.info("start run finished", ["run": .int(runID), "state": .string(state.rawValue)])
@@ -397,12 +401,15 @@ public final class StartFanOut: Service, ChunkJob {
         for (start, answer, _) in answers {
             guard case .rejected(_, let refusal?) = answer else { continue }
             do {
-                let outcome = try await hygiene.refuse(appID: chunk.appID, token: start.token, kind: .pushToStart, refusal: refusal)
+                let recorded = try await hygiene.recordRefusal(appID: chunk.appID, token: start.token, kind: .pushToStart, refusal: refusal)
                 logger.info(
                     "push-to-start token refused by APNs",
-                    ["installation": .int(start.installation), "reason": .string(refusal.reason), "outcome": .string(outcome.rawValue)])
+                    [
+                        "installation_id": .string(recorded.installationID ?? "unknown"), "reason": .string(refusal.reason),
+                        "outcome": .string(recorded.outcome.rawValue),
+                    ])
             } catch {
-                logger.warning("token refusal not recorded", ["installation": .int(start.installation), "error": .string("\(error)")])
+                logger.warning("token refusal not recorded", ["error": .string("\(error)")])
             }
         }
         // A refused key parks the app (its other senders hold too); an accepted start ends a park.

@@ -244,9 +244,12 @@ public final class MarqueeDaemon: Sendable {
                 highPriorityBudget: configuration.pipeline.highPriorityBudget,
                 infrequentHighPriorityBudget: configuration.pipeline.infrequentHighPriorityBudget),
             metrics: MirrorMetrics(registry: metrics), logger: logger, parking: parking)
+        // One set of start metrics: the fan-out counts the runs it creates and finishes, the routes the manual runs
+        // they create and the runs a postponement stops.
+        let startMetrics = StartMetrics(registry: metrics)
         let starts = StartFanOut(
             pool: audiencePool, apns: apns, configuration: StartFanOutConfiguration(instance: instance, settings: configuration.pipeline.starts),
-            metrics: StartMetrics(registry: metrics), logger: logger, parking: parking)
+            metrics: startMetrics, logger: logger, parking: parking)
         self.starts = starts
         scheduler = ChannelScheduler(
             pool: pipelinePool, apns: apns, catalog: catalog,
@@ -258,7 +261,7 @@ public final class MarqueeDaemon: Sendable {
                 notifier: notifier, pacing: dispatcher.configuration.conflation.pacing,
                 adminTimeout: .seconds(configuration.pipeline.adminTimeout),
                 maxClockSkew: configuration.pipeline.maxClockSkew,
-                settings: configuration.pipeline, starts: starts),
+                settings: configuration.pipeline, starts: starts, startRuns: startMetrics.runs),
             keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
     }
 
@@ -269,7 +272,7 @@ public final class MarqueeDaemon: Sendable {
         adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout),
         maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew,
         settings: PipelineSettings = PipelineSettings(), starts: StartFanOut? = nil,
-        readinessTimeout: Duration = SystemRoutes.defaultReadinessTimeout
+        readinessTimeout: Duration = SystemRoutes.defaultReadinessTimeout, startRuns: Counter? = nil
     ) -> [any APIRoutes] {
         let apps = AppRepository(pool: pool)
         let attributeTypes = attributeTypes ?? AttributeTypeCatalog(repository: AttributeTypeRepository(pool: pool))
@@ -279,10 +282,11 @@ public final class MarqueeDaemon: Sendable {
             AttributeTypeRoutes(apps: apps, types: attributeTypes),
             ChannelRoutes(pool: pool, scheduler: scheduler, adminTimeout: adminTimeout),
             EventRoutes(
-                pool: pool, types: attributeTypes, notifier: notifier, pacing: pacing, maxClockSkew: maxClockSkew, starts: settings.starts),
+                pool: pool, types: attributeTypes, notifier: notifier, pacing: pacing, maxClockSkew: maxClockSkew, starts: settings.starts,
+                startRuns: startRuns),
             EventStateRoutes(pool: pool, scheduler: scheduler, settings: settings),
             InstallationRoutes(pool: pool, types: attributeTypes, settings: settings.audience, metrics: metrics),
-            StartRoutes(pool: pool, settings: settings.starts, fanOut: starts),
+            StartRoutes(pool: pool, settings: settings.starts, fanOut: starts, runs: startRuns),
         ]
     }
 

@@ -45,8 +45,11 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
         APIError(status: 400, code: "invalid_json", message: message, field: nil)
     }
 
+    /// A refused member. The message names its subject: the field is put in front unless the message starts with
+    /// it already ("occurredAt: required", not "required"), so it reads alone in a log or a terminal.
     public static func validation(_ message: String, field: String?) -> APIError {
-        APIError(status: 422, code: "validation_failed", message: message, field: field)
+        let named = field.map { message.hasPrefix($0) ? message : "\($0): \(message)" } ?? message
+        return APIError(status: 422, code: "validation_failed", message: named, field: field)
     }
 
     /// A freshness policy member that cannot be stored (the type's policy, or an event's `freshness`).

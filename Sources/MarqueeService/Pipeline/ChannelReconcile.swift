@@ -47,7 +47,7 @@ extension ChannelRequests {
             appReport.resurrected.append(channel.id)
             try await advance(channel, from: before, by: { try $0.reconcileFound() }, fence: fence, report: &report)
         }
-        metrics.unknownChannels.set(Double(result.unknown.count), [appLabel])
+        for label in PipelineMetrics.appLabels(app) { metrics.unknownChannels.set(Double(result.unknown.count), [label]) }
         let newlyRecorded = Set(result.newlyRecorded.map(\.id))
         for channel in result.unknown {
             guard let apnsID = channel.apnsChannelID else { continue }

@@ -142,7 +142,7 @@ final class ChannelRequests: Sendable {
                 logger.warning("channel quota nearly spent", ["app": .string(appLabel), "in_use": .int(used), "limit": .int(limit)])
             }
         } catch {
-            try await refuseForQuota(channel, state: before, app: appLabel, error: error.description, fence: fence, report: &report)
+            try await refuseForQuota(channel, state: before, app: app, error: error.description, fence: fence, report: &report)
             return nil
         }
         guard
@@ -197,7 +197,7 @@ final class ChannelRequests: Sendable {
             logger.info("channel opened", ["channel": .int(channel.id), "event": .int(channel.eventID ?? 0), "apns_channel_id": .string(id)])
         case .quotaExhausted:
             try await refuseForQuota(
-                channel, state: creating, app: "\(app.bundleID)/\(app.environment)",
+                channel, state: creating, app: app,
                 error: "channel quota exhausted: APNs refused to create a channel (CannotCreateChannelConfig) "
                     + "with \(admission.inUse) of \(configuration.quota.limit) channels counted here; "
                     + "delete ended channels or reconcile unknown ones before creating more",
@@ -236,7 +236,7 @@ final class ChannelRequests: Sendable {
 
     /// Leaves the channel where it was (planned, or creating waiting for a retry) with the quota error.
     private func refuseForQuota(
-        _ channel: ChannelRecord, state: ChannelLifecycle, app: String, error: String, fence: LeaseGrant?,
+        _ channel: ChannelRecord, state: ChannelLifecycle, app: PipelineApp, error: String, fence: LeaseGrant?,
         report: inout SweepReport
     ) async throws {
         let retryAt: Date? = state.state == .creating ? clock.now.addingTimeInterval(configuration.quotaRetryDelay) : nil
@@ -244,13 +244,13 @@ final class ChannelRequests: Sendable {
             channelID: channel.id, from: state, to: state, nextAttemptAt: retryAt, error: error,
             fence: fence, now: databaseNow)
         report.quotaRefused.append(channel.id)
-        metrics.quotaRefusals.increment([app])
+        for label in PipelineMetrics.appLabels(app) { metrics.quotaRefusals.increment([label]) }
         if channel.lastError != error {
             logger.error(
                 "channel not created: quota",
                 [
                     "channel": .int(channel.id), "event": .int(channel.eventID ?? 0),
-                    "app": .string(app), "error": .string(error),
+                    "app": .string("\(app.bundleID)/\(app.environment)"), "error": .string(error),
                 ])
         }
     }

@@ -77,9 +77,9 @@ public final class CredentialsParking: Sendable {
             }
             return view.parks[app.id]
         }
-        metrics.credentialsParked.set(1, [Self.label(app)])
+        for label in PipelineMetrics.appLabels(app) { metrics.credentialsParked.set(1, [label]) }
         if earlier?.strikes != park.strikes {
-            metrics.credentialsRefusals.increment([Self.label(app)])
+            for label in PipelineMetrics.appLabels(app) { metrics.credentialsRefusals.increment([label]) }
             logger.error(
                 "APNs refused the app's credentials; its work is parked until they are fixed",
                 [
@@ -99,7 +99,7 @@ public final class CredentialsParking: Sendable {
                 view.parks[app.id] = nil
                 view.changes += 1
             }
-            metrics.credentialsParked.set(0, [Self.label(app)])
+            for label in PipelineMetrics.appLabels(app) { metrics.credentialsParked.set(0, [label]) }
             logger.notice("APNs accepted the app's credentials again; its work goes on", ["app": .string(Self.label(app))])
         } catch {
             logger.warning(

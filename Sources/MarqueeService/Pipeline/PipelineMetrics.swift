@@ -94,20 +94,27 @@ public struct PipelineMetrics: Sendable {
         tokenInvalidations.replaceAll(invalidations)
     }
 
+    /// The values of the `app` label for one app. Its id is the one form of every series (as routes and commands
+    /// take an app); the series that named an app `bundle/environment` keep that old series too, for one release
+    /// (docs/operations.md, Metrics), so a dashboard can move over.
+    static func appLabels(id: Int, bundleID: String, environment: String) -> [String] { [String(id), "\(bundleID)/\(environment)"] }
+
+    static func appLabels(_ app: PipelineApp) -> [String] { appLabels(id: app.id, bundleID: app.bundleID, environment: app.environment) }
+
     /// Sets the sampled gauges from a status snapshot.
     func record(_ status: PipelineStatus) {
         outboxBacklog.set(Double(status.outboxBacklog))
         outboxOldestAge.set(status.oldestOutboxAge ?? 0)
         lostChannels.set(Double(status.lostChannels.count))
         var byState: [LabelValues: Double] = [:]
+        var parked: [LabelValues: Double] = [:]
         for app in status.apps {
-            for (state, count) in app.channelsByState { byState[["\(app.bundleID)/\(app.environment)", state]] = Double(count) }
+            for label in Self.appLabels(id: app.appID, bundleID: app.bundleID, environment: app.environment) {
+                for (state, count) in app.channelsByState { byState[[label, state]] = Double(count) }
+                parked[[label]] = app.credentialsPark == nil ? 0 : 1
+            }
         }
         channelsByState.replaceAll(byState)
-        credentialsParked.replaceAll(
-            Dictionary(
-                uniqueKeysWithValues: status.apps.map { app in
-                    (["\(app.bundleID)/\(app.environment)"], app.credentialsPark == nil ? 0 : 1)
-                }))
+        credentialsParked.replaceAll(parked)
     }
 }

@@ -85,7 +85,7 @@ extension EventRoutes {
         let defaultLead = startSettings.audienceLead
         let restartOnPostpone = startSettings.restartOnPostpone
         let asked = change
-        let result: (event: EventRecord, plan: EventChangePlan)
+        let result: (event: EventRecord, plan: EventChangePlan, stoppedRuns: [StartRunKind])
         do {
             result = try await events.change(eventID: eventID, appID: request.key?.appID, apiKeyID: request.key?.databaseID, change) {
                 event, startsWentOut in
@@ -106,6 +106,7 @@ extension EventRoutes {
                     "endsAt must be after startsAt", field: change.endsAt != nil || change.startsAt == nil ? "endsAt" : "startsAt")
             }
         }
+        for kind in result.stoppedRuns { startRuns?.increment([kind.rawValue, StartRunState.stopped.rawValue]) }
         // The size of its push-to-start, kept per process for the ingest, changes with the alert.
         if change.startAlert != nil { typeOfEvent.forgetStartOverhead(eventID: eventID) }
         var json = Self.json(result.event, typeName: try await types.find(id: result.event.attributeTypeID)?.type.name ?? "").objectValue ?? [:]

@@ -30,14 +30,18 @@ public struct EventRoutes: APIRoutes {
     let maxClockSkew: TimeInterval
     /// The start fan-out's settings: the default audience lead (the 8-hour warning) and the restart on postponement.
     let startSettings: StartSettings
+    /// `marquee_start_runs_total` (StartMetrics.runs): a postponement stops the event's open runs here.
+    let startRuns: Counter?
 
     /// `pacing`: the dispatcher's one broadcast per channel per interval (seconds), so a queued update is
     /// due when its channel may broadcast (nil: at once; the dispatcher's claim paces it then).
     public init(
         pool: PostgresPool, types: AttributeTypeCatalog, notifier: OutboxNotifier? = nil, pacing: TimeInterval? = nil,
-        maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew, starts: StartSettings = StartSettings()
+        maxClockSkew: TimeInterval = PipelineSettings().maxClockSkew, starts: StartSettings = StartSettings(),
+        startRuns: Counter? = nil
     ) {
         startSettings = starts
+        self.startRuns = startRuns
         events = EventRepository(pool: pool)
         channels = ChannelRepository(pool: pool)
         mirroring = MirrorRepository(pool: pool)

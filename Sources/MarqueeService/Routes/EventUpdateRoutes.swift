@@ -49,13 +49,15 @@ extension EventRoutes {
         let alert = try body.optional("alert").map(Self.alert)
         let staleDate = try body.optionalDate("staleDate")
         let relevanceScore = try body.optionalDouble("relevanceScore")
-        if let relevanceScore, relevanceScore < 0 { throw APIError.validation("must be 0 or more", field: "relevanceScore") }
+        if let relevanceScore, !FreshnessSettings.scoreRange.contains(relevanceScore) {
+            throw APIError.validation("relevanceScore \(FreshnessSettings.scoreRule)", field: "relevanceScore")
+        }
         let priority: RequestedPriority = try body.choice("priority", default: .auto)
         // Absent: the time of arrival under the event lock (IngestRepository), never superseded.
         let occurredAt = try body.optionalDate("occurredAt")
         if let occurredAt, occurredAt.timeIntervalSinceNow > maxClockSkew {
             throw APIError.validation(
-                "is \(Int(occurredAt.timeIntervalSinceNow)) s ahead of the server's clock, more than the "
+                "occurredAt is \(Int(occurredAt.timeIntervalSinceNow)) s ahead of the server's clock, more than the "
                     + "\(Int(maxClockSkew)) s allowed (serve --max-clock-skew): it would supersede every true update until then; "
                     + "check the feed's clock", field: "occurredAt")
         }

@@ -14,8 +14,11 @@ public struct StartRoutes: APIRoutes {
     let starts: StartRepository
     let settings: StartSettings
     let fanOut: StartFanOut?
+    /// `marquee_start_runs_total` (StartMetrics.runs): a manual run is counted where it is created, here.
+    let runs: Counter?
 
-    public init(pool: PostgresPool, settings: StartSettings, fanOut: StartFanOut?) {
+    public init(pool: PostgresPool, settings: StartSettings, fanOut: StartFanOut?, runs: Counter? = nil) {
+        self.runs = runs
         events = EventRepository(pool: pool)
         types = AttributeTypeRepository(pool: pool)
         starts = StartRepository(pool: pool)
@@ -85,6 +88,7 @@ public struct StartRoutes: APIRoutes {
         }
         fanOut?.wake()
         guard let run = try await starts.runs(eventID: event.id).first(where: { $0.id == id }) else { throw APIError.notFound("start run \(id)") }
+        runs?.increment([run.kind.rawValue, run.state.rawValue])
         return .json(Self.json(run), status: 202)
     }
 

@@ -16,6 +16,12 @@ public struct TokenHygieneRepository: Sendable {
     /// in `token_invalidations`, and returns what was done.
     @discardableResult
     public func refuse(appID: Int, token: String, kind: TokenKind, refusal: TokenRefusal) async throws -> InvalidationOutcome {
+        try await recordRefusal(appID: appID, token: token, kind: kind, refusal: refusal).outcome
+    }
+
+    /// `refuse`, also naming the installation the token belonged to by the app's installation id (what a log may
+    /// show and every command takes), nil when none is known.
+    public func recordRefusal(appID: Int, token: String, kind: TokenKind, refusal: TokenRefusal) async throws -> RecordedTokenRefusal {
         try await pool.withTransaction { tx in
             let (installation, outcome) =
                 switch kind {
@@ -33,7 +39,9 @@ public struct TokenHygieneRepository: Sendable {
                 VALUES (\(appID), \(installation), \(token), sha256(convert_to(\(token), 'UTF8')), \(kind), \(refusal.reason),
                         \(milliseconds), \(outcome))
                 """)
-            return outcome
+            guard let installation else { return RecordedTokenRefusal(outcome: outcome, installationID: nil) }
+            let named = try await tx.query("SELECT installation_id FROM installations WHERE id = \(installation)").first
+            return RecordedTokenRefusal(outcome: outcome, installationID: try named?.decode(String.self, column: "installation_id"))
         }
     }
 
@@ -127,5 +135,16 @@ public struct TokenHygieneRepository: Sendable {
             WHERE previous_token IS NOT NULL AND previous_token_until < now()
             """)
         return removed
+    }
+}
+
+/// What `TokenHygieneRepository.recordRefusal` did, and whose token it was (the app's installation id).
+public struct RecordedTokenRefusal: Sendable, Equatable {
+    public var outcome: InvalidationOutcome
+    public var installationID: String?
+
+    public init(outcome: InvalidationOutcome, installationID: String?) {
+        self.outcome = outcome
+        self.installationID = installationID
     }
 }

@@ -234,6 +234,12 @@ public struct ChannelRepository: Sendable {
         now: Date? = nil
     ) async throws -> Bool {
         let requestInFlight = new.state == .creating || new.state == .deleting
+        // A channel created again (an operator's recreate of a lost or refused one) starts without the old
+        // channel's error: `channel list` and `show` would otherwise show it on the new one.
+        let createdAgain = (old.state == .lost || old.state == .createFailed) && new.state == .creating
+        // A channel that opens has no error to show either: one its create met before (a handshake refused, a 503) is
+        // settled.
+        let errorSettled = createdAgain || (new.state == .open && old.state != .open)
         return try await pool.withTransaction { tx in
             try await LeaderLeaseRepository.requireHeld(fence, now: now, on: tx)
             let rows = try await tx.query(
@@ -249,12 +255,9 @@ public struct ChannelRepository: Sendable {
                     opened_at = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.open.sql) AND state <> \(ChannelLifecycle.State.open.sql) THEN coalesce(\(now), now()) ELSE opened_at END,
                     ended_at = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.ended.sql) THEN coalesce(\(now), now()) ELSE ended_at END,
                     deleted_at = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.deleted.sql) THEN coalesce(\(now), now()) ELSE deleted_at END,
-                    -- A channel that opens has no error to show: one its create met before is settled.
-                    last_error = CASE WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.open.sql) AND state <> \(ChannelLifecycle.State.open.sql)
-                                      THEN \(error) ELSE coalesce(\(error), last_error) END,
+                    last_error = CASE WHEN \(errorSettled) THEN \(error) ELSE coalesce(\(error), last_error) END,
                     last_error_at = CASE WHEN \(error)::text IS NOT NULL THEN coalesce(\(now), now())
-                                         WHEN \(new.state.rawValue) = \(ChannelLifecycle.State.open.sql) AND state <> \(ChannelLifecycle.State.open.sql)
-                                         THEN NULL ELSE last_error_at END,
+                                         WHEN \(errorSettled) THEN NULL ELSE last_error_at END,
                     updated_at = now()
                 WHERE id = \(channelID) AND state = \(old.state.rawValue) AND attempts = \(old.attempt)
                 RETURNING event_id

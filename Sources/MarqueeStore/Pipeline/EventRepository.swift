@@ -423,7 +423,7 @@ public struct EventRepository: Sendable {
     public func change(
         eventID: Int, appID: Int?, apiKeyID: Int?, _ change: EventChange,
         decide: @Sendable (EventRecord, _ startsWentOut: Bool) -> Result<EventChangePlan, EventChangeRefusal>
-    ) async throws -> (event: EventRecord, plan: EventChangePlan) {
+    ) async throws -> (event: EventRecord, plan: EventChangePlan, stoppedRuns: [StartRunKind]) {
         try await pool.withTransaction { tx in
             guard
                 let row = try await tx.query(
@@ -451,15 +451,16 @@ public struct EventRepository: Sendable {
                     RETURNING \(unsafeRaw: EventRecord.columns)
                     """)[0])
             var changes = Self.differences(before, after).objectValue ?? [:]
+            var stoppedRuns: [StartRunKind] = []
             if plan.action == .restartAudience {
                 let state = change.postponedState ?? before.latestState ?? [:]
-                try await Self.restartAudience(eventID: eventID, apiKeyID: apiKeyID, endingWith: state, on: tx)
+                stoppedRuns = try await Self.restartAudience(eventID: eventID, apiKeyID: apiKeyID, endingWith: state, on: tx)
                 changes["postponedState"] = state
                 after = try await tx.query("SELECT \(unsafeRaw: EventRecord.columns) FROM events WHERE id = \(eventID)").map(EventRecord.init(row:))[
                     0]
             }
             try await Self.record(plan.event, eventID: eventID, appID: before.appID, apiKeyID: apiKeyID, changes: .object(changes), on: tx)
-            return (after, plan)
+            return (after, plan, stoppedRuns)
         }
     }
 
@@ -547,8 +548,10 @@ public struct EventRepository: Sendable {
     /// transaction: an `end` with `state` is queued for the running activities (the dispatcher broadcasts it on the
     /// channel, which then ends, and mirroring takes it to the activity tokens; the event's status stays), the
     /// event's audience round moves on (a new automatic run starts it at the new lead, once that end went out and a
-    /// new channel opens), and the open start runs of the old round stop.
-    static func restartAudience(eventID: Int, apiKeyID: Int?, endingWith state: JSONValue, on tx: PostgresConnection) async throws {
+    /// new channel opens), and the open start runs of the old round stop (their kinds are returned, for the metrics).
+    static func restartAudience(
+        eventID: Int, apiKeyID: Int?, endingWith state: JSONValue, on tx: PostgresConnection
+    ) async throws -> [StartRunKind] {
         try await tx.execute(
             """
             WITH stored AS (
@@ -566,12 +569,14 @@ public struct EventRepository: Sendable {
                 latest_state = \(state.postgresJSON)::jsonb, latest_state_at = now(), latest_update_id = (SELECT id FROM stored)
             WHERE id = \(eventID)
             """)
-        try await tx.execute(
+        let stopped = try await tx.query(
             """
             UPDATE start_runs SET state = \(StartRunState.stopped.rawValue), finished_at = now(),
                 first_pass_done_at = coalesce(first_pass_done_at, now())
             WHERE event_id = \(eventID) AND state IN \(StartRunState.openStates.sql)
-            """)
+            RETURNING kind
+            """
+        ).map { try $0.decodeRaw(StartRunKind.self, column: "kind") }
         try await tx.execute(
             """
             UPDATE start_chunks SET done = true, finished_at = now()
@@ -582,6 +587,7 @@ public struct EventRepository: Sendable {
             UPDATE starts SET state = \(StartState.skipped.rawValue), reason = \(StartSkipReason.eventOver.rawValue), next_attempt_at = NULL
             WHERE event_id = \(eventID) AND state = \(StartState.planned.rawValue)
             """)
+        return stopped
     }
 
     /// Writes one row of event_changes.
