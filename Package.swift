@@ -59,7 +59,9 @@ let package = Package(
         .plugin(name: "EmbedOpenAPI", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
 
         // Helpers shared by test targets (a regular target: SwiftPM has no test-support kind).
-        .target(name: "MarqueeTestSupport", dependencies: ["APNs", "APNsSimulator", "Crypto"], path: "Tests/Support", swiftSettings: strict),
+        .target(
+            name: "MarqueeTestSupport", dependencies: ["APNs", "APNsSimulator", "Crypto", "MarqueeService", "MarqueeCore"], path: "Tests/Support",
+            swiftSettings: strict),
 
         .testTarget(name: "PostgresTests", dependencies: ["Postgres"], swiftSettings: strict),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
@@ -77,7 +79,8 @@ let package = Package(
                 "APNs", "APNsSimulator", "MarqueeCommands", "MarqueeTestSupport", "MarqueeCommandLine", "Crypto", "Network", "MarqueeCore",
             ], swiftSettings: strict),
         .testTarget(
-            name: "MarqueeServiceTests", dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore"],
+            name: "MarqueeServiceTests",
+            dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore", "MarqueeTestSupport"],
             swiftSettings: strict),
         .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
         .testTarget(

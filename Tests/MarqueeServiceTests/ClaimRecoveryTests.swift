@@ -72,7 +72,7 @@ struct ClaimRecoveryTests {
                         // Connections come back once the failed record is logged (at most 10 s), not after a fixed
                         // time that a loaded machine could spend before the dispatcher tries its record.
                         let until = ContinuousClock.now + .seconds(10)
-                        while ContinuousClock.now < until, !f.log.all.contains(where: { $0.contains("claim outcome not written") }) {
+                        while ContinuousClock.now < until, !f.log.all.contains(where: { $0.contains("outcome not written") }) {
                             try await Task.sleep(for: .milliseconds(20))
                         }
                         try await Task.sleep(for: .milliseconds(300))
@@ -90,7 +90,7 @@ struct ClaimRecoveryTests {
             return
         }
         #expect(sentID == update.id)
-        #expect(f.log.all.contains { $0.contains("claim outcome not written; retrying until the database answers") })
+        #expect(f.log.all.contains { $0.contains("outcome not written; retrying until the database answers") })
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM deliveries WHERE update_id = \(update.id) AND status = 200") == 1)
         #expect(try await f.dispositions(eventID: event.id) == ["broadcast": 1])
