@@ -120,12 +120,17 @@ enum ServeCommand {
             "MARQUEE_MAX_CONCURRENT_ACTIVITIES", "\(defaults.starts.limits.maxConcurrentActivities)"
         ),
         (
-            "start-send-window", "N", "Push-to-starts in flight per chunk of 1,000 followers, marked sending together.",
+            "start-send-window", "N", "Push-to-starts in flight per chunk of followers, marked sending together.",
             "MARQUEE_START_SEND_WINDOW", "\(defaults.starts.sendWindow)"
         ),
         (
-            "start-chunks", "N", "Chunks of 1,000 followers this instance sends at once (a database connection each).",
+            "start-chunks", "N", "Chunks of followers this instance sends at once (a database connection each).",
             "MARQUEE_START_CHUNKS", "\(defaults.starts.chunksInFlight)"
+        ),
+        ("start-chunk-size", "N", "Followers per chunk of a start run.", "MARQUEE_START_CHUNK_SIZE", "\(defaults.starts.chunks.chunkSize)"),
+        (
+            "start-chunk-lease", "SECONDS", "A start chunk's lease, renewed every window (it ends sooner with its holder's heartbeat).",
+            "MARQUEE_START_CHUNK_LEASE", "\(Int(defaults.starts.chunks.chunkLease))"
         ),
         (
             "infrequent-high-priority-budget", "N",
@@ -133,8 +138,17 @@ enum ServeCommand {
             "MARQUEE_INFREQUENT_HIGH_PRIORITY_BUDGET", "\(defaults.infrequentHighPriorityBudget)"
         ),
         (
-            "mirror-send-window", "N", "Mirrored device pushes in flight per chunk of 1,000 activity tokens.", "MARQUEE_MIRROR_SEND_WINDOW",
-            "\(defaults.mirrorSendWindow)"
+            "mirror-send-window", "N", "Mirrored device pushes in flight per chunk of activity tokens.", "MARQUEE_MIRROR_SEND_WINDOW",
+            "\(defaults.mirroring.sendWindow)"
+        ),
+        (
+            "mirror-chunks", "N", "Chunks of activity tokens this instance mirrors to at once.", "MARQUEE_MIRROR_CHUNKS",
+            "\(defaults.mirroring.chunksInFlight)"
+        ),
+        ("mirror-chunk-size", "N", "Activity tokens per chunk of a mirroring pass.", "MARQUEE_MIRROR_CHUNK_SIZE", "\(defaults.mirroring.chunkSize)"),
+        (
+            "mirror-chunk-lease", "SECONDS", "A mirroring chunk's lease (it ends sooner with its holder's heartbeat).",
+            "MARQUEE_MIRROR_CHUNK_LEASE", "\(Int(defaults.mirroring.chunkLease))"
         ),
     ]
 
@@ -201,7 +215,12 @@ enum ServeCommand {
             try arguments.int("max-concurrent-activities", in: 1...100) ?? settings.starts.limits.maxConcurrentActivities
         settings.starts.sendWindow = try arguments.int("start-send-window", in: 1...5000) ?? settings.starts.sendWindow
         settings.starts.chunksInFlight = try arguments.int("start-chunks", in: 1...32) ?? settings.starts.chunksInFlight
-        settings.mirrorSendWindow = try arguments.int("mirror-send-window", in: 1...5000) ?? settings.mirrorSendWindow
+        settings.starts.chunks.chunkSize = try arguments.int("start-chunk-size", in: 10...100_000) ?? settings.starts.chunks.chunkSize
+        settings.starts.chunks.chunkLease = try arguments.seconds("start-chunk-lease", in: 5...3600) ?? settings.starts.chunks.chunkLease
+        settings.mirroring.sendWindow = try arguments.int("mirror-send-window", in: 1...5000) ?? settings.mirroring.sendWindow
+        settings.mirroring.chunksInFlight = try arguments.int("mirror-chunks", in: 1...32) ?? settings.mirroring.chunksInFlight
+        settings.mirroring.chunkSize = try arguments.int("mirror-chunk-size", in: 10...100_000) ?? settings.mirroring.chunkSize
+        settings.mirroring.chunkLease = try arguments.seconds("mirror-chunk-lease", in: 5...3600) ?? settings.mirroring.chunkLease
         settings.infrequentHighPriorityBudget =
             try arguments.int("infrequent-high-priority-budget", in: 0...1_000_000) ?? settings.infrequentHighPriorityBudget
         let environment = ProcessInfo.processInfo.environment["MARQUEE_DELETE_UNKNOWN_CHANNELS"]?.lowercased()

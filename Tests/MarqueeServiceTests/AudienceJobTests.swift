@@ -196,7 +196,7 @@ struct AudienceJobTests {
         let parking = CredentialsParking(
             pool: f.pool, policy: CredentialsParkPolicy(base: 60), metrics: f.metrics, logger: f.logger, clock: f.clock)
         let job = MirrorService(
-            pool: f.pool, apns: apns, instance: "m1", expiration: ExpirationPolicy(), sendWindow: 10,
+            pool: f.pool, apns: apns, instance: "m1", expiration: ExpirationPolicy(), settings: ChunkJobSettings(sendWindow: 10),
             metrics: MirrorMetrics(registry: MetricsRegistry()), logger: f.logger, parking: parking, clock: f.clock, clockDrivesDatabase: true)
         func turn() async throws {
             try await job.beginDueWork()

@@ -7,6 +7,28 @@ import Foundation
 import MarqueeCore
 import Synchronization
 
+/// The sizes of one chunk job (the start fan-out's, mirroring's), which serve's flags set alike for both
+/// (`--start-…` and `--mirror-…`: send window, chunks, chunk size, chunk lease).
+public struct ChunkJobSettings: Sendable, Equatable {
+    /// Pushes in flight per chunk, marked and recorded together.
+    public var sendWindow: Int
+    /// Chunks one instance works at once (each holds an audience connection while it marks or records a window).
+    public var chunksInFlight: Int
+    /// Members (followers, token activities) per chunk.
+    public var chunkSize: Int
+    /// A chunk's lease in seconds, renewed every window; it ends sooner with its holder's heartbeat.
+    public var chunkLease: TimeInterval
+    /// Chunks cut ahead of the claims, per pass.
+    public var cutAhead = 4
+
+    public init(sendWindow: Int, chunksInFlight: Int = 2, chunkSize: Int = 1000, chunkLease: TimeInterval = 60) {
+        self.sendWindow = sendWindow
+        self.chunksInFlight = chunksInFlight
+        self.chunkSize = chunkSize
+        self.chunkLease = chunkLease
+    }
+}
+
 /// One job of the audience's chunk queue.
 protocol ChunkJob: Sendable {
     associatedtype Chunk: Sendable

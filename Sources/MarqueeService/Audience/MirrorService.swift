@@ -48,12 +48,12 @@ public final class MirrorService: Service, ChunkJob {
     private let expiration: ExpirationPolicy
     /// The audience's worker loop, running this job.
     private let worker: ChunkWorker
-    /// Tokens per chunk, pushes in flight per chunk, chunks per instance, chunks cut ahead.
-    private let chunkSize = 1000
-    private let sendWindow: Int
-    private let concurrentChunks = 2
-    private let cutAhead = 4
-    private let chunkLease: TimeInterval = 60
+    /// Tokens per chunk, pushes in flight per chunk, chunks per instance, chunks cut ahead, a chunk's lease.
+    private let settings: ChunkJobSettings
+    private var chunkSize: Int { settings.chunkSize }
+    private var sendWindow: Int { settings.sendWindow }
+    private var cutAhead: Int { settings.cutAhead }
+    private var chunkLease: TimeInterval { settings.chunkLease }
     private let pollInterval: Duration
     private let chunkBackoff = RetryBackoff(base: 1, maximum: 60)
     private let retryPolicy = RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(200), maxDelay: .seconds(5))
@@ -64,7 +64,7 @@ public final class MirrorService: Service, ChunkJob {
     private let databaseClock: @Sendable () -> Date?
 
     public init(
-        pool: PostgresPool, apns: any DevicePushAPNs, instance: String, expiration: ExpirationPolicy, sendWindow: Int,
+        pool: PostgresPool, apns: any DevicePushAPNs, instance: String, expiration: ExpirationPolicy, settings: ChunkJobSettings,
         planner: MirrorPlanner = MirrorPlanner(), pollInterval: Duration = .seconds(1), metrics: MirrorMetrics, logger: Logger,
         parking: CredentialsParking? = nil, clock: any WallClock = SystemWallClock(), clockDrivesDatabase: Bool = false
     ) {
@@ -78,12 +78,14 @@ public final class MirrorService: Service, ChunkJob {
         self.apns = apns
         self.instance = instance
         self.expiration = expiration
-        self.sendWindow = max(1, sendWindow)
+        var settings = settings
+        settings.sendWindow = max(1, settings.sendWindow)
+        self.settings = settings
         self.pollInterval = pollInterval
         self.metrics = metrics
         self.logger = logger.with(["service": "mirroring"])
         worker = ChunkWorker(
-            name: "mirroring", chunksInFlight: concurrentChunks, pollInterval: pollInterval, dueInterval: .zero, sampleInterval: .zero,
+            name: "mirroring", chunksInFlight: settings.chunksInFlight, pollInterval: pollInterval, dueInterval: .zero, sampleInterval: .zero,
             logger: self.logger)
     }
 

@@ -52,11 +52,18 @@ public struct StartSettings: Sendable, Equatable {
     public var startTTL: TimeInterval = 900
     /// `--starts-per-device-hour`, `--max-concurrent-activities`.
     public var limits = StartLimits()
-    /// `--start-send-window`: starts in flight per chunk, marked `sending` together.
-    public var sendWindow = 1000
-    /// `--start-chunks`: chunks of followers one instance sends at once (each holds a database connection
-    /// while it marks or records a window).
-    public var chunksInFlight = 2
+    /// `--start-send-window`, `--start-chunks`, `--start-chunk-size`, `--start-chunk-lease`.
+    public var chunks = ChunkJobSettings(sendWindow: 1000)
+    /// Starts in flight per chunk, marked `sending` together.
+    public var sendWindow: Int {
+        get { chunks.sendWindow }
+        set { chunks.sendWindow = newValue }
+    }
+    /// Chunks of followers one instance sends at once.
+    public var chunksInFlight: Int {
+        get { chunks.chunksInFlight }
+        set { chunks.chunksInFlight = newValue }
+    }
     /// `--restart-on-postpone`: a `PATCH` that moves `startsAt` later by more than this after starts went out ends
     /// the running activities and starts the audience again at the new lead.
     public var restartOnPostpone: TimeInterval = 3600
@@ -78,11 +85,11 @@ public struct StartFanOutConfiguration: Sendable, Equatable {
     public var sendWindow: Int { settings.sendWindow }
     public var chunksInFlight: Int { settings.chunksInFlight }
     /// Followers per chunk.
-    public var chunkSize = 1000
+    public var chunkSize: Int { settings.chunks.chunkSize }
     /// Chunks cut ahead of the claims, per run.
-    public var cutAhead = 4
+    public var cutAhead: Int { settings.chunks.cutAhead }
     /// A chunk's lease, renewed each window; it ends sooner with its holder's heartbeat.
-    public var chunkLease: TimeInterval = 60
+    public var chunkLease: TimeInterval { settings.chunks.chunkLease }
     /// How often the loop looks for chunks when nothing wakes it.
     public var pollInterval: Duration = .seconds(1)
     /// How often it looks for automatic runs that came due.

@@ -40,8 +40,8 @@ public struct ServeConfiguration: Sendable {
     public static let defaultMaxConnections = 16
     public static let defaultPipelineConnections = 4
     /// The start fan-out's and mirroring's own pool (run and pass steps, chunk claims, marks and records): one
-    /// connection per start chunk in flight (`--start-chunks`), and one for the run steps, claims and mirroring.
-    public var audienceConnections: Int { pipeline.starts.chunksInFlight + 1 }
+    /// connection per chunk in flight (`--start-chunks`, `--mirror-chunks`).
+    public var audienceConnections: Int { pipeline.starts.chunksInFlight + pipeline.mirroring.chunksInFlight }
     /// APNs endpoints and CA, carried for the broadcast pipeline (nil: Apple's hosts and the system CAs).
     public var apnsPushURL: String?
     public var apnsManageURL: String?
@@ -129,8 +129,9 @@ public struct PipelineSettings: Sendable, Equatable {
     public var audience = AudienceSettings()
     /// The start fan-out's settings.
     public var starts = StartSettings()
-    /// Mirrored device pushes in flight per chunk of 1,000 token activities (`--mirror-send-window`).
-    public var mirrorSendWindow = 500
+    /// Mirroring's chunks of token activities (`--mirror-send-window`, `--mirror-chunks`, `--mirror-chunk-size`,
+    /// `--mirror-chunk-lease`).
+    public var mirroring = ChunkJobSettings(sendWindow: 500)
     /// Priority-10 mirrored pushes per hour to a token of an installation with `frequentPushesEnabled: false`
     /// (`--infrequent-high-priority-budget`); others get `highPriorityBudget`.
     public var infrequentHighPriorityBudget = 10
@@ -239,7 +240,7 @@ public final class MarqueeDaemon: Sendable {
         self.audiencePool = audiencePool
         mirroring = MirrorService(
             pool: audiencePool, apns: apns, instance: instance,
-            expiration: ExpirationPolicy(timeToLive: configuration.pipeline.broadcastTTL), sendWindow: configuration.pipeline.mirrorSendWindow,
+            expiration: ExpirationPolicy(timeToLive: configuration.pipeline.broadcastTTL), settings: configuration.pipeline.mirroring,
             planner: MirrorPlanner(
                 highPriorityBudget: configuration.pipeline.highPriorityBudget,
                 infrequentHighPriorityBudget: configuration.pipeline.infrequentHighPriorityBudget),
