@@ -96,14 +96,15 @@ public final class MirrorService: Service, ChunkJob {
         for eventID in try await tokenRoute.sendDue() {
             logger.debug("token route took the event's newest state", ["event": .int(eventID)])
         }
-        for (pass, eventID) in try await repository.beginDuePasses() {
+        for (pass, eventID) in try await repository.beginDuePasses(now: databaseClock()) {
             logger.debug("mirroring pass began", ["pass": .int(pass), "event": .int(eventID)])
         }
     }
 
     func advancePasses() async throws {
         for passID in try await repository.runningPassIDs() {
-            let advanced = try await repository.advance(passID: passID, chunkSize: chunkSize, cutAhead: cutAhead) { [planner] in
+            let advanced = try await repository.advance(passID: passID, chunkSize: chunkSize, cutAhead: cutAhead, now: databaseClock()) {
+                [planner] in
                 planner.next(planningDone: $0, openChunks: $1)
             }
             if let lag = advanced?.lag { metrics.lag.observe(max(0, lag)) }
@@ -123,10 +124,10 @@ public final class MirrorService: Service, ChunkJob {
         var failed = 0
         do {
             guard let content = try await repository.content(eventID: chunk.eventID) else {
-                try await repository.finish(chunk, instance: instance, sent: 0, accepted: 0, failed: 0)
+                try await repository.finish(chunk, instance: instance, sent: 0, accepted: 0, failed: 0, now: databaseClock())
                 return
             }
-            let tokens = try await repository.tokens(of: chunk, behind: content.apsTimestamp)
+            let tokens = try await repository.tokens(of: chunk, behind: content.apsTimestamp, now: databaseClock())
             let body = try Self.body(content, sentAt: clock.now)
             let app = PipelineApp(id: chunk.appID, bundleID: content.app.bundleID, environment: content.app.environment)
             var index = 0
@@ -206,7 +207,7 @@ public final class MirrorService: Service, ChunkJob {
                         }
                     }
                 }
-                try await repository.record(outcomes)
+                try await repository.record(outcomes, now: databaseClock())
                 if let parkReason, let parking {
                     parkedUntil = try await parking.refused(app, reason: parkReason).retryAt
                 } else if outcomes.contains(where: { $0.servedTimestamp != nil }) {
@@ -222,7 +223,7 @@ public final class MirrorService: Service, ChunkJob {
                 let delay = backOff ? chunkBackoff.delay(attempt: chunk.attempts) : 0
                 try await repository.release(chunk, instance: instance, after: delay, now: databaseClock())
             } else {
-                try await repository.finish(chunk, instance: instance, sent: sent, accepted: accepted, failed: failed)
+                try await repository.finish(chunk, instance: instance, sent: sent, accepted: accepted, failed: failed, now: databaseClock())
             }
         } catch {
             logger.error("mirroring chunk failed; it is claimed again later", ["error": .string("\(error)")])

@@ -248,20 +248,20 @@ public final class StartFanOut: Service, ChunkJob {
     func work(_ chunk: ClaimedStartChunk, shutdown: ShutdownSignal) async {
         let logger = logger.with(["run": .int(chunk.runID), "event": .int(chunk.eventID), "chunk": .int(chunk.id)])
         do {
-            let abandoned = try await repository.settleAbandoned(chunk)
+            let abandoned = try await repository.settleAbandoned(chunk, now: databaseNow)
             if abandoned > 0 {
                 metrics.starts.increment([StartState.unknown.rawValue, "holder_lost"], by: Double(abandoned))
                 logger.warning("starts left sending by a holder that is gone are unknown", ["starts": .int(abandoned)])
             }
             var content = try await repository.content(of: chunk, now: databaseNow)
             guard StartRepository.startableEventStates.contains(content.eventStatus) else {
-                try await repository.finish(chunk, instance: configuration.instance)
+                try await repository.finish(chunk, instance: configuration.instance, now: databaseNow)
                 return
             }
             guard let alertJSON = content.startAlert, let alert = try? LiveActivityAlert(json: alertJSON, at: ["startAlert"]) else {
                 // A run never begins without an alert; an event whose alert was removed since ends the chunk unsent.
                 logger.error("start run has no alert; chunk left unsent")
-                try await repository.finish(chunk, instance: configuration.instance)
+                try await repository.finish(chunk, instance: configuration.instance, now: databaseNow)
                 return
             }
             let members = try await repository.members(of: chunk, now: databaseNow)
@@ -332,7 +332,7 @@ public final class StartFanOut: Service, ChunkJob {
                 try await repository.release(
                     chunk, instance: configuration.instance, after: max(0.1, min(waitUntil.timeIntervalSince(clock.now), 5)), now: databaseNow)
             } else {
-                try await repository.finish(chunk, instance: configuration.instance)
+                try await repository.finish(chunk, instance: configuration.instance, now: databaseNow)
             }
         } catch {
             logger.error("start chunk failed; it is claimed again later", ["error": .string("\(error)")])
@@ -345,7 +345,7 @@ public final class StartFanOut: Service, ChunkJob {
     private func send(
         _ window: [PlannedStart], chunk: ClaimedStartChunk, app: StartApp, composer: StartComposer
     ) async throws -> (backOff: Bool, retryAt: Date?, wentOutOnChannel: Bool, parkedUntil: Date?) {
-        let marked = try await repository.markSending(chunk, window)
+        let marked = try await repository.markSending(chunk, window, now: databaseNow)
         guard !marked.isEmpty else { return (false, nil, false, nil) }
         let pipelineApp = PipelineApp(id: chunk.appID, bundleID: app.bundleID, environment: app.environment)
         inFlight.withLock { $0 += marked.count }
@@ -404,7 +404,7 @@ public final class StartFanOut: Service, ChunkJob {
         // The answers are known: written as soon as PostgreSQL takes them, else the starts would count unknown.
         try await DurableWrite.run(
             until: .now + .seconds(configuration.chunkLease), logger: logger.with(["chunk": .int(chunk.id), "write": "start answers"])
-        ) { try await repository.record(chunk, records) }
+        ) { try await repository.record(chunk, records, now: databaseNow) }
         for (start, answer, _) in answers {
             guard case .rejected(_, let refusal?) = answer else { continue }
             do {

@@ -14,27 +14,29 @@ public struct MirrorRepository: Sendable {
 
     /// The newest state each event sent in the last day, by a channel's accepted broadcast or by the token route
     /// (`token_routes`, for an event with no channel that broadcasts): its aps.timestamp.
-    private static let newestBroadcasts: PostgresQuery = """
+    private static func newestBroadcasts(now: Date?) -> PostgresQuery {
+        """
         SELECT n.app_id, n.event_id, max(n.aps_timestamp) AS aps_timestamp FROM (
             SELECT c.app_id, c.event_id, c.last_aps_timestamp AS aps_timestamp FROM channels c
-            WHERE c.event_id IS NOT NULL AND c.last_broadcast_at > now() - interval '1 day'
+            WHERE c.event_id IS NOT NULL AND c.last_broadcast_at > coalesce(\(now), now()) - interval '1 day'
             UNION ALL
-            SELECT t.app_id, t.event_id, t.aps_timestamp FROM token_routes t WHERE t.sent_at > now() - interval '1 day'
+            SELECT t.app_id, t.event_id, t.aps_timestamp FROM token_routes t WHERE t.sent_at > coalesce(\(now), now()) - interval '1 day'
         ) n
         GROUP BY n.app_id, n.event_id
         """
+    }
 
     /// Token activity `a` takes pushes now: a pending (scheduled) one only from its start date.
-    static let takesPushes: PostgresQuery = """
-        (a.state <> \(ActivityLifecycle.State.pending.sql) OR a.start_date <= now())
-        """
+    static func takesPushes(now: Date?) -> PostgresQuery {
+        "(a.state <> \(ActivityLifecycle.State.pending.sql) OR a.start_date <= coalesce(\(now), now()))"
+    }
 
     /// Begins a pass for every event with a token activity behind its newest broadcast (and not waiting for a
     /// retry) and no pass running; returns the passes begun.
-    public func beginDuePasses() async throws -> [(pass: Int, eventID: Int)] {
+    public func beginDuePasses(now: Date? = nil) async throws -> [(pass: Int, eventID: Int)] {
         try await pool.query(
             """
-            WITH newest AS (\(fragment: Self.newestBroadcasts))
+            WITH newest AS (\(fragment: Self.newestBroadcasts(now: now)))
             INSERT INTO mirror_passes (app_id, event_id, started_aps_timestamp, update_received_at)
             SELECT n.app_id, n.event_id, n.aps_timestamp, (
                        SELECT u.received_at FROM updates u
@@ -44,7 +46,8 @@ public struct MirrorRepository: Sendable {
                           WHERE a.event_id = n.event_id AND a.state IN \(ActivityLifecycle.mirroredStates.sql)
                             AND a.push_type = \(ActivityPushType.token.sql)
                             AND coalesce(a.mirrored_aps_timestamp, 0) < n.aps_timestamp
-                            AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now()) AND \(fragment: Self.takesPushes)
+                            AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= coalesce(\(now), now()))
+                            AND \(fragment: Self.takesPushes(now: now))
                             AND EXISTS (SELECT 1 FROM installations i WHERE i.id = a.installation AND i.live_activities_enabled)
                             AND \(fragment: Self.ofItsRound(apsTimestamp: "n.aps_timestamp")))
               AND NOT EXISTS (SELECT 1 FROM mirror_passes p WHERE p.event_id = n.event_id AND p.state = \(MirrorPassState.running.sql))
@@ -77,7 +80,9 @@ public struct MirrorRepository: Sendable {
     /// Advances one pass under its row lock (nil when another instance holds it): cuts up to `cutAhead` chunks
     /// of `chunkSize` token activities while fewer wait unclaimed, or finishes it once every chunk is done.
     /// Returns the step and, for a finish, the seconds from its broadcast's ingest.
-    public func advance(passID: Int, chunkSize: Int, cutAhead: Int, decide: @Sendable (Bool, Int) -> MirrorPassStep) async throws
+    public func advance(
+        passID: Int, chunkSize: Int, cutAhead: Int, now: Date? = nil, decide: @Sendable (Bool, Int) -> MirrorPassStep
+    ) async throws
         -> (step: MirrorPassStep, lag: Double?)?
     {
         try await pool.withTransaction { tx in
@@ -85,7 +90,7 @@ public struct MirrorRepository: Sendable {
                 let row = try await tx.query(
                     """
                     SELECT p.event_id, p.planned_through, p.planning_done,
-                           extract(epoch FROM now() - p.update_received_at)::float8 AS lag,
+                           extract(epoch FROM coalesce(\(now), now()) - p.update_received_at)::float8 AS lag,
                            (SELECT count(*) FROM mirror_chunks c WHERE c.pass_id = p.id AND NOT c.done)::integer AS open_chunks,
                            (SELECT count(*) FROM mirror_chunks c WHERE c.pass_id = p.id AND NOT c.done AND c.claimed_by IS NULL)::integer AS waiting
                     FROM mirror_passes p WHERE p.id = \(passID) AND p.state = \(MirrorPassState.running.sql)
@@ -99,7 +104,7 @@ public struct MirrorRepository: Sendable {
                 return (step, nil)
             case .finish:
                 try await tx.execute(
-                    "UPDATE mirror_passes SET state = \(MirrorPassState.done), finished_at = now() WHERE id = \(passID)")
+                    "UPDATE mirror_passes SET state = \(MirrorPassState.done), finished_at = coalesce(\(now), now()) WHERE id = \(passID)")
                 return (step, try row.decode(Double?.self, column: "lag"))
             case .cutChunk:
                 let eventID: Int = try row.decode(column: "event_id")
@@ -139,10 +144,10 @@ public struct MirrorRepository: Sendable {
     }
 
     /// Ends the chunk with its progress counts.
-    public func finish(_ chunk: ClaimedMirrorChunk, instance: String, sent: Int, accepted: Int, failed: Int) async throws {
+    public func finish(_ chunk: ClaimedMirrorChunk, instance: String, sent: Int, accepted: Int, failed: Int, now: Date? = nil) async throws {
         try await pool.execute(
             """
-            UPDATE mirror_chunks SET done = true, finished_at = now(), claimed_by = NULL, claimed_until = NULL,
+            UPDATE mirror_chunks SET done = true, finished_at = coalesce(\(now), now()), claimed_by = NULL, claimed_until = NULL,
                 sent = sent + \(sent), accepted = accepted + \(accepted), failed = failed + \(failed)
             WHERE id = \(chunk.id) AND claimed_by = \(instance)
             """)
@@ -200,15 +205,16 @@ public struct MirrorRepository: Sendable {
 
     /// The chunk's token activities behind `apsTimestamp`, not waiting for a retry, of installations with Live
     /// Activities enabled (`liveActivitiesEnabled: false` stops updates too).
-    public func tokens(of chunk: ClaimedMirrorChunk, behind apsTimestamp: Int64) async throws -> [MirrorToken] {
+    public func tokens(of chunk: ClaimedMirrorChunk, behind apsTimestamp: Int64, now: Date? = nil) async throws -> [MirrorToken] {
         try await pool.query(
             """
             SELECT a.id, a.installation, a.push_token, a.high_priority_window_at, a.high_priority_count, i.frequent_pushes_enabled
             FROM activities a JOIN installations i ON i.id = a.installation JOIN events e ON e.id = a.event_id
             WHERE a.event_id = \(chunk.eventID) AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND i.live_activities_enabled
               AND a.push_type = \(ActivityPushType.token.sql) AND a.id > \(chunk.after) AND a.id <= \(chunk.through)
-              AND coalesce(a.mirrored_aps_timestamp, 0) < \(apsTimestamp) AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= now())
-              AND \(fragment: Self.takesPushes) AND \(fragment: Self.ofItsRound(apsTimestamp: "\(apsTimestamp)::bigint"))
+              AND coalesce(a.mirrored_aps_timestamp, 0) < \(apsTimestamp)
+              AND (a.mirror_retry_at IS NULL OR a.mirror_retry_at <= coalesce(\(now), now()))
+              AND \(fragment: Self.takesPushes(now: now)) AND \(fragment: Self.ofItsRound(apsTimestamp: "\(apsTimestamp)::bigint"))
             ORDER BY a.id
             """
         ).map { row in
@@ -222,7 +228,7 @@ public struct MirrorRepository: Sendable {
 
     /// Writes a window's outcomes, one statement: served tokens take the timestamp (never lower), throttled
     /// ones wait `retryAfter`, failed ones count a failure.
-    public func record(_ outcomes: [MirrorOutcome]) async throws {
+    public func record(_ outcomes: [MirrorOutcome], now: Date? = nil) async throws {
         guard !outcomes.isEmpty else { return }
         let input = JSONValue.array(
             outcomes.map {
@@ -242,7 +248,7 @@ public struct MirrorRepository: Sendable {
             UPDATE activities a SET
                 mirrored_aps_timestamp = CASE WHEN i.served IS NOT NULL THEN greatest(coalesce(a.mirrored_aps_timestamp, 0), i.served)
                                               ELSE a.mirrored_aps_timestamp END,
-                mirror_retry_at = CASE WHEN i.retry_after IS NOT NULL THEN now() + make_interval(secs => i.retry_after) END,
+                mirror_retry_at = CASE WHEN i.retry_after IS NOT NULL THEN coalesce(\(now), now()) + make_interval(secs => i.retry_after) END,
                 mirror_failures = CASE WHEN i.failed THEN a.mirror_failures + 1 WHEN i.served IS NOT NULL THEN 0 ELSE a.mirror_failures END,
                 high_priority_window_at = CASE WHEN i.window_count IS NOT NULL THEN to_timestamp(i.window_at) ELSE a.high_priority_window_at END,
                 high_priority_count = coalesce(i.window_count, a.high_priority_count)

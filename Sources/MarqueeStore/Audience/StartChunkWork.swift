@@ -26,11 +26,11 @@ extension StartRepository {
     }
 
     /// Ends the chunk (every member settled), keeps its counts, and folds its last acceptance into the run's.
-    public func finish(_ chunk: ClaimedStartChunk, instance: String) async throws {
+    public func finish(_ chunk: ClaimedStartChunk, instance: String, now: Date? = nil) async throws {
         try await pool.execute(
             """
             WITH finished AS (
-                UPDATE start_chunks c SET done = true, finished_at = now(), claimed_by = NULL, claimed_until = NULL,
+                UPDATE start_chunks c SET done = true, finished_at = coalesce(\(now), now()), claimed_by = NULL, claimed_until = NULL,
                     counts = \(fragment: Self.chunkCounts)
                 WHERE id = \(chunk.id) AND claimed_by = \(instance)
                 RETURNING run_id, last_accepted_at)
@@ -66,10 +66,11 @@ extension StartRepository {
 
     /// Starts of the chunk's run and range left `sending` by a holder that is gone: nobody can tell whether
     /// APNs took them (`StartLifecycle`'s `holderLost`), so they are `unknown`, counted and never resent.
-    public func settleAbandoned(_ chunk: ClaimedStartChunk) async throws -> Int {
+    public func settleAbandoned(_ chunk: ClaimedStartChunk, now: Date? = nil) async throws -> Int {
         try await pool.execute(
             """
-            UPDATE starts SET state = \(StartLifecycle.transition(from: .sending, on: .holderLost)!), reason = 'holder_lost', answered_at = now()
+            UPDATE starts SET state = \(StartLifecycle.transition(from: .sending, on: .holderLost)!), reason = 'holder_lost',
+                answered_at = coalesce(\(now), now())
             WHERE run_id = \(chunk.runID) AND installation > \(chunk.after) AND installation <= \(chunk.through)
               AND state = \(StartState.sending)
             """)
@@ -339,7 +340,7 @@ extension StartRepository {
     /// dismissed one) since the chunk's members were read is recorded skipped instead (`has_activity`, `dismissed`).
     /// A registration committed after this statement still gets its start (docs/api.md#activities). Returns the
     /// starts marked, to send now.
-    public func markSending(_ chunk: ClaimedStartChunk, _ starts: [PlannedStart]) async throws -> [SendingStart] {
+    public func markSending(_ chunk: ClaimedStartChunk, _ starts: [PlannedStart], now: Date? = nil) async throws -> [SendingStart] {
         guard !starts.isEmpty else { return [] }
         let input = JSONValue.array(
             starts.map {
@@ -379,13 +380,14 @@ extension StartRepository {
                 FROM input WHERE held_reason IS NOT NULL AND planned_id IS NULL
                 ON CONFLICT DO NOTHING
             ), retried AS (
-                UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1, sent_at = now(),
+                UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1,
+                    sent_at = coalesce(\(now), now()),
                     next_attempt_at = NULL
                 FROM eligible e WHERE s.id = e.planned_id AND s.state = \(StartState.planned)
                 RETURNING s.id, s.installation, s.token, s.path, s.attempts
             ), inserted AS (
                 INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, path, state, attempts, sent_at, audience_round)
-                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, path, \(sending), 1, now(),
+                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, path, \(sending), 1, coalesce(\(now), now()),
                        (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
                 FROM eligible WHERE planned_id IS NULL
                 ON CONFLICT DO NOTHING
@@ -402,7 +404,7 @@ extension StartRepository {
 
     /// Writes APNs' answers to the chunk's starts, one statement for up to a batch; only starts still `sending`
     /// change. Moves the chunk's last acceptance forward (not the run's: its row would be every batch's lock).
-    public func record(_ chunk: ClaimedStartChunk, _ answers: [StartAnswerRecord]) async throws {
+    public func record(_ chunk: ClaimedStartChunk, _ answers: [StartAnswerRecord], now: Date? = nil) async throws {
         guard !answers.isEmpty else { return }
         let input = JSONValue.array(
             answers.map {
@@ -419,12 +421,12 @@ extension StartRepository {
                                                                                     retry_after float8, unique_id uuid)
             ), written AS (
                 UPDATE starts s SET state = i.state, reason = i.reason, status = i.status, apns_unique_id = i.unique_id,
-                    answered_at = now(),
-                    next_attempt_at = CASE WHEN i.retry_after IS NOT NULL THEN now() + make_interval(secs => i.retry_after) END
+                    answered_at = coalesce(\(now), now()),
+                    next_attempt_at = CASE WHEN i.retry_after IS NOT NULL THEN coalesce(\(now), now()) + make_interval(secs => i.retry_after) END
                 FROM input i WHERE s.id = i.id AND s.state = \(StartState.sending)
                 RETURNING s.state
             )
-            UPDATE start_chunks SET last_accepted_at = now()
+            UPDATE start_chunks SET last_accepted_at = coalesce(\(now), now())
             WHERE id = \(chunk.id) AND EXISTS (SELECT 1 FROM written WHERE state = \(StartState.accepted))
             """)
     }
