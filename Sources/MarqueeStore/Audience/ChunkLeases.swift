@@ -79,6 +79,18 @@ public struct ChunkLeases: Sendable {
             """)
     }
 
+    /// The statement that finishes the chunk (every member settled) if `instance` holds it: done, its claim cleared,
+    /// and `counts` (the job's own assignments, SQL on the chunk row `c`) kept on it; it returns the pass's id and
+    /// `returning` (columns of `c`), for a statement around it.
+    func finishStatement(chunkID: Int, instance: String, counts: PostgresQuery, returning: String = "", now: Date?) -> PostgresQuery {
+        """
+        UPDATE \(identifier: table) c SET done = true, finished_at = coalesce(\(now), now()), claimed_by = NULL, claimed_until = NULL,
+            \(fragment: counts)
+        WHERE c.id = \(chunkID) AND c.claimed_by = \(instance)
+        RETURNING c.\(identifier: passColumn) AS pass_id\(unsafeRaw: returning.isEmpty ? "" : ", " + returning)
+        """
+    }
+
     /// Cuts chunks of the pass `passID` from `through` on, under its row lock held by `tx`, while fewer than
     /// `cutAhead` wait unclaimed: `page(after)` reads the next range (its last key and how many it holds, up to
     /// `chunkSize`), `insert(after, through)` writes its chunk. Returns where the cut stands and whether the pass is

@@ -146,11 +146,9 @@ public struct MirrorRepository: Sendable {
     /// Ends the chunk with its progress counts.
     public func finish(_ chunk: ClaimedMirrorChunk, instance: String, sent: Int, accepted: Int, failed: Int, now: Date? = nil) async throws {
         try await pool.execute(
-            """
-            UPDATE mirror_chunks SET done = true, finished_at = coalesce(\(now), now()), claimed_by = NULL, claimed_until = NULL,
-                sent = sent + \(sent), accepted = accepted + \(accepted), failed = failed + \(failed)
-            WHERE id = \(chunk.id) AND claimed_by = \(instance)
-            """)
+            ChunkLeases.mirroring.finishStatement(
+                chunkID: chunk.id, instance: instance,
+                counts: "sent = c.sent + \(sent), accepted = c.accepted + \(accepted), failed = c.failed + \(failed)", now: now))
     }
 
     /// Gives the chunk back, due again after `delay` seconds.

@@ -29,13 +29,11 @@ extension StartRepository {
     public func finish(_ chunk: ClaimedStartChunk, instance: String, now: Date? = nil) async throws {
         try await pool.execute(
             """
-            WITH finished AS (
-                UPDATE start_chunks c SET done = true, finished_at = coalesce(\(now), now()), claimed_by = NULL, claimed_until = NULL,
-                    counts = \(fragment: Self.chunkCounts)
-                WHERE id = \(chunk.id) AND claimed_by = \(instance)
-                RETURNING run_id, last_accepted_at)
+            WITH finished AS (\(fragment: ChunkLeases.starts.finishStatement(
+                chunkID: chunk.id, instance: instance, counts: "counts = \(fragment: Self.chunkCounts)", returning: "c.last_accepted_at",
+                now: now)))
             UPDATE start_runs r SET last_accepted_at = greatest(r.last_accepted_at, f.last_accepted_at)
-            FROM finished f WHERE r.id = f.run_id AND f.last_accepted_at IS NOT NULL
+            FROM finished f WHERE r.id = f.pass_id AND f.last_accepted_at IS NOT NULL
             """)
     }
 
