@@ -8,7 +8,9 @@ struct EmbedMigrations: BuildToolPlugin {
     func createBuildCommands(context: PluginContext, target: Target) throws -> [Command] {
         let sqlDirectory = context.package.directoryURL.appending(path: "Sql")
         let files = (try? FileManager.default.contentsOfDirectory(at: sqlDirectory, includingPropertiesForKeys: nil)) ?? []
-        let migrations = files.filter { $0.pathExtension == "sql" }.sorted { $0.lastPathComponent < $1.lastPathComponent }
+        // Numbered files only: schema.sql is the generated picture of the schema, not a migration.
+        let migrations = files.filter { $0.pathExtension == "sql" && $0.lastPathComponent.first?.isNumber == true }
+            .sorted { $0.lastPathComponent < $1.lastPathComponent }
         let output = context.pluginWorkDirectoryURL.appending(path: "EmbeddedMigrations.swift")
         return [
             .buildCommand(

@@ -52,20 +52,20 @@ public final class SimulatorEngine: Sendable {
 
     public let configuration: SimulatorConfiguration
     public let clock: any WallClock
-    private let logger: Logger?
+    let logger: Logger?
     /// `logger != nil`, read once: the hot path neither copies the logger nor reads the clock for it when there is none.
-    private let logs: Bool
-    private let trustedKeys: [String: SimulatorTrustedKey]
-    private let allowedBundleIDs: Set<String>
-    private let channelsChanged: (@Sendable () -> Void)?
-    private let deviceActions: (@Sendable ([DeviceAction]) -> Void)?
+    let logs: Bool
+    let trustedKeys: [String: SimulatorTrustedKey]
+    let allowedBundleIDs: Set<String>
+    let channelsChanged: (@Sendable () -> Void)?
+    let deviceActions: (@Sendable ([DeviceAction]) -> Void)?
     /// The simulated devices (none unless given): what each shows of the pushes accepted here.
     public let devices: SimulatedDevices
-    private let state: Mutex<State>
+    let state: Mutex<State>
     /// Scripted rejections waiting, read before taking the lock: the hot path takes no lock for them when there are none.
-    private let scriptedCount = Atomic<Int>(0)
+    let scriptedCount = Atomic<Int>(0)
 
-    private struct State {
+    struct State {
         var channels: [String: SimulatorChannel] = [:]
         /// Creation order of the channels, for lists (several may share a `createdAt`).
         var channelOrder: [String: Int] = [:]
@@ -209,7 +209,7 @@ public final class SimulatorEngine: Sendable {
     }
 
     /// What an accepted request produced.
-    private struct Accepted {
+    struct Accepted {
         var status: Int
         var headers: HTTPHeaders = [:]
         var body: [UInt8] = []
@@ -264,7 +264,7 @@ public final class SimulatorEngine: Sendable {
 
     /// A field sent twice. Device pushes document `DuplicateHeaders`; the broadcast and channel-management table does
     /// not, so there a repeated field the API reads is an invalid value of that field, and one it does not read is ignored.
-    private static func rejectRepeated(_ name: String, on api: SimulatorAPI) throws(Rejection) {
+    static func rejectRepeated(_ name: String, on api: SimulatorAPI) throws(Rejection) {
         if api == .devicePush { throw Rejection(.duplicateHeaders) }
         switch name {
         case SimulatorHeader.authorization: throw Rejection(.invalidProviderToken)
@@ -275,96 +275,6 @@ public final class SimulatorEngine: Sendable {
         case SimulatorHeader.priority where api == .broadcast: throw Rejection(.badPriority)
         default: return
         }
-    }
-
-    // MARK: - Provider tokens (SimulatorProviderToken.swift)
-
-    private func authenticate(
-        _ authorization: String?, _ connection: inout SimulatorConnectionState, api: SimulatorAPI, now: Date
-    ) throws(Rejection) {
-        guard let value = authorization, !value.isEmpty else { throw Rejection(.missingProviderToken) }
-        // The header the connection's token came in, again: no need to take it apart.
-        if let current = connection.token, current.authorization == value {
-            try checkAge(issuedAt: current.issuedAt, now: now)
-            return
-        }
-        guard value.utf8.count > 7, value.prefix(7).lowercased() == "bearer " else {
-            throw Rejection(.invalidProviderToken)
-        }
-        // Trimmed by hand: Foundation's trimmingCharacters goes through NSString and cost a fifth of the time.
-        var bytes = value.utf8.dropFirst(7)
-        while let first = bytes.first, first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") { bytes = bytes.dropFirst() }
-        while let last = bytes.last, last == UInt8(ascii: " ") || last == UInt8(ascii: "\t") { bytes = bytes.dropLast() }
-        let jwt = String(decoding: bytes, as: UTF8.self)
-        if let current = connection.token, current.jwt == jwt {
-            try checkAge(issuedAt: current.issuedAt, now: now)
-            connection.token?.authorization = value
-            return
-        }
-        // A new token string on this connection: the only time the signature is verified.
-        guard let token = SimulatorProviderToken(jwt: jwt), let trusted = trustedKeys[token.keyID],
-            trusted.teamID == token.teamID
-        else {
-            throw Rejection(.invalidProviderToken)
-        }
-        connection.tokenVerifications += 1
-        guard token.isSigned(by: trusted.key) else { throw Rejection(.invalidProviderToken) }
-        // Apple binds one team to a connection. Device pushes name the error (UnrelatedKeyIdInToken: "open a new
-        // connection"); the broadcast and channel-management table has no such reason, so the token is invalid there.
-        if let team = connection.boundTeamID, team != token.teamID {
-            throw Rejection(api == .devicePush ? .unrelatedKeyIdInToken : .invalidProviderToken)
-        }
-        try checkAge(issuedAt: token.issuedAt, now: now)
-        // Apple: "APNs reports an error if you recreate your tokens more often than every 20 minutes" (A7). The
-        // tokens' issue times are compared, not the moments they arrived, so a new connection may adopt a token that
-        // a process shares among its connections and still take the next one it signs 20 minutes later.
-        if let current = connection.token, token.issuedAt.timeIntervalSince(current.issuedAt) < Self.tokenChangeInterval {
-            throw Rejection(.tooManyProviderTokenUpdates)
-        }
-        connection.token = .init(authorization: value, jwt: jwt, keyID: token.keyID, teamID: token.teamID, issuedAt: token.issuedAt)
-        connection.boundTeamID = token.teamID
-    }
-
-    private func checkAge(issuedAt: Date, now: Date) throws(Rejection) {
-        let age = now.timeIntervalSince(issuedAt)
-        if age > Self.tokenLifetime { throw Rejection(.expiredProviderToken) }
-        if age < -Self.tokenFutureTolerance { throw Rejection(.invalidProviderToken) }
-    }
-
-    /// Bundle ids in broadcast and management paths: no `.push-type.liveactivity` suffix (`TopicDisallowed`),
-    /// and one the key may use (`TopicMismatch`).
-    private func checkBundle(_ bundleID: String) throws(Rejection) {
-        if bundleID.hasSuffix(SimulatorLimits.liveActivityTopicSuffix) { throw Rejection(.topicDisallowed) }
-        if !isAllowed(bundleID) { throw Rejection(.topicMismatch) }
-    }
-
-    private func isAllowed(_ bundleID: String) -> Bool { allowedBundleIDs.isEmpty || allowedBundleIDs.contains(bundleID) }
-
-    private func drawFault() -> Rejection? {
-        let faults = configuration.faults
-        let total = faults.tooManyRequests + faults.internalServerError + faults.serviceUnavailable
-        guard total > 0 else { return nil }
-        let draw = state.withLock { $0.random.unit() }
-        if draw < faults.tooManyRequests { return Rejection(.tooManyRequests) }
-        if draw < faults.tooManyRequests + faults.internalServerError { return Rejection(.internalServerError) }
-        if draw < total { return Rejection(.serviceUnavailable) }
-        return nil
-    }
-
-    private func nextScripted(on api: SimulatorAPI, now: Date) -> Rejection? {
-        // `scriptedCount` counts the scripted answers and the standing rejections, so the common case takes no lock.
-        guard scriptedCount.load(ordering: .acquiring) > 0,
-            let reason = state.withLock({ state -> SimulatorReason? in
-                guard var queue = state.scripted[api], !queue.isEmpty else { return state.standing[api] }
-                let reason = queue.removeFirst()
-                state.scripted[api] = queue
-                scriptedCount.subtract(1, ordering: .releasing)
-                return reason
-            })
-        else { return nil }
-        // Every 410 carries the time the token became invalid, in milliseconds (handling-notification-responses-from-apns).
-        let timestamp = api.answer(for: reason)?.status == 410 ? Int64((now.timeIntervalSince1970 * 1000).rounded(.down)) : nil
-        return Rejection(reason, timestamp: timestamp)
     }
 
     // MARK: - Device pushes (docs/apns.md#device-push, #reasons-device)
@@ -444,66 +354,6 @@ public final class SimulatorEngine: Sendable {
         return Accepted(status: 200, headers: [SimulatorHeader.uniqueID: uniqueID], record: .broadcast(broadcast), channelID: channelID)
     }
 
-    // MARK: - Channel management (sending-channel-management-requests-to-apns)
-
-    private func createChannel(bundleID: String, body: [UInt8], now: Date, requestID: String) throws(Rejection) -> Accepted {
-        guard !body.isEmpty else { throw Rejection(.payloadEmpty) }
-        guard let object = (try? JSONValue(parsing: body))?.objectValue else { throw Rejection(.badRequestPayload) }
-        let known: Set = ["message-storage-policy", "push-type"]
-        guard object.keys.allSatisfy(known.contains) else { throw Rejection(.badRequestParams) }
-        guard let pushType = object["push-type"] else { throw Rejection(.missingPushType) }
-        // Documented: "LiveActivity"; other clients send "liveactivity" (unconfirmed at Apple): any casing is read.
-        guard let text = pushType.stringValue, text.lowercased() == "liveactivity" else { throw Rejection(.invalidPushType) }
-        // Documented: an integer; other clients send the string "1" (unconfirmed at Apple): both are read.
-        let policyValue = object["message-storage-policy"]
-        guard let number = policyValue?.intValue ?? policyValue?.stringValue.flatMap({ Int64($0) }),
-            let policy = SimulatorStoragePolicy(rawValue: Int(number))
-        else {
-            throw Rejection(.badRequestParams)
-        }
-        let channel = try state.withLock { state throws(Rejection) -> SimulatorChannel in
-            guard state.channels.values.count(where: { $0.bundleID == bundleID }) < state.quota else {
-                throw Rejection(.cannotCreateChannelConfig)
-            }
-            var id: String
-            repeat { id = Data(SecureRandom.bytes(16)).base64EncodedString() } while state.channels[id] != nil
-            let channel = SimulatorChannel(bundleID: bundleID, id: id, storagePolicy: policy, pushType: "LiveActivity", createdAt: now)
-            state.channels[id] = channel
-            state.channelOrder[id] = state.nextOrder
-            state.nextOrder += 1
-            return channel
-        }
-        let operation = ChannelOperation(kind: .create, bundleID: bundleID, channelID: channel.id, requestID: requestID, at: now)
-        return Accepted(
-            status: 201, headers: [SimulatorHeader.channelID: channel.id], record: .channel(operation), channelID: channel.id,
-            channelsChanged: true)
-    }
-
-    private func readChannel(bundleID: String, headers: SimulatorRequestHeaders, now: Date, requestID: String) throws(Rejection) -> Accepted {
-        let id = try Self.channelID(headers)
-        guard let channel = channel(id: id), channel.bundleID == bundleID else { throw Rejection(.channelNotRegistered) }
-        let body = JSONValue.object([
-            "message-storage-policy": .int(Int64(channel.storagePolicy.rawValue)), "push-type": .string(channel.pushType),
-        ])
-        let operation = ChannelOperation(kind: .read, bundleID: bundleID, channelID: id, requestID: requestID, at: now)
-        return Accepted(
-            status: 200, headers: [SimulatorHeader.contentType: "application/json"], body: body.jsonBytes,
-            record: .channel(operation), channelID: id)
-    }
-
-    private func deleteChannel(bundleID: String, headers: SimulatorRequestHeaders, now: Date, requestID: String) throws(Rejection) -> Accepted {
-        let id = try Self.channelID(headers)
-        let removed = state.withLock { state -> Bool in
-            guard state.channels[id]?.bundleID == bundleID else { return false }
-            state.channels[id] = nil
-            state.channelOrder[id] = nil
-            return true
-        }
-        guard removed else { throw Rejection(.channelNotRegistered) }
-        let operation = ChannelOperation(kind: .delete, bundleID: bundleID, channelID: id, requestID: requestID, at: now)
-        return Accepted(status: 204, record: .channel(operation), channelID: id, channelsChanged: true)
-    }
-
     // MARK: - Simulated devices (SimulatedDevice.swift)
 
     /// Hands an accepted device push or broadcast to the devices it reaches. The payload is parsed only when a
@@ -550,192 +400,6 @@ public final class SimulatorEngine: Sendable {
         logger.info("devices", ["listener": .string(listener.rawValue), "outcomes": .string(summary), "activity_id": .string(activityID)])
     }
 
-    // MARK: - Shared checks
-
-    /// The path's device token as lowercase hex; nil (`BadDeviceToken`) unless it is hexadecimal bytes (Apple: "the
-    /// hexadecimal bytes that identify the user's device"; "Don't make assumptions about device token size": up to
-    /// 200 bytes are taken, today's tokens have 32 or 100).
-    private static func deviceTokenHex(_ token: String) -> String? {
-        let count = token.utf8.count
-        guard count % 2 == 0, (2...400).contains(count) else { return nil }
-        if allBytes(of: token, are: { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) { return token }
-        guard allBytes(of: token, are: { (0x30...0x39).contains($0) || (0x61...0x66).contains($0 | 0x20) }) else { return nil }
-        return token.lowercased()
-    }
-
-    /// Whether every byte of `text` passes `test`, read through the string's storage (its UTF8View's iterator is slower).
-    private static func allBytes(of text: String, are test: (UInt8) -> Bool) -> Bool {
-        text.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(test) } ?? text.utf8.allSatisfy(test)
-    }
-
-    /// Letters, digits, `-` and `.`: what a bundle id (and so a topic) is made of.
-    private static func isBundleIDByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-            UInt8(ascii: "-"), UInt8(ascii: "."):
-            true
-        default: false
-        }
-    }
-
-    private static func channelID(_ headers: SimulatorRequestHeaders) throws(Rejection) -> String {
-        guard let text = headers.channelID, !text.isEmpty else { throw Rejection(.missingChannelId) }
-        guard text.utf8.count <= maximumChannelIDLength, SimulatorIdentifiers.isBase64(text) else { throw Rejection(.badChannelId) }
-        return text
-    }
-
-    /// A decimal integer header; `allowed` nil means any value ≥ 0.
-    private static func integer(_ text: String, allowed: Set<Int>?, else reason: SimulatorReason) throws(Rejection) -> Int {
-        guard !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int(text),
-            allowed?.contains(value) ?? true
-        else {
-            throw Rejection(reason)
-        }
-        return value
-    }
-
-    /// Empty → `PayloadEmpty`; over the limit → 413 `PayloadTooLarge`; not a JSON object with an `aps` object →
-    /// `BadRequestPayload`.
-    private static func checkPayload(_ body: [UInt8], limit: Int) throws(Rejection) {
-        guard !body.isEmpty else { throw Rejection(.payloadEmpty) }
-        guard body.count <= limit else { throw Rejection(.payloadTooLarge) }
-        switch PayloadScanner.verdict(body) {
-        case .apsObject: return
-        case .rejected: throw Rejection(.badRequestPayload)
-        case .undecided:
-            guard (try? JSONValue(parsing: body))?["aps"]?.objectValue != nil else { throw Rejection(.badRequestPayload) }
-        }
-    }
-
-    /// Device-push answers carry `apns-id`; channel-management and broadcast answers `apns-request-id`.
-    private static func idHeader(listener: SimulatorListener, path: String) -> String {
-        listener == .push && path.hasPrefix("/3/device/") ? SimulatorHeader.id : SimulatorHeader.requestID
-    }
-
-    /// The path for logs: a device token is cut to its first 8 characters.
-    static func loggablePath(_ path: String) -> String {
-        let prefix = "/3/device/"
-        guard path.hasPrefix(prefix) else { return path }
-        return prefix + String(path.dropFirst(prefix.count).prefix(8)) + "…"
-    }
-
-    private static func milliseconds(_ duration: Duration) -> Double {
-        let (seconds, attoseconds) = duration.components
-        return Double(seconds) * 1000 + Double(attoseconds) / 1e15
-    }
-
-    // MARK: - Records and state, for tests and the host
-
-    /// Every accepted request still kept (the last `recordLimit`), oldest first.
-    public var received: [SimulatorRecord] { state.withLock { $0.records.records } }
-
-    /// Accepted broadcasts, oldest first.
-    public var broadcasts: [ReceivedBroadcast] {
-        received.compactMap { if case .broadcast(let broadcast) = $0 { broadcast } else { nil } }
-    }
-
-    /// Accepted broadcasts on one channel, oldest first.
-    public func broadcasts(for channelID: String) -> [ReceivedBroadcast] {
-        broadcasts.filter { $0.channelID == channelID }
-    }
-
-    /// Accepted device pushes, oldest first.
-    public var devicePushes: [ReceivedDevicePush] {
-        received.compactMap { if case .devicePush(let push) = $0 { push } else { nil } }
-    }
-
-    /// Accepted device pushes to one token (hex, any case), oldest first.
-    public func devicePushes(to deviceToken: String) -> [ReceivedDevicePush] {
-        devicePushes.filter { $0.deviceToken == deviceToken.lowercased() }
-    }
-
-    /// Accepted channel-management requests, oldest first.
-    public var channelOperations: [ChannelOperation] {
-        received.compactMap { if case .channel(let operation) = $0 { operation } else { nil } }
-    }
-
-    /// Forgets the accepted requests (channels stay).
-    public func clearRecords() { state.withLock { $0.records.removeAll() } }
-
-    /// Answers so far by HTTP status (including rejections and faults; not the dropped ones).
-    public var statusCounts: [Int: Int] { state.withLock { $0.statusCounts } }
-
-    /// Accepted requests answered with a stream reset (`--drop-answers`).
-    public var droppedAnswers: Int { state.withLock { $0.droppedAnswers } }
-
-    /// The live channels, optionally of one bundle id, oldest first.
-    public func channels(bundleID: String? = nil) -> [SimulatorChannel] {
-        state.withLock { state in
-            state.channels.values.filter { bundleID == nil || $0.bundleID == bundleID }
-                .sorted { state.channelOrder[$0.id, default: 0] < state.channelOrder[$1.id, default: 0] }
-        }
-    }
-
-    /// One live channel.
-    public func channel(id: String) -> SimulatorChannel? { state.withLock { $0.channels[id] } }
-
-    /// Replaces the channels (the host loads them from its state folder at start); lists keep the given order.
-    public func restoreChannels(_ channels: [SimulatorChannel]) {
-        state.withLock { state in
-            state.channels = [:]
-            state.channelOrder = [:]
-            state.nextOrder = 0
-            for channel in channels where state.channels[channel.id] == nil {
-                state.channels[channel.id] = channel
-                state.channelOrder[channel.id] = state.nextOrder
-                state.nextOrder += 1
-            }
-        }
-    }
-
-    /// Channels allowed per bundle id from now on; existing channels stay even above it.
-    public var channelQuota: Int {
-        get { state.withLock { $0.quota } }
-        set { state.withLock { $0.quota = newValue } }
-    }
-
-    /// Added latency per answer from now on (the configuration's at the start); answers already delayed keep theirs.
-    public var latency: ClosedRange<Duration> {
-        get { state.withLock { $0.latency } }
-        set { state.withLock { $0.latency = newValue } }
-    }
-
-    /// Answers the next request of `api` (once it has passed the path, method and token checks) with `reason`, as that
-    /// API spells it; several are answered in order. False, and nothing scripted, when `api`'s table has no `reason`.
-    @discardableResult
-    public func rejectNext(_ reason: SimulatorReason, on api: SimulatorAPI) -> Bool {
-        guard api.answer(for: reason) != nil else { return false }
-        state.withLock { state in
-            state.scripted[api, default: []].append(reason)
-            scriptedCount.add(1, ordering: .releasing)
-        }
-        return true
-    }
-
-    /// Answers every request of `api` (once it has passed the path, method and token checks) with `reason` until
-    /// `stopRejecting(on:)`: a revoked key, say. False, and nothing changed, when `api`'s table has no `reason`.
-    @discardableResult
-    public func rejectEvery(_ reason: SimulatorReason, on api: SimulatorAPI) -> Bool {
-        guard api.answer(for: reason) != nil else { return false }
-        state.withLock { state in
-            if state.standing.updateValue(reason, forKey: api) == nil { scriptedCount.add(1, ordering: .releasing) }
-        }
-        return true
-    }
-
-    /// Ends `rejectEvery(_:on:)` and drops the answers `rejectNext(_:on:)` scripted for `api`.
-    public func stopRejecting(on api: SimulatorAPI) {
-        state.withLock { state in
-            let dropped = (state.scripted.removeValue(forKey: api)?.count ?? 0) + (state.standing.removeValue(forKey: api) == nil ? 0 : 1)
-            if dropped > 0 { scriptedCount.subtract(dropped, ordering: .releasing) }
-        }
-    }
-
-    /// From now on, pushes to `deviceToken` (hex) are answered 410 `Unregistered` with `at` (default: now) as timestamp.
-    public func markDeviceTokenInvalid(_ deviceToken: String, at date: Date? = nil) {
-        let date = date ?? clock.now
-        state.withLock { $0.invalidTokens[deviceToken.lowercased()] = date }
-    }
 }
 
 /// Where a request goes, from its listener, method and path.

@@ -176,7 +176,7 @@ enum AppCommands {
         let environment = ProcessInfo.processInfo.environment.filter { $0.key.hasPrefix("MARQUEE_APNS_") }
         let clients = APNsClientDirectory(apps: AppRepository(pool: pool), environment: environment)
         let scheduler = ChannelScheduler(
-            pool: pool, apns: APNsClientChannelAPNs { app in try await clients.client(for: app) }, catalog: PostgresPipelineCatalog(pool: pool),
+            pool: pool, apns: APNsClientGateway { app in try await clients.client(for: app) }, catalog: PostgresPipelineCatalog(pool: pool),
             configuration: ChannelSchedulerConfiguration(instance: "marquee-app-remove-\(getpid())"),
             metrics: PipelineMetrics(registry: MetricsRegistry()), logger: Logger(level: .warning, sink: Terminal.error))
         let progress = ProgressBar(total: channels.count, label: "deleting channels", enabled: Terminal.standardErrorIsTerminal && !arguments.json)

@@ -90,7 +90,7 @@ extension MarqueeDaemon {
     static func testRoutes(pool: PostgresPool, metrics: MetricsRegistry) -> [any APIRoutes] {
         let clients = APNsClientDirectory(apps: AppRepository(pool: pool), environment: [:])
         let scheduler = ChannelScheduler(
-            pool: pool, apns: APNsClientChannelAPNs { app in try await clients.client(for: app) },
+            pool: pool, apns: APNsClientGateway { app in try await clients.client(for: app) },
             catalog: PostgresPipelineCatalog(pool: pool), configuration: ChannelSchedulerConfiguration(instance: "api-tests"),
             metrics: PipelineMetrics(registry: metrics), logger: Logger { _ in })
         // The readiness probe's 2 s deadline is for a live service; under the full suite a 2-core machine can

@@ -21,9 +21,9 @@ struct APNsVerdictTests {
         .idleTimeout,
     ]
 
-    static func outcome(_ status: Int, _ reason: APNsReason, _ operation: APNsOperation, retryAfter: String? = nil) -> ChannelAPNsOutcome {
-        ChannelAPNsOutcome(
-            ChannelAPNsAttempt(
+    static func outcome(_ status: Int, _ reason: APNsReason, _ operation: APNsOperation, retryAfter: String? = nil) -> APNsExchange {
+        APNsExchange(
+            APNsExchangeAttempt(
                 result: APNsResult(
                     response: APNsResponse(
                         status: status, headers: retryAfter.map { ["retry-after": $0] } ?? [:], body: APNsErrorBody(reason: reason).json),
@@ -101,11 +101,11 @@ struct APNsVerdictTests {
     }
 
     @Test func answersWithoutAReasonAndConnectionsThatNeverCarriedTheRequest() {
-        func attempt(_ result: APNsResult, unknown: Bool) -> ChannelAPNsOutcome {
-            ChannelAPNsOutcome(ChannelAPNsAttempt(result: result, outcomeUnknown: unknown))
+        func attempt(_ result: APNsResult, unknown: Bool) -> APNsExchange {
+            APNsExchange(APNsExchangeAttempt(result: result, outcomeUnknown: unknown))
         }
         #expect(
-            ChannelAPNsOutcome(ChannelAPNsAttempt(result: APNsResult(response: APNsResponse(status: 200), operation: .devicePush))).verdict
+            APNsExchange(APNsExchangeAttempt(result: APNsResult(response: APNsResponse(status: 200), operation: .devicePush))).verdict
                 == .accepted)
         // A proxy's 502 or 504 after the request was written: APNs may have acted.
         for status in [502, 504] {

@@ -133,8 +133,8 @@ import Testing
 
     @Test func everyKindOfAnswerHasItsPlan() {
         func answer(_ status: Int, _ reason: APNsReason, retryAfter: String? = nil) -> APNsVerdict {
-            ChannelAPNsOutcome(
-                ChannelAPNsAttempt(
+            APNsExchange(
+                APNsExchangeAttempt(
                     result: APNsResult(
                         response: APNsResponse(
                             status: status, headers: retryAfter.map { ["retry-after": $0] } ?? [:],

@@ -7,7 +7,7 @@ import Network
 import Synchronization
 import Testing
 
-/// `APNsClientChannelAPNs` turns each pipeline operation into the APNs request and reports every attempt.
+/// `APNsClientGateway` turns each pipeline operation into the APNs request and reports every attempt.
 @Suite struct PipelineAPNsClientTests {
     static let app = PipelineApp(id: 1, bundleID: "com.example.scores", environment: "development")
 
@@ -27,13 +27,13 @@ import Testing
         }
     }
 
-    func apns(_ transport: ListTransport) throws -> APNsClientChannelAPNs {
+    func apns(_ transport: ListTransport) throws -> APNsClientGateway {
         let key = try APNsSigningKey(keyID: "ABC123DEFG", teamID: "DEF123GHIJ", key: P256.SigningKey.generate())
         let endpoints = APNsEndpoints(push: APNsEndpoint(host: "127.0.0.1", port: 4431), management: APNsEndpoint(host: "127.0.0.1", port: 4432))
         let client = APNsClient(
             signingKey: key, endpoints: endpoints, transport: transport,
             configuration: .init(retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(1), maxDelay: .milliseconds(2))))
-        return APNsClientChannelAPNs { _ in client }
+        return APNsClientGateway { _ in client }
     }
 
     @Test func aBroadcastCarriesTheChannelPriorityAndExpirationAndReportsEveryAttempt() async throws {

@@ -179,7 +179,7 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         var listed: [String] = []
         var broadcastScript: [APNsResult] = []
         var createScript: [APNsResult] = []
-        /// The next scripted create's attempt was written and lost its answer (`ChannelAPNsAttempt.outcomeUnknown`).
+        /// The next scripted create's attempt was written and lost its answer (`APNsExchangeAttempt.outcomeUnknown`).
         var nextCreateUnknown = false
         var deleteScript: [APNsResult] = []
         /// Channels each broadcast answer is about (sent concurrently by two dispatchers).
@@ -218,7 +218,7 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         APNsResult(response: APNsResponse(status: status, body: APNsErrorBody(reason: reason).json), operation: .broadcast)
     }
 
-    func createChannel(app: PipelineApp, storagePolicy: MessageStoragePolicy) async throws -> ChannelAPNsOutcome {
+    func createChannel(app: PipelineApp, storagePolicy: MessageStoragePolicy) async throws -> APNsExchange {
         let (scripted, delay) = state.withLock { state -> (APNsResult?, Duration) in
             state.creates += 1
             state.createsInFlight += 1
@@ -232,17 +232,17 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
                 defer { state.nextCreateUnknown = false }
                 return state.nextCreateUnknown
             }
-            return ChannelAPNsOutcome(ChannelAPNsAttempt(result: scripted, requestID: UUID().uuidString, outcomeUnknown: unknown))
+            return APNsExchange(APNsExchangeAttempt(result: scripted, requestID: UUID().uuidString, outcomeUnknown: unknown))
         }
         let id = makeChannel()
         let response = APNsResponse(status: 201, headers: ["apns-channel-id": id, "apns-request-id": UUID().uuidString])
-        return ChannelAPNsOutcome(
-            ChannelAPNsAttempt(
+        return APNsExchange(
+            APNsExchangeAttempt(
                 result: APNsResult(response: response, operation: .createChannel),
                 requestID: UUID().uuidString))
     }
 
-    func deleteChannel(app: PipelineApp, channelID: String) async throws -> ChannelAPNsOutcome {
+    func deleteChannel(app: PipelineApp, channelID: String) async throws -> APNsExchange {
         let known = state.withLock { state -> Bool in
             state.deletes.append(channelID)
             guard let index = state.listed.firstIndex(of: channelID) else { return false }
@@ -250,17 +250,17 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
             return true
         }
         let response = known ? APNsResponse(status: 204) : APNsResponse(status: 400, body: APNsErrorBody(reason: .channelNotRegistered).json)
-        return ChannelAPNsOutcome(ChannelAPNsAttempt(result: APNsResult(response: response, operation: .deleteChannel)))
+        return APNsExchange(APNsExchangeAttempt(result: APNsResult(response: response, operation: .deleteChannel)))
     }
 
-    func listChannels(app: PipelineApp) async throws -> ChannelAPNsOutcome {
+    func listChannels(app: PipelineApp) async throws -> APNsExchange {
         let ids = state.withLock { state -> [String] in
             state.lists += 1
             return state.listed
         }
         let body = Array(try JSONSerialization.data(withJSONObject: ["channels": ids]))
-        return ChannelAPNsOutcome(
-            ChannelAPNsAttempt(
+        return APNsExchange(
+            APNsExchangeAttempt(
                 result: APNsResult(
                     response: APNsResponse(status: 200, body: body),
                     operation: .listChannels)))
@@ -269,7 +269,7 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
     func broadcast(
         app: PipelineApp, channelID: String, payload: [UInt8], expiration: Int64,
         priority: PushPriority
-    ) async throws -> ChannelAPNsOutcome {
+    ) async throws -> APNsExchange {
         let aps = try JSONValue(parsing: String(decoding: payload, as: UTF8.self))["aps"] ?? .null
         let scripted = state.withLock { state -> APNsResult? in
             if state.sending[channelID, default: 0] > 0 { state.overlaps += 1 }
@@ -307,8 +307,8 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
             defer { state.clientRetriesBeforeNext = [] }
             return state.clientRetriesBeforeNext
         }
-        let attempts = (earlier + [result]).map { ChannelAPNsAttempt(result: $0, requestID: UUID().uuidString, latency: .milliseconds(2)) }
-        return ChannelAPNsOutcome(result: result, attempts: attempts)
+        let attempts = (earlier + [result]).map { APNsExchangeAttempt(result: $0, requestID: UUID().uuidString, latency: .milliseconds(2)) }
+        return APNsExchange(result: result, attempts: attempts)
     }
 }
 

@@ -60,8 +60,8 @@ import Testing
         #expect(SweepPlanner.createSteps(for: [Self.channel(9, .lifecycle(.planned))]).creates.map(\.action) == [.createChannel(attempt: 1)])
     }
 
-    static func outcome(_ result: APNsResult, unknown: Bool = false) -> ChannelAPNsOutcome {
-        ChannelAPNsOutcome(ChannelAPNsAttempt(result: result, outcomeUnknown: unknown))
+    static func outcome(_ result: APNsResult, unknown: Bool = false) -> APNsExchange {
+        APNsExchange(APNsExchangeAttempt(result: result, outcomeUnknown: unknown))
     }
 
     static func answer(_ status: Int, _ reason: APNsReason, operation: APNsOperation, retryAfter: String? = nil) -> APNsResult {

@@ -258,6 +258,13 @@ struct SchemaIndexTests {
             let indexCondition = lines[(index + 1)...].prefix { !$0.contains("->") }.filter { $0.contains("Index Cond:") }
             #expect(indexCondition.contains { $0.contains("(installation = ") }, "\(lines[index]):\n\(plan)")
         }
+        // The event's activities the app registered (one activity per device per event) are probed by member too.
+        let activityScans = lines.indices.filter { lines[$0].contains(" on activities ") }
+        #expect(!activityScans.isEmpty, "\(plan)")
+        for index in activityScans {
+            let indexCondition = lines[(index + 1)...].prefix { !$0.contains("->") }.filter { $0.contains("Index Cond:") }
+            #expect(indexCondition.contains { $0.contains("(installation = ") }, "\(lines[index]):\n\(plan)")
+        }
     }
 
     @Test func theAutomaticRunCheckProbesEachEventsRunsAndEnd() async throws {

@@ -37,13 +37,13 @@ public final class RecordingDevicePushAPNs: DevicePushAPNs {
 
     public func devicePush(
         app: PipelineApp, token: String, payload: [UInt8], expiration: Int64, priority: PushPriority, retryPolicy: RetryPolicy
-    ) async throws -> ChannelAPNsOutcome {
+    ) async throws -> APNsExchange {
         let sent = recorded.withLock { pushes in
             pushes.append(Push(appID: app.id, token: token, payload: payload, expiration: expiration, priority: priority))
             return pushes.count { $0.token == token }
         }
         let result = answer.withLock { $0 }(token, sent)
-        return ChannelAPNsOutcome(ChannelAPNsAttempt(result: result, requestID: UUID().uuidString, uniqueID: UUID().uuidString))
+        return APNsExchange(APNsExchangeAttempt(result: result, requestID: UUID().uuidString, uniqueID: UUID().uuidString))
     }
 
     /// APNs' 200.

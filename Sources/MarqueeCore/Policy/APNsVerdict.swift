@@ -1,5 +1,5 @@
 // What happens next after APNs answered one request, or did not (docs/apns.md#errors): read once from the
-// outcome (MarqueeService's `ChannelAPNsOutcome.verdict`), for broadcasts, channel requests and device pushes
+// outcome (MarqueeService's `APNsExchange.verdict`), for broadcasts, channel requests and device pushes
 // alike, so every planner maps from this value alone and no sender reads an answer its own way.
 import Foundation
 

@@ -12,30 +12,6 @@ import MarqueeStore
 import Postgres
 import Synchronization
 
-/// What the fan-out needs from APNs: one device push, retried as `retryPolicy` says, with every attempt.
-public protocol DevicePushAPNs: Sendable {
-    func devicePush(
-        app: PipelineApp, token: String, payload: [UInt8], expiration: Int64, priority: PushPriority, retryPolicy: RetryPolicy
-    ) async throws -> ChannelAPNsOutcome
-}
-
-extension APNsClientChannelAPNs: DevicePushAPNs {
-    public func devicePush(
-        app: PipelineApp, token: String, payload: [UInt8], expiration: Int64, priority: PushPriority, retryPolicy: RetryPolicy
-    ) async throws -> ChannelAPNsOutcome {
-        let request = try APNsRequest.devicePush(
-            bundleID: app.bundleID, deviceToken: try APNsDeviceToken(hex: token), payload: payload,
-            priority: priority == .high ? .immediate : .powerConsidered, expiration: Int(expiration), apnsID: .random())
-        let outcome = try await client(app).send(request, retryPolicy: retryPolicy)
-        return ChannelAPNsOutcome(
-            result: outcome.result,
-            attempts: outcome.attempts.map {
-                ChannelAPNsAttempt(
-                    result: $0.result, requestID: $0.requestID, uniqueID: $0.uniqueID, latency: $0.latency, outcomeUnknown: $0.outcomeUnknown)
-            })
-    }
-}
-
 /// The fan-out's settings that serve's flags set (seconds unless named).
 public struct StartSettings: Sendable, Equatable {
     /// `--audience-lead`: an event's audience starts this long before `startsAt`, unless it has its own.
@@ -357,7 +333,7 @@ public final class StartFanOut: Service, ChunkJob {
         for start in marked where bodies[start.route] == nil {
             bodies[start.route] = Result { try composer.body(route: start.route, sentAt: sentAt) }
         }
-        let answers = await withTaskGroup(of: (SendingStart, APNsVerdict, ChannelAPNsOutcome?).self) { group in
+        let answers = await withTaskGroup(of: (SendingStart, APNsVerdict, APNsExchange?).self) { group in
             for start in marked {
                 let body = bodies[start.route]!
                 group.addTask { [self] in
@@ -372,7 +348,7 @@ public final class StartFanOut: Service, ChunkJob {
                     }
                 }
             }
-            var answers: [(SendingStart, APNsVerdict, ChannelAPNsOutcome?)] = []
+            var answers: [(SendingStart, APNsVerdict, APNsExchange?)] = []
             for await answer in group { answers.append(answer) }
             return answers
         }

@@ -217,7 +217,7 @@ public final class MarqueeDaemon: Sendable {
         let apnsClients = APNsClientDirectory(apps: AppRepository(pool: pipelinePool), environment: configuration.apnsEnvironment)
         self.apnsClients = apnsClients
         let pipelineMetrics = PipelineMetrics(registry: metrics)
-        let apns = APNsClientChannelAPNs { app in try await apnsClients.client(for: app) }
+        let apns = APNsClientGateway { app in try await apnsClients.client(for: app) }
         let catalog = PostgresPipelineCatalog(pool: pipelinePool)
         // One view of the apps parked for a credentials fault: a refusal the dispatcher sees holds the scheduler's
         // creates at once, and the parks are read once per refresh for the whole process.

@@ -89,7 +89,7 @@ final class BroadcastSender: Sendable {
             logger.warning("carried alert dropped to fit the broadcast limit", ["event": .int(claim.eventID), "update": .int(claim.update.id)])
         }
         guard let app = try await catalog.app(id: claim.appID) else { throw DispatcherError.unknownApp(claim.appID) }
-        let outcome: ChannelAPNsOutcome
+        let outcome: APNsExchange
         do {
             outcome = try await apns.broadcast(
                 app: app, channelID: claim.apnsChannelID, payload: planned.body,
@@ -101,15 +101,15 @@ final class BroadcastSender: Sendable {
                 try? await Task { [outbox] in try await outbox.release([claim]) }.value
                 return .released
             }
-            outcome = ChannelAPNsOutcome(ChannelAPNsAttempt(result: APNsResult(transportFailure: .io("not sent: \(error)"))))
+            outcome = APNsExchange(APNsExchangeAttempt(result: APNsResult(transportFailure: .io("not sent: \(error)"))))
         }
         let label = String(planned.priority.rawValue)
         for attempt in outcome.attempts {
             metrics.apnsAnswers.increment(["broadcast", attempt.result.acceptance != nil ? "ok" : attempt.reasonText ?? "unknown"])
         }
-        var attempts = outcome.attempts.isEmpty ? [ChannelAPNsAttempt(result: outcome.result)] : outcome.attempts
+        var attempts = outcome.attempts.isEmpty ? [APNsExchangeAttempt(result: outcome.result)] : outcome.attempts
         let last = attempts.removeLast()
-        func delivery(_ attempt: ChannelAPNsAttempt, number: Int) -> DeliveryDraft {
+        func delivery(_ attempt: APNsExchangeAttempt, number: Int) -> DeliveryDraft {
             attempt.delivery(
                 appID: claim.appID, kind: .broadcast, channelID: claim.channelID, updateID: claim.update.id,
                 priority: planned.priority.rawValue, attempt: claim.attempts + number, apsTimestamp: planned.apsTimestamp)

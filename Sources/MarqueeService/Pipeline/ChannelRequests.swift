@@ -325,12 +325,12 @@ final class ChannelRequests: Sendable {
     // MARK: helpers
 
     /// Runs an APNs call; a call that could not be made at all becomes a transient I/O failure.
-    func call(_ operation: String, _ body: () async throws -> ChannelAPNsOutcome) async -> ChannelAPNsOutcome {
-        let outcome: ChannelAPNsOutcome
+    func call(_ operation: String, _ body: () async throws -> APNsExchange) async -> APNsExchange {
+        let outcome: APNsExchange
         do {
             outcome = try await body()
         } catch {
-            outcome = ChannelAPNsOutcome(ChannelAPNsAttempt(result: APNsResult(transportFailure: .io("not sent: \(error)"))))
+            outcome = APNsExchange(APNsExchangeAttempt(result: APNsResult(transportFailure: .io("not sent: \(error)"))))
         }
         for attempt in outcome.attempts {
             metrics.apnsAnswers.increment([operation, attempt.result.acceptance != nil ? "ok" : attempt.reasonText ?? "unknown"])
@@ -339,8 +339,8 @@ final class ChannelRequests: Sendable {
     }
 
     /// One delivery row per attempt.
-    func record(_ outcome: ChannelAPNsOutcome, kind: DeliveryKind, appID: Int, channelID: Int?, firstAttempt: Int) async throws {
-        let attempts = outcome.attempts.isEmpty ? [ChannelAPNsAttempt(result: outcome.result)] : outcome.attempts
+    func record(_ outcome: APNsExchange, kind: DeliveryKind, appID: Int, channelID: Int?, firstAttempt: Int) async throws {
+        let attempts = outcome.attempts.isEmpty ? [APNsExchangeAttempt(result: outcome.result)] : outcome.attempts
         for (index, attempt) in attempts.enumerated() {
             try await deliveries.insert(
                 attempt.delivery(

@@ -92,7 +92,7 @@ enum CreateAnswer: Sendable, Equatable {
     case retry(String, after: TimeInterval)
 
     /// Reads an outcome; `backoff` is the delay of the next attempt, raised to APNs' Retry-After.
-    init(_ outcome: ChannelAPNsOutcome, backoff: TimeInterval) {
+    init(_ outcome: APNsExchange, backoff: TimeInterval) {
         let failure = outcome.failure.map { "\($0)" } ?? "unknown"
         switch outcome.verdict {
         case .accepted:
@@ -117,7 +117,7 @@ enum DeleteAnswer: Sendable, Equatable {
     /// Anything else: try again after this many seconds (a delete is safe to repeat).
     case retry(String, after: TimeInterval)
 
-    init(_ outcome: ChannelAPNsOutcome, backoff: TimeInterval) {
+    init(_ outcome: APNsExchange, backoff: TimeInterval) {
         let failure = outcome.failure.map { "\($0)" } ?? "unknown"
         switch outcome.verdict {
         case .accepted: self = .deleted

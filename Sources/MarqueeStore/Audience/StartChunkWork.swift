@@ -13,11 +13,12 @@ extension StartRepository {
     /// (`ChunkLeases`), with its run's event, app, alert and wait for a channel.
     public func claimChunk(instance: String, lease: TimeInterval, now: Date? = nil) async throws -> ClaimedStartChunk? {
         guard let claimed = try await ChunkLeases.starts.claim(instance: instance, lease: lease, now: now, on: pool) else { return nil }
-        let run = try await pool.query("SELECT event_id, app_id, alert, channel_wait_until FROM start_runs WHERE id = \(claimed.passID)")[0]
+        let run = try await pool.query(
+            "SELECT event_id, app_id, alert, channel_wait_until, audience_round FROM start_runs WHERE id = \(claimed.passID)")[0]
         return ClaimedStartChunk(
             id: claimed.id, runID: claimed.passID, eventID: try run.decode(column: "event_id"), appID: try run.decode(column: "app_id"),
             after: claimed.after, through: claimed.through, attempts: claimed.attempts, runAlert: try run.decodeJSON(column: "alert"),
-            channelWaitUntil: try run.decode(column: "channel_wait_until"))
+            channelWaitUntil: try run.decode(column: "channel_wait_until"), audienceRound: try run.decode(column: "audience_round"))
     }
 
     /// Keeps the claim for `lease` more seconds; false when it is no longer this instance's.
@@ -233,7 +234,8 @@ extension StartRepository {
             SELECT m.installation, m.direct, i.live_activities_enabled, i.os_major, i.os_minor, i.os_patch, i.push_to_start_token,
                    i.token_refused_reason,
                    started.found IS NOT NULL AS started,
-                   coalesce(held.of_round, false) AS has_activity, coalesce(held.dismissed, false) AS dismissed,
+                   \(fragment: Self.hasActivityOfRound(chunk, installation: "m.installation")) AS has_activity,
+                   \(fragment: Self.dismissedByUser(chunk, installation: "m.installation")) AS dismissed,
                    mine.state AS run_state, mine.next_attempt_at AS retry_at,
                    planned.id AS planned_id, planned.token AS planned_token,
                    (SELECT count(*) FROM starts s WHERE s.installation = m.installation AND s.went_out
@@ -265,8 +267,6 @@ extension StartRepository {
                   AND s.went_out AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
                 LIMIT 1
             ) started ON true
-            -- The event's activities the app registered for the member (activities_by_installation_event).
-            LEFT JOIN LATERAL (\(fragment: Self.heldBack(eventID: chunk.eventID, runID: chunk.runID, installation: "m.installation"))) held ON true
             LEFT JOIN LATERAL (
                 SELECT s.state, s.next_attempt_at FROM starts s
                 WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation AND s.token = i.push_to_start_token
@@ -290,15 +290,22 @@ extension StartRepository {
             """
     }
 
-    /// `(of_round, dismissed)` for one installation (`installation`, an SQL expression) and the run's event: whether
-    /// the app registered an activity of the event in the run's audience round, whatever its state or push type, and
-    /// whether the user dismissed one while its round ran (`ActivityLifecycle.dismissalIsTheUsers`, recorded as
-    /// `user_dismissed`). Either holds back a start (`StartPlanner.decide`), also at the mark.
-    static func heldBack(eventID: Int, runID: Int, installation: PostgresQuery) -> PostgresQuery {
+    /// Whether the app registered an activity of the chunk's event in its run's audience round for `installation` (an
+    /// SQL expression), whatever its state or push type: a probe of activities_by_installation_event per member.
+    static func hasActivityOfRound(_ chunk: ClaimedStartChunk, installation: PostgresQuery) -> PostgresQuery {
         """
-        SELECT bool_or(a.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(runID))) AS of_round,
-               bool_or(a.user_dismissed) AS dismissed
-        FROM activities a WHERE a.installation = \(fragment: installation) AND a.event_id = \(eventID)
+        EXISTS (SELECT 1 FROM activities a WHERE a.installation = \(fragment: installation) AND a.event_id = \(chunk.eventID)
+                AND a.audience_round = \(chunk.audienceRound))
+        """
+    }
+
+    /// Whether the user dismissed an activity of the chunk's event while its round ran (`ActivityLifecycle.dismissalIsTheUsers`,
+    /// recorded as `user_dismissed`), for `installation`. Either this or `hasActivityOfRound` holds back a start
+    /// (`StartPlanner.decide`), also at the mark.
+    static func dismissedByUser(_ chunk: ClaimedStartChunk, installation: PostgresQuery) -> PostgresQuery {
+        """
+        EXISTS (SELECT 1 FROM activities a WHERE a.installation = \(fragment: installation) AND a.event_id = \(chunk.eventID)
+                AND a.user_dismissed)
         """
     }
 
@@ -351,11 +358,11 @@ extension StartRepository {
         let rows = try await pool.query(
             """
             WITH input AS (
-                SELECT i.*, CASE WHEN h.dismissed THEN \(StartSkipReason.dismissed.rawValue)
-                                 WHEN h.of_round THEN \(StartSkipReason.hasActivity.rawValue) END AS held_reason
+                SELECT i.*, CASE WHEN \(fragment: Self.dismissedByUser(chunk, installation: "i.installation")) THEN \(StartSkipReason.dismissed.rawValue)
+                                 WHEN \(fragment: Self.hasActivityOfRound(chunk, installation: "i.installation"))
+                                 THEN \(StartSkipReason.hasActivity.rawValue) END AS held_reason
                 FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (installation bigint, token text, os_major integer,
                                                                           path text, planned_id bigint)
-                LEFT JOIN LATERAL (\(fragment: Self.heldBack(eventID: chunk.eventID, runID: chunk.runID, installation: "i.installation"))) h ON true
             ), eligible AS (
                 SELECT i.* FROM input i JOIN installations n ON n.id = i.installation
                 WHERE i.held_reason IS NULL

@@ -31,6 +31,8 @@ public struct ClaimedStartChunk: Sendable, Equatable {
     public let attempts: Int
     public let runAlert: JSONValue?
     public let channelWaitUntil: Date
+    /// The audience round of its run (an activity of this round holds back a start).
+    public var audienceRound = 1
 }
 
 /// The app of a start, as APNs addresses it.

@@ -1,6 +1,7 @@
-// The seam between the pipeline services and APNs: the four channel operations the dispatcher and the
-// scheduler need, each answered with APNs' final result and every attempt (one delivery row each).
-// Production uses `APNsClientChannelAPNs` (over `APNsClient`); unit tests use an in-memory fake.
+// The seam between Marquee's senders and APNs: the four channel operations the dispatcher and the scheduler need
+// (`BroadcastChannelAPNs`) and the device push of the start fan-out and mirroring (`DevicePushAPNs`), each answered
+// as one `APNsExchange`: APNs' final result and every attempt (one delivery row each), read once into an
+// `APNsVerdict`. Production uses `APNsClientGateway` (over `APNsClient`); tests use in-memory doubles.
 import APNs
 import Foundation
 import MarqueeCore
@@ -21,7 +22,7 @@ public struct PipelineApp: Sendable, Hashable {
 }
 
 /// One exchange with APNs (or a failed try to have one), as a delivery row records it.
-public struct ChannelAPNsAttempt: Sendable {
+public struct APNsExchangeAttempt: Sendable {
     public var result: APNsResult
     /// The `apns-request-id` sent or echoed.
     public var requestID: String?
@@ -59,17 +60,17 @@ public struct ChannelAPNsAttempt: Sendable {
 }
 
 /// Everything that happened to one request: the final result and every attempt, in order.
-public struct ChannelAPNsOutcome: Sendable {
+public struct APNsExchange: Sendable {
     public var result: APNsResult
-    public var attempts: [ChannelAPNsAttempt]
+    public var attempts: [APNsExchangeAttempt]
 
-    public init(result: APNsResult, attempts: [ChannelAPNsAttempt]) {
+    public init(result: APNsResult, attempts: [APNsExchangeAttempt]) {
         self.result = result
         self.attempts = attempts
     }
 
     /// One attempt with this result.
-    public init(_ attempt: ChannelAPNsAttempt) {
+    public init(_ attempt: APNsExchangeAttempt) {
         self.init(result: attempt.result, attempts: [attempt])
     }
 
@@ -82,7 +83,7 @@ public struct ChannelAPNsOutcome: Sendable {
     public var reason: APNsReason? { result.failure?.reason }
 }
 
-extension ChannelAPNsOutcome {
+extension APNsExchange {
     /// What happens next, read once from the outcome for every operation (docs/apns.md#errors).
     public var verdict: APNsVerdict {
         if acceptance != nil { return .accepted }
@@ -116,19 +117,19 @@ extension ChannelAPNsOutcome {
 /// (signing key unreadable, client shut down, task cancelled).
 public protocol BroadcastChannelAPNs: Sendable {
     /// `POST /1/apps/{bundle}/channels`; the acceptance carries `channelID`.
-    func createChannel(app: PipelineApp, storagePolicy: MessageStoragePolicy) async throws -> ChannelAPNsOutcome
+    func createChannel(app: PipelineApp, storagePolicy: MessageStoragePolicy) async throws -> APNsExchange
     /// `DELETE /1/apps/{bundle}/channels` for one channel id.
-    func deleteChannel(app: PipelineApp, channelID: String) async throws -> ChannelAPNsOutcome
+    func deleteChannel(app: PipelineApp, channelID: String) async throws -> APNsExchange
     /// `GET /1/apps/{bundle}/all-channels`; the acceptance carries `channels`.
-    func listChannels(app: PipelineApp) async throws -> ChannelAPNsOutcome
+    func listChannels(app: PipelineApp) async throws -> APNsExchange
     /// `POST /4/broadcasts/apps/{bundle}` on a channel; `expiration` in Unix seconds (0: do not store).
     func broadcast(
         app: PipelineApp, channelID: String, payload: [UInt8], expiration: Int64,
         priority: PushPriority
-    ) async throws -> ChannelAPNsOutcome
+    ) async throws -> APNsExchange
 }
 
-extension ChannelAPNsAttempt {
+extension APNsExchangeAttempt {
     /// The delivery row of this attempt.
     func delivery(
         appID: Int, kind: DeliveryKind, channelID: Int?, updateID: Int? = nil, priority: Int? = nil,
