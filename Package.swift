@@ -48,7 +48,10 @@ let package = Package(
         .target(name: "MarqueeCommandLine", dependencies: ["MarqueeCore"], swiftSettings: strict),
         // Every command of `marquee`, a library so tests can import it; the executable is a thin main over it.
         .target(
-            name: "MarqueeCommands", dependencies: ["MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore"],
+            name: "MarqueeCommands",
+            dependencies: [
+                "MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore", "Postgres", "Network", "Crypto",
+            ],
             swiftSettings: strict),
         .executableTarget(name: "marquee", dependencies: ["MarqueeCommands", "MarqueeCommandLine"], swiftSettings: strict),
 
@@ -65,7 +68,8 @@ let package = Package(
 
         .testTarget(name: "PostgresTests", dependencies: ["Postgres"], swiftSettings: strict),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
-        .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto"], swiftSettings: strict),
+        // The network tests' peers drive libevent, nghttp2 and OpenSSL directly.
+        .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto", "CLibEvent", "CNGHTTP2", "COpenSSL"], swiftSettings: strict),
         .testTarget(name: "MarqueeCommandLineTests", dependencies: ["MarqueeCommandLine"], swiftSettings: strict),
         .testTarget(
             name: "MarqueeCommandsTests", dependencies: ["MarqueeCommands", "MarqueeCommandLine", "MarqueeCore", "MarqueeService", "Network"],
