@@ -4,7 +4,7 @@ import MarqueeCore
 import Testing
 
 /// What a start run reports stays true after the fact (issue 48): `marquee_start_runs_total` counts every
-/// transition where it happens (a manual run made, a run a postponement stops), a run's counts never shrink when
+/// transition where it happens (a manual run made, a run a postponement or a cancel stops), a run's counts never shrink when
 /// an installation it started is erased, and its estimated audience follows followers who come late.
 @Suite(.enabled(if: MarqueeProcess.available))
 struct StartRunAccountingTests {
@@ -57,6 +57,17 @@ struct StartRunAccountingTests {
             let stopped = try #require(
                 try await harness.api("GET", "/v1/events/\(event)/starts").json["runs"]?.arrayValue?.first { $0["kind"] == "manual" })
             #expect(stopped["state"] == "stopped" && stopped["counts"]?["accepted"] == 3, "\(stopped)")
+
+            // A cancel stops a rolling run too (StartRunLifecycle): counted as stopped where the fan-out ends it.
+            #expect(try await harness.api("POST", "/v1/events/\(event)/starts", [:]).status == 202)
+            let rolling = try await Fans.run(of: event, harness, until: Fans.firstPassDone)
+            #expect(rolling["state"] == "rolling", "\(rolling)")
+            #expect(try await harness.api("POST", "/v1/events/\(event)/cancel", [:]).status == 202)
+            let cancelled = try await Fans.run(of: event, harness) { $0["state"] != "rolling" }
+            #expect(cancelled["state"] == "stopped", "\(cancelled)")
+            try await harness.waitUntil("the fan-out counted the stop") {
+                try await harness.metric("marquee_start_runs_total", ["kind": "manual", "state": "stopped"]) == 2
+            }
         }
     }
 

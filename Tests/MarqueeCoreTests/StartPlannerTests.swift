@@ -172,6 +172,24 @@ struct StartPlannerTests {
         }
     }
 
+    @Test func theStartRunLifecycleNamesEveryChangeOfARunsState() {
+        typealias L = StartRunLifecycle
+        let table: [(StartRunState, L.Event, StartRunState?)] = [
+            (.running, .firstPassDone, .rolling), (.rolling, .firstPassDone, .rolling),
+            (.running, .cutoffPassed, .done), (.rolling, .cutoffPassed, .done),
+            (.running, .eventEnded, .stopped), (.rolling, .eventEnded, .done),
+            (.running, .eventCancelled, .stopped), (.rolling, .eventCancelled, .stopped),
+            (.running, .postponed, .stopped), (.rolling, .postponed, .stopped),
+        ]
+        for (state, event, to) in table { #expect(L.transition(from: state, on: event) == to, "\(state) \(event)") }
+        for state in [StartRunState.done, .skipped, .stopped] {
+            for event in L.Event.allCases { #expect(L.transition(from: state, on: event) == nil, "\(state) is final") }
+        }
+        #expect(table.count == 2 * L.Event.allCases.count)
+        #expect(L.openStates == [.running, .rolling] && StartRunState.openStates == L.openStates)
+        #expect(L.finalStates == [.done, .skipped, .stopped])
+    }
+
     @Test func aRunCutsChunksThenRollsIntoLatePassesUntilTheCutoff() {
         let runs = StartRunPlanner(lateStartInterval: 60)
         func facts(_ state: StartRunState, _ adjust: (inout StartRunFacts) -> Void = { _ in }) -> StartRunFacts {
@@ -202,7 +220,8 @@ struct StartPlannerTests {
                         $0.eventStatus = status
                         $0.planningDone = false
                     }) == .finish(.stopped))
-            #expect(runs.next(facts(.rolling) { $0.eventStatus = status }) == .finish(.done))
+            // After the first pass an end cuts nothing short; a cancel stops the run.
+            #expect(runs.next(facts(.rolling) { $0.eventStatus = status }) == .finish(status == .cancelled ? .stopped : .done))
         }
         #expect(runs.next(facts(.done)) == .wait(until: nil))
     }

@@ -4,25 +4,25 @@
 // the facts, asks these, and performs what they return; the tests need no I/O.
 import Foundation
 
-/// Where a start run stands (`start_runs.state`).
+/// Where a start run stands (`start_runs.state`); StartRunLifecycle decides every change.
 ///
 ///   running → rolling → done      (the first pass over the audience, then late followers until the cutoff)
-///   running | rolling → stopped   (the event ended or was cancelled)
+///   running | rolling → stopped   (cancelled or postponed; ended before the first pass was done)
 ///   skipped                       (never ran: too late, or an automatic run without an alert)
 public enum StartRunState: String, Sendable, Codable, CaseIterable {
     /// The first pass over the audience.
     case running
     /// The first pass is done; late followers are started by later passes.
     case rolling
-    /// No more starts: the late-start cutoff passed.
+    /// No more starts: the late-start cutoff passed, or the event ended after the first pass.
     case done
     /// Never ran (`StartRunSkipReason`).
     case skipped
-    /// The event ended or was cancelled during the run.
+    /// The event was cancelled or postponed during the run, or ended before its first pass was done.
     case stopped
 
-    /// States in which chunks are cut and claimed.
-    public static let openStates: [StartRunState] = [.running, .rolling]
+    /// States in which chunks are cut and claimed (StartRunLifecycle's open states).
+    public static var openStates: [StartRunState] { StartRunLifecycle.openStates }
 }
 
 /// How a run came to be.
@@ -312,10 +312,15 @@ public struct StartRunPlanner: Sendable {
     public func next(_ run: StartRunFacts) -> StartRunStep {
         guard StartRunState.openStates.contains(run.state) else { return .wait(until: nil) }
         let over = [.ending, .ended, .cancelled].contains(run.eventStatus)
-        if over { return .finish(run.state == .running ? .stopped : .done) }
+        if over {
+            let event: StartRunLifecycle.Event = run.eventStatus == .cancelled ? .eventCancelled : .eventEnded
+            return .finish(StartRunLifecycle.transition(from: run.state, on: event) ?? .stopped)
+        }
         if !run.planningDone { return .cutChunk }
         if run.openChunks > 0 { return .wait(until: nil) }
-        guard run.lateStartCutoff.map({ run.now < $0 }) ?? true else { return .finish(.done) }
+        guard run.lateStartCutoff.map({ run.now < $0 }) ?? true else {
+            return .finish(StartRunLifecycle.transition(from: run.state, on: .cutoffPassed) ?? .done)
+        }
         // A pass just ended (the first, or a late one, whose start cleared `nextPassAt`): the next one later.
         guard let next = run.nextPassAt else { return .roll(nextPassAt: run.now.addingTimeInterval(lateStartInterval)) }
         return next > run.now ? .wait(until: next) : .beginPass

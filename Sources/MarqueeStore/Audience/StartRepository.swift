@@ -200,7 +200,7 @@ public struct StartRepository: Sendable {
             case .roll(let next):
                 try await tx.execute(
                     """
-                    UPDATE start_runs SET state = \(StartRunState.rolling), next_pass_at = \(next),
+                    UPDATE start_runs SET state = \(StartRunLifecycle.transition(from: facts.state, on: .firstPassDone) ?? .rolling), next_pass_at = \(next),
                         first_pass_done_at = coalesce(first_pass_done_at, coalesce(\(now), now()))
                     WHERE id = \(runID)
                     """)

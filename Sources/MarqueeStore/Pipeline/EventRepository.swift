@@ -406,7 +406,7 @@ public struct EventRepository: Sendable {
             """)
         let stopped = try await tx.query(
             """
-            UPDATE start_runs SET state = \(StartRunState.stopped.rawValue), finished_at = now(),
+            UPDATE start_runs SET state = \(fragment: StartRunLifecycle.sqlState(after: .postponed, column: "state")), finished_at = now(),
                 first_pass_done_at = coalesce(first_pass_done_at, now())
             WHERE event_id = \(eventID) AND state IN \(StartRunState.openStates.sql)
             RETURNING kind

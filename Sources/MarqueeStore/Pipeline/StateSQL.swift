@@ -28,6 +28,19 @@ extension EventLifecycle {
     }
 }
 
+extension StartRunLifecycle {
+    /// `CASE <column> WHEN 'from' THEN 'to' ... END`: the state `event` leaves a run in, for each open state. A
+    /// statement that performs the event filters on the open states.
+    static func sqlState(after event: Event, column: PostgresStaticSQL) -> PostgresQuery {
+        var cases: PostgresQuery = "CASE \(column)"
+        for from in openStates {
+            guard let to = transition(from: from, on: event) else { continue }
+            cases = "\(fragment: cases) WHEN \(from.sql) THEN \(to.sql)"
+        }
+        return "\(fragment: cases) END"
+    }
+}
+
 extension ChannelLifecycle {
     /// `CASE <column> WHEN 'from' THEN 'to' ... ELSE <column> END`: the state `events` leave a channel in, for each
     /// of `states` (a state they do not apply to keeps its value). The statement filters on those states.
