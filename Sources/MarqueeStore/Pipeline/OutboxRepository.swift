@@ -348,8 +348,7 @@ public struct OutboxRepository: Sendable {
             CROSS JOIN LATERAL (
                 -- The event's sequence goes on from what the token route sent before the channel opened (Sql/0039).
                 SELECT c.id AS channel_id, c.last_broadcast_at,
-                       greatest(c.last_aps_timestamp, (SELECT t.aps_timestamp FROM token_routes t WHERE t.event_id = c.event_id))
-                           AS last_aps_timestamp
+                       greatest(c.last_aps_timestamp, (SELECT aps_timestamp FROM token_routes WHERE event_id = c.event_id)) AS last_aps_timestamp
                 FROM channels c JOIN events e ON e.id = c.event_id
                 WHERE c.event_id = o.event_id AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) AND NOT e.channel_lost
                 LIMIT 1
