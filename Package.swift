@@ -67,7 +67,7 @@ let package = Package(
             swiftSettings: strict),
 
         .testTarget(name: "PostgresTests", dependencies: ["Postgres"], swiftSettings: strict),
-        .testTarget(name: "CryptoTests", dependencies: ["Crypto"], swiftSettings: strict),
+        .testTarget(name: "CryptoTests", dependencies: ["Crypto", "MarqueeTestSupport"], swiftSettings: strict),
         // The network tests' peers drive libevent, nghttp2 and OpenSSL directly.
         .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto", "CLibEvent", "CNGHTTP2", "COpenSSL"], swiftSettings: strict),
         .testTarget(name: "MarqueeCommandLineTests", dependencies: ["MarqueeCommandLine"], swiftSettings: strict),
@@ -76,7 +76,9 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
         // The simulator alone, held against Apple's pages; the client against the simulator is tested in APNsTests.
-        .testTarget(name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "Crypto", "Network", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(
+            name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "Crypto", "Network", "MarqueeCore", "MarqueeTestSupport"],
+            swiftSettings: strict),
         .testTarget(
             name: "APNsTests",
             dependencies: [
@@ -86,7 +88,8 @@ let package = Package(
             name: "MarqueeServiceTests",
             dependencies: ["MarqueeService", "MarqueeStore", "Postgres", "APNs", "Crypto", "Network", "MarqueeCore", "MarqueeTestSupport"],
             swiftSettings: strict),
-        .testTarget(name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore"], swiftSettings: strict),
+        .testTarget(
+            name: "MarqueeStoreTests", dependencies: ["MarqueeStore", "Postgres", "MarqueeCore", "MarqueeTestSupport"], swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [

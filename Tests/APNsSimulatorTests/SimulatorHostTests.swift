@@ -1,5 +1,6 @@
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Network
 import Testing
 
@@ -47,7 +48,7 @@ import Testing
                     process.standardOutput = output
                     process.standardError = FileHandle.nullDevice
                     process.standardInput = stdin
-                    try process.run()
+                    try ProcessLaunch.run(process)
                     stdin.fileHandleForWriting.write(Data(input))
                     try stdin.fileHandleForWriting.close()
                     let data = output.fileHandleForReading.readDataToEndOfFile()

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import MarqueeCommandLine
 import MarqueeCore
+import MarqueeTestSupport
 import Testing
 
 @testable import APNs
@@ -132,7 +133,7 @@ import Testing
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return false }
+        guard (try? ProcessLaunch.run(process)) != nil else { return false }
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         return process.terminationStatus == 0 && text.contains("Send one request to APNs")
@@ -149,7 +150,7 @@ import Testing
                     let output = Pipe()
                     process.standardOutput = output
                     process.standardError = FileHandle.nullDevice
-                    try process.run()
+                    try ProcessLaunch.run(process)
                     let data = output.fileHandleForReading.readDataToEndOfFile()
                     process.waitUntilExit()
                     continuation.resume(returning: (process.terminationStatus, String(decoding: data, as: UTF8.self)))

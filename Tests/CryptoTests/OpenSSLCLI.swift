@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 
 /// Runs the `openssl` command-line tool in a temporary folder, so tests can check interoperability.
 struct OpenSSLCLI {
@@ -36,7 +37,7 @@ struct OpenSSLCLI {
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe
-        try process.run()
+        try ProcessLaunch.run(process)
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         return Outcome(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))

@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Testing
 
 /// `Scripts/demo` checks its arguments before it installs or builds anything: a bad one is a message and 64.
@@ -13,7 +14,7 @@ import Testing
         let errors = Pipe()
         process.standardError = errors
         process.standardOutput = FileHandle.nullDevice
-        try process.run()
+        try ProcessLaunch.run(process)
         let data = errors.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         return (process.terminationStatus, String(decoding: data, as: UTF8.self))

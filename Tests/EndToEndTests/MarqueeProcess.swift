@@ -1,5 +1,6 @@
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Postgres
 import Synchronization
 
@@ -109,12 +110,9 @@ enum MarqueeProcess {
                 }
                 for waiter in waiters { waiter.resume(returning: process.terminationStatus) }
             }
-            // One launch at a time: concurrent Process.run calls of a parallel run crashed once in Foundation
-            // (a bad read in its memmove while spawning).
-            try Running.launches.withLock { _ in try process.run() }
+            // One launch at a time across the test binary (ProcessLaunch).
+            try ProcessLaunch.run(process)
         }
-
-        private static let launches = Mutex(())
 
         var stdout: String { (try? String(contentsOf: stdoutURL, encoding: .utf8)) ?? "" }
         var stderr: String { (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "" }

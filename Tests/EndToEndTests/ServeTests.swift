@@ -1,6 +1,7 @@
 import Foundation
 import MarqueeCore
 import MarqueeService
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -48,7 +49,7 @@ struct ServeTests {
         ]
         let pipe = Pipe()
         curl.standardOutput = pipe
-        try curl.run()
+        try ProcessLaunch.run(curl)
         // Read on a thread of its own, never on the cooperative pool.
         let output = await withCheckedContinuation { continuation in
             Thread.detachNewThread {

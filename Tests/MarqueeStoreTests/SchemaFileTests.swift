@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -40,7 +41,7 @@ struct SchemaFileTests {
         process.arguments = ["pg_dump", "--schema-only", "--no-owner", "--no-privileges", "--no-comments", "--dbname=\(url)"]
         let output = Pipe()
         process.standardOutput = output
-        try process.run()
+        try ProcessLaunch.run(process)
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         #expect(process.terminationStatus == 0, "pg_dump failed")

@@ -1,0 +1,12 @@
+// Child processes of the tests are launched one at a time, by every test target of the one test binary:
+// concurrent `Process.run` calls of a parallel run crashed in Foundation (a bad read in its memcpy while spawning).
+import Foundation
+import Synchronization
+
+/// Launches a test's child process while no other test launches one.
+public enum ProcessLaunch {
+    private static let launches = Mutex(())
+
+    /// `process.run()`, one launch at a time across the test binary.
+    public static func run(_ process: Process) throws { try launches.withLock { _ in try process.run() } }
+}
