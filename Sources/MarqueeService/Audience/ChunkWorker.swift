@@ -66,6 +66,10 @@ final class ChunkWorker: Sendable {
         self.logger = logger
     }
 
+    /// How long a chunk of a parked app is given back for: until the park's window ends, but looked at again every
+    /// 5 s at most, since the park may end sooner (another sender's probe succeeded).
+    static func parkedDelay(until: Date, now: Date) -> TimeInterval { max(0.1, min(until.timeIntervalSince(now), 5)) }
+
     /// Work was made in this process: take a turn now.
     func wake() { wakeup.signal() }
 

@@ -50,18 +50,15 @@ public final class MirrorService: Service, ChunkJob {
     private let worker: ChunkWorker
     /// Tokens per chunk, pushes in flight per chunk, chunks per instance, chunks cut ahead, a chunk's lease.
     private let settings: ChunkJobSettings
-    private var chunkSize: Int { settings.chunkSize }
-    private var sendWindow: Int { settings.sendWindow }
-    private var cutAhead: Int { settings.cutAhead }
-    private var chunkLease: TimeInterval { settings.chunkLease }
     private let pollInterval: Duration
     private let chunkBackoff = RetryBackoff(base: 1, maximum: 60)
     private let retryPolicy = RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(200), maxDelay: .seconds(5))
     /// The apps parked for a credentials fault, shared with the other senders (nil: none kept).
     private let parking: CredentialsParking?
     private let clock: any WallClock
+    private let clockDrivesDatabase: Bool
     /// The clock's time for the statements when it drives the database's (tests), else nil (the database's).
-    private let databaseClock: @Sendable () -> Date?
+    private var databaseNow: Date? { clockDrivesDatabase ? clock.now : nil }
 
     public init(
         pool: PostgresPool, apns: any DevicePushAPNs, instance: String, expiration: ExpirationPolicy, settings: ChunkJobSettings,
@@ -70,7 +67,7 @@ public final class MirrorService: Service, ChunkJob {
     ) {
         self.parking = parking
         self.clock = clock
-        databaseClock = { [clock] in clockDrivesDatabase ? clock.now : nil }
+        self.clockDrivesDatabase = clockDrivesDatabase
         self.planner = planner
         repository = MirrorRepository(pool: pool)
         tokenRoute = TokenRouteRepository(pool: pool)
@@ -96,14 +93,15 @@ public final class MirrorService: Service, ChunkJob {
         for eventID in try await tokenRoute.sendDue() {
             logger.debug("token route took the event's newest state", ["event": .int(eventID)])
         }
-        for (pass, eventID) in try await repository.beginDuePasses(now: databaseClock()) {
+        for (pass, eventID) in try await repository.beginDuePasses(now: databaseNow) {
             logger.debug("mirroring pass began", ["pass": .int(pass), "event": .int(eventID)])
         }
     }
 
     func advancePasses() async throws {
         for passID in try await repository.runningPassIDs() {
-            let advanced = try await repository.advance(passID: passID, chunkSize: chunkSize, cutAhead: cutAhead, now: databaseClock()) {
+            let advanced = try await repository.advance(passID: passID, chunkSize: settings.chunkSize, cutAhead: settings.cutAhead, now: databaseNow)
+            {
                 [planner] in
                 planner.next(planningDone: $0, openChunks: $1)
             }
@@ -112,7 +110,7 @@ public final class MirrorService: Service, ChunkJob {
     }
 
     func claimChunk() async throws -> ClaimedMirrorChunk? {
-        try await repository.claimChunk(instance: instance, lease: chunkLease, now: databaseClock())
+        try await repository.claimChunk(instance: instance, lease: settings.chunkLease, now: databaseNow)
     }
 
     func sample() async throws { metrics.backlog.set(Double(try await repository.backlog())) }
@@ -124,10 +122,10 @@ public final class MirrorService: Service, ChunkJob {
         var failed = 0
         do {
             guard let content = try await repository.content(eventID: chunk.eventID) else {
-                try await repository.finish(chunk, instance: instance, sent: 0, accepted: 0, failed: 0, now: databaseClock())
+                try await repository.finish(chunk, instance: instance, sent: 0, accepted: 0, failed: 0, now: databaseNow)
                 return
             }
-            let tokens = try await repository.tokens(of: chunk, behind: content.apsTimestamp, now: databaseClock())
+            let tokens = try await repository.tokens(of: chunk, behind: content.apsTimestamp, now: databaseNow)
             let body = try Self.body(content, sentAt: clock.now)
             let app = PipelineApp(id: chunk.appID, bundleID: content.app.bundleID, environment: content.app.environment)
             var index = 0
@@ -139,7 +137,7 @@ public final class MirrorService: Service, ChunkJob {
                     parkedUntil = until
                     break
                 }
-                let window = Array(tokens[index..<min(index + sendWindow, tokens.count)])
+                let window = Array(tokens[index..<min(index + settings.sendWindow, tokens.count)])
                 index += window.count
                 let now = clock.now
                 let answers = await withTaskGroup(of: (MirrorToken, APNsVerdict, TokenHighPriorityWindow?).self) { group in
@@ -207,27 +205,23 @@ public final class MirrorService: Service, ChunkJob {
                         }
                     }
                 }
-                try await repository.record(outcomes, now: databaseClock())
-                if let parkReason, let parking {
-                    parkedUntil = try await parking.refused(app, reason: parkReason).retryAt
-                } else if outcomes.contains(where: { $0.servedTimestamp != nil }) {
-                    await parking?.succeeded(app)
-                }
+                try await repository.record(outcomes, now: databaseNow)
+                parkedUntil = try await parking?.settle(
+                    app, refusedFor: parkReason, accepted: outcomes.contains { $0.servedTimestamp != nil })
             }
             if let parkedUntil {
-                // Looked at again every few seconds: the park may end sooner (another sender's probe succeeded).
                 try await repository.release(
-                    chunk, instance: instance, after: max(0.1, min(parkedUntil.timeIntervalSince(clock.now), StartFanOut.parkRecheck)),
-                    now: databaseClock())
+                    chunk, instance: instance, after: ChunkWorker.parkedDelay(until: parkedUntil, now: clock.now),
+                    now: databaseNow)
             } else if backOff || index < tokens.count {
                 let delay = backOff ? chunkBackoff.delay(attempt: chunk.attempts) : 0
-                try await repository.release(chunk, instance: instance, after: delay, now: databaseClock())
+                try await repository.release(chunk, instance: instance, after: delay, now: databaseNow)
             } else {
-                try await repository.finish(chunk, instance: instance, sent: sent, accepted: accepted, failed: failed, now: databaseClock())
+                try await repository.finish(chunk, instance: instance, sent: sent, accepted: accepted, failed: failed, now: databaseNow)
             }
         } catch {
             logger.error("mirroring chunk failed; it is claimed again later", ["error": .string("\(error)")])
-            try? await repository.release(chunk, instance: instance, after: chunkBackoff.delay(attempt: chunk.attempts), now: databaseClock())
+            try? await repository.release(chunk, instance: instance, after: chunkBackoff.delay(attempt: chunk.attempts), now: databaseNow)
         }
     }
 

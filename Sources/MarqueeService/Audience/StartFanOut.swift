@@ -296,8 +296,7 @@ public final class StartFanOut: Service, ChunkJob {
                 }
             }
             if let parkedUntil {
-                // Looked at again every few seconds: the park may end sooner (another sender's probe succeeded).
-                let delay = max(0.1, min(parkedUntil.timeIntervalSince(clock.now), Self.parkRecheck))
+                let delay = ChunkWorker.parkedDelay(until: parkedUntil, now: clock.now)
                 try await repository.release(chunk, instance: configuration.instance, after: delay, now: databaseNow)
                 logger.warning("the app's credentials are parked; its starts wait", ["retry_in_seconds": .double(delay)])
             } else if backOff || index < sends.count {
@@ -396,12 +395,7 @@ public final class StartFanOut: Service, ChunkJob {
             }
         }
         // A refused key parks the app (its other senders hold too); an accepted start ends a park.
-        var parkedUntil: Date?
-        if let parkReason, let parking {
-            parkedUntil = try await parking.refused(pipelineApp, reason: parkReason).retryAt
-        } else if anyAccepted {
-            await parking?.succeeded(pipelineApp)
-        }
+        let parkedUntil = try await parking?.settle(pipelineApp, refusedFor: parkReason, accepted: anyAccepted)
         return (backOff, retryAt, wentOutOnChannel, parkedUntil)
     }
 
@@ -429,9 +423,6 @@ public final class StartFanOut: Service, ChunkJob {
             }
         }
     }
-
-    /// How long a chunk of a parked app waits before it looks at the park again.
-    static let parkRecheck: TimeInterval = 5
 
     /// How long a window of channel starts waits for a broadcast in flight to be recorded.
     private static let raceWait: Duration = .seconds(2)

@@ -90,6 +90,14 @@ public final class CredentialsParking: Sendable {
         return park
     }
 
+    /// What a window of an audience job's pushes says of the app's credentials: a refusal (`reason`) parks the app and
+    /// returns when its work may go again; otherwise an accepted push ends a park, and nil is returned.
+    public func settle(_ app: PipelineApp, refusedFor reason: String?, accepted: Bool) async throws -> Date? {
+        if let reason { return try await refused(app, reason: reason).retryAt }
+        if accepted { await succeeded(app) }
+        return nil
+    }
+
     /// A request of the app succeeded: a park ends.
     public func succeeded(_ app: PipelineApp) async {
         guard await parks()[app.id] != nil else { return }
