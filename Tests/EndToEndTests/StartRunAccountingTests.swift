@@ -12,7 +12,10 @@ struct StartRunAccountingTests {
 
     @Test func aRunsCountsAndEstimateFollowTheAudienceAndTheMetricCountsEveryTransition() async throws {
         try await BroadcastHarness.run(
-            serveArguments: ["--audience-lead", "900", "--late-start-interval", "1", "--restart-on-postpone", "60"], appBackend: false
+            // No wait for a channel: the second round's run would otherwise wait --start-channel-wait (60 s) for a new one
+            // once the first round's channel has ended, or race that end onto the old channel.
+            serveArguments: ["--audience-lead", "900", "--late-start-interval", "1", "--restart-on-postpone", "60", "--start-channel-wait", "0"],
+            appBackend: false
         ) { harness in
             let event = try await Fans.createMatch(harness, "accounting", startsIn: 7200)
             // A manual run made before anyone follows: counted as created (running) where it is made.
