@@ -82,6 +82,11 @@ CREATE FUNCTION public.starts_forget_erased_tokens() RETURNS trigger
 BEGIN
     UPDATE starts s SET token = encode(sha256(convert_to(s.token, 'UTF8')), 'hex')
     FROM deleted_installations d WHERE s.installation = d.id;
+    UPDATE start_windows w SET tokens = (
+        SELECT array_agg(CASE WHEN e.installation IN (SELECT id FROM deleted_installations)
+                              THEN encode(sha256(convert_to(e.token, 'UTF8')), 'hex') ELSE e.token END ORDER BY e.n)
+        FROM unnest(w.installations, w.tokens) WITH ORDINALITY AS e (installation, token, n))
+    WHERE w.installations && (SELECT array_agg(id) FROM deleted_installations);
     RETURN NULL;
 END
 $$;
@@ -624,6 +629,29 @@ ALTER TABLE public.start_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE public.start_windows (
+    id bigint NOT NULL,
+    chunk_id bigint NOT NULL,
+    run_id bigint NOT NULL,
+    event_id bigint NOT NULL,
+    audience_round integer NOT NULL,
+    marked_at timestamp with time zone NOT NULL,
+    installations bigint[] NOT NULL,
+    tokens text[] NOT NULL,
+    os_majors integer[] NOT NULL,
+    paths text[] NOT NULL,
+    CONSTRAINT start_windows_elements_valid CHECK (((cardinality(installations) > 0) AND (cardinality(tokens) = cardinality(installations)) AND (cardinality(os_majors) = cardinality(installations)) AND (cardinality(paths) = cardinality(installations))))
+);
+
+ALTER TABLE public.start_windows ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.start_windows_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.starts (
     id bigint NOT NULL,
     run_id bigint NOT NULL,
@@ -649,7 +677,7 @@ CREATE TABLE public.starts (
     CONSTRAINT starts_state_valid CHECK ((state = ANY (ARRAY['planned'::text, 'sending'::text, 'accepted'::text, 'rejected'::text, 'unknown'::text, 'skipped'::text]))),
     CONSTRAINT starts_token_valid CHECK ((((length(token) >= 64) AND (length(token) <= 200)) AND (token !~ '[^0-9a-f]'::text)))
 )
-WITH (fillfactor='45');
+WITH (fillfactor='100');
 
 ALTER TABLE public.starts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME public.starts_id_seq
@@ -843,6 +871,9 @@ ALTER TABLE ONLY public.start_chunks
 ALTER TABLE ONLY public.start_runs
     ADD CONSTRAINT start_runs_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.start_windows
+    ADD CONSTRAINT start_windows_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.starts
     ADD CONSTRAINT starts_pkey PRIMARY KEY (id);
 
@@ -924,6 +955,10 @@ CREATE INDEX start_runs_by_event ON public.start_runs USING btree (event_id, id)
 CREATE UNIQUE INDEX start_runs_one_automatic ON public.start_runs USING btree (event_id, audience_round) WHERE (kind = 'automatic'::text);
 
 CREATE INDEX start_runs_open ON public.start_runs USING btree (id) WHERE (state = ANY (ARRAY['running'::text, 'rolling'::text]));
+
+CREATE INDEX start_windows_by_chunk ON public.start_windows USING btree (chunk_id);
+
+CREATE INDEX start_windows_by_event ON public.start_windows USING btree (event_id, audience_round);
 
 CREATE INDEX starts_by_installation ON public.starts USING btree (installation, sent_at) WHERE went_out;
 

@@ -92,6 +92,7 @@ public struct AppRepository: Sendable {
                 """)
             try await tx.execute("DELETE FROM deliveries WHERE app_id = \(id)")
             try await tx.execute("DELETE FROM outbox WHERE event_id IN (SELECT id FROM events WHERE app_id = \(id))")
+            try await tx.execute("DELETE FROM start_windows WHERE event_id IN (SELECT id FROM events WHERE app_id = \(id))")
             try await tx.execute("DELETE FROM starts WHERE app_id = \(id)")
             return try await tx.query("DELETE FROM apps WHERE id = \(id) RETURNING \(fragment: Self.columns)").first.map(Self.decode)
         }

@@ -388,3 +388,57 @@ func parseTextArray(_ text: String) -> [String]? {
         index = scalars.index(after: index)
     }
 }
+
+// MARK: - Columns of a batch
+
+/// One column of a batched statement's rows, bound as a one-dimensional array in text form and read back with
+/// `unnest` (`unnest($1::bigint[], $2::text[])`): PostgreSQL parses each element with its column's own type, where a
+/// `jsonb_to_recordset` input is encoded as JSON here and parsed as JSON there, every row. Bound as `text[]`, so
+/// the statement casts it to the column's type.
+public struct PostgresColumn: PostgresEncodable {
+    let text: String
+    public static var postgresType: UInt32 { PostgresOID.textArray }
+    public var postgresData: PostgresData { PostgresData(text: text, oid: Self.postgresType) }
+
+    /// Integers (`::bigint[]`, `::integer[]`); nil elements are NULL.
+    public init(_ values: some Collection<Int?>) {
+        var bytes: [UInt8] = [UInt8(ascii: "{")]
+        bytes.reserveCapacity(2 + values.count * 8)
+        for (index, value) in values.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            if let value { appendDecimal(Int64(value), to: &bytes) } else { bytes.append(contentsOf: "NULL".utf8) }
+        }
+        bytes.append(UInt8(ascii: "}"))
+        text = String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Integers, none NULL.
+    public init(_ values: some Collection<Int>) { self.init(values.lazy.map { Optional($0) }) }
+
+    /// Text (`::text[]`, or cast to another type whose text form it holds: `::uuid[]`, `::float8[]`); nil elements
+    /// are NULL. Every element is quoted, with `"` and `\` escaped.
+    public init(_ values: some Collection<String?>) {
+        var bytes: [UInt8] = [UInt8(ascii: "{")]
+        for (index, value) in values.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            guard let value else {
+                bytes.append(contentsOf: "NULL".utf8)
+                continue
+            }
+            bytes.append(UInt8(ascii: "\""))
+            for byte in value.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { bytes.append(UInt8(ascii: "\\")) }
+                bytes.append(byte)
+            }
+            bytes.append(UInt8(ascii: "\""))
+        }
+        bytes.append(UInt8(ascii: "}"))
+        text = String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Text, none NULL.
+    public init(_ values: some Collection<String>) { self.init(values.lazy.map { Optional($0) }) }
+
+    /// Floating-point numbers (`::float8[]`), exact as text; nil elements are NULL.
+    public init(_ values: some Collection<Double?>) { self.init(values.lazy.map { $0.map { "\($0)" } }) }
+}

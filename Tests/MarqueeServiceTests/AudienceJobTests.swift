@@ -32,12 +32,13 @@ struct AudienceJobTests {
 
     static func fanOut(
         _ f: PipelineServiceFixture, _ apns: RecordingDevicePushAPNs, instance: String = "one", sendWindow: Int = 1000,
-        parking: CredentialsParking? = nil
+        answerBatch: Int = 100, parking: CredentialsParking? = nil
     ) -> StartFanOut {
         var settings = StartSettings()
         settings.sendWindow = sendWindow
         var configuration = StartFanOutConfiguration(instance: instance, settings: settings)
         configuration.clockDrivesDatabase = true
+        configuration.answerBatch = answerBatch
         return StartFanOut(
             pool: f.pool, apns: apns, configuration: configuration, metrics: StartMetrics(registry: MetricsRegistry()), logger: f.logger,
             parking: parking, clock: f.clock)
@@ -48,6 +49,10 @@ struct AudienceJobTests {
         _ = try await StartRepository(pool: f.pool).createManualRun(
             appID: f.appID, eventID: eventID, topics: nil, alert: alert, createdBy: nil, channelWait: 60)
         try await job.advancePasses()
+    }
+
+    static func rows(_ f: PipelineServiceFixture, _ table: String) async throws -> Int {
+        try await f.pool.query("SELECT count(*)::bigint AS n FROM \(identifier: table)")[0].decode(column: "n")
     }
 
     static func counts(_ f: PipelineServiceFixture, _ eventID: Int) async throws -> StartCounts {
@@ -86,14 +91,14 @@ struct AudienceJobTests {
         let apns = RecordingDevicePushAPNs()
         let job = Self.fanOut(f, apns, instance: "two", sendWindow: 1)
         try await Self.run(f, event.id, job)
-        // Another instance claims the chunk, marks its first window `sending` (and may have sent it), then dies.
+        // Another instance claims the chunk, marks its first window (and may have sent it), then dies.
         let repository = StartRepository(pool: f.pool)
         let dead = try #require(try await repository.claimChunk(instance: "dead", lease: 60, now: f.clock.now))
         let first = try #require(try await repository.members(of: dead, now: f.clock.now).first)
-        let marked = try await repository.markSending(
+        let marked = try await repository.markWindow(
             dead,
             [PlannedStart(installation: first.candidate.installation, token: Self.token(1), osMajor: 17, route: .plain, plannedStartID: nil)])
-        #expect(marked.count == 1)
+        #expect(marked.starts.count == 1)
         #expect(try await job.claimChunk() == nil, "its lease holds")
 
         // Its lease runs out: this instance takes the chunk over.
@@ -103,6 +108,46 @@ struct AudienceJobTests {
         #expect(Set(apns.pushes.map(\.token)) == [Self.token(2), Self.token(3)], "what the dead holder marked is never sent again")
         let counts = try await Self.counts(f, event.id)
         #expect(counts.unknown == 1 && counts.accepted == 2)
+    }
+
+    @Test func aHolderLostInTheMiddleOfAWindowCostsOnlyTheAnswersItHadNotWritten() async throws {
+        // Answers are written as they arrive (Sql/0041), a batch of two here: a holder lost while two of its window's
+        // requests are in flight has written the other four, and only the two are unknown. Their answers, arriving
+        // after another instance took the chunk over, change nothing.
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now.addingTimeInterval(3600))
+        for index in 1...6 { try await Self.follower(f, index, os: "17.5", of: event.id) }
+        let apns = RecordingDevicePushAPNs()
+        apns.hold([Self.token(5), Self.token(6)])
+        let lost = Self.fanOut(f, apns, instance: "lost", sendWindow: 6, answerBatch: 2)
+        try await Self.run(f, event.id, lost)
+        let chunk = try #require(try await lost.claimChunk())
+        let holder = Task { await lost.work(chunk, shutdown: ShutdownSignal()) }
+        let written = try await eventually {
+            let rows = try await Self.rows(f, "starts")
+            return apns.heldCount == 2 && rows == 4
+        }
+        #expect(written, "four answers written, two in flight")
+        var counts = try await Self.counts(f, event.id)
+        #expect(counts.accepted == 4 && counts.sending == 2)
+
+        // The holder is taken for gone (its lease ran out): this instance settles what its window had not answered.
+        f.clock.advance(by: 61)
+        let apnsAfter = RecordingDevicePushAPNs()
+        let taker = Self.fanOut(f, apnsAfter, instance: "taker")
+        let again = try #require(try await taker.claimChunk())
+        await taker.work(again, shutdown: ShutdownSignal())
+        #expect(apnsAfter.pushes.isEmpty, "nothing the lost holder marked is sent again")
+        counts = try await Self.counts(f, event.id)
+        #expect(counts.accepted == 4 && counts.unknown == 2 && counts.sending == 0)
+
+        // APNs answers the two late: the start stays unknown.
+        apns.releaseHeld()
+        await holder.value
+        counts = try await Self.counts(f, event.id)
+        #expect(counts.accepted == 4 && counts.unknown == 2)
+        #expect(try await Self.rows(f, "start_windows") == 0)
     }
 
     @Test func aRefusedKeyParksTheRunWhichGoesOnOnceTheKeyWorks() async throws {

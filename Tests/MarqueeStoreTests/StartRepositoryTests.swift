@@ -96,25 +96,31 @@ struct StartRepositoryTests {
         let planned = members.map {
             PlannedStart(installation: $0.candidate.installation, token: $0.candidate.token!, osMajor: 18, route: .channel, plannedStartID: nil)
         }
-        let marked = try await repository.markSending(a, planned)
-        #expect(marked.count == 10 && marked.allSatisfy { $0.attempt == 1 })
-        #expect(try await repository.markSending(a, planned).isEmpty, "marked once")
+        let marked = try await repository.markWindow(a, planned)
+        #expect(marked.id != nil && marked.starts.count == 10 && marked.starts.allSatisfy { $0.attempt == 1 && $0.retriedStartID == nil })
+        #expect(try await f.count("starts") == 0, "a window's first sends are written once, when answered")
+        #expect(try await repository.markWindow(a, planned).starts.isEmpty, "marked once: its open window names them")
         // A second run of the same event, racing: its starts of the same installations are left out.
         let second = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: "k", channelWait: 60)
         _ = try await repository.advance(runID: second, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { planner.next($0) }
         let other = try #require(try await repository.claimChunk(instance: "four", lease: 60))
         #expect(other.runID == second)
-        #expect(try await repository.markSending(other, planned).isEmpty, "starts_once_per_event")
-        #expect(try await repository.members(of: other).allSatisfy(\.candidate.startedForEvent))
+        #expect(try await repository.markWindow(other, planned).starts.isEmpty, "the event's open window names them")
 
-        // Answers: one accepted, one throttled (planned again), the rest left sending by a holder that died.
+        // Answers: one accepted, one throttled (planned again), the rest left in the window by a holder that died.
         try await repository.record(
-            a,
+            a, window: marked,
             [
-                StartAnswerRecord(startID: marked[0].id, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil),
-                StartAnswerRecord(startID: marked[1].id, state: .planned, reason: "TooManyRequests", status: 429, retryAfter: 30, apnsUniqueID: nil),
-            ])
+                StartAnswerRecord(start: marked.starts[0], state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil),
+                StartAnswerRecord(
+                    start: marked.starts[1], state: .planned, reason: "TooManyRequests", status: 429, retryAfter: 30, apnsUniqueID: nil),
+            ], last: false)
+        #expect(try await repository.members(of: other).filter(\.candidate.startedForEvent).map(\.candidate.installation) == [ids[0]])
         #expect(try await repository.settleAbandoned(a) == 8)
+        #expect(try await f.count("start_windows") == 0)
+        // Each start went out or may have, except the throttled one, which APNs proved it did not take: the second run
+        // may start it (and the first run's retry is then left out).
+        #expect(try await repository.markWindow(other, planned).starts.map(\.installation) == [marked.starts[1].installation])
         let run = try #require(try await repository.runs(eventID: eventID).first { $0.id == first })
         #expect(run.counts.accepted == 1 && run.counts.planned == 1 && run.counts.unknown == 8)
         // The last acceptance is the open chunk's until the chunk is done, then the run's own.
@@ -127,8 +133,8 @@ struct StartRepositoryTests {
             try await f.pool.query("SELECT last_accepted_at FROM start_runs WHERE id = \(first)")[0].decode(Date?.self, column: "last_accepted_at")
                 == accepted)
         #expect(try await repository.runs(eventID: eventID).first { $0.id == first }?.lastAcceptedAt == accepted)
-        let retry = try #require(try await repository.members(of: a).first { $0.candidate.installation == marked[1].installation })
-        #expect(retry.candidate.runStateForToken == .planned && retry.plannedStartID == marked[1].id && retry.candidate.retryAt != nil)
+        let retry = try #require(try await repository.members(of: a).first { $0.candidate.installation == marked.starts[1].installation })
+        #expect(retry.candidate.runStateForToken == .planned && retry.plannedStartID != nil && retry.candidate.retryAt != nil)
         #expect(!retry.candidate.startedForEvent, "a planned start has not started the installation")
     }
 
@@ -137,14 +143,15 @@ struct StartRepositoryTests {
         defer { f.pool.close() }
         let (repository, _, eventID, run, chunk) = try await runWithClaimedChunk(3, f)
         let member = try #require(try await repository.members(of: chunk).first)
-        let marked = try await repository.markSending(
+        let marked = try await repository.markWindow(
             chunk,
             [
                 PlannedStart(
                     installation: member.candidate.installation, token: member.candidate.token!, osMajor: 18, route: .channel, plannedStartID: nil)
             ])
         try await repository.record(
-            chunk, [StartAnswerRecord(startID: marked[0].id, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil)])
+            chunk, window: marked,
+            [StartAnswerRecord(start: marked.starts[0], state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil)], last: true)
         let accepted = try #require(try await repository.runs(eventID: eventID).first?.lastAcceptedAt)
         // The run's own step ends it (stopped) while the chunk is still held: the chunk's time moves to the run.
         let step = try await repository.advance(runID: run, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { _ in .finish(.stopped) }
@@ -163,21 +170,21 @@ struct StartRepositoryTests {
         let (repository, _, eventID, run, first) = try await runWithClaimedChunk(3, f)
         func sendAll(_ chunk: ClaimedStartChunk, answers: [StartState]) async throws {
             let members = try await repository.members(of: chunk)
-            let marked = try await repository.markSending(
+            let marked = try await repository.markWindow(
                 chunk,
                 members.map {
                     PlannedStart(
                         installation: $0.candidate.installation, token: $0.candidate.token!, osMajor: 18, route: .channel, plannedStartID: nil)
                 })
-            try #require(marked.count == answers.count)
+            try #require(marked.starts.count == answers.count)
             try await repository.record(
-                chunk,
-                zip(marked, answers).map {
+                chunk, window: marked,
+                zip(marked.starts, answers).map {
                     StartAnswerRecord(
-                        startID: $0.id, state: $1, reason: $1 == .rejected ? "BadDeviceToken" : nil, status: $1 == .accepted ? 200 : 400,
+                        start: $0, state: $1, reason: $1 == .rejected ? "BadDeviceToken" : nil, status: $1 == .accepted ? 200 : 400,
                         retryAfter: nil,
                         apnsUniqueID: nil)
-                })
+                }, last: true)
         }
         func counted() async throws -> StartCounts { try #require(try await repository.runs(eventID: eventID).first).counts }
         func countedOverEveryStart() async throws -> [String: Int] {
@@ -212,33 +219,36 @@ struct StartRepositoryTests {
         #expect(try await counted().audience == 4)
     }
 
-    @Test func answersThatLeaveAStartStartedAreWrittenInPlace() async throws {
-        // Sql/0036: from sending to accepted or unknown no indexed column changes (the started states' indexes
-        // name went_out, not state), and a send window's page has room for its rows' new versions, so each
-        // answer is a HOT update: no new index entries.
+    @Test func eachStartIsWrittenOnceAsItsAnswerArrivesAndTheLastBatchClosesTheWindow() async throws {
+        // Sql/0041: the window's mark is one row; each answer is one insert into starts, in batches, and no start's
+        // row is written twice. Until its last batch, the window names the starts still to be answered.
         let f = try await PipelineFixture.make(maxConnections: 1)
         defer { f.pool.close() }
-        let (repository, _, _, _, chunk) = try await runWithClaimedChunk(100, f, chunkSize: 100)
-        let marked = try await repository.markSending(
+        let (repository, _, eventID, _, chunk) = try await runWithClaimedChunk(100, f, chunkSize: 100)
+        let marked = try await repository.markWindow(
             chunk,
             try await repository.members(of: chunk).map {
                 PlannedStart(installation: $0.candidate.installation, token: $0.candidate.token!, osMajor: 18, route: .channel, plannedStartID: nil)
             })
-        try #require(marked.count == 100)
-        try await repository.record(
-            chunk,
-            marked.enumerated().map { index, start in
-                index % 10 == 0
-                    ? StartAnswerRecord(startID: start.id, state: .unknown, reason: nil, status: nil, retryAfter: nil, apnsUniqueID: nil)
-                    : StartAnswerRecord(
-                        startID: start.id, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: UUID().uuidString)
-            })
+        try #require(marked.starts.count == 100)
+        let answers = marked.starts.enumerated().map { index, start in
+            index % 10 == 0
+                ? StartAnswerRecord(start: start, state: .unknown, reason: nil, status: nil, retryAfter: nil, apnsUniqueID: nil)
+                : StartAnswerRecord(start: start, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: UUID().uuidString)
+        }
+        #expect(try await repository.record(chunk, window: marked, Array(answers[0..<60]), last: false) == 60)
+        var counts = try #require(try await repository.runs(eventID: eventID).first).counts
+        #expect(counts.accepted == 54 && counts.unknown == 6 && counts.sending == 40, "the window's unanswered starts are sending")
+        #expect(try await f.count("start_windows") == 1)
+        #expect(try await repository.record(chunk, window: marked, Array(answers[60...]), last: true) == 40)
+        #expect(try await f.count("start_windows") == 0, "the last batch closes the window")
+        counts = try #require(try await repository.runs(eventID: eventID).first).counts
+        #expect(counts.accepted == 90 && counts.unknown == 10 && counts.sending == 0)
         // The pool's one connection reports its table counters as it goes idle; this makes the next report due.
         try await f.pool.execute("SELECT pg_stat_force_next_flush()")
-        let counters = try await f.pool.query("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'starts'")[0]
-        let updated = try counters.decode(Int.self, column: "n_tup_upd")
-        let hot = try counters.decode(Int.self, column: "n_tup_hot_upd")
-        #expect(updated == 100 && hot == 100, "\(hot) of \(updated) updates were HOT")
+        let counters = try await f.pool.query("SELECT n_tup_ins, n_tup_upd FROM pg_stat_user_tables WHERE relname = 'starts'")[0]
+        #expect(try counters.decode(Int.self, column: "n_tup_ins") == 100)
+        #expect(try counters.decode(Int.self, column: "n_tup_upd") == 0, "no start's row was written twice")
     }
 
     /// One activity per device per event, as the store reads it for the planner (StartPlannerTests has the decisions):
@@ -300,11 +310,11 @@ struct StartRepositoryTests {
             })
         // The race: the seventh's app registers the activity it started itself after the read, before the mark.
         try await register(6)
-        let marked = try await repository.markSending(
+        let marked = try await repository.markWindow(
             chunk,
             [4, 6].map { PlannedStart(installation: ids[$0], token: members[$0].candidate.token!, osMajor: 18, route: .channel, plannedStartID: nil) }
         )
-        #expect(marked.map(\.installation) == [ids[4]])
+        #expect(marked.starts.map(\.installation) == [ids[4]])
         try await repository.finish(chunk, instance: "one")
         let counts = try #require(try await repository.runs(eventID: eventID).first).counts
         #expect(counts.skipped == ["has_activity": 4, "dismissed": 2])
@@ -315,18 +325,18 @@ struct StartRepositoryTests {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
         let (repository, ids, eventID, _, chunk) = try await runWithClaimedChunk(5, f)
-        let marked = try await repository.markSending(
+        let marked = try await repository.markWindow(
             chunk,
             ids.enumerated().map {
                 PlannedStart(installation: $1, token: Self.token($0 + 1), osMajor: 17 + $0 % 2, route: .plain, plannedStartID: nil)
             })
         try await repository.record(
-            chunk,
-            marked.map {
+            chunk, window: marked,
+            marked.starts.map {
                 $0.installation == ids[4]
-                    ? StartAnswerRecord(startID: $0.id, state: .rejected, reason: "BadDeviceToken", status: 400, retryAfter: nil, apnsUniqueID: nil)
-                    : StartAnswerRecord(startID: $0.id, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil)
-            })
+                    ? StartAnswerRecord(start: $0, state: .rejected, reason: "BadDeviceToken", status: 400, retryAfter: nil, apnsUniqueID: nil)
+                    : StartAnswerRecord(start: $0, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil)
+            }, last: true)
         let other = try await event(f, startsIn: 7200)
         func activity(_ installation: Int, _ name: String, event: Int, createdIn: TimeInterval = 0) async throws {
             try await f.pool.execute(
@@ -378,9 +388,13 @@ struct StartRepositoryTests {
             let chunk = try #require(try await repository.claimChunk(instance: "one", lease: 60))
             try #require(chunk.runID == run)
             let token = try #require(try await repository.members(of: chunk).first { $0.candidate.installation == installation }?.candidate.token)
-            let marked = try await repository.markSending(
+            let marked = try await repository.markWindow(
                 chunk, [PlannedStart(installation: installation, token: token, osMajor: 18, route: .channel, plannedStartID: nil)])
-            try #require(marked.count == 1)
+            try #require(marked.starts.count == 1)
+            try await repository.record(
+                chunk, window: marked,
+                [StartAnswerRecord(start: marked.starts[0], state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil)],
+                last: true)
             try await repository.finish(chunk, instance: "one")
         }
         try await f.pool.execute("UPDATE events SET status = 'ended' WHERE id = \(ended)")
@@ -414,13 +428,19 @@ struct StartRepositoryTests {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
         let (repository, ids, _, _, chunk) = try await runWithClaimedChunk(2, f)
-        let marked = try await repository.markSending(
+        let marked = try await repository.markWindow(
             chunk,
             ids.enumerated().map { PlannedStart(installation: $1, token: Self.token($0 + 1), osMajor: 18, route: .plain, plannedStartID: nil) })
-        #expect(marked.count == 2)
-        #expect(try await f.count("starts") == 2)
+        #expect(marked.starts.count == 2)
+        try await repository.record(
+            chunk, window: marked,
+            [StartAnswerRecord(start: marked.starts[0], state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil)],
+            last: false)
+        #expect(try await f.count("starts") == 1)
+        #expect(try await f.count("start_windows") == 1)
         #expect(try await AppRepository(pool: f.pool).remove(id: f.appID)?.id == f.appID)
         #expect(try await f.count("starts") == 0)
+        #expect(try await f.count("start_windows") == 0)
         #expect(try await f.count("start_runs") == 0)
     }
 

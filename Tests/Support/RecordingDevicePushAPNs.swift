@@ -29,6 +29,25 @@ public final class RecordingDevicePushAPNs: DevicePushAPNs {
         self.answer = Mutex(answer)
     }
 
+    /// Tokens whose pushes are held unanswered (as requests in flight are) until `releaseHeld()`.
+    private let held = Mutex<(tokens: Set<String>, waiting: [CheckedContinuation<Void, Never>])>(([], []))
+
+    /// Holds the pushes to `tokens` unanswered from now on, until `releaseHeld()`.
+    public func hold(_ tokens: Set<String>) { held.withLock { $0.tokens = tokens } }
+
+    /// Answers the held pushes (as `answer` says), and holds no more.
+    public func releaseHeld() {
+        let waiting = held.withLock { held in
+            held.tokens = []
+            defer { held.waiting = [] }
+            return held.waiting
+        }
+        for continuation in waiting { continuation.resume() }
+    }
+
+    /// Pushes held unanswered now.
+    public var heldCount: Int { held.withLock { $0.waiting.count } }
+
     /// Every push so far, in the order they were handed over.
     public var pushes: [Push] { recorded.withLock { $0 } }
 
@@ -41,6 +60,14 @@ public final class RecordingDevicePushAPNs: DevicePushAPNs {
         let sent = recorded.withLock { pushes in
             pushes.append(Push(appID: app.id, token: token, payload: payload, expiration: expiration, priority: priority))
             return pushes.count { $0.token == token }
+        }
+        await withCheckedContinuation { continuation in
+            let resumeNow = held.withLock { held in
+                guard held.tokens.contains(token) else { return true }
+                held.waiting.append(continuation)
+                return false
+            }
+            if resumeNow { continuation.resume() }
         }
         let result = answer.withLock { $0 }(token, sent)
         return APNsExchange(APNsExchangeAttempt(result: result, requestID: UUID().uuidString, uniqueID: UUID().uuidString))

@@ -66,6 +66,10 @@ public struct StartFanOutConfiguration: Sendable, Equatable {
     public var cutAhead: Int { settings.chunks.cutAhead }
     /// A chunk's lease, renewed each window; it ends sooner with its holder's heartbeat.
     public var chunkLease: TimeInterval { settings.chunks.chunkLease }
+    /// A window's answers are written in batches of this many, or of what arrived in `answerInterval`, whichever
+    /// comes first: a crash loses at most the window's requests in flight and the answers since the last batch.
+    public var answerBatch = 100
+    public var answerInterval: Duration = .milliseconds(100)
     /// How often the loop looks for chunks when nothing wakes it.
     public var pollInterval: Duration = .seconds(1)
     /// How often it looks for automatic runs that came due.
@@ -316,74 +320,79 @@ public final class StartFanOut: Service, ChunkJob {
         }
     }
 
-    /// Marks one window `sending`, sends it, and records the answers (at most `sendWindow` per statement).
+    /// Marks one window just before it goes, sends it, and records the answers as they arrive: a batch every
+    /// `answerBatch` answers or `answerInterval`, whichever comes first, so a crash costs only what was in flight and
+    /// answered since the last batch. The last batch deletes the window's mark.
     private func send(
         _ window: [PlannedStart], chunk: ClaimedStartChunk, app: StartApp, composer: StartComposer
     ) async throws -> (backOff: Bool, retryAt: Date?, wentOutOnChannel: Bool, parkedUntil: Date?) {
-        let marked = try await repository.markSending(chunk, window, now: databaseNow)
-        guard !marked.isEmpty else { return (false, nil, false, nil) }
+        let marked = try await repository.markWindow(chunk, window, now: databaseNow)
+        guard !marked.starts.isEmpty else { return (false, nil, false, nil) }
         let pipelineApp = PipelineApp(id: chunk.appID, bundleID: app.bundleID, environment: app.environment)
-        inFlight.withLock { $0 += marked.count }
+        inFlight.withLock { $0 += marked.starts.count }
         metrics.inFlight.set(Double(inFlight.withLock { $0 }))
         // Every start of a route in the window carries the same payload and expiration: built once a route.
         let sentAt = clock.now
         let expiration = composer.expiration(now: sentAt)
         var bodies: [StartRoute: Result<[UInt8], any Error>] = [:]
-        for start in marked where bodies[start.route] == nil {
+        for start in marked.starts where bodies[start.route] == nil {
             bodies[start.route] = Result { try composer.body(route: start.route, sentAt: sentAt) }
         }
-        let answers = await withTaskGroup(of: (SendingStart, APNsVerdict, APNsExchange?).self) { group in
-            for start in marked {
+        let writeLogger = logger.with(["chunk": .int(chunk.id), "write": "start answers"])
+        let writeDeadline = ContinuousClock.now + .seconds(configuration.chunkLease)
+        var tally = WindowTally()
+        try await withThrowingTaskGroup(of: WindowArrival.self) { group in
+            for start in marked.starts {
                 let body = bodies[start.route]!
                 group.addTask { [self] in
                     do {
                         let outcome = try await apns.devicePush(
                             app: pipelineApp, token: start.token, payload: try body.get(), expiration: expiration,
                             priority: .high, retryPolicy: configuration.retryPolicy)
-                        return (start, outcome.verdict, outcome)
+                        return .answer(start, outcome.verdict, outcome)
                     } catch {
                         // No request could be made (a signing key unreadable, a payload too large): nothing went out.
-                        return (start, .rejected(reason: "not sent: \(error)", refusal: nil), nil)
+                        return .answer(start, .rejected(reason: "not sent: \(error)", refusal: nil), nil)
                     }
                 }
             }
-            var answers: [(SendingStart, APNsVerdict, APNsExchange?)] = []
-            for await answer in group { answers.append(answer) }
-            return answers
-        }
-        inFlight.withLock { $0 -= marked.count }
-        metrics.inFlight.set(Double(inFlight.withLock { $0 }))
-        var records: [StartAnswerRecord] = []
-        var backOff = false
-        var retryAt: Date?
-        var wentOutOnChannel = false
-        var parkReason: String?
-        var anyAccepted = false
-        for (start, answer, outcome) in answers {
-            let plan = planner.afterAnswer(answer, attempt: start.attempt)
-            if plan.parkApp { parkReason = answer.reason }
-            anyAccepted = anyAccepted || plan.state == .accepted
-            wentOutOnChannel = wentOutOnChannel || (start.route == .channel && StartLifecycle.startedStates.contains(plan.state))
-            records.append(
-                StartAnswerRecord(
-                    startID: start.id, state: plan.state, reason: plan.reason, status: outcome?.attempts.last?.status,
-                    retryAfter: plan.retryAfter, apnsUniqueID: outcome?.attempts.last?.uniqueID))
-            backOff = backOff || plan.backOffChunk
-            if let delay = plan.retryAfter {
-                let at = clock.now.addingTimeInterval(delay)
-                retryAt = min(retryAt ?? at, at)
+            let interval = configuration.answerInterval
+            group.addTask {
+                try? await Task.sleep(for: interval)
+                return .tick
             }
-            let result = plan.parkApp ? "parked" : plan.state == .planned ? "retry" : plan.state.rawValue
-            metrics.starts.increment([result, plan.reason ?? answer.reason ?? (plan.state == .accepted ? "ok" : "-")])
+            var pending: [StartAnswerRecord] = []
+            var outstanding = marked.starts.count
+            while let arrival = try await group.next() {
+                switch arrival {
+                case .answer(let start, let verdict, let outcome):
+                    outstanding -= 1
+                    inFlight.withLock { $0 -= 1 }
+                    pending.append(tally.add(start, verdict, outcome, planner: planner, at: clock.now, metrics: metrics))
+                    guard pending.count >= configuration.answerBatch || outstanding == 0 else { continue }
+                case .tick:
+                    if outstanding > 0 {
+                        group.addTask {
+                            try? await Task.sleep(for: interval)
+                            return .tick
+                        }
+                    }
+                    guard !pending.isEmpty else { continue }
+                }
+                // The answers are known: written as soon as PostgreSQL takes them, else the starts would count unknown.
+                let batch = pending
+                pending.removeAll(keepingCapacity: true)
+                let last = outstanding == 0
+                try await DurableWrite.run(until: writeDeadline, logger: writeLogger) {
+                    try await repository.record(chunk, window: marked, batch, last: last, now: databaseNow)
+                }
+                if last { group.cancelAll() }
+            }
         }
-        // The answers are known: written as soon as PostgreSQL takes them, else the starts would count unknown.
-        try await DurableWrite.run(
-            until: .now + .seconds(configuration.chunkLease), logger: logger.with(["chunk": .int(chunk.id), "write": "start answers"])
-        ) { try await repository.record(chunk, records, now: databaseNow) }
-        for (start, answer, _) in answers {
-            guard case .rejected(_, let refusal?) = answer else { continue }
+        metrics.inFlight.set(Double(inFlight.withLock { $0 }))
+        for (token, refusal) in tally.refusals {
             do {
-                let recorded = try await hygiene.recordRefusal(appID: chunk.appID, token: start.token, kind: .pushToStart, refusal: refusal)
+                let recorded = try await hygiene.recordRefusal(appID: chunk.appID, token: token, kind: .pushToStart, refusal: refusal)
                 logger.info(
                     "push-to-start token refused by APNs",
                     [
@@ -395,8 +404,8 @@ public final class StartFanOut: Service, ChunkJob {
             }
         }
         // A refused key parks the app (its other senders hold too); an accepted start ends a park.
-        let parkedUntil = try await parking?.settle(pipelineApp, refusedFor: parkReason, accepted: anyAccepted)
-        return (backOff, retryAt, wentOutOnChannel, parkedUntil)
+        let parkedUntil = try await parking?.settle(pipelineApp, refusedFor: tally.parkReason, accepted: tally.anyAccepted)
+        return (tally.backOff, tally.retryAt, tally.wentOutOnChannel, parkedUntil)
     }
 
     /// After a window of starts on the channel (`StartWindowFollowUp`): once a broadcast in flight, if any, is
@@ -426,6 +435,44 @@ public final class StartFanOut: Service, ChunkJob {
 
     /// How long a window of channel starts waits for a broadcast in flight to be recorded.
     private static let raceWait: Duration = .seconds(2)
+}
+
+/// What a window's task group yields: a start's answer, or the time to write the answers so far.
+private enum WindowArrival: Sendable {
+    case answer(SendingStart, APNsVerdict, APNsExchange?)
+    case tick
+}
+
+/// What a window's answers decided, as they arrive (`StartPlanner.afterAnswer` for each).
+private struct WindowTally {
+    var backOff = false
+    var retryAt: Date?
+    var wentOutOnChannel = false
+    var parkReason: String?
+    var anyAccepted = false
+    /// Tokens APNs refused, for the token hygiene.
+    var refusals: [(token: String, refusal: TokenRefusal)] = []
+
+    /// Takes one answer and returns its record.
+    mutating func add(
+        _ start: SendingStart, _ answer: APNsVerdict, _ outcome: APNsExchange?, planner: StartPlanner, at now: Date, metrics: StartMetrics
+    ) -> StartAnswerRecord {
+        let plan = planner.afterAnswer(answer, attempt: start.attempt)
+        if plan.parkApp { parkReason = answer.reason }
+        anyAccepted = anyAccepted || plan.state == .accepted
+        wentOutOnChannel = wentOutOnChannel || (start.route == .channel && StartLifecycle.startedStates.contains(plan.state))
+        backOff = backOff || plan.backOffChunk
+        if let delay = plan.retryAfter {
+            let at = now.addingTimeInterval(delay)
+            retryAt = min(retryAt ?? at, at)
+        }
+        if case .rejected(_, let refusal?) = answer { refusals.append((start.token, refusal)) }
+        let result = plan.parkApp ? "parked" : plan.state == .planned ? "retry" : plan.state.rawValue
+        metrics.starts.increment([result, plan.reason ?? answer.reason ?? (plan.state == .accepted ? "ok" : "-")])
+        return StartAnswerRecord(
+            start: start, state: plan.state, reason: plan.reason, status: outcome?.attempts.last?.status, retryAfter: plan.retryAfter,
+            apnsUniqueID: outcome?.attempts.last?.uniqueID)
+    }
 }
 
 /// The start payload of one chunk (docs/apns.md#push-to-start): `event: start` with the last broadcast's

@@ -1,7 +1,8 @@
 // The start fan-out's chunk work (Sql/0025): claiming a chunk of a run's audience (ChunkLeases), what its starts
-// carry, its members with the planner's facts, and the starts' rows: skipped, marked `sending` one statement per send
-// window, and answered one statement per batch. A start is inserted `sending` only while no start of the event is
-// sending, accepted or unknown for the installation (`starts_once_per_event` holds it even against two runs at once).
+// carry, its members with the planner's facts, and the starts' rows (Sql/0041): skipped ones in one statement, a send
+// window marked by one `start_windows` row just before it goes, and each answer inserted once, in batches as they
+// arrive. A window names an installation only while no start of the event's round went out for it and no open window
+// names it, read under the event's window lock, so two runs at once never start one device twice.
 import Foundation
 import MarqueeCore
 import Postgres
@@ -51,6 +52,13 @@ extension StartRepository {
         WHERE s.run_id = c.run_id AND s.installation > c.after_installation AND s.installation <= c.through_installation
           AND s.created_at >= c.created_at
         GROUP BY 1, 2, 3
+        UNION ALL
+        -- The first sends of its open windows that have no answer yet.
+        SELECT \(StartState.sending)::text, NULL, e.path, count(*) FROM start_windows w,
+            unnest(w.installations, w.tokens, w.paths) AS e (installation, token, path)
+        WHERE w.chunk_id = c.id
+          AND NOT EXISTS (SELECT 1 FROM starts s WHERE s.run_id = w.run_id AND s.installation = e.installation AND s.token = e.token)
+        GROUP BY 3
         """
 
     /// The time of run `r`'s last accepted start: its own (done chunks') or an open chunk's.
@@ -63,16 +71,33 @@ extension StartRepository {
         try await ChunkLeases.starts.release(chunkID: chunk.id, instance: instance, after: delay, now: now, on: pool)
     }
 
-    /// Starts of the chunk's run and range left `sending` by a holder that is gone: nobody can tell whether
-    /// APNs took them (`StartLifecycle`'s `holderLost`), so they are `unknown`, counted and never resent.
+    /// Starts left by a holder of the chunk that is gone: the first sends its open windows name that have no row,
+    /// and its retries left `sending`. Nobody can tell whether APNs took them (`StartLifecycle`'s `holderLost`), so
+    /// they are `unknown`, counted and never resent; the windows are deleted. Returns the starts settled.
     public func settleAbandoned(_ chunk: ClaimedStartChunk, now: Date? = nil) async throws -> Int {
-        try await pool.execute(
+        let unknown = StartLifecycle.transition(from: .sending, on: .holderLost)!
+        let rows = try await pool.query(
             """
-            UPDATE starts SET state = \(StartLifecycle.transition(from: .sending, on: .holderLost)!), reason = 'holder_lost',
-                answered_at = coalesce(\(now), now())
-            WHERE run_id = \(chunk.runID) AND installation > \(chunk.after) AND installation <= \(chunk.through)
-              AND state = \(StartState.sending)
+            WITH retries AS (
+                UPDATE starts SET state = \(unknown), reason = 'holder_lost', answered_at = coalesce(\(now), now())
+                WHERE run_id = \(chunk.runID) AND installation > \(chunk.after) AND installation <= \(chunk.through)
+                  AND state = \(StartState.sending)
+                RETURNING 1
+            ), open AS (
+                DELETE FROM start_windows WHERE chunk_id = \(chunk.id) RETURNING *
+            ), lost AS (
+                -- A start the window's holder answered has a row (went out or not): the conflict leaves it.
+                INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, path, state, reason, attempts,
+                                    sent_at, answered_at, audience_round)
+                SELECT o.run_id, \(chunk.appID), o.event_id, e.installation, e.token, e.os_major, e.path, \(unknown), 'holder_lost', 1,
+                       o.marked_at, coalesce(\(now), now()), o.audience_round
+                FROM open o, unnest(o.installations, o.tokens, o.os_majors, o.paths) AS e (installation, token, os_major, path)
+                ON CONFLICT DO NOTHING
+                RETURNING 1
+            )
+            SELECT (SELECT count(*) FROM retries) + (SELECT count(*) FROM lost) AS settled
             """)
+        return try rows[0].decode(column: "settled")
     }
 
     /// What a start of the chunk's event carries, read just before each send window (so a broadcast accepted
@@ -338,43 +363,75 @@ extension StartRepository {
             """)
     }
 
-    /// Marks a send window's starts `sending`, one statement: new starts are inserted, planned ones (a retry)
-    /// take the installation's current token. Only installations still enabled, with that token current
-    /// and no start of the event sending, accepted or unknown, are marked; the rest are left out. The event's
-    /// activities are read again here: an installation whose app registered an activity of the round (or whose user
-    /// dismissed one) since the chunk's members were read is recorded skipped instead (`has_activity`, `dismissed`).
-    /// A registration committed after this statement still gets its start (docs/api.md#activities). Returns the
-    /// starts marked, to send now.
-    public func markSending(_ chunk: ClaimedStartChunk, _ starts: [PlannedStart], now: Date? = nil) async throws -> [SendingStart] {
-        guard !starts.isEmpty else { return [] }
-        let input = JSONValue.array(
-            starts.map {
-                [
-                    "installation": .int(Int64($0.installation)), "token": .string($0.token), "os_major": $0.osMajor.map { .int(Int64($0)) } ?? .null,
-                    "path": .string($0.route.rawValue), "planned_id": $0.plannedStartID.map { .int(Int64($0)) } ?? .null,
-                ]
-            })
+    /// Marks a send window just before it goes (Sql/0041), in one transaction under the event's window lock: its first
+    /// sends in one `start_windows` row, and its retries (planned starts) `sending` in their rows, which take the
+    /// installation's current token. Only installations still enabled, with that token current, with no start of the
+    /// event's round that went out and none in an open window of the round, are marked; the rest are left out. The
+    /// event's activities are read again here: an installation whose app registered an activity of the round (or
+    /// whose user dismissed one) since the chunk's members were read is recorded skipped instead (`has_activity`,
+    /// `dismissed`). A registration committed after this still gets its start (docs/api.md#activities). The lock is
+    /// held from the read of what went out until the window is committed, so two runs of one event, on any
+    /// instances, never mark one installation twice; it is not held while the window is sent.
+    public func markWindow(_ chunk: ClaimedStartChunk, _ starts: [PlannedStart], now: Date? = nil) async throws -> MarkedWindow {
+        guard !starts.isEmpty else { return MarkedWindow(id: nil, markedAt: now ?? Date(), starts: []) }
+        let rows = try await pool.withTransaction { tx in
+            try await tx.execute(Self.windowLock(eventID: chunk.eventID))
+            return try await tx.query(Self.markStatement(chunk, starts, now: now))
+        }
+        var id: Int?
+        var markedAt = now ?? Date()
+        var marked: [SendingStart] = []
+        marked.reserveCapacity(rows.count)
+        for row in rows {
+            if let window: Int = try row.decode(column: "window_id") {
+                id = window
+                markedAt = try row.decode(column: "marked_at")
+            }
+            marked.append(
+                SendingStart(
+                    installation: try row.decode(column: "installation"), token: try row.decode(column: "token"),
+                    osMajor: try row.decode(column: "os_major"), route: try row.decodeRaw(StartRoute.self, column: "path"),
+                    attempt: try row.decode(column: "attempts"), retriedStartID: try row.decode(column: "retried_id")))
+        }
+        return MarkedWindow(id: id, markedAt: markedAt, starts: marked)
+    }
+
+    /// The transaction-scoped advisory lock of an event's windows (two keys: this space, and the event's id folded into
+    /// 31 bits; two events that share a key only wait on each other's marks).
+    static func windowLock(eventID: Int) -> PostgresQuery {
+        "SELECT pg_advisory_xact_lock(\(Self.windowLockSpace)::integer, (\(eventID)::bigint % 2147483647)::integer)"
+    }
+
+    /// The advisory lock space of start windows ("MQsw").
+    static let windowLockSpace = 0x4D51_7377
+
+    static func markStatement(_ chunk: ClaimedStartChunk, _ starts: [PlannedStart], now: Date?) -> PostgresQuery {
         let sending = StartLifecycle.transition(from: .planned, on: .sendBegan)!
-        let rows = try await pool.query(
-            """
+        return """
             WITH input AS (
                 SELECT i.*, CASE WHEN \(fragment: Self.dismissedByUser(chunk, installation: "i.installation")) THEN \(StartSkipReason.dismissed.rawValue)
                                  WHEN \(fragment: Self.hasActivityOfRound(chunk, installation: "i.installation"))
                                  THEN \(StartSkipReason.hasActivity.rawValue) END AS held_reason
-                FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (installation bigint, token text, os_major integer,
-                                                                          path text, planned_id bigint)
+                FROM unnest(\(PostgresColumn(starts.map(\.installation)))::bigint[], \(PostgresColumn(starts.map(\.token)))::text[],
+                            \(PostgresColumn(starts.map(\.osMajor)))::integer[], \(PostgresColumn(starts.map(\.route.rawValue)))::text[],
+                            \(PostgresColumn(starts.map(\.plannedStartID)))::bigint[])
+                     WITH ORDINALITY AS i (installation, token, os_major, path, planned_id, n)
+            ), open AS (
+                SELECT unnest(w.installations) AS installation FROM start_windows w
+                WHERE w.event_id = \(chunk.eventID) AND w.audience_round = \(chunk.audienceRound)
             ), eligible AS (
                 SELECT i.* FROM input i JOIN installations n ON n.id = i.installation
-                WHERE i.held_reason IS NULL
+                -- A probe per row of starts_once_per_event (the LIMIT keeps it one: a plain NOT EXISTS may be planned
+                -- as a hashed read of every start of the event, per window, whenever the statistics are older than
+                -- the table's growth, as in the first minute of a big kick-off).
+                LEFT JOIN LATERAL (
+                    SELECT true AS found FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = i.installation
+                      AND s.went_out AND s.audience_round = \(chunk.audienceRound)
+                    LIMIT 1
+                ) started ON true
+                WHERE i.held_reason IS NULL AND started.found IS NULL
                   AND n.live_activities_enabled AND n.push_to_start_token = i.token AND n.token_refused_reason IS NULL
-                  -- A new start that the round's started one would duplicate is left out by starts_once_per_event
-                  -- (ON CONFLICT below); only a retry, which updates its row, asks first. Asking for every row made
-                  -- this statement a scan of starts per row whenever the table's statistics were older than its
-                  -- growth (the first minute of a big kick-off).
-                  AND (i.planned_id IS NULL
-                       OR NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = i.installation
-                                      AND s.went_out
-                                      AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))))
+                  AND NOT EXISTS (SELECT 1 FROM open o WHERE o.installation = i.installation)
             ), held_settled AS (
                 UPDATE starts s SET state = \(StartLifecycle.transition(from: .planned, on: .skipped)!), reason = i.held_reason,
                     next_attempt_at = NULL
@@ -386,53 +443,72 @@ extension StartRepository {
                 ON CONFLICT DO NOTHING
             ), retried AS (
                 UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1,
-                    sent_at = coalesce(\(now), now()),
-                    next_attempt_at = NULL
+                    sent_at = coalesce(\(now), now()), next_attempt_at = NULL
                 FROM eligible e WHERE s.id = e.planned_id AND s.state = \(StartState.planned)
-                RETURNING s.id, s.installation, s.token, s.path, s.attempts
-            ), inserted AS (
-                INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, path, state, attempts, sent_at, audience_round)
-                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, path, \(sending), 1, coalesce(\(now), now()),
-                       (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
+                RETURNING s.id, s.installation, s.token, s.os_major, s.path, s.attempts
+            ), marked AS (
+                INSERT INTO start_windows (chunk_id, run_id, event_id, audience_round, marked_at, installations, tokens, os_majors, paths)
+                SELECT \(chunk.id), \(chunk.runID), \(chunk.eventID), \(chunk.audienceRound), coalesce(\(now), now()),
+                       array_agg(installation ORDER BY n), array_agg(token ORDER BY n), array_agg(os_major ORDER BY n),
+                       array_agg(path ORDER BY n)
                 FROM eligible WHERE planned_id IS NULL
-                ON CONFLICT DO NOTHING
-                RETURNING id, installation, token, path, attempts
+                HAVING count(*) > 0
+                RETURNING id, marked_at, installations, tokens, os_majors, paths
             )
-            SELECT * FROM retried UNION ALL SELECT * FROM inserted
-            """)
-        return try rows.map { row in
-            SendingStart(
-                id: try row.decode(column: "id"), installation: try row.decode(column: "installation"), token: try row.decode(column: "token"),
-                route: try row.decodeRaw(StartRoute.self, column: "path"), attempt: try row.decode(column: "attempts"))
-        }
+            SELECT NULL::bigint AS window_id, NULL::timestamptz AS marked_at, r.id AS retried_id, r.installation, r.token,
+                   r.os_major, r.path, r.attempts
+            FROM retried r
+            UNION ALL
+            SELECT m.id, m.marked_at, NULL, e.installation, e.token, e.os_major, e.path, 1
+            FROM marked m, unnest(m.installations, m.tokens, m.os_majors, m.paths) AS e (installation, token, os_major, path)
+            """
     }
 
-    /// Writes APNs' answers to the chunk's starts, one statement for up to a batch; only starts still `sending`
-    /// change. Moves the chunk's last acceptance forward (not the run's: its row would be every batch's lock).
-    public func record(_ chunk: ClaimedStartChunk, _ answers: [StartAnswerRecord], now: Date? = nil) async throws {
-        guard !answers.isEmpty else { return }
-        let input = JSONValue.array(
-            answers.map {
-                [
-                    "id": .int(Int64($0.startID)), "state": .string($0.state.rawValue), "reason": $0.reason.map(JSONValue.string) ?? .null,
-                    "status": $0.status.map { .int(Int64($0)) } ?? .null, "retry_after": $0.retryAfter.map(JSONValue.double) ?? .null,
-                    "unique_id": $0.apnsUniqueID.map(JSONValue.string) ?? .null,
-                ]
-            })
-        try await pool.execute(
+    /// Writes APNs' answers to a window's starts as they arrive, one statement for a batch: a first send's start is
+    /// inserted in its answer's state (never before: its window named it), a retry's row changes only while still
+    /// `sending`. The batch that ends the window (`last`) deletes its row. A start a new holder already settled
+    /// `unknown` (the window's holder was taken for gone) keeps that. Moves the chunk's last acceptance forward (not
+    /// the run's: its row would be every batch's lock). Returns the answers written.
+    @discardableResult
+    public func record(
+        _ chunk: ClaimedStartChunk, window: MarkedWindow, _ answers: [StartAnswerRecord], last: Bool, now: Date? = nil
+    ) async throws -> Int {
+        guard !answers.isEmpty || (last && window.id != nil) else { return 0 }
+        let rows = try await pool.query(
             """
-            WITH input AS (
-                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (id bigint, state text, reason text, status integer,
-                                                                                    retry_after float8, unique_id uuid)
-            ), written AS (
-                UPDATE starts s SET state = i.state, reason = i.reason, status = i.status, apns_unique_id = i.unique_id,
+            WITH answers AS (
+                SELECT * FROM unnest(
+                    \(PostgresColumn(answers.map(\.start.installation)))::bigint[], \(PostgresColumn(answers.map(\.start.token)))::text[],
+                    \(PostgresColumn(answers.map(\.start.osMajor)))::integer[], \(PostgresColumn(answers.map(\.start.route.rawValue)))::text[],
+                    \(PostgresColumn(answers.map(\.start.retriedStartID)))::bigint[], \(PostgresColumn(answers.map(\.state.rawValue)))::text[],
+                    \(PostgresColumn(answers.map(\.reason)))::text[], \(PostgresColumn(answers.map(\.status)))::integer[],
+                    \(PostgresColumn(answers.map(\.retryAfter)))::float8[], \(PostgresColumn(answers.map(\.apnsUniqueID)))::uuid[])
+                    AS a (installation, token, os_major, path, retried_id, state, reason, status, retry_after, unique_id)
+            ), retried AS (
+                UPDATE starts s SET state = a.state, reason = a.reason, status = a.status, apns_unique_id = a.unique_id,
                     answered_at = coalesce(\(now), now()),
-                    next_attempt_at = CASE WHEN i.retry_after IS NOT NULL THEN coalesce(\(now), now()) + make_interval(secs => i.retry_after) END
-                FROM input i WHERE s.id = i.id AND s.state = \(StartState.sending)
+                    next_attempt_at = CASE WHEN a.retry_after IS NOT NULL THEN coalesce(\(now), now()) + make_interval(secs => a.retry_after) END
+                FROM answers a WHERE a.retried_id IS NOT NULL AND s.id = a.retried_id AND s.state = \(StartState.sending)
                 RETURNING s.state
+            ), inserted AS (
+                INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, path, state, reason, status, attempts,
+                                    sent_at, answered_at, next_attempt_at, apns_unique_id, audience_round)
+                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), a.installation, a.token, a.os_major, a.path, a.state, a.reason,
+                       a.status, 1, \(window.markedAt), coalesce(\(now), now()),
+                       CASE WHEN a.retry_after IS NOT NULL THEN coalesce(\(now), now()) + make_interval(secs => a.retry_after) END,
+                       a.unique_id, \(chunk.audienceRound)
+                FROM answers a WHERE a.retried_id IS NULL
+                ON CONFLICT DO NOTHING
+                RETURNING state
+            ), closed AS (
+                DELETE FROM start_windows WHERE id = \(window.id) AND \(last)
+            ), acceptance AS (
+                UPDATE start_chunks SET last_accepted_at = coalesce(\(now), now())
+                WHERE id = \(chunk.id) AND (EXISTS (SELECT 1 FROM retried WHERE state = \(StartState.accepted))
+                                            OR EXISTS (SELECT 1 FROM inserted WHERE state = \(StartState.accepted)))
             )
-            UPDATE start_chunks SET last_accepted_at = coalesce(\(now), now())
-            WHERE id = \(chunk.id) AND EXISTS (SELECT 1 FROM written WHERE state = \(StartState.accepted))
+            SELECT (SELECT count(*) FROM retried) + (SELECT count(*) FROM inserted) AS written
             """)
+        return try rows[0].decode(column: "written")
     }
 }

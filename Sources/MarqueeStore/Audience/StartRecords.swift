@@ -107,27 +107,47 @@ public struct PlannedStart: Sendable, Equatable {
     }
 }
 
-/// A start marked `sending`: send it now.
+/// A start marked to go: send it now.
 public struct SendingStart: Sendable, Equatable {
-    public let id: Int
     public let installation: Int
     public let token: String
+    public let osMajor: Int?
     public let route: StartRoute
-    /// 1 for the first send.
+    /// 1 for the first send, which its window names; a retry is marked in its planned start's row.
     public let attempt: Int
+    /// The planned start a retry is marked in, else nil.
+    public let retriedStartID: Int?
+
+    public init(installation: Int, token: String, osMajor: Int?, route: StartRoute, attempt: Int, retriedStartID: Int?) {
+        self.installation = installation
+        self.token = token
+        self.osMajor = osMajor
+        self.route = route
+        self.attempt = attempt
+        self.retriedStartID = retriedStartID
+    }
+}
+
+/// A send window marked just before it goes (Sql/0041): its row, naming its first sends, and every start it sends.
+public struct MarkedWindow: Sendable, Equatable {
+    /// The window's row in `start_windows`; nil when it sends retries only.
+    public let id: Int?
+    /// When it was marked: its first sends' `sent_at`.
+    public let markedAt: Date
+    public let starts: [SendingStart]
 }
 
 /// What to write for one answered start.
 public struct StartAnswerRecord: Sendable, Equatable {
-    public let startID: Int
+    public let start: SendingStart
     public let state: StartState
     public let reason: String?
     public let status: Int?
     public let retryAfter: TimeInterval?
     public let apnsUniqueID: String?
 
-    public init(startID: Int, state: StartState, reason: String?, status: Int?, retryAfter: TimeInterval?, apnsUniqueID: String?) {
-        self.startID = startID
+    public init(start: SendingStart, state: StartState, reason: String?, status: Int?, retryAfter: TimeInterval?, apnsUniqueID: String?) {
+        self.start = start
         self.state = state
         self.reason = reason
         self.status = status

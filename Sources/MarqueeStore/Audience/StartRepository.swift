@@ -255,6 +255,12 @@ public struct StartRepository: Sendable {
                     WHERE r.finished_at < \(cutoff) AND e.status IN \(over) LIMIT \(batch))
                 """)
         }
+        // A window a holder left when its run ended with the event names starts nobody will settle now.
+        try await pool.execute(
+            """
+            DELETE FROM start_windows w USING start_runs r, events e
+            WHERE r.id = w.run_id AND e.id = r.event_id AND r.finished_at < \(cutoff) AND e.status IN \(over)
+            """)
         try await pool.execute(
             """
             DELETE FROM start_runs r USING events e

@@ -264,8 +264,10 @@ public struct EventRepository: Sendable {
                 let row = try await tx.query(
                     """
                     SELECT \(unsafeRaw: EventRecord.columns),
-                           EXISTS (SELECT 1 FROM starts s WHERE s.event_id = events.id AND s.went_out
-                                   AND s.audience_round = events.audience_round) AS starts_went_out
+                           (EXISTS (SELECT 1 FROM starts s WHERE s.event_id = events.id AND s.went_out
+                                    AND s.audience_round = events.audience_round)
+                            OR EXISTS (SELECT 1 FROM start_windows w WHERE w.event_id = events.id
+                                       AND w.audience_round = events.audience_round)) AS starts_went_out
                     FROM events WHERE id = \(eventID) AND (\(appID)::bigint IS NULL OR app_id = \(appID))
                     FOR UPDATE
                     """
@@ -310,6 +312,7 @@ public struct EventRepository: Sendable {
                 """
                 SELECT e.status,
                        EXISTS (SELECT 1 FROM starts s WHERE s.event_id = e.id AND s.went_out)
+                       OR EXISTS (SELECT 1 FROM start_windows w WHERE w.event_id = e.id)
                        OR EXISTS (SELECT 1 FROM activities a WHERE a.event_id = e.id)
                        OR EXISTS (SELECT 1 FROM deliveries d JOIN channels c ON c.id = d.channel_id
                                   WHERE c.event_id = e.id AND d.kind = 'broadcast' AND d.status = 200) AS started,
