@@ -407,6 +407,29 @@ extension StartRepository {
 
     static func markStatement(_ chunk: ClaimedStartChunk, _ starts: [PlannedStart], now: Date?) -> PostgresQuery {
         let sending = StartLifecycle.transition(from: .planned, on: .sendBegan)!
+        // The retries' statements only where the window has retries: a join of starts by id to a batch whose ids are
+        // all NULL may still be planned as a read of the whole table.
+        let retries: PostgresQuery =
+            starts.contains(where: { $0.plannedStartID != nil })
+            ? """
+            , held_settled AS (
+                UPDATE starts s SET state = \(StartLifecycle.transition(from: .planned, on: .skipped)!), reason = i.held_reason,
+                    next_attempt_at = NULL
+                FROM input i WHERE i.held_reason IS NOT NULL AND s.id = i.planned_id AND s.state = \(StartState.planned)
+            ), retried AS (
+                UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1,
+                    sent_at = coalesce(\(now), now()), next_attempt_at = NULL
+                FROM eligible e WHERE s.id = e.planned_id AND s.state = \(StartState.planned)
+                RETURNING s.id, s.installation, s.token, s.os_major, s.path, s.attempts
+            )
+            """
+            : """
+            , retried AS (
+                SELECT NULL::bigint AS id, NULL::bigint AS installation, NULL::text AS token, NULL::integer AS os_major,
+                       NULL::text AS path, NULL::integer AS attempts
+                WHERE false
+            )
+            """
         return """
             WITH input AS (
                 SELECT i.*, CASE WHEN \(fragment: Self.dismissedByUser(chunk, installation: "i.installation")) THEN \(StartSkipReason.dismissed.rawValue)
@@ -432,21 +455,12 @@ extension StartRepository {
                 WHERE i.held_reason IS NULL AND started.found IS NULL
                   AND n.live_activities_enabled AND n.push_to_start_token = i.token AND n.token_refused_reason IS NULL
                   AND NOT EXISTS (SELECT 1 FROM open o WHERE o.installation = i.installation)
-            ), held_settled AS (
-                UPDATE starts s SET state = \(StartLifecycle.transition(from: .planned, on: .skipped)!), reason = i.held_reason,
-                    next_attempt_at = NULL
-                FROM input i WHERE i.held_reason IS NOT NULL AND s.id = i.planned_id AND s.state = \(StartState.planned)
             ), held_recorded AS (
                 INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, state, reason)
                 SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, \(StartState.skipped), held_reason
                 FROM input WHERE held_reason IS NOT NULL AND planned_id IS NULL
                 ON CONFLICT DO NOTHING
-            ), retried AS (
-                UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1,
-                    sent_at = coalesce(\(now), now()), next_attempt_at = NULL
-                FROM eligible e WHERE s.id = e.planned_id AND s.state = \(StartState.planned)
-                RETURNING s.id, s.installation, s.token, s.os_major, s.path, s.attempts
-            ), marked AS (
+            )\(fragment: retries), marked AS (
                 INSERT INTO start_windows (chunk_id, run_id, event_id, audience_round, marked_at, installations, tokens, os_majors, paths)
                 SELECT \(chunk.id), \(chunk.runID), \(chunk.eventID), \(chunk.audienceRound), coalesce(\(now), now()),
                        array_agg(installation ORDER BY n), array_agg(token ORDER BY n), array_agg(os_major ORDER BY n),
@@ -474,6 +488,35 @@ extension StartRepository {
         _ chunk: ClaimedStartChunk, window: MarkedWindow, _ answers: [StartAnswerRecord], last: Bool, now: Date? = nil
     ) async throws -> Int {
         guard !answers.isEmpty || (last && window.id != nil) else { return 0 }
+        // Each part only where the batch has its kind of start (as in `markStatement`).
+        let retried: PostgresQuery =
+            answers.contains(where: { $0.start.retriedStartID != nil })
+            ? """
+            , retried AS (
+                UPDATE starts s SET state = a.state, reason = a.reason, status = a.status, apns_unique_id = a.unique_id,
+                    answered_at = coalesce(\(now), now()),
+                    next_attempt_at = CASE WHEN a.retry_after IS NOT NULL THEN coalesce(\(now), now()) + make_interval(secs => a.retry_after) END
+                FROM answers a WHERE a.retried_id IS NOT NULL AND s.id = a.retried_id AND s.state = \(StartState.sending)
+                RETURNING s.state
+            )
+            """
+            : ", retried AS (SELECT NULL::text AS state WHERE false)"
+        let inserted: PostgresQuery =
+            answers.contains(where: { $0.start.retriedStartID == nil })
+            ? """
+            , inserted AS (
+                INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, path, state, reason, status, attempts,
+                                    sent_at, answered_at, next_attempt_at, apns_unique_id, audience_round)
+                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), a.installation, a.token, a.os_major, a.path, a.state, a.reason,
+                       a.status, 1, \(window.markedAt), coalesce(\(now), now()),
+                       CASE WHEN a.retry_after IS NOT NULL THEN coalesce(\(now), now()) + make_interval(secs => a.retry_after) END,
+                       a.unique_id, \(chunk.audienceRound)
+                FROM answers a WHERE a.retried_id IS NULL
+                ON CONFLICT DO NOTHING
+                RETURNING state
+            )
+            """
+            : ", inserted AS (SELECT NULL::text AS state WHERE false)"
         let rows = try await pool.query(
             """
             WITH answers AS (
@@ -484,23 +527,7 @@ extension StartRepository {
                     \(PostgresColumn(answers.map(\.reason)))::text[], \(PostgresColumn(answers.map(\.status)))::integer[],
                     \(PostgresColumn(answers.map(\.retryAfter)))::float8[], \(PostgresColumn(answers.map(\.apnsUniqueID)))::uuid[])
                     AS a (installation, token, os_major, path, retried_id, state, reason, status, retry_after, unique_id)
-            ), retried AS (
-                UPDATE starts s SET state = a.state, reason = a.reason, status = a.status, apns_unique_id = a.unique_id,
-                    answered_at = coalesce(\(now), now()),
-                    next_attempt_at = CASE WHEN a.retry_after IS NOT NULL THEN coalesce(\(now), now()) + make_interval(secs => a.retry_after) END
-                FROM answers a WHERE a.retried_id IS NOT NULL AND s.id = a.retried_id AND s.state = \(StartState.sending)
-                RETURNING s.state
-            ), inserted AS (
-                INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, path, state, reason, status, attempts,
-                                    sent_at, answered_at, next_attempt_at, apns_unique_id, audience_round)
-                SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), a.installation, a.token, a.os_major, a.path, a.state, a.reason,
-                       a.status, 1, \(window.markedAt), coalesce(\(now), now()),
-                       CASE WHEN a.retry_after IS NOT NULL THEN coalesce(\(now), now()) + make_interval(secs => a.retry_after) END,
-                       a.unique_id, \(chunk.audienceRound)
-                FROM answers a WHERE a.retried_id IS NULL
-                ON CONFLICT DO NOTHING
-                RETURNING state
-            ), closed AS (
+            )\(fragment: retried)\(fragment: inserted), closed AS (
                 DELETE FROM start_windows WHERE id = \(window.id) AND \(last)
             ), acceptance AS (
                 UPDATE start_chunks SET last_accepted_at = coalesce(\(now), now())
