@@ -440,8 +440,11 @@ extension StartRepository {
                             \(PostgresColumn(starts.map(\.plannedStartID)))::bigint[])
                      WITH ORDINALITY AS i (installation, token, os_major, path, planned_id, n)
             ), open AS (
+                -- Other runs' open windows of the event's round. The run's own are its other chunks', whose ranges never
+                -- overlap this one's (a pass begins once the last one's chunks are done), so a kick-off's one run reads
+                -- nothing here: with them, each row of the window compared itself with every element of the others.
                 SELECT unnest(w.installations) AS installation FROM start_windows w
-                WHERE w.event_id = \(chunk.eventID) AND w.audience_round = \(chunk.audienceRound)
+                WHERE w.event_id = \(chunk.eventID) AND w.audience_round = \(chunk.audienceRound) AND w.run_id <> \(chunk.runID)
             ), eligible AS (
                 SELECT i.* FROM input i JOIN installations n ON n.id = i.installation
                 -- A probe per row of starts_once_per_event (the LIMIT keeps it one: a plain NOT EXISTS may be planned
