@@ -336,29 +336,30 @@ extension StartRepository {
 
     // MARK: starts
 
-    /// Records starts the run decided not to send, one statement for all.
+    /// Records starts the run decided not to send, one statement for all: new rows, and planned ones (retries) settled.
     public func skip(_ chunk: ClaimedStartChunk, _ skipped: [SkippedStart]) async throws {
         guard !skipped.isEmpty else { return }
-        let input = JSONValue.array(
-            skipped.map {
-                [
-                    "installation": .int(Int64($0.installation)), "token": .string($0.token), "os_major": $0.osMajor.map { .int(Int64($0)) } ?? .null,
-                    "reason": .string($0.reason.rawValue), "planned_id": $0.plannedStartID.map { .int(Int64($0)) } ?? .null,
-                ]
-            })
+        let skippedState = StartLifecycle.transition(from: .planned, on: .skipped)!
+        let retries = skipped.filter { $0.plannedStartID != nil }
+        let new = skipped.filter { $0.plannedStartID == nil }
+        // Two statements, each only when it has rows (as in `markStatement`: a join by id to NULL ids may read the table).
+        if !retries.isEmpty {
+            try await pool.execute(
+                """
+                UPDATE starts s SET state = \(skippedState), reason = i.reason, next_attempt_at = NULL
+                FROM unnest(\(PostgresColumn(retries.map { $0.plannedStartID! }))::bigint[], \(PostgresColumn(retries.map(\.reason.rawValue)))::text[])
+                     AS i (id, reason)
+                WHERE s.id = i.id AND s.state = \(StartState.planned)
+                """)
+        }
+        guard !new.isEmpty else { return }
         try await pool.execute(
             """
-            WITH input AS (
-                SELECT * FROM jsonb_to_recordset(\(input.postgresJSON)::jsonb) AS i (installation bigint, token text, os_major integer,
-                                                                                    reason text, planned_id bigint)
-            ), settled AS (
-                UPDATE starts s SET state = \(StartLifecycle.transition(from: .planned, on: .skipped)!), reason = i.reason, next_attempt_at = NULL
-                FROM input i WHERE s.id = i.planned_id AND s.state = \(StartState.planned)
-                RETURNING s.id
-            )
             INSERT INTO starts (run_id, app_id, event_id, installation, token, os_major, state, reason)
-            SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), installation, token, os_major, \(StartState.skipped), reason
-            FROM input WHERE planned_id IS NULL
+            SELECT \(chunk.runID), \(chunk.appID), \(chunk.eventID), i.installation, i.token, i.os_major, \(skippedState), i.reason
+            FROM unnest(\(PostgresColumn(new.map(\.installation)))::bigint[], \(PostgresColumn(new.map(\.token)))::text[],
+                        \(PostgresColumn(new.map(\.osMajor)))::integer[], \(PostgresColumn(new.map(\.reason.rawValue)))::text[])
+                 AS i (installation, token, os_major, reason)
             ON CONFLICT DO NOTHING
             """)
     }
