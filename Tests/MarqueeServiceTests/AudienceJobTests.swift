@@ -150,6 +150,31 @@ struct AudienceJobTests {
         #expect(try await Self.rows(f, "start_windows") == 0)
     }
 
+    @Test func twoRunsOfOneEventOnTwoInstancesStartEachDeviceOnce() async throws {
+        // Two runs at once (an automatic one and an operator's), each worked by another instance, in windows of five:
+        // every follower gets one start between them (`StartRepository.windowLock`).
+        let f = try await PipelineServiceFixture.make()
+        defer { f.pool.close() }
+        let event = try await f.makeEvent(startsAt: f.clock.now.addingTimeInterval(3600))
+        for index in 1...40 { try await Self.follower(f, index, os: "17.5", of: event.id) }
+        let apns = RecordingDevicePushAPNs()
+        let one = Self.fanOut(f, apns, instance: "one", sendWindow: 5)
+        let two = Self.fanOut(f, apns, instance: "two", sendWindow: 5)
+        try await Self.run(f, event.id, one)
+        try await Self.run(f, event.id, two)
+        let first = try #require(try await one.claimChunk())
+        let second = try #require(try await two.claimChunk())
+        #expect(first.runID != second.runID)
+        async let a: Void = one.work(first, shutdown: ShutdownSignal())
+        async let b: Void = two.work(second, shutdown: ShutdownSignal())
+        _ = await (a, b)
+        let tokens = apns.pushes.map(\.token)
+        #expect(tokens.count == 40 && Set(tokens).count == 40, "\(tokens.count) starts to \(Set(tokens).count) devices")
+        let accepted = try await f.pool.query(
+            "SELECT count(*)::bigint AS n FROM starts WHERE event_id = \(event.id) AND state = \(StartState.accepted)")[0]
+        #expect(try accepted.decode(Int.self, column: "n") == 40)
+    }
+
     @Test func aRefusedKeyParksTheRunWhichGoesOnOnceTheKeyWorks() async throws {
         let f = try await PipelineServiceFixture.make()
         defer { f.pool.close() }

@@ -99,7 +99,6 @@ struct StartRepositoryTests {
         let marked = try await repository.markWindow(a, planned)
         #expect(marked.id != nil && marked.starts.count == 10 && marked.starts.allSatisfy { $0.attempt == 1 && $0.retriedStartID == nil })
         #expect(try await f.count("starts") == 0, "a window's first sends are written once, when answered")
-        #expect(try await repository.markWindow(a, planned).starts.isEmpty, "marked once: its open window names them")
         // A second run of the same event, racing: its starts of the same installations are left out.
         let second = try await repository.createManualRun(appID: f.appID, eventID: eventID, topics: nil, alert: nil, createdBy: "k", channelWait: 60)
         _ = try await repository.advance(runID: second, lateStartCutoff: 900, chunkSize: 10, cutAhead: 1) { planner.next($0) }

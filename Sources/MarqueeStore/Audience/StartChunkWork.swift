@@ -376,7 +376,12 @@ extension StartRepository {
     public func markWindow(_ chunk: ClaimedStartChunk, _ starts: [PlannedStart], now: Date? = nil) async throws -> MarkedWindow {
         guard !starts.isEmpty else { return MarkedWindow(id: nil, markedAt: now ?? Date(), starts: []) }
         let rows = try await pool.withTransaction { tx in
-            try await tx.execute(Self.windowLock(eventID: chunk.eventID))
+            let alone = try await tx.query(
+                """
+                SELECT NOT EXISTS (SELECT 1 FROM start_runs WHERE event_id = \(chunk.eventID) AND id <> \(chunk.runID)
+                                   AND state IN \(StartRunState.openStates.sql)) AS alone
+                """)[0].decode(Bool.self, column: "alone")
+            try await tx.execute(Self.windowLock(eventID: chunk.eventID, shared: alone))
             return try await tx.query(Self.markStatement(chunk, starts, now: now))
         }
         var id: Int?
@@ -398,9 +403,15 @@ extension StartRepository {
     }
 
     /// The transaction-scoped advisory lock of an event's windows (two keys: this space, and the event's id folded into
-    /// 31 bits; two events that share a key only wait on each other's marks).
-    static func windowLock(eventID: Int) -> PostgresQuery {
-        "SELECT pg_advisory_xact_lock(\(Self.windowLockSpace)::integer, (\(eventID)::bigint % 2147483647)::integer)"
+    /// 31 bits; two events that share a key only wait on each other's marks). A run that is the event's only open one
+    /// marks under the lock shared: its chunks' ranges never overlap, so they mark at once. With another run open, a
+    /// mark takes it exclusive, and so does the transaction that creates a run (`createManualRun`,
+    /// `createDueAutomaticRuns`), so a mark that found itself alone just before a second run was committed is
+    /// committed before that run's first mark reads, or waits for it.
+    static func windowLock(eventID: Int, shared: Bool = false) -> PostgresQuery {
+        shared
+            ? "SELECT pg_advisory_xact_lock_shared(\(Self.windowLockSpace)::integer, (\(eventID)::bigint % 2147483647)::integer)"
+            : "SELECT pg_advisory_xact_lock(\(Self.windowLockSpace)::integer, (\(eventID)::bigint % 2147483647)::integer)"
     }
 
     /// The advisory lock space of start windows ("MQsw").

@@ -27,7 +27,13 @@ public struct StartRepository: Sendable {
     public func createDueAutomaticRuns(
         lead: TimeInterval, maxLateness: TimeInterval, channelWait: TimeInterval, now: Date? = nil
     ) async throws -> [CreatedStartRun] {
-        let rows = try await pool.query(Self.dueAutomaticRunsStatement(lead: lead, maxLateness: maxLateness, channelWait: channelWait, now: now))
+        let rows = try await pool.withTransaction { tx in
+            let rows = try await tx.query(
+                Self.dueAutomaticRunsStatement(lead: lead, maxLateness: maxLateness, channelWait: channelWait, now: now))
+            // Before the runs are seen, the marks of other runs of their events are committed (`windowLock`).
+            for row in rows { try await tx.execute(Self.windowLock(eventID: try row.decode(Int.self, column: "event_id"))) }
+            return rows
+        }
         var created: [CreatedStartRun] = []
         for row in rows {
             let run = CreatedStartRun(
@@ -97,6 +103,8 @@ public struct StartRepository: Sendable {
             else { throw PipelineError.eventNotFound(eventID) }
             let status = try event.decodeRaw(EventStatus.self, column: "status")
             guard Self.startableEventStates.contains(status) else { throw PipelineError.eventClosed(eventID, status) }
+            // Before the run is seen, the marks of the event's other runs are committed (`windowLock`).
+            try await tx.execute(Self.windowLock(eventID: eventID))
             let row = try await tx.query(
                 """
                 INSERT INTO start_runs (app_id, event_id, kind, state, topics, alert, due_at, channel_wait_until, created_by, audience_round)
