@@ -6,6 +6,7 @@
 import Foundation
 import MarqueeCore
 import Network
+import Synchronization
 
 /// A running APNs simulator: start it, read its ports and files, send to it, shut it down.
 public final class APNsSimulator: Sendable {
@@ -208,7 +209,33 @@ private func offThePool(_ body: @escaping @Sendable () -> Void) async {
 /// The engine's state for one connection, kept in `HTTP2ServerConnection.state` (touched on its loop thread only).
 private final class ConnectionBox {
     var state: SimulatorConnectionState
+    /// Its answers held back by added latency (their tasks count down; the close reads what is left).
+    let held = HeldAnswers()
     init(_ state: SimulatorConnectionState) { self.state = state }
+}
+
+/// A connection's answers held back by added latency, and whether it closed.
+private final class HeldAnswers: Sendable {
+    private let counts = Mutex((held: 0, closed: false))
+
+    func hold() { counts.withLock { $0.held += 1 } }
+
+    /// The answer is ready; false when its connection closed first (it was in flight when the client went away).
+    func release() -> Bool {
+        counts.withLock { counts in
+            guard !counts.closed else { return false }
+            counts.held -= 1
+            return true
+        }
+    }
+
+    /// The connection closed: the answers still held.
+    func close() -> Int {
+        counts.withLock { counts in
+            counts.closed = true
+            return counts.held
+        }
+    }
 }
 
 /// Hands each request to the engine and applies what it answers to the connection.
@@ -218,6 +245,12 @@ private struct SimulatorRequestHandler: HTTP2RequestHandler {
 
     func connectionOpened(_ connection: HTTP2ServerConnection) {
         connection.state = ConnectionBox(engine.makeConnectionState())
+    }
+
+    func connectionClosed(_ connection: HTTP2ServerConnection) {
+        guard let box = connection.state as? ConnectionBox else { return }
+        let unanswered = box.held.close()
+        if unanswered > 0 { engine.unansweredAtDisconnect.add(unanswered, ordering: .relaxed) }
     }
 
     func handle(_ request: HTTPRequest, connection: HTTP2ServerConnection) -> HTTP2Reply {
@@ -235,8 +268,14 @@ private struct SimulatorRequestHandler: HTTP2RequestHandler {
         guard reply.delay > .zero else { return .response(reply.response) }
         let response = reply.response
         let delay = reply.delay
+        let held = box.held
+        let engine = engine
+        held.hold()
+        engine.answersInFlight.add(1, ordering: .relaxed)
         return .deferred {
             try? await Task.sleep(for: delay)
+            engine.answersInFlight.subtract(1, ordering: .relaxed)
+            _ = held.release()
             return response
         }
     }

@@ -98,6 +98,8 @@ public struct SimulatorControlRoutes: Sendable {
             ]),
             "channels": .int(Int64(engine.channels().count)),
             "droppedAnswers": .int(Int64(engine.droppedAnswers)),
+            "inFlight": .int(Int64(engine.inFlight)),
+            "inFlightAtDisconnect": .int(Int64(engine.inFlightAtDisconnect)),
         ])
     }
 

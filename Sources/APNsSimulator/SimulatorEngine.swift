@@ -64,6 +64,10 @@ public final class SimulatorEngine: Sendable {
     let state: Mutex<State>
     /// Scripted rejections waiting, read before taking the lock: the hot path takes no lock for them when there are none.
     let scriptedCount = Atomic<Int>(0)
+    /// Answers held back by added latency and not yet sent, and those whose connection closed before they could be:
+    /// the requests a client saw go unanswered when it went away.
+    let answersInFlight = Atomic<Int>(0)
+    let unansweredAtDisconnect = Atomic<Int>(0)
 
     struct State {
         var channels: [String: SimulatorChannel] = [:]

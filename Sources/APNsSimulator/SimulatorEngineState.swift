@@ -45,6 +45,11 @@ extension SimulatorEngine {
 
     /// Accepted requests answered with a stream reset (`--drop-answers`).
     public var droppedAnswers: Int { state.withLock { $0.droppedAnswers } }
+    /// Answers held back by added latency now.
+    public var inFlight: Int { answersInFlight.load(ordering: .relaxed) }
+    /// Requests received whose connection closed before their answer went (`--latency-ms`): in flight when the
+    /// client went away.
+    public var inFlightAtDisconnect: Int { unansweredAtDisconnect.load(ordering: .relaxed) }
 
     /// The live channels, optionally of one bundle id, oldest first.
     public func channels(bundleID: String? = nil) -> [SimulatorChannel] {

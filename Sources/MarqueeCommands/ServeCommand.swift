@@ -120,7 +120,7 @@ enum ServeCommand {
             "MARQUEE_MAX_CONCURRENT_ACTIVITIES", "\(defaults.starts.limits.maxConcurrentActivities)"
         ),
         (
-            "start-send-window", "N", "Push-to-starts in flight per chunk of followers, marked sending together.",
+            "start-send-window", "N", "Push-to-starts in flight per chunk of followers, marked together just before they go.",
             "MARQUEE_START_SEND_WINDOW", "\(defaults.starts.sendWindow)"
         ),
         (

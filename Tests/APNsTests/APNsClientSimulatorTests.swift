@@ -316,6 +316,27 @@ import Testing
         #expect(seen.maxOpen > 1, "after the first success the client does use more streams")
     }
 
+    /// The simulator counts what a client that went away had in flight: the answers its added latency still held when
+    /// the connection closed (`inFlightAtDisconnect` on `GET /status`), which a crash makes `unknown`.
+    @Test func theSimulatorCountsTheAnswersInFlightWhenAClientGoesAway() async throws {
+        let h = try await Self.harness()
+        defer { Task { await h.close() } }
+        let channel = try await Self.createDirectly(h)
+        // One answer first: the connection's stream limit rises after its first success.
+        _ = try await Self.burst(h.client, count: 1, channel: channel)
+        h.simulator.engine.latency = .seconds(30) ... .seconds(30)
+        let sends = Task { try? await Self.burst(h.client, count: 12, channel: channel) }
+        func eventually(_ condition: () -> Bool) async throws -> Bool {
+            for _ in 0..<500 where !condition() { try await Task.sleep(for: .milliseconds(20)) }
+            return condition()
+        }
+        #expect(try await eventually { h.simulator.engine.inFlight == 12 }, "twelve answers held")
+        #expect(h.simulator.engine.inFlightAtDisconnect == 0)
+        await h.pool.shutdown()
+        #expect(try await eventually { h.simulator.engine.inFlightAtDisconnect == 12 })
+        sends.cancel()
+    }
+
     @Test func theStreamLimitFallsToOneAfterARejectionAndRecovers() async throws {
         let h = try await Self.harness { $0.latency = .milliseconds(1) ... .milliseconds(3) }
         defer { Task { await h.close() } }
