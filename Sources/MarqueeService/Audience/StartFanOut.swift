@@ -69,8 +69,8 @@ public struct StartFanOutConfiguration: Sendable, Equatable {
     public var chunkLease: TimeInterval { settings.chunks.chunkLease }
     /// A window's answers are written in batches of this many, or of what arrived in `answerInterval`, whichever
     /// comes first: a crash loses at most the window's requests in flight and the answers since the last batch.
-    public var answerBatch = 50
-    public var answerInterval: Duration = .milliseconds(100)
+    public var answerBatch = 25
+    public var answerInterval: Duration = .milliseconds(25)
     /// How often the loop looks for chunks when nothing wakes it.
     public var pollInterval: Duration = .seconds(1)
     /// How often it looks for automatic runs that came due.
