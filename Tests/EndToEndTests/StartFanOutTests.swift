@@ -263,7 +263,8 @@ struct StartFanOutTests {
     @Test func twoServesShareOneRunAndADisableDuringItStopsThatInstallationsStart() async throws {
         try await BroadcastHarness.run(
             simulator: { $0.latency = .milliseconds(20) ... .milliseconds(40) }, instances: 2,
-            serveArguments: ["--audience-lead", "900", "--start-send-window", "10"]
+            // One chunk in flight per instance, so that neither takes all three chunks of the run at once.
+            serveArguments: ["--audience-lead", "900", "--start-send-window", "10", "--start-chunks", "1"]
         ) { harness in
             var members = Self.audience(3000)
             try await Self.seed(members, topic: "team:arsenal", harness: harness)

@@ -68,7 +68,7 @@ struct InitialSchemaTests {
                 "event_changes", "events",
                 "follows", "idempotency_keys", "installations", "instance_heartbeats", "leader_leases", "mirror_chunks", "mirror_passes", "outbox",
                 "purged_update_counts",
-                "schema_migrations", "start_chunks", "start_runs", "starts", "token_invalidations", "token_routes", "updates",
+                "schema_migrations", "start_chunks", "start_runs", "start_windows", "starts", "token_invalidations", "token_routes", "updates",
             ])
         let file = try String(contentsOf: TestDatabase.repositoryRoot.appendingPathComponent("Sql/0001_init.sql"), encoding: .utf8)
         let matches = try await pool.query(
