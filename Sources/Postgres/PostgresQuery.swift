@@ -161,8 +161,9 @@ func quoted(_ text: String, by quote: Unicode.Scalar, dropping dropped: Unicode.
     return String(decoding: bytes, as: UTF8.self)
 }
 
-/// Shifts every `$n` outside quotes by `offset`. Fragments are written by this module's callers, so a
-/// simple scan that skips '...' and "..." is enough.
+/// Shifts every `$n` outside quotes and `--` comments by `offset`. Fragments are written by this module's callers,
+/// so a simple scan that skips '...', "..." and comments to the end of their line is enough (an apostrophe in a
+/// comment must not open a quote).
 private func renumberPlaceholders(_ sql: String, by offset: Int) -> String {
     var result = ""
     var quote: Character?
@@ -173,6 +174,10 @@ private func renumberPlaceholders(_ sql: String, by offset: Int) -> String {
             if char == open { quote = nil }
             result.append(char)
             index = sql.index(after: index)
+        } else if char == "-", sql[sql.index(after: index)...].first == "-" {
+            let end = sql[index...].firstIndex(of: "\n") ?? sql.endIndex
+            result += sql[index..<end]
+            index = end
         } else if char == "'" || char == "\"" {
             quote = char
             result.append(char)

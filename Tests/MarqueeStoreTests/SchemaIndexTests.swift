@@ -267,6 +267,31 @@ struct SchemaIndexTests {
         }
     }
 
+    @Test func aWindowsMarkProbesTheStartsAndInstallationOfEachRow() async throws {
+        // Prepared while `starts` is empty, as serve prepares it: the "already started" read of each row of a window is
+        // a probe by its installation, never a read of the event's starts, and its installation is found by its key.
+        // With retries in the window, their rows are found by id (a join to the window's rows was planned as a hashed
+        // read of every start).
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let chunk = ClaimedStartChunk(
+            id: 1, runID: 1, eventID: 1, appID: f.appID, after: 0, through: 1000, attempts: 0, runAlert: nil, channelWaitUntil: Date())
+        for retry in [nil, 7] as [Int?] {
+            let mark = StartRepository.markStatement(
+                chunk, [PlannedStart(installation: 1, token: String(repeating: "a", count: 64), osMajor: 18, route: .channel, plannedStartID: retry)],
+                now: nil)
+            let plan = try await Self.genericPlan(of: mark, on: f.pool, seqScan: true)
+            #expect(!plan.contains("Seq Scan on starts") && !plan.contains("Seq Scan on installations"), "\(plan)")
+            #expect(plan.contains("installations_pkey"), "\(plan)")
+            let lines = plan.split(separator: "\n")
+            for index in lines.indices where lines[index].contains(" on starts ") && lines[index].contains("Index") {
+                let condition = lines[(index + 1)...].prefix { !$0.contains("->") }.filter { $0.contains("Index Cond:") }
+                #expect(condition.contains { $0.contains("(installation = ") || $0.contains("(id = ") }, "\(lines[index]):\n\(plan)")
+            }
+            #expect(plan.contains("starts_pkey") == (retry != nil), "\(plan)")
+        }
+    }
+
     @Test func theAutomaticRunCheckProbesEachEventsRunsAndEnd() async throws {
         // The fan-out runs the check every tick over every event not over, so each event's automatic runs and its end
         // are probed by the event's id, whatever the statistics: a `NOT EXISTS` pulled up into a join, planned while

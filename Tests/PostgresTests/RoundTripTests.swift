@@ -163,6 +163,11 @@ struct RoundTripTests {
         let direct = try await connection.query(
             "SELECT x FROM generate_series(\(0), \(10)) AS x WHERE \(fragment: filter) ORDER BY x")
         #expect(try direct.map { try $0.decode(Int.self, column: "x") } == [2, 3, 4])
+        // An apostrophe in a comment opens no quote: the placeholders after it are renumbered too.
+        let commented: PostgresQuery = "x > \(1) -- the window's lower bound\n AND x < \(5)"
+        let shifted = try await connection.query(
+            "SELECT x FROM generate_series(\(0), \(10)) AS x WHERE \(fragment: commented) ORDER BY x")
+        #expect(try shifted.map { try $0.decode(Int.self, column: "x") } == [2, 3, 4])
     }
 
     enum Status: String, PostgresCodable { case live, ended }

@@ -248,7 +248,8 @@ extension StartRepository {
     /// The members of the chunk's range with something to decide, with what the planner reads. Concurrency counts other events not
     /// over that the installation has a start or an active activity of; `waiting` counts other events not
     /// over, overlapping this one (within `maxConcurrentWindow` of an end when one has none), that it follows
-    /// directly and has no start of.
+    /// directly and has no start of. Each member's starts that went out, its activities and its rows of this run are
+    /// each read once (three probes, aggregated in place), whatever the number of facts taken from them.
     static func membersStatement(_ chunk: ClaimedStartChunk, maxConcurrentWindow: TimeInterval, now: Date?) -> PostgresQuery {
         let live = StartRepository.startableEventStates.sql
         return """
@@ -257,21 +258,10 @@ extension StartRepository {
                      FROM events WHERE id = \(chunk.eventID)),
             members AS (\(fragment: AudienceRepository.followers(eventID: chunk.eventID, after: chunk.after, through: chunk.through, limit: nil)))
             SELECT m.installation, m.direct, i.live_activities_enabled, i.os_major, i.os_minor, i.os_patch, i.push_to_start_token,
-                   i.token_refused_reason,
-                   started.found IS NOT NULL AS started,
-                   \(fragment: Self.hasActivityOfRound(chunk, installation: "m.installation")) AS has_activity,
-                   \(fragment: Self.dismissedByUser(chunk, installation: "m.installation")) AS dismissed,
-                   mine.state AS run_state, mine.next_attempt_at AS retry_at,
-                   planned.id AS planned_id, planned.token AS planned_token,
-                   (SELECT count(*) FROM starts s WHERE s.installation = m.installation AND s.went_out
-                      AND s.sent_at > coalesce(\(now), now()) - interval '1 hour')::integer AS starts_last_hour,
-                   (SELECT count(DISTINCT x.event_id) FROM (
-                        SELECT s.event_id FROM starts s WHERE s.installation = m.installation AND s.went_out
-                          AND s.event_id <> \(chunk.eventID)
-                        UNION ALL
-                        SELECT a.event_id FROM activities a WHERE a.installation = m.installation
-                          AND a.state IN \(ActivityLifecycle.mirroredStates.sql) AND a.event_id <> \(chunk.eventID)
-                    ) x JOIN events o ON o.id = x.event_id WHERE o.status IN \(live))::integer AS concurrent,
+                   i.token_refused_reason, went.started, acts.has_activity, acts.dismissed,
+                   mine.run_state, mine.retry_at, mine.planned_id, mine.planned_token, went.last_hour AS starts_last_hour,
+                   (SELECT count(DISTINCT x.event_id) FROM unnest(went.other_events || acts.other_events) AS x (event_id)
+                    JOIN events o ON o.id = x.event_id WHERE o.status IN \(live))::integer AS concurrent,
                    -- The member's own follows first (`OFFSET 0` keeps them a probe of follows_by_installation):
                    -- planned from `events`, it read every live event and probed the follows of each, per member.
                    (SELECT count(*) FROM (SELECT f.event_id FROM follows f
@@ -279,38 +269,41 @@ extension StartRepository {
                     JOIN events o ON o.id = f.event_id
                     WHERE o.status IN \(live) AND o.starts_at < this.ends_at
                       AND coalesce(o.ends_at, o.starts_at + make_interval(secs => \(maxConcurrentWindow)::float8)) > this.starts_at
-                      AND NOT EXISTS (SELECT 1 FROM starts s WHERE s.event_id = o.id AND s.installation = m.installation
-                                      AND s.went_out)
-                      AND NOT EXISTS (SELECT 1 FROM activities a WHERE a.event_id = o.id AND a.installation = m.installation
-                                      AND a.state IN \(ActivityLifecycle.mirroredStates.sql)))::integer AS waiting
+                      AND NOT (o.id = ANY (went.other_events)) AND NOT (o.id = ANY (acts.other_events)))::integer AS waiting
             FROM members m CROSS JOIN this
             JOIN installations i ON i.id = m.installation
-            -- A probe per member (an EXISTS here may be planned as one hashed read of every started start of the
-            -- event, per chunk: the whole audience again for each chunk of a big run).
-            LEFT JOIN LATERAL (
-                SELECT true AS found FROM starts s WHERE s.event_id = \(chunk.eventID) AND s.installation = m.installation
-                  AND s.went_out AND s.audience_round = (SELECT audience_round FROM start_runs WHERE id = \(chunk.runID))
-                LIMIT 1
-            ) started ON true
-            LEFT JOIN LATERAL (
-                SELECT s.state, s.next_attempt_at FROM starts s
-                WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation AND s.token = i.push_to_start_token
-                -- One row at most (starts_once_per_token), but the LIMIT keeps this a probe per member: without
-                -- it the subquery is pulled up into a join, which may be planned as a read of every start of the
-                -- run, per chunk.
-                LIMIT 1
-            ) mine ON true
-            LEFT JOIN LATERAL (
-                SELECT s.id, s.token FROM starts s
-                WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation AND s.state = \(StartState.planned)
-                ORDER BY s.id DESC LIMIT 1
-            ) planned ON true
+            -- The member's starts that went out (starts_by_installation): whether one is this event's round's, those of
+            -- the last hour, and the other events they are of. An aggregate without GROUP BY: one row, also for none.
+            CROSS JOIN LATERAL (
+                SELECT coalesce(bool_or(s.event_id = \(chunk.eventID) AND s.audience_round = \(chunk.audienceRound)), false) AS started,
+                       count(*) FILTER (WHERE s.sent_at > coalesce(\(now), now()) - interval '1 hour')::integer AS last_hour,
+                       coalesce(array_agg(DISTINCT s.event_id) FILTER (WHERE s.event_id <> \(chunk.eventID)), '{}') AS other_events
+                FROM starts s WHERE s.installation = m.installation AND s.went_out
+            ) went
+            -- Its activities (activities_by_installation_event): one of this event's round (any state, any push type),
+            -- one its user dismissed while a round of the event ran, and the other events it shows one of.
+            CROSS JOIN LATERAL (
+                SELECT coalesce(bool_or(a.event_id = \(chunk.eventID) AND a.audience_round = \(chunk.audienceRound)), false) AS has_activity,
+                       coalesce(bool_or(a.event_id = \(chunk.eventID) AND a.user_dismissed), false) AS dismissed,
+                       coalesce(array_agg(DISTINCT a.event_id) FILTER (WHERE a.event_id <> \(chunk.eventID)
+                                                                       AND a.state IN \(ActivityLifecycle.mirroredStates.sql)), '{}')
+                           AS other_events
+                FROM activities a WHERE a.installation = m.installation
+            ) acts
+            -- Its rows of this run (starts_once_per_token): the one of its current token, and a planned one (a retry).
+            CROSS JOIN LATERAL (
+                SELECT (array_agg(s.state) FILTER (WHERE s.token = i.push_to_start_token))[1] AS run_state,
+                       (array_agg(s.next_attempt_at) FILTER (WHERE s.token = i.push_to_start_token))[1] AS retry_at,
+                       (array_agg(s.id ORDER BY s.id DESC) FILTER (WHERE s.state = \(StartState.planned)))[1] AS planned_id,
+                       (array_agg(s.token ORDER BY s.id DESC) FILTER (WHERE s.state = \(StartState.planned)))[1] AS planned_token
+                FROM starts s WHERE s.run_id = \(chunk.runID) AND s.installation = m.installation
+            ) mine
             -- Only members with something to decide (so a late pass over a started audience reads little more
             -- than its follows): in the audience and not settled in this run for their token, or with a
             -- planned retry.
-            WHERE planned.id IS NOT NULL
+            WHERE mine.planned_id IS NOT NULL
                OR (i.live_activities_enabled AND i.push_to_start_token IS NOT NULL AND i.token_refused_reason IS NULL
-                   AND (mine.state IS NULL OR mine.state = \(StartState.planned)))
+                   AND (mine.run_state IS NULL OR mine.run_state = \(StartState.planned)))
             ORDER BY m.installation
             """
     }
@@ -425,9 +418,12 @@ extension StartRepository {
             starts.contains(where: { $0.plannedStartID != nil })
             ? """
             , held_settled AS (
-                UPDATE starts s SET state = \(StartLifecycle.transition(from: .planned, on: .skipped)!), reason = i.held_reason,
-                    next_attempt_at = NULL
-                FROM input i WHERE i.held_reason IS NOT NULL AND s.id = i.planned_id AND s.state = \(StartState.planned)
+                -- Found by id with `= ANY`, an index scan whatever the estimate: a join to the window's rows was planned
+                -- as a hashed read of every start.
+                UPDATE starts s SET state = \(StartLifecycle.transition(from: .planned, on: .skipped)!),
+                    reason = (SELECT i.held_reason FROM input i WHERE i.planned_id = s.id), next_attempt_at = NULL
+                WHERE s.id = ANY (ARRAY(SELECT planned_id FROM input WHERE held_reason IS NOT NULL AND planned_id IS NOT NULL))
+                  AND s.state = \(StartState.planned)
             ), retried AS (
                 UPDATE starts s SET state = \(sending), token = e.token, path = e.path, attempts = s.attempts + 1,
                     sent_at = coalesce(\(now), now()), next_attempt_at = NULL
