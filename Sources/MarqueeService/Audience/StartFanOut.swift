@@ -385,7 +385,8 @@ public final class StartFanOut: Service, ChunkJob {
                 pending.removeAll(keepingCapacity: true)
                 let last = outstanding == 0
                 try await DurableWrite.run(until: writeDeadline, logger: writeLogger) {
-                    try await repository.record(chunk, window: marked, batch, last: last, now: databaseNow)
+                    try await repository.record(
+                        chunk, window: marked, batch, last: last, windowAccepted: tally.anyAccepted, now: databaseNow)
                 }
                 if last { group.cancelAll() }
             }

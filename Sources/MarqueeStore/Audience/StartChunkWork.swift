@@ -492,11 +492,13 @@ extension StartRepository {
     /// Writes APNs' answers to a window's starts as they arrive, one statement for a batch: a first send's start is
     /// inserted in its answer's state (never before: its window named it), a retry's row changes only while still
     /// `sending`. The batch that ends the window (`last`) deletes its row. A start a new holder already settled
-    /// `unknown` (the window's holder was taken for gone) keeps that. Moves the chunk's last acceptance forward (not
-    /// the run's: its row would be every batch's lock). Returns the answers written.
+    /// `unknown` (the window's holder was taken for gone) keeps that. The last batch moves the chunk's last acceptance
+    /// forward when the window had an accepted answer (`windowAccepted`, or one in that batch); not the run's, whose row
+    /// would be every window's lock. Returns the answers written.
     @discardableResult
     public func record(
-        _ chunk: ClaimedStartChunk, window: MarkedWindow, _ answers: [StartAnswerRecord], last: Bool, now: Date? = nil
+        _ chunk: ClaimedStartChunk, window: MarkedWindow, _ answers: [StartAnswerRecord], last: Bool, windowAccepted: Bool = false,
+        now: Date? = nil
     ) async throws -> Int {
         guard !answers.isEmpty || (last && window.id != nil) else { return 0 }
         // Each part only where the batch has its kind of start (as in `markStatement`).
@@ -541,9 +543,11 @@ extension StartRepository {
             )\(fragment: retried)\(fragment: inserted), closed AS (
                 DELETE FROM start_windows WHERE id = \(window.id) AND \(last)
             ), acceptance AS (
+                -- Once a window, by its last batch (the chunk's row is not rewritten for every batch).
                 UPDATE start_chunks SET last_accepted_at = coalesce(\(now), now())
-                WHERE id = \(chunk.id) AND (EXISTS (SELECT 1 FROM retried WHERE state = \(StartState.accepted))
-                                            OR EXISTS (SELECT 1 FROM inserted WHERE state = \(StartState.accepted)))
+                WHERE id = \(chunk.id) AND \(last)
+                  AND (\(windowAccepted) OR EXISTS (SELECT 1 FROM retried WHERE state = \(StartState.accepted))
+                       OR EXISTS (SELECT 1 FROM inserted WHERE state = \(StartState.accepted)))
             )
             SELECT (SELECT count(*) FROM retried) + (SELECT count(*) FROM inserted) AS written
             """)
