@@ -94,6 +94,15 @@ extension StartRepository {
                 FROM open o, unnest(o.installations, o.tokens, o.os_majors, o.paths) AS e (installation, token, os_major, path)
                 ON CONFLICT DO NOTHING
                 RETURNING 1
+            ), acceptance AS (
+                -- The answers its holder wrote before it went: the last accepted one moves the chunk's last acceptance,
+                -- which only a window's last batch moves.
+                UPDATE start_chunks c SET last_accepted_at = greatest(c.last_accepted_at, a.at)
+                FROM (SELECT max(s.answered_at) AS at
+                      FROM open o CROSS JOIN LATERAL unnest(o.installations, o.tokens) AS e (installation, token)
+                      JOIN starts s ON s.run_id = o.run_id AND s.installation = e.installation AND s.token = e.token
+                      WHERE s.state = \(StartState.accepted)) a
+                WHERE c.id = \(chunk.id) AND a.at IS NOT NULL
             )
             SELECT (SELECT count(*) FROM retries) + (SELECT count(*) FROM lost) AS settled
             """)
