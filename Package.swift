@@ -52,14 +52,16 @@ let package = Package(
             dependencies: [
                 "MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore", "Postgres", "Network", "Crypto",
             ],
-            swiftSettings: strict),
+            swiftSettings: strict, plugins: ["EmbedVersion"]),
         .executableTarget(name: "marquee", dependencies: ["MarqueeCommands", "MarqueeCommandLine"], swiftSettings: strict),
 
-        // Sql/*.sql becomes a generated Swift source of MarqueeStore, and docs/openapi.json one of MarqueeService,
-        // so the binary is self-contained and each file stays its one source of truth.
+        // Sql/*.sql becomes a generated Swift source of MarqueeStore, docs/openapi.json one of MarqueeService, and
+        // VERSION with the commit checked out one of MarqueeCommands, so the binary is self-contained and each file
+        // stays its one source of truth.
         .executableTarget(name: "SourceEmbedder", path: "Plugins/SourceEmbedder"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
         .plugin(name: "EmbedOpenAPI", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
+        .plugin(name: "EmbedVersion", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
 
         // Helpers shared by test targets (a regular target: SwiftPM has no test-support kind).
         .target(

@@ -30,6 +30,7 @@ public struct CommandParser: Sendable {
         while !command.subcommands.isEmpty {
             guard let word = remaining.first else { return .help(HelpFormatter.help(for: command, path: path)) }
             if word == "--help" || word == "-h" || word == "help" { return .help(HelpFormatter.help(for: command, path: path)) }
+            if word == "--version", let version = command.version { return .help(version) }
             guard let next = command.subcommands.first(where: { $0.name == word }) else {
                 let known = command.subcommands.map(\.name).joined(separator: ", ")
                 throw UsageError("unknown command '\(word)' (commands: \(known))", commandPath: path)
@@ -150,6 +151,12 @@ enum HelpFormatter {
             let width = command.subcommands.map(\.name.count).max() ?? 0
             for sub in command.subcommands {
                 lines.append("  \(sub.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(sub.summary)")
+            }
+            if command.version != nil {
+                lines.append("")
+                lines.append("Options:")
+                lines.append("  --version  Print the version and the commit built.")
+                lines.append("  --help     Show this help.")
             }
         } else {
             let rows: [(String, String)] =
