@@ -217,6 +217,8 @@ public final class MarqueeDaemon: Sendable {
         let apnsClients = APNsClientDirectory(apps: AppRepository(pool: pipelinePool), environment: configuration.apnsEnvironment)
         self.apnsClients = apnsClients
         let pipelineMetrics = PipelineMetrics(registry: metrics)
+        pipelineMetrics.quotaLimit.set(Double(configuration.pipeline.channelQuota))
+        pipelineMetrics.schedulerLeader.set(0)
         let apns = APNsClientGateway { app in try await apnsClients.client(for: app) }
         let catalog = PostgresPipelineCatalog(pool: pipelinePool)
         // One view of the apps parked for a credentials fault: a refusal the dispatcher sees holds the scheduler's
