@@ -290,6 +290,8 @@ public final class MarqueeDaemon: Sendable {
             EventStateRoutes(pool: pool, scheduler: scheduler, settings: settings),
             InstallationRoutes(pool: pool, types: attributeTypes, settings: settings.audience, metrics: metrics),
             StartRoutes(pool: pool, settings: settings.starts, fanOut: starts, runs: startRuns),
+            StatusRoutes(pool: pool, scheduler: scheduler),
+            StatusPageRoutes(),
         ]
     }
 

@@ -102,10 +102,10 @@ public struct StatusRepository: Sendable {
             ).map(DeliveryRecord.init(row:))
             let audience = try await tx.query(
                 """
-                SELECT (SELECT count(*) FROM start_runs WHERE state = 'running') AS runs,
+                SELECT (SELECT count(*) FROM start_runs WHERE state = \(StartRunState.running.sql)) AS runs,
                        count(*) AS passes,
                        extract(epoch FROM now() - min(coalesce(update_received_at, created_at)))::float8 AS oldest
-                FROM mirror_passes WHERE state = 'running'
+                FROM mirror_passes WHERE state = \(MirrorPassState.running.sql)
                 """)[0]
             return PipelineStatus(
                 apps: apps.values.sorted { $0.appID < $1.appID },
