@@ -162,7 +162,7 @@ function drawStarts(runs) {
         cell(number(run.counts.unknown), "number unknown"),
         cell(number(sum(run.counts.skipped)), "number skipped"),
         cell(`${run.progress.ratePerSecond} /s`, "number"),
-        cell(run.progress.etaSeconds === null ? "–" : seconds(run.progress.etaSeconds), "number"),
+        cell(run.state !== "running" ? "first pass done" : run.progress.etaSeconds === null ? "–" : seconds(run.progress.etaSeconds), "number"),
       ]),
     ),
   );
