@@ -46,7 +46,7 @@ public enum CompletionScript {
                 case .positional: break
                 }
             }
-            if command.subcommands.isEmpty { options.append(("help", false, [], "Show this help.")) }
+            options.append(("help", false, [], "Show this help."))
             if command.version != nil { options.append(("version", false, [], "Print the version and the commit built.")) }
             entries.append(CompletionEntry(path: path, subcommands: command.subcommands.map { ($0.name, $0.summary) }, options: options))
             for sub in command.subcommands { walk(sub, path: path + " " + sub.name) }

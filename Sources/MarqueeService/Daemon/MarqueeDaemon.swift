@@ -347,7 +347,14 @@ public final class MarqueeDaemon: Sendable {
         let applied = try await prepareDatabase()
         logger.info("database ready", ["migrations_applied": .int(applied.count)])
         await warmUpDatabase()
-        let group = ServiceGroup(services: services(http: try makeHTTP(self)), gracePeriod: configuration.gracePeriod, logger: logger)
+        // SIGTERM and SIGINT stop the daemon gracefully from before the API listens: one that came between the
+        // `listening` line and the services' start used to end the process at once (status 15). Before this point
+        // (migrating, perhaps waiting on another instance's migration) they still end it at once.
+        let shutdown = ShutdownSignal()
+        let signals = ServiceGroup.handleSignals([SIGTERM, SIGINT], shutdown: shutdown, logger: logger)
+        defer { for source in signals { source.cancel() } }
+        let group = ServiceGroup(
+            services: services(http: try makeHTTP(self)), shutdown: shutdown, gracePeriod: configuration.gracePeriod, logger: logger)
         defer {
             pool.close()
             pipelinePool.close()
@@ -355,7 +362,7 @@ public final class MarqueeDaemon: Sendable {
         }
         try await heartbeat.start()
         do {
-            try await group.run()
+            try await group.run(handlingSignals: [])
         } catch {
             await heartbeat.stop()
             await apnsClients.shutdown()
