@@ -146,17 +146,18 @@ enum HelpFormatter {
             lines.append(discussion)
         }
         if !command.subcommands.isEmpty {
-            lines.append("")
-            lines.append("Commands:")
-            let width = command.subcommands.map(\.name.count).max() ?? 0
-            for sub in command.subcommands {
-                lines.append("  \(sub.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(sub.summary)")
-            }
+            // Before the commands, which end the text: scripts read every line after `Commands:` as a command.
             if command.version != nil {
                 lines.append("")
                 lines.append("Options:")
                 lines.append("  --version  Print the version and the commit built.")
                 lines.append("  --help     Show this help.")
+            }
+            lines.append("")
+            lines.append("Commands:")
+            let width = command.subcommands.map(\.name.count).max() ?? 0
+            for sub in command.subcommands {
+                lines.append("  \(sub.name.padding(toLength: width, withPad: " ", startingAt: 0))  \(sub.summary)")
             }
         } else {
             let rows: [(String, String)] =

@@ -1,6 +1,7 @@
 // `marquee completion bash|zsh|fish`: a completion script written from the command tree `--help` reads, so it
 // always knows the commands, subcommands and flags of this binary.
 import MarqueeCommandLine
+import MarqueeCore
 
 enum CompletionCommand {
     static let command: Command = Command(
@@ -12,7 +13,7 @@ enum CompletionCommand {
 
             \(ExitCode.help([.success, .usage]))
             """,
-        arguments: [.positional("shell", help: "The shell: \(CompletionScript.shells.joined(separator: ", ")).")], json: false
+        arguments: [.positional("shell", help: "The shell: \(CompletionScript.shells.joined(separator: ", ")).")]
     ) { arguments in
         let shell = try arguments.required("shell")
         guard let script = CompletionScript.script(for: marqueeCommand, shell: shell) else {
@@ -20,7 +21,11 @@ enum CompletionCommand {
                 "SHELL must be one of \(CompletionScript.shells.joined(separator: ", ")), not '\(shell)'", field: "shell",
                 commandPath: arguments.commandPath)
         }
-        // print adds the newline the script ends with.
-        Terminal.print(String(script.dropLast()))
+        if arguments.json {
+            Terminal.print(JSONValue.object(["shell": .string(shell), "script": .string(script)]).jsonString)
+        } else {
+            // print adds the newline the script ends with.
+            Terminal.print(String(script.dropLast()))
+        }
     }
 }
