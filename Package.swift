@@ -42,7 +42,7 @@ let package = Package(
             plugins: ["EmbedMigrations"]),
         .target(
             name: "MarqueeService", dependencies: ["MarqueeStore", "Postgres", "APNs", "Network", "Crypto", "MarqueeCore"], swiftSettings: strict,
-            plugins: ["EmbedOpenAPI"]),
+            plugins: ["EmbedServedFiles"]),
         // An independent reading of Apple's documents: it never depends on APNs (Scripts/check-graph fails if it does).
         .target(name: "APNsSimulator", dependencies: ["Network", "Crypto", "MarqueeCore"], swiftSettings: strict),
         .target(name: "MarqueeCommandLine", dependencies: ["MarqueeCore"], swiftSettings: strict),
@@ -52,14 +52,16 @@ let package = Package(
             dependencies: [
                 "MarqueeCommandLine", "MarqueeService", "APNsSimulator", "MarqueeStore", "APNs", "MarqueeCore", "Postgres", "Network", "Crypto",
             ],
-            swiftSettings: strict),
+            swiftSettings: strict, plugins: ["EmbedVersion"]),
         .executableTarget(name: "marquee", dependencies: ["MarqueeCommands", "MarqueeCommandLine"], swiftSettings: strict),
 
-        // Sql/*.sql becomes a generated Swift source of MarqueeStore, and docs/openapi.json one of MarqueeService,
-        // so the binary is self-contained and each file stays its one source of truth.
+        // Sql/*.sql becomes a generated Swift source of MarqueeStore, docs/openapi.json and the status page
+        // (StatusPage/) ones of MarqueeService, and VERSION with the commit checked out one of MarqueeCommands, so the
+        // binary is self-contained and each file stays its one source of truth.
         .executableTarget(name: "SourceEmbedder", path: "Plugins/SourceEmbedder"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
-        .plugin(name: "EmbedOpenAPI", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
+        .plugin(name: "EmbedServedFiles", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
+        .plugin(name: "EmbedVersion", capability: .buildTool(), dependencies: ["SourceEmbedder"]),
 
         // Helpers shared by test targets (a regular target: SwiftPM has no test-support kind).
         .target(

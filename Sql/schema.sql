@@ -149,7 +149,7 @@ CREATE TABLE public.api_keys (
     CONSTRAINT api_keys_prefix_valid CHECK ((prefix ~ '^[A-Za-z0-9_]{6,32}$'::text)),
     CONSTRAINT api_keys_revoked_after_created CHECK ((revoked_at >= created_at)),
     CONSTRAINT api_keys_salt_valid CHECK ((length(salt) >= 16)),
-    CONSTRAINT api_keys_scopes_valid CHECK (((cardinality(scopes) > 0) AND (scopes <@ ARRAY['ingest'::text, 'tokens'::text, 'admin'::text])))
+    CONSTRAINT api_keys_scopes_valid CHECK (((cardinality(scopes) > 0) AND (scopes <@ ARRAY['ingest'::text, 'tokens'::text, 'admin'::text, 'status'::text])))
 );
 
 ALTER TABLE public.api_keys ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (

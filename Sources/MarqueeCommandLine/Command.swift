@@ -54,10 +54,12 @@ public struct Command: Sendable {
     public let run: (@Sendable (ParsedArguments) async throws -> Void)?
     /// A command that reads its own flags (given every word after its name) and prints this help text.
     public let ownHelp: String?
+    /// What `--version` prints (a group only: the root).
+    public let version: String?
     let runWithWords: (@Sendable ([String]) async throws -> Void)?
 
-    /// A group: `marquee app ...`.
-    public init(_ name: String, summary: String, discussion: String? = nil, subcommands: [Command]) {
+    /// A group: `marquee app ...`; with a `version`, `marquee --version` prints it.
+    public init(_ name: String, summary: String, discussion: String? = nil, version: String? = nil, subcommands: [Command]) {
         self.name = name
         self.summary = summary
         self.discussion = discussion
@@ -65,6 +67,7 @@ public struct Command: Sendable {
         self.subcommands = subcommands
         self.run = nil
         self.ownHelp = nil
+        self.version = version
         self.runWithWords = nil
     }
 
@@ -79,6 +82,7 @@ public struct Command: Sendable {
         self.subcommands = []
         self.run = nil
         self.ownHelp = helpText
+        self.version = nil
         self.runWithWords = runWithWords
     }
 
@@ -95,6 +99,7 @@ public struct Command: Sendable {
         self.subcommands = []
         self.run = run
         self.ownHelp = nil
+        self.version = nil
         self.runWithWords = nil
     }
 }

@@ -30,6 +30,7 @@ public struct CommandParser: Sendable {
         while !command.subcommands.isEmpty {
             guard let word = remaining.first else { return .help(HelpFormatter.help(for: command, path: path)) }
             if word == "--help" || word == "-h" || word == "help" { return .help(HelpFormatter.help(for: command, path: path)) }
+            if word == "--version", let version = command.version { return .help(version) }
             guard let next = command.subcommands.first(where: { $0.name == word }) else {
                 let known = command.subcommands.map(\.name).joined(separator: ", ")
                 throw UsageError("unknown command '\(word)' (commands: \(known))", commandPath: path)
@@ -145,6 +146,13 @@ enum HelpFormatter {
             lines.append(discussion)
         }
         if !command.subcommands.isEmpty {
+            // Before the commands, which end the text: scripts read every line after `Commands:` as a command.
+            if command.version != nil {
+                lines.append("")
+                lines.append("Options:")
+                lines.append("  --version  Print the version and the commit built.")
+                lines.append("  --help     Show this help.")
+            }
             lines.append("")
             lines.append("Commands:")
             let width = command.subcommands.map(\.name.count).max() ?? 0

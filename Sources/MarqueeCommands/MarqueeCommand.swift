@@ -4,7 +4,7 @@ import Foundation
 import MarqueeCommandLine
 
 /// The `marquee` command and its subcommands.
-public let marqueeCommand = Command(
+public let marqueeCommand: Command = Command(
     "marquee", summary: "Marquee: APNs broadcast channels for Live Activities.",
     discussion: """
         attribute-type, event, channel and status are clients of a running server's HTTP API (--url or MARQUEE_URL,
@@ -12,6 +12,7 @@ public let marqueeCommand = Command(
 
         \(ExitCode.help())
         """,
+    version: "marquee \(embeddedVersion) (commit \(embeddedCommit))",
     subcommands: [
         ServeCommand.command,
         MigrateCommand.command,
@@ -25,4 +26,5 @@ public let marqueeCommand = Command(
         apnsCommand,
         simulatorCommand,
         OpenAPICommand.command,
+        CompletionCommand.command,
     ])

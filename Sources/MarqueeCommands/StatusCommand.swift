@@ -1,5 +1,5 @@
 // `marquee status`: what an operator checks first (GET /v1/status): channels against the quota per app,
-// the outbox backlog, events whose channel APNs lost, and the last failed deliveries.
+// the outbox backlog, start runs and mirroring, events whose channel APNs lost, and the last failed deliveries.
 import Foundation
 import MarqueeCommandLine
 import MarqueeCore
@@ -13,6 +13,8 @@ enum StatusCommand {
         discussion: """
             An app at 80% of its channel quota or more is marked with '!': past the quota new channels are refused.
             Lost channels are events whose channel APNs no longer knows (see marquee channel recreate).
+            A key with the status scope will do (marquee key create --scope status); serve's status page
+            (GET /status) shows the same and more for a person.
 
             Example:
               marquee status --url https://marquee.internal:8443 --ca-file ca.pem
@@ -48,6 +50,9 @@ enum StatusCommand {
         }
         var outbox = "outbox backlog: \(APIText.cell(status["outboxBacklog"]))"
         if let age = status["oldestOutboxAgeSeconds"]?.doubleValue { outbox += " (oldest \(Int(age)) s)" }
+        outbox += "\nstart runs in their first pass: \(APIText.cell(status["startRunsInProgress"]))"
+        outbox += "\nmirroring passes running: \(APIText.cell(status["mirroring"]?["passesRunning"]))"
+        if let age = status["mirroring"]?["oldestPassAgeSeconds"]?.doubleValue { outbox += " (oldest \(Int(age)) s)" }
         sections.append(outbox)
         let lost = status["lostChannels"]?.arrayValue ?? []
         sections.append(

@@ -52,7 +52,7 @@ struct CLIOutputTests {
         try await BroadcastHarness.run { h in
             let cli = CLI(h: h)
             let leaves = try await cli.leafCommands()
-            #expect(leaves.count == 39 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
+            #expect(leaves.count == 40 && leaves.contains(["apns", "channels", "create"]), "\(leaves)")
             var covered: Set<[String]> = []
             func good(_ words: [String], succeeds: Bool = true) async throws -> JSONValue {
                 if let leaf = leaves.first(where: { words.starts(with: $0) }) { covered.insert(leaf) }
@@ -151,6 +151,7 @@ struct CLIOutputTests {
                     "--payload", #"{"aps":{"event":"update","timestamp":1,"content-state":{}}}"#,
                 ], succeeds: false)
             _ = try await good(["openapi"])
+            #expect(try await good(["completion", "bash"])["script"]?.stringValue?.contains("complete -F _marquee marquee") == true)
             #expect(Set(leaves).subtracting(covered).isEmpty, "commands with no good case here: \(Set(leaves).subtracting(covered))")
 
             // Bad input on every command: one JSON error naming the argument at fault; the --help hint on stderr.

@@ -111,7 +111,7 @@ struct AudienceJobTests {
     }
 
     @Test func aHolderLostInTheMiddleOfAWindowCostsOnlyTheAnswersItHadNotWritten() async throws {
-        // Answers are written as they arrive (Sql/0041), a batch of two here: a holder lost while two of its window's
+        // Answers are written as they arrive (Sql/0042), a batch of two here: a holder lost while two of its window's
         // requests are in flight has written the other four, and only the two are unknown. Their answers, arriving
         // after another instance took the chunk over, change nothing.
         let f = try await PipelineServiceFixture.make()

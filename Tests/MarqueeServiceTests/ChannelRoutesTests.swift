@@ -18,8 +18,9 @@ struct ChannelRoutesTests {
             let fixture = try await PipelineServiceFixture.make()
             let registry = MetricsRegistry()
             let keys = APIKeyVerifier(lookup: APIKeyRepository(pool: fixture.pool))
+            let scheduler = fixture.scheduler()
             let api = APIServer(
-                routes: [ChannelRoutes(pool: fixture.pool, scheduler: fixture.scheduler())], keys: keys,
+                routes: [ChannelRoutes(pool: fixture.pool, scheduler: scheduler), StatusRoutes(pool: fixture.pool, scheduler: scheduler)], keys: keys,
                 metrics: registry, logger: Logger { _ in })
             let key = NewAPIKey.generate()
             _ = try await APIKeyRepository(pool: fixture.pool).create(

@@ -39,7 +39,7 @@ import Testing
     }
 
     @Test func theServedDocumentIsDocsOpenAPIJSON() throws {
-        // docs/openapi.json is the source, compiled in by the EmbedOpenAPI plugin: the binary serves the file as it is.
+        // docs/openapi.json is the source, compiled in by the EmbedServedFiles plugin: the binary serves the file as it is.
         let file = try String(contentsOf: Self.repositoryRoot.appending(path: "docs/openapi.json"), encoding: .utf8)
         #expect(file == OpenAPIDocument.text)
         let document = try JSONValue(parsing: OpenAPIDocument.text)

@@ -219,7 +219,7 @@ struct StartRepositoryTests {
     }
 
     @Test func eachStartIsWrittenOnceAsItsAnswerArrivesAndTheLastBatchClosesTheWindow() async throws {
-        // Sql/0041: the window's mark is one row; each answer is one insert into starts, in batches, and no start's
+        // Sql/0042: the window's mark is one row; each answer is one insert into starts, in batches, and no start's
         // row is written twice. Until its last batch, the window names the starts still to be answered.
         let f = try await PipelineFixture.make(maxConnections: 1)
         defer { f.pool.close() }

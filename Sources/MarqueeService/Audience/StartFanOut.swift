@@ -28,9 +28,9 @@ public struct StartSettings: Sendable, Equatable {
     public var startTTL: TimeInterval = 900
     /// `--starts-per-device-hour`, `--max-concurrent-activities`.
     public var limits = StartLimits()
-    /// `--start-send-window`, `--start-chunks`, `--start-chunk-size`, `--start-chunk-lease`. At the defaults at most 400
-    /// starts are in flight per instance, so a crash makes at most that many plus one window `unknown` (500).
-    public var chunks = ChunkJobSettings(sendWindow: 100, chunksInFlight: 4)
+    /// `--start-send-window`, `--start-chunks`, `--start-chunk-size`, `--start-chunk-lease`. At the defaults at most 300
+    /// starts are in flight per instance, so a crash makes about that many plus one window `unknown` (450).
+    public var chunks = ChunkJobSettings(sendWindow: 150, chunksInFlight: 2)
     /// Starts in flight per chunk, marked `sending` together.
     public var sendWindow: Int {
         get { chunks.sendWindow }
@@ -69,8 +69,8 @@ public struct StartFanOutConfiguration: Sendable, Equatable {
     public var chunkLease: TimeInterval { settings.chunks.chunkLease }
     /// A window's answers are written in batches of this many, or of what arrived in `answerInterval`, whichever
     /// comes first: a crash loses at most the window's requests in flight and the answers since the last batch.
-    public var answerBatch = 25
-    public var answerInterval: Duration = .milliseconds(25)
+    public var answerBatch = 50
+    public var answerInterval: Duration = .milliseconds(50)
     /// How often the loop looks for chunks when nothing wakes it.
     public var pollInterval: Duration = .seconds(1)
     /// How often it looks for automatic runs that came due.

@@ -3,7 +3,7 @@
 // constant time. The secret has 256 bits of entropy, so a slow password hash would add nothing.
 import Crypto
 
-/// What an API key may do. `admin` includes everything `ingest` and `tokens` may do.
+/// What an API key may do. `admin` includes everything `ingest`, `tokens` and `status` may do.
 public enum APIScope: String, Sendable, CaseIterable, Codable {
     /// Feed ingesters: updates and ends.
     case ingest
@@ -11,6 +11,8 @@ public enum APIScope: String, Sendable, CaseIterable, Codable {
     case tokens
     /// Operators: everything.
     case admin
+    /// The status page: reads `GET /v1/status` and `GET /v1/status/board`, changes nothing.
+    case status
 
     /// Whether a key with this scope may use a route that needs `required`.
     public func permits(_ required: APIScope) -> Bool {

@@ -217,6 +217,8 @@ public final class MarqueeDaemon: Sendable {
         let apnsClients = APNsClientDirectory(apps: AppRepository(pool: pipelinePool), environment: configuration.apnsEnvironment)
         self.apnsClients = apnsClients
         let pipelineMetrics = PipelineMetrics(registry: metrics)
+        pipelineMetrics.quotaLimit.set(Double(configuration.pipeline.channelQuota))
+        pipelineMetrics.schedulerLeader.set(0)
         let apns = APNsClientGateway { app in try await apnsClients.client(for: app) }
         let catalog = PostgresPipelineCatalog(pool: pipelinePool)
         // One view of the apps parked for a credentials fault: a refusal the dispatcher sees holds the scheduler's
@@ -288,6 +290,8 @@ public final class MarqueeDaemon: Sendable {
             EventStateRoutes(pool: pool, scheduler: scheduler, settings: settings),
             InstallationRoutes(pool: pool, types: attributeTypes, settings: settings.audience, metrics: metrics),
             StartRoutes(pool: pool, settings: settings.starts, fanOut: starts, runs: startRuns),
+            StatusRoutes(pool: pool, scheduler: scheduler),
+            StatusPageRoutes(),
         ]
     }
 
@@ -343,7 +347,14 @@ public final class MarqueeDaemon: Sendable {
         let applied = try await prepareDatabase()
         logger.info("database ready", ["migrations_applied": .int(applied.count)])
         await warmUpDatabase()
-        let group = ServiceGroup(services: services(http: try makeHTTP(self)), gracePeriod: configuration.gracePeriod, logger: logger)
+        // SIGTERM and SIGINT stop the daemon gracefully from before the API listens: one that came between the
+        // `listening` line and the services' start used to end the process at once (status 15). Before this point
+        // (migrating, perhaps waiting on another instance's migration) they still end it at once.
+        let shutdown = ShutdownSignal()
+        let signals = ServiceGroup.handleSignals([SIGTERM, SIGINT], shutdown: shutdown, logger: logger)
+        defer { for source in signals { source.cancel() } }
+        let group = ServiceGroup(
+            services: services(http: try makeHTTP(self)), shutdown: shutdown, gracePeriod: configuration.gracePeriod, logger: logger)
         defer {
             pool.close()
             pipelinePool.close()
@@ -351,7 +362,7 @@ public final class MarqueeDaemon: Sendable {
         }
         try await heartbeat.start()
         do {
-            try await group.run()
+            try await group.run(handlingSignals: [])
         } catch {
             await heartbeat.stop()
             await apnsClients.shutdown()

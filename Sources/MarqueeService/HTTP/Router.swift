@@ -42,7 +42,8 @@ public struct Router<Handler: Sendable>: Sendable {
         let pathOnly = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
         // Empty segments are kept, so `/v1/events//updates` or a trailing slash matches nothing.
         guard pathOnly.hasPrefix("/") else { return .notFound }
-        let parts = pathOnly.dropFirst().split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        // `/` itself has no segment (the template `/` none either).
+        let parts = pathOnly == "/" ? [] : pathOnly.dropFirst().split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         var allowed: [String] = []
         for route in routes {
             guard let parameters = Self.bind(route.segments, to: parts) else { continue }

@@ -54,16 +54,10 @@ public struct ServiceGroup: Sendable {
     public let gracePeriod: Duration
     public let logger: Logger
 
-    public init(services: [any Service], shutdown: ShutdownSignal = ShutdownSignal(), gracePeriod: Duration = .seconds(30), logger: Logger) {
-        self.services = services
-        self.shutdown = shutdown
-        self.gracePeriod = gracePeriod
-        self.logger = logger
-    }
-
-    /// Runs every service; returns when all have stopped. SIGTERM and SIGINT trigger the shutdown.
-    public func run(handlingSignals signals: [Int32] = [SIGTERM, SIGINT]) async throws {
-        let sources = signals.map { signalNumber in
+    /// Turns `signals` into `shutdown.trigger()` from now on, instead of their default action (the end of the
+    /// process); cancel the sources returned to stop handling them.
+    public static func handleSignals(_ signals: [Int32], shutdown: ShutdownSignal, logger: Logger) -> [any DispatchSourceSignal] {
+        signals.map { signalNumber in
             signal(signalNumber, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
             source.setEventHandler { [shutdown, logger] in
@@ -73,6 +67,19 @@ public struct ServiceGroup: Sendable {
             source.resume()
             return source
         }
+    }
+
+    public init(services: [any Service], shutdown: ShutdownSignal = ShutdownSignal(), gracePeriod: Duration = .seconds(30), logger: Logger) {
+        self.services = services
+        self.shutdown = shutdown
+        self.gracePeriod = gracePeriod
+        self.logger = logger
+    }
+
+    /// Runs every service; returns when all have stopped. SIGTERM and SIGINT trigger the shutdown (a process that
+    /// handles them from earlier passes none here, having called `handleSignals` itself).
+    public func run(handlingSignals signals: [Int32] = [SIGTERM, SIGINT]) async throws {
+        let sources = Self.handleSignals(signals, shutdown: shutdown, logger: logger)
         defer { for source in sources { source.cancel() } }
 
         // Child tasks return true for a service and false for the watchdog, which, once shutdown is asked

@@ -1,5 +1,5 @@
 // The OpenAPI 3.1 document of the API, served at /openapi.json and printed by `marquee openapi`. Its source is
-// docs/openapi.json, edited by hand; the EmbedOpenAPI build plugin compiles the file in, so the binary serves
+// docs/openapi.json, edited by hand; the EmbedServedFiles build plugin compiles the file in, so the binary serves
 // exactly what the repository holds. A test holds its operations to the route table: a new route is added to
 // docs/openapi.json too.
 

@@ -110,6 +110,7 @@ public final class ChannelScheduler: Service {
         }) {
             do {
                 try await leases.release(held)
+                metrics.schedulerLeader.set(0)
                 logger.info("scheduler lease released", ["fencing": .int(Int(held.fencing))])
             } catch {
                 logger.warning("scheduler lease release failed; it expires on its own", ["error": .string("\(error)")])
@@ -137,6 +138,7 @@ public final class ChannelScheduler: Service {
                 }
             }
             grant.withLock { $0 = next }
+            metrics.schedulerLeader.set(next != nil ? 1 : 0)
             return next != nil
         } catch {
             logger.warning("scheduler lease check failed", ["error": .string("\(error)")])

@@ -41,6 +41,15 @@ public struct PipelineMetrics: Sendable {
     public let tokenInvalidations: Gauge
     /// Windows of an app's park that ended in a refusal of its credentials.
     public let credentialsRefusals: Counter
+    /// 1 while this instance holds the scheduler's lease.
+    public let schedulerLeader: Gauge
+    /// Channels counting against the quota, by `app`, sampled; and the quota itself (`--channel-quota`).
+    public let quotaInUse: Gauge
+    public let quotaLimit: Gauge
+    /// Start runs in their first pass, sampled.
+    public let startRunsInFirstPass: Gauge
+    /// Age of the oldest running mirroring pass in seconds (0 when none runs), sampled.
+    public let oldestMirrorPassAge: Gauge
 
     public init(registry: MetricsRegistry) {
         ingestToAccepted = registry.histogram(
@@ -76,6 +85,14 @@ public struct PipelineMetrics: Sendable {
         credentialsRefusals = registry.counter(
             "marquee_app_credentials_refusals_total",
             help: "Refusals of an app's credentials that parked (or parked again) its work", labels: ["app"])
+        schedulerLeader = registry.gauge("marquee_scheduler_leader", help: "1 while this instance holds the channel scheduler's lease")
+        quotaInUse = registry.gauge(
+            "marquee_channel_quota_in_use", help: "Channels counting against Apple's quota, by app id", labels: ["app"])
+        quotaLimit = registry.gauge("marquee_channel_quota", help: "Channels allowed per app and environment (--channel-quota)")
+        startRunsInFirstPass = registry.gauge(
+            "marquee_start_runs_in_progress", help: "Start runs in their first pass over the audience (sampled)")
+        oldestMirrorPassAge = registry.gauge(
+            "marquee_mirror_oldest_pass_age_seconds", help: "Age of the oldest running mirroring pass, from its broadcast's ingest (sampled)")
     }
 
     /// Sets the registry's gauges: installations by app and state (`disabled`, `no_token`, `refused`,
@@ -106,9 +123,13 @@ public struct PipelineMetrics: Sendable {
         outboxBacklog.set(Double(status.outboxBacklog))
         outboxOldestAge.set(status.oldestOutboxAge ?? 0)
         lostChannels.set(Double(status.lostChannels.count))
+        startRunsInFirstPass.set(Double(status.startRunsInFirstPass))
+        oldestMirrorPassAge.set(status.oldestMirrorPassAge ?? 0)
         var byState: [LabelValues: Double] = [:]
         var parked: [LabelValues: Double] = [:]
+        var inUse: [LabelValues: Double] = [:]
         for app in status.apps {
+            inUse[[String(app.appID)]] = Double(app.quotaInUse)
             for label in Self.appLabels(id: app.appID, bundleID: app.bundleID, environment: app.environment) {
                 for (state, count) in app.channelsByState { byState[[label, state]] = Double(count) }
                 parked[[label]] = app.credentialsPark == nil ? 0 : 1
@@ -116,5 +137,6 @@ public struct PipelineMetrics: Sendable {
         }
         channelsByState.replaceAll(byState)
         credentialsParked.replaceAll(parked)
+        quotaInUse.replaceAll(inUse)
     }
 }

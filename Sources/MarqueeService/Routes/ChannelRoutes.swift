@@ -11,11 +11,10 @@ import MarqueeStore
 import Network
 import Postgres
 
-/// `/v1/channels...`, `/v1/events/{id}/channel/recreate` and `/v1/status` (admin).
+/// `/v1/channels...` and `/v1/events/{id}/channel/recreate` (admin).
 public struct ChannelRoutes: APIRoutes {
     private let channels: ChannelRepository
     private let deliveries: DeliveryRepository
-    private let status: StatusRepository
     private let scheduler: ChannelScheduler
     /// How long a route waits on APNs (`PipelineSettings.adminTimeout`).
     private let adminTimeout: Duration
@@ -23,7 +22,6 @@ public struct ChannelRoutes: APIRoutes {
     public init(pool: PostgresPool, scheduler: ChannelScheduler, adminTimeout: Duration = .seconds(PipelineSettings().adminTimeout)) {
         channels = ChannelRepository(pool: pool)
         deliveries = DeliveryRepository(pool: pool)
-        status = StatusRepository(pool: pool)
         self.scheduler = scheduler
         self.adminTimeout = adminTimeout
     }
@@ -82,40 +80,6 @@ public struct ChannelRoutes: APIRoutes {
         table.add("POST", "/v1/channels/sweep", access: .scope(.admin)) { [scheduler, operate] _ in
             .json(Self.json(try await operate { try await scheduler.runOnce() }))
         }
-        table.add("GET", "/v1/status", access: .scope(.admin)) { [status, scheduler] _ in
-            let current = try await status.status()
-            let quota = scheduler.configuration.quota.limit
-            return .json([
-                "apps": .array(
-                    current.apps.map { app in
-                        [
-                            "app": .int(Int64(app.appID)), "bundleId": .string(app.bundleID), "environment": .string(app.environment),
-                            "quota": .int(Int64(quota)), "inUse": .int(Int64(app.quotaInUse)),
-                            "channelsByState": .object(
-                                app.channelsByState.sorted { $0.key < $1.key }.reduce(into: JSONObject()) {
-                                    $0[$1.key] = .int(Int64($1.value))
-                                }),
-                            "credentialsFault": app.credentialsPark.map { park -> JSONValue in
-                                [
-                                    "reason": .string(park.reason), "since": EventRoutes.json(park.since), "strikes": .int(Int64(park.strikes)),
-                                    "retryAt": EventRoutes.json(park.retryAt), "lastRefusedAt": EventRoutes.json(park.lastAt),
-                                ]
-                            } ?? .null,
-                        ]
-                    }),
-                "outboxBacklog": .int(Int64(current.outboxBacklog)),
-                "oldestOutboxAgeSeconds": current.oldestOutboxAge.map(JSONValue.double) ?? .null,
-                "lostChannels": .array(
-                    current.lostChannels.map { lost in
-                        [
-                            "event": .int(Int64(lost.eventID)), "app": .int(Int64(lost.appID)), "externalId": .string(lost.externalID),
-                            "channel": Self.optional(lost.channelID), "apnsChannelId": lost.apnsChannelID.map(JSONValue.string) ?? .null,
-                            "lastError": lost.lastError.map(JSONValue.string) ?? .null,
-                        ]
-                    }),
-                "lastErrors": .array(current.lastErrors.map(Self.json)),
-            ])
-        }
     }
 
     /// Runs operator actions within the APNs bound: the scheduler's refusals become 404 and 409 answers, an
@@ -168,7 +132,7 @@ public struct ChannelRoutes: APIRoutes {
     }
 
     private static func ids(_ ids: [Int]) -> JSONValue { .array(ids.map { .int(Int64($0)) }) }
-    private static func optional(_ int: Int?) -> JSONValue { int.map { .int(Int64($0)) } ?? .null }
+    static func optional(_ int: Int?) -> JSONValue { int.map { .int(Int64($0)) } ?? .null }
     private static func optional(_ int: Int64?) -> JSONValue { int.map(JSONValue.int) ?? .null }
 
     /// The API's view of one APNs exchange.

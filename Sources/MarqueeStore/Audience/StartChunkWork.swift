@@ -1,5 +1,5 @@
 // The start fan-out's chunk work (Sql/0025): claiming a chunk of a run's audience (ChunkLeases), what its starts
-// carry, its members with the planner's facts, and the starts' rows (Sql/0041): skipped ones in one statement, a send
+// carry, its members with the planner's facts, and the starts' rows (Sql/0042): skipped ones in one statement, a send
 // window marked by one `start_windows` row just before it goes, and each answer inserted once, in batches as they
 // arrive. A window names an installation only while no start of the event's round went out for it and no open window
 // names it, read under the event's window lock, so two runs at once never start one device twice.
@@ -366,7 +366,7 @@ extension StartRepository {
             """)
     }
 
-    /// Marks a send window just before it goes (Sql/0041), in one transaction under the event's window lock: its first
+    /// Marks a send window just before it goes (Sql/0042), in one transaction under the event's window lock: its first
     /// sends in one `start_windows` row, and its retries (planned starts) `sending` in their rows, which take the
     /// installation's current token. Only installations still enabled, with that token current, with no start of the
     /// event's round that went out and none in an open window of the round, are marked; the rest are left out. The

@@ -128,7 +128,7 @@ public struct SendingStart: Sendable, Equatable {
     }
 }
 
-/// A send window marked just before it goes (Sql/0041): its row, naming its first sends, and every start it sends.
+/// A send window marked just before it goes (Sql/0042): its row, naming its first sends, and every start it sends.
 public struct MarkedWindow: Sendable, Equatable {
     /// The window's row in `start_windows`; nil when it sends retries only.
     public let id: Int?

@@ -33,6 +33,11 @@ public struct PipelineStatus: Sendable, Equatable {
     public var oldestOutboxAge: TimeInterval?
     public var lostChannels: [LostChannel]
     public var lastErrors: [DeliveryRecord]
+    /// Start runs in their first pass over the audience (`running`; not the `rolling` late passes).
+    public var startRunsInFirstPass: Int
+    /// Mirroring passes running, and the age of the oldest, in seconds (from its broadcast's ingest when known).
+    public var mirrorPassesRunning: Int
+    public var oldestMirrorPassAge: TimeInterval?
 }
 
 /// Reads the status figures in one consistent snapshot.
@@ -95,11 +100,20 @@ public struct StatusRepository: Sendable {
                 ORDER BY sent_at DESC, id DESC LIMIT \(errorLimit)
                 """
             ).map(DeliveryRecord.init(row:))
+            let audience = try await tx.query(
+                """
+                SELECT (SELECT count(*) FROM start_runs WHERE state = \(StartRunState.running.sql)) AS runs,
+                       count(*) AS passes,
+                       extract(epoch FROM now() - min(coalesce(update_received_at, created_at)))::float8 AS oldest
+                FROM mirror_passes WHERE state = \(MirrorPassState.running.sql)
+                """)[0]
             return PipelineStatus(
                 apps: apps.values.sorted { $0.appID < $1.appID },
                 outboxBacklog: try backlog.decode(Int.self, column: "n"),
                 oldestOutboxAge: try backlog.decode(Double?.self, column: "oldest"),
-                lostChannels: lost, lastErrors: errors)
+                lostChannels: lost, lastErrors: errors, startRunsInFirstPass: try audience.decode(Int.self, column: "runs"),
+                mirrorPassesRunning: try audience.decode(Int.self, column: "passes"),
+                oldestMirrorPassAge: try audience.decode(Double?.self, column: "oldest"))
         }
     }
 }

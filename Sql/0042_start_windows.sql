@@ -1,4 +1,4 @@
--- 0041_start_windows: a start is written once. A send window's new starts were inserted `sending`, one row with
+-- 0042_start_windows: a start is written once. A send window's new starts were inserted `sending`, one row with
 -- four index entries each, and every answer then rewrote its row: two row versions, two WAL records and two page
 -- writes per start. Now the window is marked by one row naming exactly the installations and tokens it sends
 -- (`start_windows`, its elements in arrays), committed just before its requests are written, and each answer is
