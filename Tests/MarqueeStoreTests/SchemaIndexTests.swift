@@ -292,6 +292,33 @@ struct SchemaIndexTests {
         }
     }
 
+    @Test func aWindowsAnswersFindTheirRetriesByTheirKey() async throws {
+        // Prepared while `starts` is empty: the answers of a window's retries update their rows found by id, never by a
+        // read of every start; a window of first sends only inserts.
+        let f = try await PipelineFixture.make()
+        defer { f.pool.close() }
+        let chunk = ClaimedStartChunk(
+            id: 1, runID: 1, eventID: 1, appID: f.appID, after: 0, through: 1000, attempts: 0, runAlert: nil, channelWaitUntil: Date())
+        let window = MarkedWindow(id: 1, markedAt: Date(), starts: [])
+        for retry in [nil, 7] as [Int?] {
+            let start = SendingStart(
+                installation: 1, token: String(repeating: "a", count: 64), osMajor: 18, route: .channel, attempt: 1, retriedStartID: retry)
+            let record = StartRepository.recordStatement(
+                chunk, window: window,
+                [StartAnswerRecord(start: start, state: .accepted, reason: nil, status: 200, retryAfter: nil, apnsUniqueID: nil)], last: true,
+                windowAccepted: false, now: nil)
+            let plan = try await Self.genericPlan(of: record, on: f.pool, seqScan: true)
+            #expect(!plan.contains("Seq Scan on starts"), "\(plan)")
+            #expect(plan.contains("starts_pkey") == (retry != nil), "\(plan)")
+        }
+        // A skip of a planned start finds it by id too.
+        let skip = StartRepository.skipRetriesStatement([
+            SkippedStart(installation: 1, token: String(repeating: "a", count: 64), osMajor: 18, reason: .throttled, plannedStartID: 7)
+        ])
+        let plan = try await Self.genericPlan(of: skip, on: f.pool, seqScan: true)
+        #expect(!plan.contains("Seq Scan on starts") && plan.contains("starts_pkey"), "\(plan)")
+    }
+
     @Test func theAutomaticRunCheckProbesEachEventsRunsAndEnd() async throws {
         // The fan-out runs the check every tick over every event not over, so each event's automatic runs and its end
         // are probed by the event's id, whatever the statistics: a `NOT EXISTS` pulled up into a join, planned while

@@ -345,15 +345,7 @@ extension StartRepository {
         let retries = skipped.filter { $0.plannedStartID != nil }
         let new = skipped.filter { $0.plannedStartID == nil }
         // Two statements, each only when it has rows (as in `markStatement`: a join by id to NULL ids may read the table).
-        if !retries.isEmpty {
-            try await pool.execute(
-                """
-                UPDATE starts s SET state = \(skippedState), reason = i.reason, next_attempt_at = NULL
-                FROM unnest(\(PostgresColumn(retries.map { $0.plannedStartID! }))::bigint[], \(PostgresColumn(retries.map(\.reason.rawValue)))::text[])
-                     AS i (id, reason)
-                WHERE s.id = i.id AND s.state = \(StartState.planned)
-                """)
-        }
+        if !retries.isEmpty { try await pool.execute(Self.skipRetriesStatement(retries)) }
         guard !new.isEmpty else { return }
         try await pool.execute(
             """
@@ -364,6 +356,18 @@ extension StartRepository {
                  AS i (installation, token, os_major, reason)
             ON CONFLICT DO NOTHING
             """)
+    }
+
+    /// Settles planned starts (retries) `skipped`, each with its reason.
+    static func skipRetriesStatement(_ retries: [SkippedStart]) -> PostgresQuery {
+        """
+        UPDATE starts s SET state = \(StartLifecycle.transition(from: .planned, on: .skipped)!), reason = i.reason, next_attempt_at = NULL
+        FROM unnest(\(PostgresColumn(retries.map(\.plannedStartID)))::bigint[], \(PostgresColumn(retries.map(\.reason.rawValue)))::text[])
+             AS i (id, reason)
+        -- Found by id with `= ANY`, an index scan whatever the estimate (a join alone was planned as a hashed read of every
+        -- start).
+        WHERE s.id = ANY (\(PostgresColumn(retries.map(\.plannedStartID)))::bigint[]) AND s.id = i.id AND s.state = \(StartState.planned)
+        """
     }
 
     /// Marks a send window just before it goes (Sql/0042), in one transaction under the event's window lock: its first
@@ -510,6 +514,14 @@ extension StartRepository {
         now: Date? = nil
     ) async throws -> Int {
         guard !answers.isEmpty || (last && window.id != nil) else { return 0 }
+        let rows = try await pool.query(
+            Self.recordStatement(chunk, window: window, answers, last: last, windowAccepted: windowAccepted, now: now))
+        return try rows[0].decode(column: "written")
+    }
+
+    static func recordStatement(
+        _ chunk: ClaimedStartChunk, window: MarkedWindow, _ answers: [StartAnswerRecord], last: Bool, windowAccepted: Bool, now: Date?
+    ) -> PostgresQuery {
         // Each part only where the batch has its kind of start (as in `markStatement`).
         let retried: PostgresQuery =
             answers.contains(where: { $0.start.retriedStartID != nil })
@@ -518,7 +530,11 @@ extension StartRepository {
                 UPDATE starts s SET state = a.state, reason = a.reason, status = a.status, apns_unique_id = a.unique_id,
                     answered_at = coalesce(\(now), now()),
                     next_attempt_at = CASE WHEN a.retry_after IS NOT NULL THEN coalesce(\(now), now()) + make_interval(secs => a.retry_after) END
-                FROM answers a WHERE a.retried_id IS NOT NULL AND s.id = a.retried_id AND s.state = \(StartState.sending)
+                FROM answers a
+                -- Found by id with `= ANY`, an index scan whatever the estimate (a join alone was planned as a hashed read
+                -- of every start).
+                WHERE s.id = ANY (ARRAY(SELECT retried_id FROM answers WHERE retried_id IS NOT NULL)) AND s.id = a.retried_id
+                  AND s.state = \(StartState.sending)
                 RETURNING s.state
             )
             """
@@ -539,8 +555,7 @@ extension StartRepository {
             )
             """
             : ", inserted AS (SELECT NULL::text AS state WHERE false)"
-        let rows = try await pool.query(
-            """
+        return """
             WITH answers AS (
                 SELECT * FROM unnest(
                     \(PostgresColumn(answers.map(\.start.installation)))::bigint[], \(PostgresColumn(answers.map(\.start.token)))::text[],
@@ -559,7 +574,6 @@ extension StartRepository {
                        OR EXISTS (SELECT 1 FROM inserted WHERE state = \(StartState.accepted)))
             )
             SELECT (SELECT count(*) FROM retried) + (SELECT count(*) FROM inserted) AS written
-            """)
-        return try rows[0].decode(column: "written")
+            """
     }
 }
