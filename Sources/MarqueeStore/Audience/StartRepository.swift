@@ -1,6 +1,6 @@
 // The start fan-out's rows (Sql/0025): runs, their keyset chunks of the audience, and one row per start. This file
 // has the runs (creating, advancing under a row lock, `FOR NO KEY UPDATE SKIP LOCKED`, so one instance at a time cuts
-// a run's chunks; reports; retention); StartChunkWork.swift the chunks and the starts' rows; StartRecords.swift the
+// a run's chunks; reports; retention); StartChunkWork.swift the chunks; StartWindows.swift the starts' rows; StartRecords.swift the
 // values. The fan-out service decides through MarqueeCore's planners; this performs. A start has no foreign key to
 // its run or event (Sql/0032: they are its chunk's; a key would lock the row every start shares), so `purge` deletes
 // a run's starts first.
