@@ -18,6 +18,8 @@ let package = Package(
         .library(name: "APNs", targets: ["APNs"]),
         .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
         .library(name: "MarqueeStore", targets: ["MarqueeStore"]),
+        // For the fuzzing package (Fuzz/Package.swift): the update routes' body and the import file's reader.
+        .library(name: "MarqueeService", targets: ["MarqueeService"]),
     ],
     dependencies: [],
     targets: [

@@ -9,7 +9,7 @@
 import MarqueeCore
 
 /// The scanner's answer about one payload.
-enum PayloadVerdict: Equatable {
+public enum PayloadVerdict: Equatable {
     /// The parser accepts the payload, and its top level is an object whose `aps` is an object.
     case apsObject
     /// The parser refuses the payload, or accepts it without an `aps` object at its top level.
@@ -19,7 +19,7 @@ enum PayloadVerdict: Equatable {
 }
 
 /// A single-pass, allocation-free check of a push payload; see the comment at the top of this file.
-struct PayloadScanner {
+public struct PayloadScanner {
     /// Keys remembered at once for duplicate checks, over all open objects; beyond this the verdict is `undecided`.
     static let keyCapacity = 128
     /// A number longer than this (sign included) may overflow a double; so may any exponent: both are `undecided`.
@@ -43,7 +43,7 @@ struct PayloadScanner {
     }
 
     /// The verdict on `payload`.
-    static func verdict(_ payload: [UInt8]) -> PayloadVerdict {
+    public static func verdict(_ payload: [UInt8]) -> PayloadVerdict {
         payload.withUnsafeBufferPointer { bytes in
             withUnsafeTemporaryAllocation(of: (start: Int, end: Int).self, capacity: keyCapacity) { keys in
                 var scanner = PayloadScanner(bytes: bytes, keys: keys)

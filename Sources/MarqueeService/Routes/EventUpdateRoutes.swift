@@ -26,70 +26,13 @@ extension EventRoutes {
         }
     }
 
-    private static let updateFields: Set<String> = [
-        "contentState", "contentStatePatch", "alert", "staleDate", "relevanceScore", "priority", "occurredAt",
-    ]
-    private static let endFields = updateFields.union(["dismissalDate", "at", "replace"])
-
     private func ingestUpdate(_ request: APIRequest, action: UpdateAction) async throws -> HTTPResponse {
         let eventID = try Self.eventID(request)
         let idempotency = try Self.idempotency(request)
-        let body = try request.bodyObject()
-        try body.allowOnly(action == .end ? Self.endFields : Self.updateFields)
-        let whole = body.optional("contentState")
-        let patch = body.optional("contentStatePatch")
-        if whole != nil, patch != nil {
-            throw APIError.validation("send contentState or contentStatePatch, not both", field: "contentStatePatch")
-        }
-        if action == .update, whole == nil, patch == nil {
-            throw APIError.validation(
-                "required: contentState (the whole state) or contentStatePatch (a JSON merge patch)",
-                field: "contentState")
-        }
-        let alert = try body.optional("alert").map(Self.alert)
-        let staleDate = try body.optionalDate("staleDate")
-        let relevanceScore = try body.optionalDouble("relevanceScore")
-        if let relevanceScore, !FreshnessSettings.scoreRange.contains(relevanceScore) {
-            throw APIError.validation("relevanceScore \(FreshnessSettings.scoreRule)", field: "relevanceScore")
-        }
-        let priority: RequestedPriority = try body.choice("priority", default: .auto)
-        // Absent: the time of arrival under the event lock (IngestRepository), never superseded.
-        let occurredAt = try body.optionalDate("occurredAt")
-        if let occurredAt, occurredAt.timeIntervalSinceNow > maxClockSkew {
-            throw APIError.validation(
-                "occurredAt is \(Int(occurredAt.timeIntervalSinceNow)) s ahead of the server's clock, more than the "
-                    + "\(Int(maxClockSkew)) s allowed (serve --max-clock-skew): it would supersede every true update until then; "
-                    + "check the feed's clock", field: "occurredAt")
-        }
-        let dismissalDate = action == .end ? try body.optionalDate("dismissalDate") : nil
-        let notBefore = action == .end ? try body.optionalDate("at") : nil
-        let replacesEnd = action == .end ? try body.optionalBool("replace") ?? false : false
-        if let dismissalDate { try Self.checkDismissal(dismissalDate, notBefore: notBefore) }
-
+        let updateRequest = try UpdateRequest(body: request.body, action: action, maxClockSkew: maxClockSkew)
         let (type, startOverhead) = try await attributeType(eventID: eventID, key: request.key)
-        let encodedWhole = try whole.map { value in
-            try Self.validated { () throws(ValidationError) in try type.encodeContentState(value) }
-        }
-        let draft = UpdateDraft(
-            action: action, alert: alert?.json, staleDate: staleDate, dismissalDate: dismissalDate,
-            relevanceScore: relevanceScore, priority: priority, occurredAt: occurredAt,
-            apiKeyID: request.key?.databaseID, urgent: priority == .high || alert != nil, notBefore: notBefore,
-            replacesEnd: replacesEnd)
-        // The real payload must fit, so every accepted update can travel.
-        func checked(_ state: JSONValue) throws -> JSONValue {
-            try Self.checkSize(
-                action, state: state,
-                explicit: SendTimeFields(staleDate: staleDate, relevanceScore: relevanceScore, dismissalDate: dismissalDate), alert: alert)
-            // An event that starts its audience: the state goes in its push-to-start too, with the attributes.
-            if action == .update, let startOverhead, state.jsonBytes.count + startOverhead > PayloadLimit.device.rawValue {
-                throw APIError(
-                    status: 422, code: "start_payload_too_large",
-                    message: "with this content-state the event's push-to-start (attributes, state and start alert) would be "
-                        + "\(state.jsonBytes.count + startOverhead) bytes, more than the \(PayloadLimit.device.rawValue) a device push takes",
-                    field: whole != nil ? "contentState" : "contentStatePatch")
-            }
-            return state
-        }
+        let encodedWhole = try updateRequest.encodedContentState(type)
+        let draft = updateRequest.draft(apiKeyID: request.key?.databaseID)
         // An end says how many accepted starts it cannot reach (read before it is queued, so the stored answer has it).
         let unreachable = action == .end ? try await events.unreachableStarts(eventID: eventID) : 0
         let answerOf: @Sendable (IngestedUpdate) -> StoredResponse = { update in
@@ -105,22 +48,13 @@ extension EventRoutes {
         do {
             if let encodedWhole {
                 result = try await ingest.ingest(
-                    eventID: eventID, draft, state: try checked(encodedWhole), appID: appID,
+                    eventID: eventID, draft, state: try updateRequest.checked(encodedWhole, startOverhead: startOverhead), appID: appID,
                     idempotency: idempotency, response: answerOf)
             } else {
                 result = try await ingest.ingest(
                     eventID: eventID, draft, appID: appID, idempotency: idempotency,
                     contentState: { snapshot in
-                        if let patch {
-                            return try checked(
-                                try Self.validated { () throws(ValidationError) in
-                                    try type.patchContentState(snapshot.latestState ?? [:], with: patch, at: ["contentStatePatch"])
-                                })
-                        }
-                        guard let latest = snapshot.latestState else {
-                            throw APIError.validation("the event has no content-state yet; send one", field: "contentState")
-                        }
-                        return try checked(latest)
+                        try updateRequest.nextState(after: snapshot.latestState, type: type, startOverhead: startOverhead)
                     }, response: answerOf)
             }
         } catch PipelineError.eventNotFound {
@@ -198,28 +132,6 @@ extension EventRoutes {
         return IdempotencyRequest(
             apiKeyID: apiKeyID, key: key, requestHash: Data(SHA256.hash(head + value)),
             earlierHashes: [Data(SHA256.hash(head + request.http.body))])
-    }
-
-    /// An alert as the API takes it: `title` and `body` are a string or `{"locKey", "locArgs"}`; `sound` is optional.
-    private static func alert(_ value: JSONValue) throws(APIError) -> LiveActivityAlert {
-        func apsForm(_ text: JSONValue?) -> JSONValue? {
-            guard case .object(let object)? = text else { return text }
-            var converted = JSONObject()
-            for (key, member) in object { converted[key == "locKey" ? "loc-key" : key == "locArgs" ? "loc-args" : key] = member }
-            return .object(converted)
-        }
-        var converted = value
-        if case .object(var object) = value {
-            for key in ["title", "body"] { if let text = apsForm(object[key]) { object[key] = text } }
-            converted = .object(object)
-        }
-        do {
-            return try LiveActivityAlert(json: converted, at: ["alert"])
-        } catch {
-            let field = "\(error.path)".replacingOccurrences(of: "loc-key", with: "locKey").replacingOccurrences(of: "loc-args", with: "locArgs")
-            let message = error.description.replacingOccurrences(of: "loc-key", with: "locKey").replacingOccurrences(of: "loc-args", with: "locArgs")
-            throw APIError.validation(message, field: field)
-        }
     }
 
     /// The answer to an accepted update or end.

@@ -1,0 +1,2 @@
+// Declarations only (include/FuzzDriver.h); a C target needs a source file.
+#include "FuzzDriver.h"
