@@ -78,7 +78,8 @@ let package = Package(
         .testTarget(
             name: "MarqueeCommandsTests", dependencies: ["MarqueeCommands", "MarqueeCommandLine", "MarqueeCore", "MarqueeService", "Network"],
             swiftSettings: strict),
-        .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore"], swiftSettings: strict),
+        // MarqueeTestSupport holds the tables a store test also runs through the SQL (PushToStartTokenTable).
+        .testTarget(name: "MarqueeCoreTests", dependencies: ["MarqueeCore", "MarqueeTestSupport"], swiftSettings: strict),
         // The simulator alone, held against Apple's pages; the client against the simulator is tested in APNsTests.
         .testTarget(
             name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "Crypto", "Network", "MarqueeCore", "MarqueeTestSupport"],

@@ -248,4 +248,14 @@ import Testing
         #expect(json["state"] == "create_unknown" && json["attempt"] == 2)
         #expect(try JSONDecoder().decode(ChannelLifecycle.self, from: json.jsonData) == channel)
     }
+
+    /// What a move does to the event's broadcasts: into `lost` stops them, into `open` resumes them, nothing else does.
+    @Test func onlyAMoveIntoLostOrOpenChangesTheBroadcasts() {
+        for old in ChannelLifecycle.State.allCases {
+            for new in ChannelLifecycle.State.allCases {
+                let expected: ChannelLifecycle.BroadcastChange? = old == new ? nil : new == .lost ? .stop : new == .open ? .resume : nil
+                #expect(ChannelLifecycle.broadcasts(from: old, to: new) == expected, "\(old) → \(new)")
+            }
+        }
+    }
 }

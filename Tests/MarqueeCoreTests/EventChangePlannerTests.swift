@@ -22,7 +22,7 @@ import Testing
             switch status {
             case .scheduled, .live:
                 let plan = try result.get()
-                #expect(plan.event == .rescheduled && plan.action == .storeSchedule && plan.status == status)
+                #expect(plan.event == .rescheduled && plan.action == nil && plan.status == status)
                 #expect(plan.startsAt == later.startsAt && plan.endsAt == later.endsAt && plan.warnings.isEmpty)
             case .ending, .ended, .cancelled:
                 #expect(throws: EventChangeRefusal.closed(status)) { try result.get() }
@@ -101,6 +101,25 @@ import Testing
                 }
             }
         }
+    }
+}
+
+@Suite struct QuietCancelChannelPlanTests {
+    /// For each channel state, what a quiet cancel leaves the event's current channel in and does (`-`: nothing).
+    static let table: [ChannelLifecycle.State: String] = [
+        .planned: "deleted nothing", .createFailed: "deleted nothing",
+        .open: "deleting deleteChannel(attempt: 1)", .ending: "deleting deleteChannel(attempt: 1)",
+        // A create whose outcome is not known yet is left to settle; the rest are no current channel.
+        .creating: "-", .createUnknown: "-", .ended: "-", .deleting: "-", .deleted: "-", .lost: "-",
+    ]
+
+    @Test func everyChannelStateDoesWhatTheTableSays() {
+        #expect(Set(Self.table.keys) == Set(ChannelLifecycle.State.allCases))
+        for (state, expected) in Self.table {
+            let plan = QuietCancelChannelPlan.plan(ChannelLifecycle(state: state, attempt: 2))
+            #expect(plan.map { "\($0.next.state.rawValue) \($0.action)" } ?? "-" == expected, "\(state)")
+        }
+        #expect(QuietCancelChannelPlan.plan(nil) == nil, "no channel")
     }
 }
 

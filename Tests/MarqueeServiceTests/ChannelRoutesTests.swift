@@ -116,7 +116,8 @@ struct ChannelRoutesTests {
         var lifecycle = channel.lifecycle!
         let before = lifecycle
         _ = try lifecycle.channelNotRegistered()
-        try await harness.fixture.channels.transition(channelID: channel.id, from: before, to: lifecycle, error: "ChannelNotRegistered")
+        try await harness.fixture.channels.transition(
+            channelID: channel.id, from: before, to: lifecycle, error: "ChannelNotRegistered", broadcasts: .stop)
         #expect(try await harness.fixture.events.get(id: event.id)?.channelLost == true)
         #expect(await harness.send("GET", "/v1/channels/\(channel.id)").json["lastError"] == "ChannelNotRegistered")
 

@@ -67,7 +67,9 @@ struct EventRoutesTests {
             #expect(try await channels.transition(channelID: planned.id, from: before, to: lifecycle))
             before = lifecycle
             _ = try lifecycle.createSucceeded()
-            #expect(try await channels.transition(channelID: planned.id, from: before, to: lifecycle, apnsChannelID: "AAAAAAAAAAAAAAAAAAAAAA=="))
+            #expect(
+                try await channels.transition(
+                    channelID: planned.id, from: before, to: lifecycle, apnsChannelID: "AAAAAAAAAAAAAAAAAAAAAA==", broadcasts: .resume))
         }
 
         func state(_ event: Int) async -> JSONValue? {

@@ -183,7 +183,7 @@ struct PipelineSchedulerTests {
         var lifecycle = try #require(channel.lifecycle)
         let before = lifecycle
         _ = try lifecycle.channelNotRegistered()
-        try await f.channels.transition(channelID: channel.id, from: before, to: lifecycle)
+        try await f.channels.transition(channelID: channel.id, from: before, to: lifecycle, broadcasts: .stop)
         let update = try await f.post(event.id, ["home": 1, "away": 0, "minute": 12], at: f.clock.now)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 1)
 

@@ -114,7 +114,8 @@ struct PipelineServiceFixture {
         let creating = lifecycle
         _ = try lifecycle.createSucceeded()
         let id = apns.makeChannel()
-        _ = try await channels.transition(channelID: planned.id, from: creating, to: lifecycle, apnsChannelID: id, now: clock.now)
+        _ = try await channels.transition(
+            channelID: planned.id, from: creating, to: lifecycle, apnsChannelID: id, now: clock.now, broadcasts: .resume)
         return try await channels.get(id: planned.id)!
     }
 

@@ -40,7 +40,10 @@ struct PipelineChannelTests {
         #expect(try await f.channels.transition(channelID: planned.id, from: beforeRetry, to: lifecycle))
         let afterRetry = lifecycle
         _ = try lifecycle.createSucceeded()
-        #expect(try await f.channels.transition(channelID: planned.id, from: afterRetry, to: lifecycle, apnsChannelID: "dGVzdA=="))
+        #expect(
+            try await f.channels.transition(
+                channelID: planned.id, from: afterRetry, to: lifecycle, apnsChannelID: "dGVzdA==",
+                broadcasts: ChannelLifecycle.broadcasts(from: afterRetry.state, to: lifecycle.state)))
         let open = try #require(try await f.channels.get(id: planned.id))
         #expect(open.state == .lifecycle(.open))
         #expect(open.attempts == 0)
@@ -54,7 +57,10 @@ struct PipelineChannelTests {
         try await f.post(event.id, ["home": 1], at: Date())
         let beforeLoss = lifecycle
         #expect(try lifecycle.reconcileNotFound() == .flagLost)
-        #expect(try await f.channels.transition(channelID: planned.id, from: beforeLoss, to: lifecycle))
+        #expect(
+            try await f.channels.transition(
+                channelID: planned.id, from: beforeLoss, to: lifecycle,
+                broadcasts: ChannelLifecycle.broadcasts(from: beforeLoss.state, to: lifecycle.state)))
         #expect(try await f.events.get(id: event.id)?.channelLost == true)
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0)
     }

@@ -279,7 +279,9 @@ struct PipelineDispatchTests {
         #expect(try await f.channels.transition(channelID: channel.id, from: wasLost, to: lifecycle))
         let creating = lifecycle
         _ = try lifecycle.createSucceeded()
-        #expect(try await f.channels.transition(channelID: channel.id, from: creating, to: lifecycle, apnsChannelID: "bmV3"))
+        #expect(
+            try await f.channels.transition(
+                channelID: channel.id, from: creating, to: lifecycle, apnsChannelID: "bmV3", broadcasts: .resume))
         #expect(try await f.events.get(id: event.id)?.channelLost == false)
         let recreated = try #require(try await f.channels.get(id: channel.id))
         #expect(recreated.firstSeenAt! > channel.firstSeenAt!)
@@ -308,7 +310,7 @@ struct PipelineDispatchTests {
         try await f.channels.transition(channelID: channel.id, from: lost, to: lifecycle)
         let creating = lifecycle
         _ = try lifecycle.createSucceeded()
-        try await f.channels.transition(channelID: channel.id, from: creating, to: lifecycle, apnsChannelID: "bmV3")
+        try await f.channels.transition(channelID: channel.id, from: creating, to: lifecycle, apnsChannelID: "bmV3", broadcasts: .resume)
         let resumed = try #require(try await f.outbox.claim(instance: "a", limit: 1, lease: 30).first)
         #expect(resumed.update.id == second.id)
         #expect(resumed.pending.map(\.id) == [first.id, second.id])

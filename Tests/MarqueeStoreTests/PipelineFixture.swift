@@ -76,7 +76,7 @@ struct PipelineFixture {
         guard
             try await channels.transition(
                 channelID: planned.id, from: creating, to: lifecycle,
-                apnsChannelID: apnsID.replacingOccurrences(of: "-", with: "A"))
+                apnsChannelID: apnsID.replacingOccurrences(of: "-", with: "A"), broadcasts: .resume)
         else { throw FixtureError.stale }
         return try await channels.get(id: planned.id)!
     }

@@ -335,6 +335,27 @@ public struct ChannelLifecycle: Sendable, Equatable, Codable {
         }
     }
 
+    // MARK: what a move does to the event's broadcasts
+
+    /// What a channel's move does to its event's broadcasts, besides the channel's own row.
+    public enum BroadcastChange: Sendable, Equatable {
+        /// The channel is lost while activities may listen on it: the event is flagged and its queued work dropped.
+        case stop
+        /// The channel opened (again): the flag goes and the newest pending update is queued.
+        case resume
+    }
+
+    /// What a move from `old` to `new` does to the event's broadcasts (nil: nothing): entering `lost` stops them,
+    /// entering `open` (a first open, a reconcile that found the channel, a recreate of a lost one) resumes them.
+    public static func broadcasts(from old: State, to new: State) -> BroadcastChange? {
+        guard old != new else { return nil }
+        switch new {
+        case .lost: return .stop
+        case .open: return .resume
+        default: return nil
+        }
+    }
+
     // MARK: for statements that move many channels at once
 
     /// The lifecycle after `events` in turn from `state` (attempts counted from 0), or nil when one of them

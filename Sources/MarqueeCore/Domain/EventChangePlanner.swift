@@ -86,7 +86,8 @@ public enum EventChangeRefusal: Sendable, Equatable, Error {
 public struct EventChangePlan: Sendable, Equatable {
     /// `rescheduled`, or `postponed` when the audience is started again.
     public var event: EventLifecycle.Event
-    public var action: EventLifecycle.Action
+    /// `restartAudience` for a postponement; nil: the new times and settings are all there is to store.
+    public var action: EventLifecycle.Action?
     /// The status the event is left in.
     public var status: EventStatus
     public var startsAt: Date
@@ -155,5 +156,29 @@ public enum EventCancelPlan: Sendable, Equatable {
     public static func plan(_ facts: EventCancelFacts) -> EventCancelPlan? {
         guard EventLifecycle.transition(from: facts.status, on: .cancelRequested) != nil else { return nil }
         return facts.startedActivities && (facts.channelCarriesEnd || facts.tokenActivitiesTakeEnd) ? .endActivities : .closeQuietly
+    }
+}
+
+/// What a cancel without a broadcast (`EventCancelPlan.closeQuietly`) does to the event's current channel, decided
+/// from its lifecycle: none planned or refused is deleted in the database; an open (or ending) one is deleted at APNs
+/// now (the channel lifecycle's forced delete), so it frees its quota slot; an unresolved create is left to settle.
+public struct QuietCancelChannelPlan: Sendable, Equatable {
+    /// The lifecycle to store.
+    public var next: ChannelLifecycle
+    /// `deleteChannel`: the scheduler sends the delete now; `nothing`: no channel exists at APNs.
+    public var action: ChannelLifecycle.Action
+
+    /// The plan for the event's current channel, or nil when nothing changes (no current channel, or a create
+    /// whose outcome is unknown).
+    public static func plan(_ lifecycle: ChannelLifecycle?) -> QuietCancelChannelPlan? {
+        guard let lifecycle else { return nil }
+        var next = lifecycle
+        let action: ChannelLifecycle.Action?
+        switch lifecycle.state {
+        case .planned, .createFailed: action = try? next.endRequested()
+        case .open, .ending: action = try? next.deleteRequested(force: true)
+        default: action = nil
+        }
+        return action.map { QuietCancelChannelPlan(next: next, action: $0) }
     }
 }

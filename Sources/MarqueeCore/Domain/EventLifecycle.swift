@@ -49,42 +49,31 @@ public struct EventLifecycle: Sendable, Equatable {
         case cancelRequested
     }
 
-    /// What the caller must persist and do after an event.
+    /// What the caller must do besides storing the new status. The status itself is all that most events change:
+    /// the statements that perform them set it from `transition(from:on:).to` (see `states(accepting:)`).
     public enum Action: Sendable, Equatable {
-        /// Store the status `live`.
-        case markLive
-        /// Store and queue the update; the status stays.
-        case storeUpdate
-        /// Store and queue the end; the status becomes `ending`.
-        case storeEnd
-        /// Store the status `ended`.
-        case markEnded
-        /// Store the status `ended` and record the pending updates as never sent.
-        case markEndedUnsent
-        /// Store the new times; the scheduler follows them.
-        case storeSchedule
-        /// Store the new times, end the running activities and start the audience again at the new lead.
+        /// End the running activities with the new times' state and start the audience again at the new lead
+        /// (EventRepository performs it with the postponement).
         case restartAudience
-        /// Store the status `cancelled` and end what is running.
-        case cancel
     }
 
     public private(set) var state: EventStatus
 
     public init(state: EventStatus = .scheduled) { self.state = state }
 
-    /// The status `event` leads to from `state` and the action it asks for, or nil when it does not apply there.
-    public static func transition(from state: EventStatus, on event: Event) -> (to: EventStatus, action: Action)? {
+    /// The status `event` leads to from `state` and the action it asks for beyond that status (nil: none), or nil
+    /// when it does not apply there.
+    public static func transition(from state: EventStatus, on event: Event) -> (to: EventStatus, action: Action?)? {
         switch (event, state) {
-        case (.startsAtReached, .scheduled): (.live, .markLive)
-        case (.updateAccepted, .scheduled), (.updateAccepted, .live): (state, .storeUpdate)
-        case (.endAccepted, .scheduled), (.endAccepted, .live): (.ending, .storeEnd)
-        case (.endReplaced, .scheduled), (.endReplaced, .live), (.endReplaced, .ending): (.ending, .storeEnd)
-        case (.endBroadcast, .ending): (.ended, .markEnded)
-        case (.endedWithoutChannel, .ending): (.ended, .markEndedUnsent)
-        case (.rescheduled, .scheduled), (.rescheduled, .live): (state, .storeSchedule)
+        case (.startsAtReached, .scheduled): (.live, nil)
+        case (.updateAccepted, .scheduled), (.updateAccepted, .live): (state, nil)
+        case (.endAccepted, .scheduled), (.endAccepted, .live): (.ending, nil)
+        case (.endReplaced, .scheduled), (.endReplaced, .live), (.endReplaced, .ending): (.ending, nil)
+        case (.endBroadcast, .ending): (.ended, nil)
+        case (.endedWithoutChannel, .ending): (.ended, nil)
+        case (.rescheduled, .scheduled), (.rescheduled, .live): (state, nil)
         case (.postponed, .scheduled), (.postponed, .live): (.scheduled, .restartAudience)
-        case (.cancelRequested, .scheduled), (.cancelRequested, .live), (.cancelRequested, .ending): (.cancelled, .cancel)
+        case (.cancelRequested, .scheduled), (.cancelRequested, .live), (.cancelRequested, .ending): (.cancelled, nil)
         default: nil
         }
     }
@@ -94,8 +83,9 @@ public struct EventLifecycle: Sendable, Equatable {
         EventStatus.allCases.filter { transition(from: $0, on: event) != nil }
     }
 
-    /// Moves the event and returns the action to perform; throws, changing nothing, when the event does not apply.
-    public mutating func handle(_ event: Event) throws(EventLifecycleError) -> Action {
+    /// Moves the event and returns the action to perform beyond its new status (nil: none); throws, changing nothing,
+    /// when the event does not apply.
+    public mutating func handle(_ event: Event) throws(EventLifecycleError) -> Action? {
         guard let (next, action) = Self.transition(from: state, on: event) else {
             throw EventLifecycleError(state: state, event: event)
         }

@@ -47,6 +47,7 @@ final class ChannelRequests: Sendable {
 
     /// Writes a lifecycle step (`error` and `nextAttemptAt` with it) and does what its action asks: a request
     /// for `createChannel` and `deleteChannel` (which write their own step as they send), the operator's flags.
+    /// A step into `lost` or `open` stops or resumes the event's broadcasts with it (`ChannelLifecycle.broadcasts`).
     /// `.scheduleRetry` needs `nextAttemptAt`; `.reconcile` is the create's unknown outcome.
     func perform(
         _ step: ChannelStep, apnsChannelID: String? = nil, error: String? = nil, nextAttemptAt: Date? = nil,
@@ -65,7 +66,8 @@ final class ChannelRequests: Sendable {
         }
         try await channels.transition(
             channelID: channel.id, from: step.before, to: step.after, nextAttemptAt: nextAttemptAt,
-            apnsChannelID: apnsChannelID, error: error, fence: fence, now: databaseNow)
+            apnsChannelID: apnsChannelID, error: error, fence: fence, now: databaseNow,
+            broadcasts: ChannelLifecycle.broadcasts(from: step.before.state, to: step.after.state))
         switch step.action {
         case .flagLost:
             report.lost.append(channel.id)

@@ -190,23 +190,18 @@ extension EventRoutes {
         return .json(.object(answer), status: 202)
     }
 
-    /// The channel of an event cancelled without a broadcast: none planned or refused is deleted in the database; an
-    /// open one is handed to the scheduler for its delete at APNs now (the channel lifecycle's forced delete), so
-    /// it frees its quota slot. An unresolved create is left to settle (see docs/operations.md).
+    /// Performs QuietCancelChannelPlan for the event's current channel: stores its next lifecycle, and hands a delete
+    /// at APNs to the scheduler now (see docs/operations.md).
     private func releaseChannel(eventID: Int) async throws {
         guard let current = try await channels.channels(eventID: eventID).first, let lifecycle = current.lifecycle,
-            ChannelLifecycle.currentStates.contains(lifecycle.state)
+            let plan = QuietCancelChannelPlan.plan(lifecycle)
         else { return }
-        var next = lifecycle
-        switch lifecycle.state {
-        case .planned, .createFailed:
-            _ = try next.endRequested()
-        case .open, .ending:
-            _ = try next.deleteRequested(force: true)
-        default:
-            return
-        }
-        _ = try await channels.transition(channelID: current.id, from: lifecycle, to: next, nextAttemptAt: Date())
+        let deleteNow: Date? =
+            switch plan.action {
+            case .deleteChannel: Date()
+            default: nil
+            }
+        try await channels.transition(channelID: current.id, from: lifecycle, to: plan.next, nextAttemptAt: deleteNow)
     }
 
     /// The event's attribute type; 404 for an event outside the key's app.

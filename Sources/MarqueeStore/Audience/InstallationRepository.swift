@@ -14,7 +14,8 @@ public struct InstallationRepository: Sendable {
     /// How many events and topics one installation may follow.
     public static let followLimit = 500
 
-    /// The SET list that leaves an installation without a push-to-start token (cleared, moved away, invalid or stale).
+    /// The SET list that leaves an installation without a push-to-start token (cleared, moved away, invalid or stale):
+    /// `PushToStartTokenSlot`'s `clear`.
     static let tokenCleared: PostgresStaticSQL = """
         push_to_start_token = NULL, token_registered_at = NULL, token_seen_at = NULL, token_refused_reason = NULL, \
         token_refused_at = NULL, updated_at = now()
@@ -113,7 +114,8 @@ public struct InstallationRepository: Sendable {
     /// The assignments of an `UPDATE installations` that make `new` the current token as of `time`: a token it
     /// replaces is kept as the previous one for `retention` (to match a late 410); the same token again is only
     /// seen again, keeping its refusal; a new one starts unrefused. A NULL `new` (an import row without a token)
-    /// leaves every token column as it is. The registry's one rule, for the API and for imports.
+    /// leaves every token column as it is. `PushToStartTokenSlot`'s rotation, written for many rows at once (the
+    /// import); PushToStartTokenSQLTests holds it to that value's table. For the API and for imports.
     static func tokenRotation(to new: PostgresQuery, at time: PostgresQuery, retention: TimeInterval) -> PostgresQuery {
         """
         previous_token = CASE WHEN \(fragment: new)::text IS NULL OR push_to_start_token IS NULL OR push_to_start_token = \(fragment: new)

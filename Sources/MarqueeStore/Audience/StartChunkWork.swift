@@ -149,41 +149,12 @@ extension StartRepository {
 
     /// Queues the event's last broadcast state to go out again on its channel (`StartWindowFollowUp.broadcastAgain`):
     /// a new update with that broadcast's content-state, stale date and relevance, no alert, priority `low`,
-    /// recorded without an API key. Nothing is queued while the event has outbox work (which goes out with that
-    /// state or a newer one), when it is over, or when its last broadcast was its end. Returns whether it was queued.
+    /// recorded without an API key (`OutboxWriter.requeueLastBroadcast`). Nothing is queued while the event has
+    /// outbox work (which goes out with that state or a newer one), when it is over, or when its last broadcast was
+    /// its end. Returns whether it was queued.
     public func broadcastLastStateAgain(eventID: Int) async throws -> Bool {
         try await pool.withTransaction { tx in
-            guard
-                let repeated = try await tx.query(
-                    """
-                    INSERT INTO updates (event_id, action, content_state, stale_date, relevance_score, priority, occurred_at)
-                    SELECT u.event_id, \(UpdateAction.update.sql), u.content_state, u.stale_date, u.relevance_score,
-                           \(RequestedPriority.low.sql), u.occurred_at
-                    FROM updates u JOIN events e ON e.id = u.event_id AND e.status IN \(Self.startableEventStates.sql)
-                    WHERE u.id = (SELECT id FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.broadcast.sql)
-                                  ORDER BY id DESC LIMIT 1)
-                      AND u.action = \(UpdateAction.update.sql)
-                      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = \(eventID))
-                    RETURNING id
-                    """
-                ).first
-            else { return false }
-            let updateID: Int = try repeated.decode(column: "id")
-            let queued = try await tx.query(
-                """
-                WITH queued AS (
-                    INSERT INTO outbox (event_id, update_id) VALUES (\(eventID), \(updateID)) ON CONFLICT (event_id) DO NOTHING
-                    RETURNING event_id
-                )
-                SELECT pg_notify(\(IngestRepository.notifyChannel), event_id::text) FROM queued
-                """)
-            guard queued.isEmpty else { return true }
-            // An ingest queued work meanwhile: it carries that state or a newer one.
-            try await tx.execute(
-                """
-                UPDATE updates SET disposition = \(UpdateDisposition.conflated.sql), disposed_at = now() WHERE id = \(updateID)
-                """)
-            return false
+            try await OutboxWriter.requeueLastBroadcast(eventID: eventID, whileEventIn: Self.startableEventStates.sql, on: tx)
         }
     }
 

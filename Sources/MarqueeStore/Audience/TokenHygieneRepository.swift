@@ -1,7 +1,8 @@
 // What APNs' refusals of device tokens do to the registry (docs/apns.md#token-refusals), and the hourly
 // prune of tokens no app sent for a long time. The start fan-out and mirroring call `refuse` with each
-// refusal; `TokenRefusal` decides, this performs and records. A 410 carries APNs' time: a token that the
-// app registered again after it stays (the device came back); a BadDeviceToken is flagged, not deleted.
+// refusal; `PushToStartTokenSlot` (for a push-to-start token) and `TokenRefusal` decide, this performs and
+// records. A 410 carries APNs' time: a token that the app registered again after it stays (the device came
+// back); a BadDeviceToken is flagged, not deleted.
 import Foundation
 import MarqueeCore
 import Postgres
@@ -51,24 +52,29 @@ public struct TokenHygieneRepository: Sendable {
     ) async throws -> (Int?, InvalidationOutcome) {
         if let row = try await tx.query(
             """
-            SELECT id, token_seen_at FROM installations WHERE app_id = \(appID) AND push_to_start_token = \(token) FOR UPDATE
+            SELECT id, token_registered_at, token_seen_at, token_refused_reason, token_refused_at, previous_token, previous_token_until
+            FROM installations WHERE app_id = \(appID) AND push_to_start_token = \(token) FOR UPDATE
             """
         ).first {
             let installation: Int = try row.decode(column: "id")
-            let outcome = refusal.outcome(tokenSeenAt: try row.decode(Date.self, column: "token_seen_at"))
-            switch outcome {
-            case .invalidated:
+            var slot = PushToStartTokenSlot(
+                token: token, registeredAt: try row.decode(column: "token_registered_at"), seenAt: try row.decode(column: "token_seen_at"),
+                refusedReason: try row.decode(column: "token_refused_reason"), refusedAt: try row.decode(column: "token_refused_at"),
+                previous: try row.decode(column: "previous_token"), previousUntil: try row.decode(column: "previous_token_until"))
+            let outcome = slot.outcome(of: refusal)
+            switch slot.handle(.refused(refusal), now: Date(), previousRetention: 0) {
+            case .clear:
                 try await tx.execute(
                     """
                     UPDATE installations SET \(InstallationRepository.tokenCleared) WHERE id = \(installation)
                     """)
-            case .refused:
+            case .flagRefused:
                 try await tx.execute(
                     """
                     UPDATE installations SET token_refused_reason = \(refusal.reason), token_refused_at = coalesce(token_refused_at, now())
                     WHERE id = \(installation)
                     """)
-            case .kept, .unmatched:
+            case .keep, .rotate, .seenAgain:
                 break
             }
             return (installation, outcome)

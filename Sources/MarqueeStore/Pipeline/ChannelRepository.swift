@@ -218,10 +218,9 @@ public struct ChannelRepository: Sendable {
 
     /// Persists a ChannelLifecycle step: writes `new` (state, attempt, retry time) only if the row still
     /// holds `old`'s state and attempt. `apnsChannelID` records Apple's id (and first_seen_at) from a
-    /// create answer; `error` records the last error. Moving to 'lost' also flags the event
-    /// `channel_lost` and drops its outbox row, so broadcasting stops; moving to 'open' (first open, or
-    /// an operator's recreate of a lost channel) clears the flag and queues the newest pending update.
-    /// Returns false for a stale writer.
+    /// create answer; `error` records the last error. It writes the channel's row only: what the move does to
+    /// the event's broadcasts is the caller's `broadcasts` (`ChannelLifecycle.broadcasts(from:to:)`), which
+    /// `OutboxWriter` performs in the same transaction. Returns false for a stale writer.
     ///
     /// Entering 'creating' or 'deleting' without `nextAttemptAt` sets it to now + `inFlightTimeout`:
     /// if this instance dies before recording the answer, the request shows up in `retriesDue` then.
@@ -231,7 +230,7 @@ public struct ChannelRepository: Sendable {
         channelID: Int, from old: ChannelLifecycle, to new: ChannelLifecycle,
         nextAttemptAt: Date? = nil, apnsChannelID: String? = nil, error: String? = nil,
         inFlightTimeout: TimeInterval = 120, fence: LeaseGrant? = nil,
-        now: Date? = nil
+        now: Date? = nil, broadcasts: ChannelLifecycle.BroadcastChange? = nil
     ) async throws -> Bool {
         let requestInFlight = new.state == .creating || new.state == .deleting
         // A channel created again (an operator's recreate of a lost or refused one) starts without the old
@@ -263,26 +262,20 @@ public struct ChannelRepository: Sendable {
                 RETURNING event_id
                 """)
             guard let row = rows.first else { return false }
-            if let eventID = try row.decode(Int?.self, column: "event_id"), new.state != old.state {
-                if new.state == .lost { try await Self.stopBroadcasting(eventID: eventID, on: tx) }
-                if new.state == .open { try await Self.resumeBroadcasting(eventID: eventID, on: tx) }
+            if let change = broadcasts, let eventID = try row.decode(Int?.self, column: "event_id") {
+                switch change {
+                case .stop: try await OutboxWriter.stopBroadcasting(eventID: eventID, on: tx)
+                case .resume: try await OutboxWriter.resumeBroadcasting(eventID: eventID, on: tx)
+                }
             }
             return true
         }
     }
 
-    /// Flags the event channel_lost and drops its outbox row: an operator deleted its live channel.
+    /// Flags the event channel_lost and drops its outbox row (`OutboxWriter.stopBroadcasting`): an operator deleted
+    /// its live channel.
     public func stopBroadcasting(eventID: Int) async throws {
-        try await pool.withConnection { try await Self.stopBroadcasting(eventID: eventID, on: $0) }
-    }
-
-    /// Flags the event channel_lost and drops its outbox row (ChannelNotRegistered, or missing at APNs).
-    static func stopBroadcasting(eventID: Int, on tx: PostgresConnection) async throws {
-        try await tx.query(
-            """
-            WITH flagged AS (UPDATE events SET channel_lost = true, updated_at = now() WHERE id = \(eventID))
-            DELETE FROM outbox WHERE event_id = \(eventID)
-            """)
+        try await pool.withConnection { try await OutboxWriter.stopBroadcasting(eventID: eventID, on: $0) }
     }
 
     /// Starts deleting an 'unknown' channel (the opt-in `--delete-unknown`): it becomes 'deleting'
@@ -302,20 +295,6 @@ public struct ChannelRepository: Sendable {
                 WHERE id = \(channelID) AND state = \(StoredChannelState.unknown.sql)
                 """) == 1
         }
-    }
-
-    /// A channel (re)opened: clears channel_lost and queues the newest pending update if no outbox
-    /// row points at one (updates that arrived before the channel existed, or while it was lost).
-    static func resumeBroadcasting(eventID: Int, on tx: PostgresConnection) async throws {
-        try await tx.query(
-            """
-            WITH cleared AS (UPDATE events SET channel_lost = false, updated_at = now() WHERE id = \(eventID) AND channel_lost)
-            INSERT INTO outbox (event_id, update_id, not_before)
-            SELECT \(eventID), id, not_before FROM updates WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)
-            ORDER BY id DESC LIMIT 1
-            ON CONFLICT (event_id) DO NOTHING
-            """)
-        try await tx.query("SELECT pg_notify(\(IngestRepository.notifyChannel), \(String(eventID)))")
     }
 
     /// The app's channels that may exist at APNs (the quota's states, unknown ones included), oldest first.

@@ -193,12 +193,7 @@ public struct EventRepository: Sendable {
                   AND NOT \(fragment: TokenRouteRepository.hasTokenActivity(eventID: "events.id"))
                 """)
             guard ended == 1 else { return false }
-            try await tx.execute(
-                """
-                UPDATE updates SET disposition = \(UpdateDisposition.unsent.sql), disposed_at = now()
-                WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)
-                """)
-            try await tx.execute("DELETE FROM outbox WHERE event_id = \(eventID)")
+            try await OutboxWriter.drop(eventID: eventID, on: tx)
             return true
         }
     }
@@ -365,12 +360,7 @@ public struct EventRepository: Sendable {
                 ).first
             else { return nil }
             let event = try EventRecord(row: row)
-            try await tx.execute(
-                """
-                UPDATE updates SET disposition = \(UpdateDisposition.unsent.sql), disposed_at = now()
-                WHERE event_id = \(eventID) AND disposition = \(UpdateDisposition.pending.sql)
-                """)
-            try await tx.execute("DELETE FROM outbox WHERE event_id = \(eventID)")
+            try await OutboxWriter.drop(eventID: eventID, on: tx)
             try await Self.record(
                 .cancelRequested, eventID: eventID, appID: event.appID, apiKeyID: apiKeyID, changes: ["broadcast": false], on: tx)
             return event
@@ -392,17 +382,7 @@ public struct EventRepository: Sendable {
     ) async throws -> [StartRunKind] {
         try await tx.execute(
             """
-            WITH stored AS (
-                INSERT INTO updates (event_id, api_key_id, action, content_state, priority, occurred_at, disposition)
-                VALUES (\(eventID), \(apiKeyID), \(UpdateAction.end.sql), \(state.postgresJSON)::jsonb, \(RequestedPriority.auto.rawValue), now(),
-                        \(UpdateDisposition.pending.sql))
-                RETURNING id
-            ), queued AS (
-                INSERT INTO outbox (event_id, update_id, next_attempt_at)
-                SELECT \(eventID), id, \(IngestRepository.urgentDue) FROM stored
-                ON CONFLICT (event_id) DO UPDATE SET
-                    update_id = EXCLUDED.update_id, not_before = NULL, next_attempt_at = EXCLUDED.next_attempt_at, updated_at = now()
-            )
+            WITH \(fragment: OutboxWriter.queueEnd(eventID: eventID, apiKeyID: apiKeyID, state: state))
             UPDATE events SET audience_round = audience_round + 1, postponed_at = now(), postponed_end_update_id = (SELECT id FROM stored),
                 latest_state = \(state.postgresJSON)::jsonb, latest_state_at = now(), latest_update_id = (SELECT id FROM stored)
             WHERE id = \(eventID)

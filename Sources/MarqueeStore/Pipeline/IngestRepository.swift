@@ -332,9 +332,9 @@ public struct IngestRepository: Sendable {
             })
 
     /// The write: the event row (only if open for this action, in the caller's app and still at the expected
-    /// latest update), then the update, the outbox row (a new one due when `pacing` allows after the channel's
-    /// last broadcast) and the idempotency key pointing at the update; nothing when the event refused. A key
-    /// already there fails the statement on `keyConstraint`. Returns the update and in how many seconds its
+    /// latest update), then the update and the outbox row (`OutboxWriter.enqueue`: a new one due when `pacing`
+    /// allows after the channel's last broadcast) and the idempotency key pointing at the update; nothing when the
+    /// event refused. A key already there fails the statement on `keyConstraint`. Returns the update and in how many seconds its
     /// outbox row is due, or no row.
     static func write(
         eventID: Int, _ draft: UpdateDraft, state: JSONValue, appID: Int?, expectedUpdateID: Int??,
@@ -360,30 +360,7 @@ public struct IngestRepository: Sendable {
               AND (\(appID)::bigint IS NULL OR e.app_id = \(appID))
               AND (NOT \(expectedUpdateID != nil) OR e.latest_update_id IS NOT DISTINCT FROM \(expectedUpdateID ?? nil)::bigint)
             RETURNING e.latest_update_id, e.latest_state_at, \(fragment: superseded) AS superseded
-        ), stored AS (
-            INSERT INTO updates (id, event_id, api_key_id, action, content_state, alert, stale_date, dismissal_date,
-                                 relevance_score, priority, occurred_at, not_before, disposition, disposed_at)
-            OVERRIDING SYSTEM VALUE
-            SELECT CASE WHEN l.superseded THEN nextval('updates_id_seq') ELSE l.latest_update_id END,
-                   i.event_id, \(draft.apiKeyID), i.action, \(state.postgresJSON), \(draft.alert?.postgresJSON),
-                   \(draft.staleDate), \(draft.dismissalDate), \(draft.relevanceScore), \(draft.priority.rawValue),
-                   coalesce(i.occurred_at, l.latest_state_at), \(draft.notBefore),
-                   CASE WHEN l.superseded THEN \(UpdateDisposition.superseded.sql) ELSE \(UpdateDisposition.pending.sql) END,
-                   CASE WHEN l.superseded THEN now() END
-            FROM latest l, input i
-            RETURNING id, disposition, occurred_at, received_at
-        ), queued AS (
-            INSERT INTO outbox (event_id, update_id, not_before, next_attempt_at)
-            SELECT \(eventID), id, \(draft.notBefore),
-                   CASE WHEN \(draft.urgent) THEN \(urgentDue)
-                        ELSE greatest(now(), (SELECT c.last_broadcast_at + make_interval(secs => \(pacing)::float8) FROM channels c
-                                              WHERE c.event_id = \(eventID) AND c.state IN \(ChannelLifecycle.broadcastingStates.sql) LIMIT 1)) END
-            FROM stored WHERE disposition = \(UpdateDisposition.pending.sql)
-            ON CONFLICT (event_id) DO UPDATE SET
-                update_id = EXCLUDED.update_id, not_before = EXCLUDED.not_before, updated_at = now(),
-                next_attempt_at = CASE WHEN \(draft.urgent) THEN \(urgentDue) ELSE outbox.next_attempt_at END
-            RETURNING next_attempt_at
-        ), keyed AS (
+        ), \(fragment: OutboxWriter.enqueue(eventID: eventID, draft, state: state, pacing: pacing)), keyed AS (
             INSERT INTO idempotency_keys (api_key_id, key, request_hash, update_id, created_at, expires_at)
             SELECT \(idempotency?.apiKeyID), \(idempotency?.key), \(idempotency?.requestHash), id, coalesce(\(now), now()),
                    coalesce(\(now), now()) + make_interval(secs => \(idempotencyWindow))

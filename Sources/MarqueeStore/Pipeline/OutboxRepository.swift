@@ -247,7 +247,7 @@ public struct OutboxRepository: Sendable {
                         last_error_at = coalesce(\(now), now()), updated_at = now()
                     WHERE id = \(claim.channelID) AND state IN \(ChannelLifecycle.broadcastingStates.sql)
                     """)
-                try await ChannelRepository.stopBroadcasting(eventID: claim.eventID, on: tx)
+                try await OutboxWriter.stopBroadcasting(eventID: claim.eventID, on: tx)
                 return
             }
             let deleted = try await tx.execute(
