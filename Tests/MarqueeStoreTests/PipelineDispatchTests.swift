@@ -1,6 +1,7 @@
 import Foundation
 import MarqueeCore
 import MarqueeStore
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -410,6 +411,7 @@ struct PipelineDispatchTests {
                 let claims = try await outbox.claim(instance: name, limit: 2, lease: 30)
                 if claims.isEmpty {
                     idle += 1
+                    // A dispatcher's poll interval: how often this stand-in looks, not a wait for something.
                     try await Task.sleep(for: .milliseconds(20))
                     continue
                 }
@@ -576,10 +578,8 @@ struct PipelineDispatchTests {
             try await tx.execute("UPDATE outbox SET update_id = \(newer.id), updated_at = now()")
             let recording = Task { try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 20) }
             // Commit only once the record waits for this transaction's row lock.
-            var waited = 0
-            while try await f.scalar(Int.self, "SELECT count(*) FROM pg_locks WHERE NOT granted") == 0 && waited < 500 {
-                try await Task.sleep(for: .milliseconds(10))
-                waited += 1
+            _ = try await eventually(every: .milliseconds(10)) {
+                try await f.scalar(Int.self, "SELECT count(*) FROM pg_locks WHERE NOT granted") > 0
             }
             return recording
         }

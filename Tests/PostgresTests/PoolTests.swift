@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Postgres
 import Synchronization
 import Testing
@@ -98,7 +99,7 @@ struct PoolTests {
         }
         for await _ in holding.stream { break }
         let waiter = Task { try await pool.query("SELECT 1") }
-        while pool.statistics.waiting == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try #require(try await eventually(every: .milliseconds(5)) { pool.statistics.waiting > 0 })
         waiter.cancel()
         await #expect(throws: CancellationError.self) { try await waiter.value }
         // Cancelled before or while it starts waiting: either way it does not wait for the holder.
