@@ -284,11 +284,13 @@ import Testing
             try await Self.push(simulator, to: Self.token("c2"), Self.startPayload(timestamp: 10, match: "epl-43", inputToken: true)).status == 200)
         // The registrations run off the request path; wait until the devices have the backend's answers.
         for id in ["inst-17", "inst-18"] {
-            _ = try await eventually { try Self.device(simulator, id).activities.first?.registration != .pending }
+            _ = try await eventually(within: .seconds(180)) { try Self.device(simulator, id).activities.first?.registration != .pending }
         }
         let first = try #require(try Self.device(simulator, "inst-17").activities.first)
         let second = try #require(try Self.device(simulator, "inst-18").activities.first)
-        #expect(first.registration == .registered(status: 201) && second.registration == .registered(status: 201))
+        #expect(
+            first.registration == .registered(status: 201) && second.registration == .registered(status: 201),
+            "\(first.registration), \(second.registration)")
         await simulator.shutdown()
         await server.shutdown()
 

@@ -180,6 +180,7 @@ final class BroadcastHarness: Sendable {
     func stop() async {
         for serve in serves where serve.process.isRunning { serve.signal(SIGTERM) }
         for serve in serves {
+            // A guard, not a wait: only a serve that does not stop reaches it (and fails the expectation below).
             let exited = Task {
                 try await Task.sleep(for: .seconds(20))
                 serve.signal(SIGKILL)

@@ -21,6 +21,7 @@ struct PoolTests {
                         }
                         defer { inUse.withLock { $0.now -= 1 } }
                         pids.withLock { _ = $0.insert(connection.backendPID) }
+                        // Work that holds its connection a while, so tasks overlap: the behaviour under test.
                         let row = try await connection.query("SELECT \(task) AS task, pg_sleep(0.02)")[0]
                         return try row.decode(Int.self, column: "task")
                     }
