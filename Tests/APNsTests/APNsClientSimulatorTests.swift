@@ -296,7 +296,8 @@ import Testing
             configuration: .init(connectionsPerKey: 2))
         let client = APNsClient(
             signingKey: try files.apnsSigningKey(), endpoints: endpoints, transport: pool,
-            configuration: .init(retryPolicy: Self.retries))
+            // Generous, as in `harness`: a timed-out attempt on a starved machine is resent and counted as a repeat.
+            configuration: .init(attemptTimeout: .seconds(60), retryPolicy: Self.retries))
         let channel = try APNsChannelID("Y2hhbm5lbC1mb3ItdGVzdHM=")
         engine.restoreChannels([
             SimulatorChannel(bundleID: Self.bundle, id: channel.value, storagePolicy: .mostRecentMessageStored, createdAt: Date())
