@@ -382,12 +382,16 @@ struct PipelineSchedulerTests {
             $0.tickInterval = .seconds(600)
         }
         _ = try await f.makeEvent(startsAt: f.clock.now)
-        f.apns.state.withLock { $0.createDelay = .seconds(1) }
+        f.apns.state.withLock { $0.createsHeld = true }
         let sweep = Task { try await scheduler.runOnce() }
-        // The sweep holds the lease once its create is in flight (a fixed sleep lost that race on a busy machine).
+        // The sweep holds the lease once its create is in flight; the create is held there (a fixed sleep, then a
+        // 1 s create, lost that race on a busy machine), and the service starts during it.
         #expect(try await eventually { f.apns.state.withLock { $0.createsInFlight } == 1 })
         let shutdown = ShutdownSignal()
         let running = Task { try await scheduler.run(until: shutdown) }
+        // The service's first look at the lease (it renews the sweep's: same holder), then the create answers.
+        _ = try await eventually { f.metrics.schedulerLeader.value() == 1 }
+        f.apns.state.withLock { $0.createsHeld = false }
         #expect(try await sweep.value.opened.count == 1)
         #expect(scheduler.isLeader)
         let lease = try #require(try await LeaderLeaseRepository(pool: f.pool).current(name: scheduler.configuration.leaseName))

@@ -188,6 +188,9 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         var createDelay: Duration = .zero
         var createsInFlight = 0
         var mostCreatesInFlight = 0
+        /// Creates wait to answer until a test sets this back to false: a create in flight for as long as the
+        /// test needs, whatever the machine's speed.
+        var createsHeld = false
         /// Failed attempts the client retried by itself before the next broadcast's answer.
         var clientRetriesBeforeNext: [APNsResult] = []
         /// Runs once, before the next broadcast's answer (a test's fault at the worst moment).
@@ -223,6 +226,7 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         }
         // A slow APNs when a test asks for one (`createDelay`): the delay is the behaviour under test.
         if delay > .zero { try? await Task.sleep(for: delay) }
+        _ = try? await eventually(within: .seconds(600)) { !state.withLock { $0.createsHeld } }
         defer { state.withLock { $0.createsInFlight -= 1 } }
         if let scripted {
             let unknown = state.withLock { state in
