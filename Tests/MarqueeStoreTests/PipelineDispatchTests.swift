@@ -617,7 +617,9 @@ struct PipelineDispatchTests {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
         let events = try await f.eventsWithQueuedUpdates(3, at: t0)
-        let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 10).rounded())
+        // Ahead of the database clock, so the rows posted below (due at the database's now()) are due for it: ten
+        // minutes, as a starved machine once spent more than the 10 s this was between here and the posts.
+        let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 600).rounded())
         for claim in try await f.outbox.claim(instance: "a", limit: 10, lease: 30, now: now) {
             // events[2] broadcast long ago; the others just now.
             let sentAt = claim.eventID == events[2] ? now - 5 : now - 0.25
