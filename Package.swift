@@ -67,13 +67,15 @@ let package = Package(
 
         // Helpers shared by test targets (a regular target: SwiftPM has no test-support kind).
         .target(
-            name: "MarqueeTestSupport", dependencies: ["APNs", "APNsSimulator", "Crypto", "MarqueeService", "MarqueeCore"], path: "Tests/Support",
-            swiftSettings: strict),
+            name: "MarqueeTestSupport", dependencies: ["APNs", "APNsSimulator", "Crypto", "MarqueeService", "MarqueeCore", "Postgres"],
+            path: "Tests/Support", swiftSettings: strict),
 
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres"], swiftSettings: strict),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "MarqueeTestSupport"], swiftSettings: strict),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto", "MarqueeTestSupport"], swiftSettings: strict),
         // The network tests' peers drive libevent, nghttp2 and OpenSSL directly.
-        .testTarget(name: "NetworkTests", dependencies: ["Network", "Crypto", "CLibEvent", "CNGHTTP2", "COpenSSL"], swiftSettings: strict),
+        .testTarget(
+            name: "NetworkTests", dependencies: ["Network", "Crypto", "CLibEvent", "CNGHTTP2", "COpenSSL", "MarqueeTestSupport"],
+            swiftSettings: strict),
         .testTarget(name: "MarqueeCommandLineTests", dependencies: ["MarqueeCommandLine"], swiftSettings: strict),
         .testTarget(
             name: "MarqueeCommandsTests", dependencies: ["MarqueeCommands", "MarqueeCommandLine", "MarqueeCore", "MarqueeService", "Network"],

@@ -1,5 +1,6 @@
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Network
 import Synchronization
 import Testing
@@ -283,15 +284,13 @@ import Testing
             try await Self.push(simulator, to: Self.token("c2"), Self.startPayload(timestamp: 10, match: "epl-43", inputToken: true)).status == 200)
         // The registrations run off the request path; wait until the devices have the backend's answers.
         for id in ["inst-17", "inst-18"] {
-            var waits = 0
-            while try Self.device(simulator, id).activities.first?.registration == .pending, waits < 400 {
-                try await Task.sleep(for: .milliseconds(50))
-                waits += 1
-            }
+            _ = try await eventually(within: .seconds(180)) { try Self.device(simulator, id).activities.first?.registration != .pending }
         }
         let first = try #require(try Self.device(simulator, "inst-17").activities.first)
         let second = try #require(try Self.device(simulator, "inst-18").activities.first)
-        #expect(first.registration == .registered(status: 201) && second.registration == .registered(status: 201))
+        #expect(
+            first.registration == .registered(status: 201) && second.registration == .registered(status: 201),
+            "\(first.registration), \(second.registration)")
         await simulator.shutdown()
         await server.shutdown()
 

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Network
 import Synchronization
 import Testing
@@ -51,8 +52,10 @@ final class ScriptedTransport: APNsTransport {
             state.maxRunning = max(state.maxRunning, state.running)
             return state.sent.count - 1
         }
+        // A slow APNs when a test asks for one: the delay is the behaviour under test.
         if delay > .zero { try? await Task.sleep(for: delay) }
-        while index == 0 && holdingFirst.withLock({ $0 }) { try? await Task.sleep(for: .milliseconds(1)) }
+        // The first request is held until the test releases it.
+        if index == 0 { _ = try? await eventually(within: .seconds(600), every: .milliseconds(1)) { !holdingFirst.withLock { $0 } } }
         state.withLock { $0.running -= 1 }
         return try answer(index, request).get()
     }
@@ -178,9 +181,9 @@ final class ScriptedTransport: APNsTransport {
         let client = try client(transport, maxInFlight: 1)
         let request = try broadcast()
         let first = Task { try await client.send(request) }
-        while transport.sent.isEmpty { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(try await eventually(every: .milliseconds(1)) { !transport.sent.isEmpty })
         let waiting = Task { try await client.send(request) }
-        while client.waitingCallers == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(try await eventually(every: .milliseconds(1)) { client.waitingCallers > 0 })
         let shutdown = Task { await client.shutdown() }
         await #expect(throws: APNsClientError.shutdown) { try await waiting.value }
         transport.release()
@@ -260,9 +263,9 @@ final class ScriptedTransport: APNsTransport {
         let client = try client(transport, maxInFlight: 1)
         let request = try broadcast()
         let first = Task { try await client.send(request) }
-        while transport.sent.isEmpty { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(try await eventually(every: .milliseconds(1)) { !transport.sent.isEmpty })
         let waiting = Task { try await client.send(request) }
-        while client.waitingCallers == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(try await eventually(every: .milliseconds(1)) { client.waitingCallers > 0 })
         waiting.cancel()
         await #expect(throws: APNsClientError.cancelled) { try await waiting.value }
         #expect(client.waitingCallers == 0)

@@ -65,12 +65,7 @@ import Testing
             token: token, port: simulator.pushPort)
         #expect(rejected.failure?.reason == .badExpirationDate)
         // The SETTINGS frame follows the answer on the wire; give the client a moment to read it.
-        var limit = await push.maxConcurrentStreams
-        for _ in 0..<200 where limit != 1 {
-            try await Task.sleep(for: .milliseconds(10))
-            limit = await push.maxConcurrentStreams
-        }
-        #expect(limit == 1)
+        #expect(try await eventually { await push.maxConcurrentStreams == 1 }, "the limit never fell to 1")
         // The next accepted broadcast restores it.
         let accepted = try await Self.send(
             push,
@@ -78,11 +73,7 @@ import Testing
                 bundleID: SimulatorTestHost.bundleID, channelID: channel, payload: Array(#"{"aps":{}}"#.utf8), expiration: 0, priority: .immediate),
             token: token, port: simulator.pushPort)
         #expect(accepted.acceptance != nil)
-        for _ in 0..<200 where limit != 300 {
-            try await Task.sleep(for: .milliseconds(10))
-            limit = await push.maxConcurrentStreams
-        }
-        #expect(limit == 300)
+        #expect(try await eventually { await push.maxConcurrentStreams == 300 }, "the limit never rose back to 300")
 
         await management.close()
         await push.close()

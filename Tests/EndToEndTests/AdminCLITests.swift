@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -213,7 +214,7 @@ import Testing
         let folder: URL
 
         static func start(_ extra: [String] = []) async throws -> Server {
-            let databaseURL = try await MarqueeProcess.freshDatabase()
+            let databaseURL = try await TestDatabase.freshURL("e2e")
             let (serve, port) = try await MarqueeProcess.serve(databaseURL: databaseURL, arguments: extra)
             let key = try await ServeTests.adminKey(databaseURL: databaseURL)
             let folder = FileManager.default.temporaryDirectory.appending(path: "marquee-cli-\(UUID().uuidString)")

@@ -137,7 +137,7 @@ final class BroadcastHarness: Sendable {
         adjust(&configuration)
         let simulator = try await APNsSimulator.start(configuration: configuration)
         do {
-            let url = try await MarqueeProcess.freshDatabase()
+            let url = try await TestDatabase.freshURL("e2e")
             let migrated = try await MarqueeProcess.run(["migrate"], databaseURL: url)
             try #require(migrated.status == 0, "marquee migrate: \(migrated.stderr)")
             let files = simulator.files
@@ -180,6 +180,7 @@ final class BroadcastHarness: Sendable {
     func stop() async {
         for serve in serves where serve.process.isRunning { serve.signal(SIGTERM) }
         for serve in serves {
+            // A guard, not a wait: only a serve that does not stop reaches it (and fails the expectation below).
             let exited = Task {
                 try await Task.sleep(for: .seconds(20))
                 serve.signal(SIGKILL)
@@ -345,15 +346,10 @@ final class BroadcastHarness: Sendable {
         let description: String
     }
 
-    /// Polls `condition` every 100 ms until it holds; after `timeout` seconds throws, naming what did not happen
-    /// and showing the end of each serve's log.
+    /// Polls `condition` (MarqueeTestSupport's `eventually`) until it holds; after `timeout` seconds throws, naming
+    /// what did not happen and showing the end of each serve's log.
     func waitUntil(_ what: String, timeout: Double = 30, _ condition: () async throws -> Bool) async throws {
-        let deadline = Date().addingTimeInterval(timeout)
-        while true {
-            if try await condition() { return }
-            if Date() > deadline { break }
-            try await Task.sleep(for: .milliseconds(100))
-        }
+        if try await eventually(within: .seconds(timeout), every: .milliseconds(50), condition) { return }
         throw Timeout(
             description: "timed out after \(timeout) s waiting until \(what)\n"
                 + serves.enumerated().map { "serve \($0.offset):\n\(Self.tail($0.element.stderr))" }.joined(separator: "\n"))

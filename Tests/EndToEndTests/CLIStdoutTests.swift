@@ -1,5 +1,6 @@
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -36,7 +37,7 @@ struct CLIStdoutTests {
             words = ["migrate", "--check"]
             Self.expectData(try await run(words), words, stdout: { $0.isEmpty }, note: "schema is current")
             // The pending list is the data: one name a line on stdout, the refusal on stderr (exit 1).
-            let fresh = try await MarqueeProcess.freshDatabase()
+            let fresh = try await TestDatabase.freshURL("e2e")
             let pending = try await MarqueeProcess.run(["migrate", "--check"], databaseURL: fresh)
             #expect(pending.status == 1, "\(pending.stderr)")
             #expect(Self.lines(pending).first == "0001_init" || Self.lines(pending).first == "0001_init.sql", "\(pending.stdout)")

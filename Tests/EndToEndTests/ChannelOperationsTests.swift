@@ -178,6 +178,7 @@ struct ChannelOperationsTests {
                 for event in events {
                     #expect(try await h.update(event, MatchState(period: .firstHalf, minute: minute)).status == 202)
                 }
+                // The feed's pace is the scenario (bursts of two, a pause for the pacing), not a wait for something.
                 if minute % 2 == 0 { try await Task.sleep(for: .milliseconds(600)) }
             }
             let newest = MatchState(period: .firstHalf, minute: 6)
@@ -214,6 +215,7 @@ struct ChannelOperationsTests {
                         for minute in minutes {
                             let answer = try await h.update(event, MatchState(period: .firstHalf, minute: minute), instance: (minute + index) % 2)
                             #expect(answer.status == 202, "\(answer.text)")
+                            // The feed's pace is the scenario (bursts with pauses), not a wait for something.
                             if minute % 4 == 0 { try await Task.sleep(for: .milliseconds(700)) }
                         }
                     }

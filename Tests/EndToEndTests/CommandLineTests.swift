@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Testing
 
 /// `marquee migrate`, `key ...` and `app ...` as an operator runs them, against the test database.
@@ -11,7 +12,7 @@ struct CommandLineTests {
     }
 
     @Test func migrateAppliesOnceAndChecks() async throws {
-        let url = try await MarqueeProcess.freshDatabase()
+        let url = try await TestDatabase.freshURL("e2e")
         let before = try await MarqueeProcess.run(["migrate", "--check", "--json"], databaseURL: url)
         #expect(before.status == 1)
         #expect(try json(before)["error"]?["code"] == "pending")
@@ -35,7 +36,7 @@ struct CommandLineTests {
     }
 
     @Test func keysAreCreatedOnceListedWithoutSecretsAndRevoked() async throws {
-        let url = try await MarqueeProcess.freshDatabase()
+        let url = try await TestDatabase.freshURL("e2e")
         #expect(try await MarqueeProcess.run(["migrate"], databaseURL: url).status == 0)
         let created = try await MarqueeProcess.run(["key", "create", "--scope", "ingest", "--name", "feed", "--json"], databaseURL: url)
         #expect(created.status == 0, "\(created.stderr)")
@@ -70,7 +71,7 @@ struct CommandLineTests {
     }
 
     @Test func appsAreAddedListedShownAndRemoved() async throws {
-        let url = try await MarqueeProcess.freshDatabase()
+        let url = try await TestDatabase.freshURL("e2e")
         #expect(try await MarqueeProcess.run(["migrate"], databaseURL: url).status == 0)
         let folder = FileManager.default.temporaryDirectory.appending(path: "marquee-keys-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)

@@ -9,19 +9,7 @@ enum MarqueeProcess {
     static let repositoryRoot = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     static let binary = repositoryRoot.appending(path: ".build/debug/marquee").path
-    static let testDatabaseURL = ProcessInfo.processInfo.environment["MARQUEE_TEST_DATABASE_URL"]
-    static let available = testDatabaseURL != nil && FileManager.default.isExecutableFile(atPath: binary)
-
-    /// A new empty database on the test cluster; returns its URL.
-    static func freshDatabase() async throws -> String {
-        let shared = PostgresConfiguration(url: testDatabaseURL!)
-        let name = "e2e_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-        let admin = try await PostgresConnection.connect(shared)
-        try await admin.executeScript("CREATE DATABASE \(identifier: name)")
-        var components = URLComponents(string: testDatabaseURL!)!
-        components.path = "/" + name
-        return components.string!
-    }
+    static let available = TestDatabase.available && FileManager.default.isExecutableFile(atPath: binary)
 
     struct Result {
         let status: Int32
@@ -63,16 +51,16 @@ enum MarqueeProcess {
         // Generous: a parallel run starts every test at once, so on two cores a start (migrating a fresh
         // database and warming its pools up) shares the machine with the whole suite; one took over 180 s.
         let started = Date()
-        let deadline = started.addingTimeInterval(600)
-        while Date() < deadline {
-            for line in serve.stderr.split(separator: "\n") {
-                if let record = try? JSONValue(parsing: String(line)), record["msg"] == "listening", let port = record["port"]?.intValue {
-                    return (serve, Int(port))
-                }
-            }
-            if !serve.process.isRunning { break }
-            try await Task.sleep(for: .milliseconds(50))
+        var port: Int?
+        _ = try await eventually(within: .seconds(600), every: .milliseconds(50)) {
+            port =
+                serve.stderr.split(separator: "\n").lazy.compactMap { line -> Int? in
+                    guard let record = try? JSONValue(parsing: String(line)), record["msg"] == "listening" else { return nil }
+                    return record["port"]?.intValue.map(Int.init)
+                }.first
+            return port != nil || !serve.process.isRunning
         }
+        if let port { return (serve, port) }
         let ended = serve.process.isRunning ? "still running" : "exited with \(serve.process.terminationStatus)"
         throw LoopbackHTTP.Failure(
             description: "serve did not start (\(ended) after \(Int(Date().timeIntervalSince(started))) s): \(serve.stderr)")

@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Testing
 
 /// docs/monitoring/: the Grafana dashboard and the alert rules name only metrics a running serve exposes.
@@ -38,7 +39,7 @@ struct MonitoringFilesTests {
         #expect(Set(names.keys).isSuperset(of: ["marquee-dashboard.json", "marquee-alerts.yml"]))
         #expect(names["marquee-dashboard.json", default: []].count >= 30)
         #expect(names["marquee-alerts.yml", default: []].count >= 10)
-        let (serve, port) = try await MarqueeProcess.serve(databaseURL: try await MarqueeProcess.freshDatabase())
+        let (serve, port) = try await MarqueeProcess.serve(databaseURL: try await TestDatabase.freshURL("e2e"))
         let metrics = try await LoopbackHTTP.request(port: port, "GET", "/metrics")
         serve.signal(SIGTERM)
         _ = await serve.wait()

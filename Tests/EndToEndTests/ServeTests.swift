@@ -19,7 +19,7 @@ struct ServeTests {
     }
 
     @Test func servesTheAPIOverHTTP() async throws {
-        let url = try await MarqueeProcess.freshDatabase()
+        let url = try await TestDatabase.freshURL("e2e")
         let (serve, port) = try await Self.startServe(databaseURL: url)
         let key = try await Self.adminKey(databaseURL: url)
         #expect(try await LoopbackHTTP.request(port: port, "GET", "/healthz").status == 200)
@@ -72,7 +72,7 @@ struct ServeTests {
     }
 
     @Test func sigtermLetsRequestsInFlightFinishAndRefusesNewConnections() async throws {
-        let url = try await MarqueeProcess.freshDatabase()
+        let url = try await TestDatabase.freshURL("e2e")
         let (serve, port) = try await Self.startServe(databaseURL: url, extra: ["--grace-period", "120"])
         let key = try await Self.adminKey(databaseURL: url)
 
@@ -84,23 +84,17 @@ struct ServeTests {
             Task { try await LoopbackHTTP.request(port: port, "GET", "/v1/apps", headers: ["Authorization": "Bearer \(key)"], timeout: 300) }
         }
         let observer = try await PostgresConnection.connect(PostgresConfiguration(url: url))
-        var waiting = 0
-        for _ in 0..<200 where waiting < 3 {
-            waiting = try await observer.query(
+        let allWaiting = try await eventually {
+            try await observer.query(
                 """
                 SELECT count(*)::bigint AS n FROM pg_stat_activity
                 WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%api_keys%'
-                """)[0].decode(Int.self, column: "n")
-            if waiting < 3 { try await Task.sleep(for: .milliseconds(50)) }
+                """)[0].decode(Int.self, column: "n") == 3
         }
-        #expect(waiting == 3, "the slow requests never reached the database")
+        #expect(allWaiting, "the slow requests never reached the database")
 
         serve.signal(SIGTERM)
-        var refused = false
-        for _ in 0..<100 where !refused {
-            refused = await !LoopbackHTTP.canConnect(port: port)
-            if !refused { try await Task.sleep(for: .milliseconds(50)) }
-        }
+        let refused = try await eventually { await !LoopbackHTTP.canConnect(port: port) }
         #expect(refused, "new connections are still accepted after SIGTERM")
         #expect(serve.process.isRunning, "the process must wait for requests in flight")
 
@@ -113,7 +107,7 @@ struct ServeTests {
     }
 
     @Test func noMigrateRefusesToStartOnABehindSchema() async throws {
-        let url = try await MarqueeProcess.freshDatabase()
+        let url = try await TestDatabase.freshURL("e2e")
         let result = try await MarqueeProcess.run(["serve", "--listen", "127.0.0.1:0", "--no-migrate"], databaseURL: url)
         #expect(result.status == 78)
         #expect(result.stderr.contains("0001_init.sql"))

@@ -44,7 +44,11 @@ struct StartRunAccountingTests {
             // The start itself stays (a run's counts are recounted from its starts when it ends), without the token.
             let run = Int(try #require(started["id"]?.intValue))
             #expect(try await harness.count("SELECT count(*)::bigint AS n FROM starts WHERE run_id = \(run) AND state = 'accepted'") == 3)
-            try await Task.sleep(for: .seconds(2.5))  // a late pass or two
+            // Two more late passes (one a second) change nothing: waited for by the run's pass number, not a time.
+            let pass = try await harness.count("SELECT pass::bigint AS n FROM start_runs WHERE id = \(run)")
+            try await harness.waitUntil("two more late passes ran") {
+                try await harness.count("SELECT pass::bigint AS n FROM start_runs WHERE id = \(run)") >= pass + 2
+            }
             let after = try #require(try await harness.api("GET", "/v1/events/\(event)/starts").json["runs"]?.arrayValue?.first)
             #expect(after["counts"]?["accepted"] == 3, "\(after)")
 
@@ -87,7 +91,10 @@ struct StartRunAccountingTests {
 
             #expect(try await harness.api("POST", "/v1/events/\(event)/starts", [:]).status == 202)
             try await harness.waitUntil("--follow shows the rolling run") { follow.stderr.contains(" rolling ") }
-            try await Task.sleep(for: .seconds(1))
+            // It looked again (every 0.2 s) and is still following: three looks at the rolling run, not a fixed time.
+            try await harness.waitUntil("--follow looked at the rolling run three times") {
+                follow.stderr.components(separatedBy: " rolling ").count > 3 || !follow.process.isRunning
+            }
             #expect(follow.process.isRunning, "--follow returned on a rolling run: \(follow.stderr)")
 
             // The event ends: the run is done, and --follow prints it and exits 0.

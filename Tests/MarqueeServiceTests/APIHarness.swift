@@ -2,6 +2,7 @@ import Foundation
 import MarqueeCore
 import MarqueeService
 import MarqueeStore
+import MarqueeTestSupport
 import Network
 import Postgres
 import Synchronization
@@ -9,8 +10,7 @@ import Synchronization
 /// A fresh, migrated database per test (from MARQUEE_TEST_DATABASE_URL, set by Scripts/test) and the
 /// daemon's real route table behind an APIServer, driven request by request without sockets.
 struct APIHarness {
-    static let databaseURL = ProcessInfo.processInfo.environment["MARQUEE_TEST_DATABASE_URL"]
-    static let available = databaseURL != nil
+    static let available = TestDatabase.available
 
     let pool: PostgresPool
     let api: APIServer
@@ -24,11 +24,7 @@ struct APIHarness {
     }
 
     static func make(migrated: Bool = true, keyCache: Duration = .seconds(10)) async throws -> APIHarness {
-        let shared = PostgresConfiguration(url: databaseURL!)
-        let name = "service_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-        let admin = try await PostgresConnection.connect(shared)
-        try await admin.executeScript("CREATE DATABASE \(identifier: name)")
-        let pool = PostgresPool(configuration: shared.database(name), maxConnections: 4)
+        let pool = PostgresPool(configuration: try await TestDatabase.fresh("service"), maxConnections: 4)
         if migrated { try await MigrationRunner(pool: pool).migrate() }
         let metrics = MetricsRegistry()
         let keys = APIKeyVerifier(lookup: APIKeyRepository(pool: pool), cacheDuration: keyCache)

@@ -3,6 +3,7 @@ import Foundation
 import MarqueeCore
 import MarqueeService
 import MarqueeStore
+import MarqueeTestSupport
 import Postgres
 import Synchronization
 import Testing
@@ -55,7 +56,7 @@ struct ClaimRecoveryTests {
         _ = try await f.openChannel(eventID: event.id)
         let update = try await f.post(event.id, ["home": 2, "away": 1])
         let database = try await f.scalar(String.self, "SELECT current_database() AS name")
-        let admin = try await PostgresConnection.connect(PostgresConfiguration(url: PipelineServiceFixture.databaseURL!))
+        let admin = try await PostgresConnection.connect(TestDatabase.shared)
         let reopened = Task<Void, any Error> {}
         let reopening = Mutex<Task<Void, any Error>>(reopened)
         // APNs accepts, and before its answer arrives the database goes away: every connection is cut and no
@@ -71,10 +72,9 @@ struct ClaimRecoveryTests {
                     task = Task {
                         // Connections come back once the failed record is logged (at most 10 s), not after a fixed
                         // time that a loaded machine could spend before the dispatcher tries its record.
-                        let until = ContinuousClock.now + .seconds(10)
-                        while ContinuousClock.now < until, !f.log.all.contains(where: { $0.contains("outcome not written") }) {
-                            try await Task.sleep(for: .milliseconds(20))
-                        }
+                        _ = try await eventually(within: .seconds(10)) { f.log.all.contains { $0.contains("outcome not written") } }
+                        // The outage outlasting the failed record is the fault under test: the record is retried
+                        // while the database is away.
                         try await Task.sleep(for: .milliseconds(300))
                         try await admin.execute("ALTER DATABASE \(identifier: database) WITH ALLOW_CONNECTIONS true")
                     }
@@ -125,13 +125,12 @@ struct ClaimRecoveryTests {
         // Renewed on its own, ahead of the database's clock (read together, so a loaded machine does not matter).
         // On a loaded machine the read of `first` can itself outlast several renewals, so the loop waits for a
         // row newer than that read, not only for a count.
-        let deadline = ContinuousClock.now + .seconds(20)
         var ahead = false
         var renewed = first
-        while !(heartbeat.renewalCount >= 4 && ahead && renewed > first) && ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(50))
+        _ = try await eventually {
             ahead = try await f.scalar(Bool.self, "SELECT alive_until > now() AS now FROM instance_heartbeats WHERE instance = 'beating'")
             renewed = try #require(try await repository.aliveUntil(instance: "beating", pool: f.pool))
+            return heartbeat.renewalCount >= 4 && ahead && renewed > first
         }
         #expect(heartbeat.renewalCount >= 4 && ahead)
         #expect(renewed > first)

@@ -25,7 +25,8 @@ struct OutboxNotifierTests {
         let note = try #require(await other.nextNotification())
         #expect(note.channel == IngestRepository.notifyChannel)
         #expect(note.payload == "n1")
-        // The hundred commits went out as the first NOTIFY and at most one more, once the interval passed.
+        // The hundred commits went out as the first NOTIFY and at most one more, once the interval passed. What is
+        // counted is what did not happen over five intervals: the wait is the behaviour under test.
         try await Task.sleep(for: .seconds(1))
         #expect(await other.stopAndCountTheRest() <= 1)
         #expect(wakes.withLock { $0 } <= 5)
@@ -45,6 +46,7 @@ struct OutboxNotifierTests {
         // Only the urgent commit sent a NOTIFY.
         _ = try #require(await other.nextNotification())
         notifier.committed(dueIn: 0.9)
+        // No NOTIFY over fifteen intervals: the wait is the behaviour under test.
         try await Task.sleep(for: .milliseconds(300))
         #expect(await other.stopAndCountTheRest() == 0)
         // The urgent commit's batch may have woken it once more; the later work came with its due time.

@@ -3,6 +3,7 @@ import Foundation
 import MarqueeCore
 import MarqueeService
 import MarqueeStore
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -331,6 +332,7 @@ struct PipelineDispatcherTests {
                 try await f.post(eventID, ["home": .int(Int64(round)), "away": .int(Int64(eventID))], at: Date().addingTimeInterval(Double(round)))
                 newest[eventID] = Int64(round)
             }
+            // The feed's pace is the scenario (rounds that land while both instances claim), not a wait for them.
             try await Task.sleep(for: .milliseconds(30))
         }
         _ = try await eventually { try await f.scalar(Int.self, "SELECT count(*) FROM outbox") == 0 }
@@ -388,15 +390,17 @@ struct PipelineDispatcherTests {
         let dispatcher = f.dispatcher(clock: SystemWallClock(), listen: true) { $0.pollInterval = .seconds(120) }
         let shutdown = ShutdownSignal()
         let running = Task { try await dispatcher.run(until: shutdown) }
-        try await Task.sleep(for: .milliseconds(300))  // the first (empty) claim is done; now it waits
+        // The first (empty) claim is done and the LISTEN in place; now it waits.
+        try #require(try await eventually { dispatcher.isIdle }, "the dispatcher never settled to wait")
         try await f.post(event.id, ["home": 1, "away": 0], at: Date())
         // Its own instance's NOTIFY is skipped: that process's notifier wakes its dispatcher directly.
         OutboxNotifier(pool: f.pool, sender: "d1", logger: Logger { _ in }).committed()
+        // Nothing happening is the behaviour under test: a fixed wait (the poll is 120 s away), then nothing was sent.
         try await Task.sleep(for: .milliseconds(500))
         #expect(f.apns.broadcasts.isEmpty)
         // Another instance's notifier (nothing wakes this dispatcher in-process): only the NOTIFY can.
         OutboxNotifier(pool: f.pool, sender: "d2", logger: Logger { _ in }).committed()
-        _ = try await eventually { !f.apns.broadcasts.isEmpty }
+        #expect(try await eventually { !f.apns.broadcasts.isEmpty }, "the NOTIFY did not wake the dispatcher")
         shutdown.trigger()
         try await running.value
         #expect(f.apns.broadcasts.count == 1)
@@ -462,6 +466,7 @@ struct PipelineDispatcherTests {
         #expect(f.apns.broadcasts.count == 1)
         #expect(try await f.dispositions(eventID: event.id) == ["broadcast": 1])
         try await f.post(event.id, ["home": 2, "away": 0], priority: .high, at: Date().addingTimeInterval(1))
+        // Nothing happening is the behaviour under test: four polls' worth of time, and nobody claimed.
         try await Task.sleep(for: .milliseconds(200))
         #expect(f.apns.broadcasts.count == 1)  // stopped: nobody claims any more
         #expect(try await f.scalar(Int.self, "SELECT count(*) FROM outbox WHERE claimed_by IS NOT NULL") == 0)

@@ -3,6 +3,7 @@ import Foundation
 import MarqueeCore
 import MarqueeService
 import MarqueeStore
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -118,7 +119,8 @@ struct PipelineSchedulerTests {
         let locker = try await PostgresConnection.connect(f.configuration)
         try await locker.execute("BEGIN")
         try await locker.execute("SELECT 1 FROM events WHERE id = \(event.id) FOR UPDATE")
-        // Released after 10 s whatever happens, so a sweep that waits ends (and fails the expectation below).
+        // Released after 10 s whatever happens, so a sweep that waits ends (and fails the expectation below): a
+        // guard that only a failing test reaches, not a wait.
         let release = Task {
             try await Task.sleep(for: .seconds(10))
             try await locker.execute("ROLLBACK")
@@ -352,8 +354,10 @@ struct PipelineSchedulerTests {
         }
         let shutdown = ShutdownSignal()
         let running = Task { try await serving.run(until: shutdown) }
-        // The service's first look finds s2 leading (had it not looked yet, it takes the lease itself below).
-        try await Task.sleep(for: .seconds(1))
+        // The service's first look finds s2 leading (had it not looked yet, it takes the lease itself below):
+        // the look sets the shared leader gauge, which s2's sweep left at 1, to 0.
+        #expect(f.metrics.schedulerLeader.value() == 1)
+        try #require(try await eventually { f.metrics.schedulerLeader.value() == 0 }, "the service never looked at the lease")
         await #expect(throws: ChannelSchedulerError.leaseHeldElsewhere(holder: "s2")) { try await serving.runOnce() }
         f.clock.advance(by: 20)  // s2's lease (15 s) expires unrenewed
         _ = try await serving.runOnce(reconcile: true)
@@ -378,12 +382,16 @@ struct PipelineSchedulerTests {
             $0.tickInterval = .seconds(600)
         }
         _ = try await f.makeEvent(startsAt: f.clock.now)
-        f.apns.state.withLock { $0.createDelay = .seconds(1) }
+        f.apns.state.withLock { $0.createsHeld = true }
         let sweep = Task { try await scheduler.runOnce() }
-        // The sweep holds the lease once its create is in flight (a fixed sleep lost that race on a busy machine).
+        // The sweep holds the lease once its create is in flight; the create is held there (a fixed sleep, then a
+        // 1 s create, lost that race on a busy machine), and the service starts during it.
         #expect(try await eventually { f.apns.state.withLock { $0.createsInFlight } == 1 })
         let shutdown = ShutdownSignal()
         let running = Task { try await scheduler.run(until: shutdown) }
+        // The service's first look at the lease (it renews the sweep's: same holder), then the create answers.
+        _ = try await eventually { f.metrics.schedulerLeader.value() == 1 }
+        f.apns.state.withLock { $0.createsHeld = false }
         #expect(try await sweep.value.opened.count == 1)
         #expect(scheduler.isLeader)
         let lease = try #require(try await LeaderLeaseRepository(pool: f.pool).current(name: scheduler.configuration.leaseName))

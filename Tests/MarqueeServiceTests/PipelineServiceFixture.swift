@@ -3,14 +3,14 @@ import Foundation
 import MarqueeCore
 import MarqueeService
 import MarqueeStore
+import MarqueeTestSupport
 import Postgres
 import Synchronization
 
 /// A fresh migrated database (MARQUEE_TEST_DATABASE_URL) with one app and one attribute type whose
 /// `home` and `away` fields are significant, plus helpers for events, channels and updates.
 struct PipelineServiceFixture {
-    static let databaseURL = ProcessInfo.processInfo.environment["MARQUEE_TEST_DATABASE_URL"]
-    static let available = databaseURL != nil
+    static let available = TestDatabase.available
 
     let configuration: PostgresConfiguration
     let pool: PostgresPool
@@ -32,11 +32,7 @@ struct PipelineServiceFixture {
     var deliveries: DeliveryRepository { DeliveryRepository(pool: pool) }
 
     static func make(maxConnections: Int = 6) async throws -> PipelineServiceFixture {
-        let shared = PostgresConfiguration(url: databaseURL!)
-        let name = "svc_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-        let admin = try await PostgresConnection.connect(shared)
-        try await admin.executeScript("CREATE DATABASE \(identifier: name)")
-        let configuration = shared.database(name)
+        let configuration = try await TestDatabase.fresh("svc")
         let pool = PostgresPool(configuration: configuration, maxConnections: maxConnections)
         try await MigrationRunner(pool: pool).migrate()
         let schema = #"{"home": {"type": "int", "significant": true}, "away": {"type": "int", "significant": true}, "minute": "int?"}"#
@@ -193,6 +189,9 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         var createDelay: Duration = .zero
         var createsInFlight = 0
         var mostCreatesInFlight = 0
+        /// Creates wait to answer until a test sets this back to false: a create in flight for as long as the
+        /// test needs, whatever the machine's speed.
+        var createsHeld = false
         /// Failed attempts the client retried by itself before the next broadcast's answer.
         var clientRetriesBeforeNext: [APNsResult] = []
         /// Runs once, before the next broadcast's answer (a test's fault at the worst moment).
@@ -226,7 +225,9 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
             state.mostCreatesInFlight = max(state.mostCreatesInFlight, state.createsInFlight)
             return (state.createScript.isEmpty ? nil : state.createScript.removeFirst(), state.createDelay)
         }
+        // A slow APNs when a test asks for one (`createDelay`): the delay is the behaviour under test.
         if delay > .zero { try? await Task.sleep(for: delay) }
+        _ = try? await eventually(within: .seconds(600)) { !state.withLock { $0.createsHeld } }
         defer { state.withLock { $0.createsInFlight -= 1 } }
         if let scripted {
             let unknown = state.withLock { state in
@@ -278,6 +279,7 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
             state.broadcastsStarted += 1
             return state.broadcastScript.isEmpty ? nil : state.broadcastScript.removeFirst()
         }
+        // A slow APNs when a test asks for one (`broadcastDelay`, zero by default): the delay is the behaviour under test.
         try? await Task.sleep(for: state.withLock { $0.broadcastDelay })
         if let fault = state.withLock({ state in
             defer { state.beforeNextAnswer = nil }
@@ -311,16 +313,4 @@ final class RecordingChannelAPNs: BroadcastChannelAPNs {
         let attempts = (earlier + [result]).map { APNsExchangeAttempt(result: $0, requestID: UUID().uuidString, latency: .milliseconds(2)) }
         return APNsExchange(result: result, attempts: attempts)
     }
-}
-
-/// Polls `condition` every 50 ms until it holds or `timeout` passes; returns whether it held. Generous by
-/// default: under the whole suite (hundreds of tests at once on two cores) one step can take many seconds,
-/// and a test that passes waits only as long as its condition needs.
-func eventually(within timeout: Duration = .seconds(60), _ condition: () async throws -> Bool) async throws -> Bool {
-    let deadline = ContinuousClock.now.advanced(by: timeout)
-    while try await !condition() {
-        guard ContinuousClock.now < deadline else { return false }
-        try await Task.sleep(for: .milliseconds(50))
-    }
-    return true
 }

@@ -1,13 +1,19 @@
 import Foundation
 import MarqueeCore
 import MarqueeService
+import MarqueeTestSupport
 import Synchronization
 import Testing
 
 private final class EventLog: Sendable {
     private let lines = Mutex<[String]>([])
+    private let waiting = Mutex(0)
     func append(_ line: String) { lines.withLock { $0.append(line) } }
     var all: [String] { lines.withLock { $0 } }
+    /// A service began waiting for the shutdown request.
+    func waits() { waiting.withLock { $0 += 1 } }
+    /// How many services wait for the shutdown request.
+    var servicesWaiting: Int { waiting.withLock { $0 } }
 }
 
 private struct RecordingService: Service {
@@ -22,9 +28,11 @@ private struct RecordingService: Service {
     func run(until shutdown: ShutdownSignal) async throws {
         switch behaviour {
         case .stopsWhenAsked:
+            log.waits()
             await shutdown.wait()
             log.append("\(name) finished in-flight work")
         case .ignoresShutdown:
+            // A service that never stops on its own: the endless wait is the behaviour under test.
             try await Task.sleep(for: .seconds(3600))
         case .failsAtOnce:
             throw Failure()
@@ -43,7 +51,8 @@ private let quiet = Logger(level: .error, sink: { _ in })
                 RecordingService(name: "dispatcher", log: log, behaviour: .stopsWhenAsked),
             ], logger: quiet)
         async let running: Void = group.run(handlingSignals: [])
-        try await Task.sleep(for: .milliseconds(20))
+        // Both run and wait for the request before it comes.
+        #expect(try await eventually { log.servicesWaiting == 2 }, "the services never started")
         group.shutdown.trigger()
         try await running
         #expect(Set(log.all) == ["api finished in-flight work", "dispatcher finished in-flight work"])
@@ -83,13 +92,11 @@ private let quiet = Logger(level: .error, sink: { _ in })
         // is lost for good: it is sent again until the group reacts (under load the group may start late).
         signal(SIGUSR2, SIG_IGN)
         async let running: Void = group.run(handlingSignals: [SIGUSR2])
-        var attempts = 0
-        while !shutdown.isTriggered && attempts < 500 {
-            kill(getpid(), SIGUSR2)
-            attempts += 1
-            try await Task.sleep(for: .milliseconds(20))
+        let reached = try await eventually {
+            if !shutdown.isTriggered { kill(getpid(), SIGUSR2) }
+            return shutdown.isTriggered
         }
-        #expect(shutdown.isTriggered, "SIGUSR2 never reached the group")
+        #expect(reached, "SIGUSR2 never reached the group")
         shutdown.trigger()
         try await running
         #expect(log.all == ["api finished in-flight work"])

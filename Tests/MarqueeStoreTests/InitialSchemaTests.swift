@@ -1,5 +1,6 @@
 import Foundation
 import MarqueeStore
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -70,7 +71,7 @@ struct InitialSchemaTests {
                 "purged_update_counts",
                 "schema_migrations", "start_chunks", "start_runs", "start_windows", "starts", "token_invalidations", "token_routes", "updates",
             ])
-        let file = try String(contentsOf: TestDatabase.repositoryRoot.appendingPathComponent("Sql/0001_init.sql"), encoding: .utf8)
+        let file = try String(contentsOf: RepositoryCheckout.root.appendingPathComponent("Sql/0001_init.sql"), encoding: .utf8)
         let matches = try await pool.query(
             """
             SELECT checksum = encode(sha256(convert_to(\(file), 'UTF8')), 'hex') AS same

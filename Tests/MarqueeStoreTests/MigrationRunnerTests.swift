@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -194,7 +195,7 @@ struct MigrationRunnerTests {
     }
 
     @Test func embeddedMigrationsAreTheSqlFolder() throws {
-        let folder = TestDatabase.repositoryRoot.appendingPathComponent("Sql")
+        let folder = RepositoryCheckout.root.appendingPathComponent("Sql")
         let files = try FileManager.default.contentsOfDirectory(atPath: folder.path)
             .filter { $0.hasSuffix(".sql") && $0.first?.isNumber == true }.sorted()
         #expect(Migration.embedded.map(\.name) == files)

@@ -1,6 +1,7 @@
 import Foundation
 import MarqueeCore
 import MarqueeStore
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -412,6 +413,7 @@ struct PipelineDispatchTests {
                 let claims = try await outbox.claim(instance: name, limit: 2, lease: 30)
                 if claims.isEmpty {
                     idle += 1
+                    // A dispatcher's poll interval: how often this stand-in looks, not a wait for something.
                     try await Task.sleep(for: .milliseconds(20))
                     continue
                 }
@@ -578,10 +580,8 @@ struct PipelineDispatchTests {
             try await tx.execute("UPDATE outbox SET update_id = \(newer.id), updated_at = now()")
             let recording = Task { try await f.outbox.recordBroadcast(claim, delivery: f.delivery(for: claim), apsTimestamp: 20) }
             // Commit only once the record waits for this transaction's row lock.
-            var waited = 0
-            while try await f.scalar(Int.self, "SELECT count(*) FROM pg_locks WHERE NOT granted") == 0 && waited < 500 {
-                try await Task.sleep(for: .milliseconds(10))
-                waited += 1
+            _ = try await eventually(every: .milliseconds(10)) {
+                try await f.scalar(Int.self, "SELECT count(*) FROM pg_locks WHERE NOT granted") > 0
             }
             return recording
         }
@@ -619,7 +619,9 @@ struct PipelineDispatchTests {
         let f = try await PipelineFixture.make()
         defer { f.pool.close() }
         let events = try await f.eventsWithQueuedUpdates(3, at: t0)
-        let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 10).rounded())
+        // Ahead of the database clock, so the rows posted below (due at the database's now()) are due for it: ten
+        // minutes, as a starved machine once spent more than the 10 s this was between here and the posts.
+        let now = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 600).rounded())
         for claim in try await f.outbox.claim(instance: "a", limit: 10, lease: 30, now: now) {
             // events[2] broadcast long ago; the others just now.
             let sentAt = claim.eventID == events[2] ? now - 5 : now - 0.25

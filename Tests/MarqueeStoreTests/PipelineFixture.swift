@@ -1,6 +1,7 @@
 import Foundation
 import MarqueeCore
 import MarqueeStore
+import MarqueeTestSupport
 import Postgres
 
 /// A migrated fresh database with one app, one attribute type and one API key, inserted with plain SQL

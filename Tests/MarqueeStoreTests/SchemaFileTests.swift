@@ -18,17 +18,12 @@ struct SchemaFileTests {
         """
 
     @Test func theSchemaFileIsWhatTheMigrationsMake() async throws {
-        let base = try #require(TestDatabase.url)
-        let name = "schema_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-        let admin = try await PostgresConnection.connect(PostgresConfiguration(url: base))
-        try await admin.executeScript("CREATE DATABASE \(identifier: name)")
-        let pool = PostgresPool(configuration: PostgresConfiguration(url: base).database(name), maxConnections: 1)
+        let url = try await TestDatabase.freshURL("schema")
+        let pool = PostgresPool(configuration: PostgresConfiguration(url: url), maxConnections: 1)
         defer { pool.close() }
         try await MigrationRunner(pool: pool).migrate()
-        var url = try #require(URLComponents(string: base))
-        url.path = "/" + name
-        let schema = Self.header + Self.normalized(try Self.dump(url: try #require(url.string)))
-        let file = TestDatabase.repositoryRoot.appending(path: "Sql/schema.sql")
+        let schema = Self.header + Self.normalized(try Self.dump(url: url))
+        let file = RepositoryCheckout.root.appending(path: "Sql/schema.sql")
         if ProcessInfo.processInfo.environment["MARQUEE_WRITE_SCHEMA"] == "1" { try schema.write(to: file, atomically: true, encoding: .utf8) }
         let current = (try? String(contentsOf: file, encoding: .utf8)) ?? ""
         #expect(current == schema, "Sql/schema.sql is not what the migrations make: run Scripts/schema")

@@ -1,5 +1,6 @@
 import Foundation
 import MarqueeCore
+import MarqueeTestSupport
 import Testing
 
 @testable import MarqueeStore

@@ -21,12 +21,15 @@ private struct TestRouter: HTTP1RequestHandler {
                 ], body: request.body)
         case ("GET", let path) where path.hasPrefix("/slow/"):
             ServerTestSignals.markStarted(path: path)
+            // A handler slower than an impatient client: the delay is the behaviour under test.
             try? await Task.sleep(for: .milliseconds(600))
+            ServerTestSignals.markFinished(path: path)
             return HTTPResponse(status: 200, body: Array("slow".utf8))
         case ("GET", let path) where path.hasPrefix("/stuck/"):
             // Outlasts any grace period: it answers only once the test releases it.
             ServerTestSignals.markStarted(path: path)
             await ServerTestSignals.waitForRelease(path: path)
+            ServerTestSignals.markFinished(path: path)
             return HTTPResponse(status: 200, body: Array("stuck".utf8))
         case (_, "/hello"), (_, "/echo"), (_, "/slow"):
             return HTTPResponse(
@@ -162,8 +165,9 @@ private struct RunningHTTP1Server {
 
     @Test func survivesClientsThatLeaveWhileTheHandlerRuns() async throws {
         let running = try RunningHTTP1Server.start()
-        let impatient = try await running.curl(["--max-time", "0.2", "\(running.url)/slow/\(UUID().uuidString)"])
-        try await Task.sleep(for: .milliseconds(700))  // the handler answers a request whose client is gone
+        let path = "/slow/\(UUID().uuidString)"
+        let impatient = try await running.curl(["--max-time", "0.2", "\(running.url)\(path)"])
+        try await ServerTestSignals.waitUntilFinished(path: path)  // the handler answers a request whose client is gone
         let head = try await running.curl(["-I", "\(running.url)/hello"])
         let after = try await running.curl(["\(running.url)/hello"])
         await running.stop()
@@ -195,7 +199,7 @@ private struct RunningHTTP1Server {
         await running.server.shutdown()
         let result = try await slow
         ServerTestSignals.release(path: path)
-        try await Task.sleep(for: .milliseconds(200))  // the handler returns after evhttp is gone
+        try await ServerTestSignals.waitUntilFinished(path: path)  // the handler returns after evhttp is gone
         running.group.shutdown()
         #expect(result.status != 0, "\(result.all)")
     }

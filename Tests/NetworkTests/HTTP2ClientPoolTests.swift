@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Synchronization
 import Testing
 
@@ -113,6 +114,7 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
             while !Task.isCancelled {
                 let outstanding = harness.pool.outstandingRequests(to: peer.origin, key: "k").max() ?? 0
                 mostOutstanding.max(outstanding, ordering: .relaxed)
+                // A sampler: its period is how often it looks, not a wait for something.
                 try? await Task.sleep(for: .milliseconds(1))
             }
         }
@@ -145,7 +147,7 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
             // Far beyond the waiters' timeouts, so a loaded machine cannot free the stream before they give up.
             try await harness.pool.send(stalled, to: peer.origin, key: "k", timeout: .seconds(10))
         }
-        while harness.pool.outstandingRequests(to: peer.origin, key: "k") != [1] { try await Task.sleep(for: .milliseconds(5)) }
+        try #require(try await eventually(every: .milliseconds(5)) { harness.pool.outstandingRequests(to: peer.origin, key: "k") == [1] })
         let waiting = await clientBurst(5) { _ throws(NetworkError) in
             try await harness.pool.send(stalled, to: peer.origin, key: "k", timeout: .milliseconds(300))
         }
@@ -171,8 +173,8 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
             started.add(1, ordering: .relaxed)
             return try await harness.pool.send(HTTPRequest(method: "GET", path: "/big"), to: origin, key: "k", timeout: .seconds(60))
         }
-        while started.load(ordering: .relaxed) < 200 { try await Task.sleep(for: .milliseconds(5)) }
-        while harness.pool.outstandingRequests(to: origin, key: "k").reduce(0, +) < 200 { try await Task.sleep(for: .milliseconds(5)) }
+        try #require(try await eventually(every: .milliseconds(5)) { started.load(ordering: .relaxed) == 200 })
+        try #require(try await eventually(every: .milliseconds(5)) { harness.pool.outstandingRequests(to: origin, key: "k").reduce(0, +) >= 200 })
         let dead = peer
         try await clientOffPool { dead.kill() }
         let results = await burst
@@ -186,13 +188,12 @@ private let post = HTTPRequest(method: "POST", path: "/small", body: Array(repea
         }
         // Back on the same port: the pool reconnects (after its backoff) and requests succeed again.
         peer = try await ClientNGHTTPD.start(port: origin.port)
-        var recovered = false
-        for _ in 0..<100 where !recovered {
+        let recovered = try await eventually(every: .milliseconds(50)) {
             do throws(NetworkError) {
-                recovered = try await harness.pool.send(head, to: origin, key: "k", timeout: .seconds(5)).status == 200
+                return try await harness.pool.send(head, to: origin, key: "k", timeout: .seconds(5)).status == 200
             } catch {
                 #expect(error.isRetryable)
-                try await Task.sleep(for: .milliseconds(50))
+                return false
             }
         }
         #expect(recovered)

@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Network
 import Testing
 
@@ -25,13 +26,16 @@ private struct TestHandler: HTTP2RequestHandler {
             return .response(HTTPResponse(status: 200, body: Array("\(counter.value)".utf8)))
         case "/async":
             return .deferred {
+                // A handler that answers later: the delay is the behaviour under test.
                 try? await Task.sleep(for: .milliseconds(50))
                 return HTTPResponse(status: 202, body: Array("later".utf8))
             }
         case let path where path.hasPrefix("/slow/"):
             ServerTestSignals.markStarted(path: path)
             return .deferred {
+                // A handler slower than an impatient client: the delay is the behaviour under test.
                 try? await Task.sleep(for: .milliseconds(600))
+                ServerTestSignals.markFinished(path: path)
                 return HTTPResponse(status: 200, body: Array("slow".utf8))
             }
         case let path where path.hasPrefix("/stuck/"):
@@ -39,6 +43,7 @@ private struct TestHandler: HTTP2RequestHandler {
             ServerTestSignals.markStarted(path: path)
             return .deferred {
                 await ServerTestSignals.waitForRelease(path: path)
+                ServerTestSignals.markFinished(path: path)
                 return HTTPResponse(status: 200, body: Array("stuck".utf8))
             }
         case "/raise":
@@ -107,13 +112,9 @@ private struct RunningServer {
         let running = try await RunningServer.start()
         _ = try await running.curl(["\(running.url)/echo"])
         _ = try await running.curl(["\(running.url)/echo"])
-        var open = running.server.connectionCount
-        for _ in 0..<200 where open > 0 {
-            try await Task.sleep(for: .milliseconds(10))
-            open = running.server.connectionCount
-        }
+        let forgotten = try await eventually { running.server.connectionCount == 0 }
         await running.stop()
-        #expect(open == 0)
+        #expect(forgotten, "connections still open: \(running.server.connectionCount)")
     }
 
     @Test func closesIdleConnectionsWithGoAway() async throws {
@@ -273,8 +274,9 @@ private struct RunningServer {
 
     @Test func survivesClientsThatLeaveWhileTheHandlerRuns() async throws {
         let running = try await RunningServer.start()
-        let impatient = try await running.curl(["--max-time", "0.2", "\(running.url)/slow/\(UUID().uuidString)"])
-        try await Task.sleep(for: .milliseconds(700))  // the deferred response finds its connection closed
+        let path = "/slow/\(UUID().uuidString)"
+        let impatient = try await running.curl(["--max-time", "0.2", "\(running.url)\(path)"])
+        try await ServerTestSignals.waitUntilFinished(path: path)  // the deferred response finds its connection closed
         let after = try await running.curl(["\(running.url)/count"])
         await running.stop()
         #expect(impatient.status != 0)
@@ -303,7 +305,7 @@ private struct RunningServer {
         await running.server.shutdown()
         let result = try await slow
         ServerTestSignals.release(path: path)
-        try await Task.sleep(for: .milliseconds(200))  // the deferred response finds its connection closed
+        try await ServerTestSignals.waitUntilFinished(path: path)  // the deferred response finds its connection closed
         running.group.shutdown()
         #expect(result.status != 0, "\(result.all)")
         #expect(running.server.connectionCount == 0)

@@ -1,6 +1,7 @@
+import Foundation
 // Shared by the server tests: a CA and a server certificate made with the openssl CLI, and real clients
 // (curl, nghttp, h2load, python3) run as child processes without blocking Swift's cooperative threads.
-import Foundation
+import MarqueeTestSupport
 import Network
 import Synchronization
 
@@ -101,31 +102,35 @@ struct ServerTestCertificates: Sendable {
     struct CertificateError: Error { var detail: String }
 }
 
-/// Which slow requests (`/slow/ID`) have reached their handler, so a test can act while one is in flight.
+/// Which slow requests (`/slow/ID`, `/stuck/ID`) have reached their handler, and which handlers have returned,
+/// so a test can act while one is in flight, or once it is over, without guessing how long that takes.
 enum ServerTestSignals {
     private static let started = Mutex<Set<String>>([])
+    private static let finished = Mutex<Set<String>>([])
 
     static func markStarted(path: String) {
         _ = started.withLock { $0.insert(path) }
     }
 
     static func waitUntilStarted(path: String) async throws {
-        for _ in 0..<2_000 {
-            if started.withLock({ $0.contains(path) }) { return }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        throw TimedOut(path: path)
+        guard try await eventually({ started.withLock { $0.contains(path) } }) else { throw TimedOut(path: path) }
+    }
+
+    /// The handler for `path` is about to return its response.
+    static func markFinished(path: String) {
+        _ = finished.withLock { $0.insert(path) }
+    }
+
+    static func waitUntilFinished(path: String) async throws {
+        guard try await eventually({ finished.withLock { $0.contains(path) } }) else { throw TimedOut(path: path) }
     }
 
     private static let released = Mutex<Set<String>>([])
 
-    /// Holds a `/stuck/ID` handler until the test releases it (or 30 s pass), so a test about shutdown
+    /// Holds a `/stuck/ID` handler until the test releases it (or 60 s pass), so a test about shutdown
     /// grace periods does not depend on how fast a loaded machine runs timers.
     static func waitForRelease(path: String) async {
-        for _ in 0..<3_000 {
-            if released.withLock({ $0.contains(path) }) { return }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
+        _ = try? await eventually { released.withLock { $0.contains(path) } }
     }
 
     static func release(path: String) {

@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Postgres
 import Testing
 

@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Postgres
 import Synchronization
 import Testing
@@ -20,6 +21,7 @@ struct PoolTests {
                         }
                         defer { inUse.withLock { $0.now -= 1 } }
                         pids.withLock { _ = $0.insert(connection.backendPID) }
+                        // Work that holds its connection a while, so tasks overlap: the behaviour under test.
                         let row = try await connection.query("SELECT \(task) AS task, pg_sleep(0.02)")[0]
                         return try row.decode(Int.self, column: "task")
                     }
@@ -98,7 +100,7 @@ struct PoolTests {
         }
         for await _ in holding.stream { break }
         let waiter = Task { try await pool.query("SELECT 1") }
-        while pool.statistics.waiting == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try #require(try await eventually(every: .milliseconds(5)) { pool.statistics.waiting > 0 })
         waiter.cancel()
         await #expect(throws: CancellationError.self) { try await waiter.value }
         // Cancelled before or while it starts waiting: either way it does not wait for the holder.

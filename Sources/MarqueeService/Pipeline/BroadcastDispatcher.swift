@@ -34,9 +34,7 @@ public final class BroadcastDispatcher: Service {
     private let clock: any WallClock
     private let outbox: OutboxRepository
     private let wakeup = Wakeup()
-    /// Something asked for a claim (NOTIFY, `wake()`, shutdown, a send slot the loop waited for), as
-    /// opposed to a wake-up that only moved the earliest due time earlier.
-    private let claimRequested = Mutex(false)
+    private let loopState = Mutex(LoopState())
     /// Every send slot was busy at the last turn of the loop: the next finished send asks for a claim.
     private let slotWanted = Mutex(false)
     private let sending = Mutex<Set<Int>>([])
@@ -85,6 +83,17 @@ public final class BroadcastDispatcher: Service {
 
     // MARK: the service
 
+    /// The run loop's wait, kept together so that `isIdle` reads it in one step.
+    private struct LoopState {
+        /// Something asked for a claim (NOTIFY, `wake()`, shutdown, a send slot the loop waited for), as
+        /// opposed to a wake-up that only moved the earliest due time earlier.
+        var claimRequested = false
+        /// The loop waits for work.
+        var waiting = false
+        /// The LISTEN is in place.
+        var listening = false
+    }
+
     /// Outbox work was committed in this process: claims now rather than at the next poll, or, with
     /// `dueIn` (seconds, above 0), wakes when it is due.
     public func wake(dueIn: TimeInterval? = nil) {
@@ -92,8 +101,14 @@ public final class BroadcastDispatcher: Service {
     }
 
     private func requestClaim() {
-        claimRequested.withLock { $0 = true }
+        loopState.withLock { $0.claimRequested = true }
         wakeup.signal()
+    }
+
+    /// Whether the run loop waits for work: its last claim done, none asked for, and its LISTEN in place (when it
+    /// listens). For tests that must act between two claims: they wait for this, never for a time.
+    public var isIdle: Bool {
+        loopState.withLock { $0.waiting && !$0.claimRequested && ($0.listening || listenConfiguration == nil) }
     }
 
     public func run(until shutdown: ShutdownSignal) async throws {
@@ -118,7 +133,12 @@ public final class BroadcastDispatcher: Service {
                     for await event in listener.events {
                         // This process's notifier woke us already, before it sent the NOTIFY.
                         if case .notification(let note) = event, note.payload == configuration.instance { continue }
-                        requestClaim()
+                        // In one step with the claim it asks for, so `isIdle` never sees the LISTEN without it.
+                        loopState.withLock { state in
+                            if case .listening = event { state.listening = true }
+                            state.claimRequested = true
+                        }
+                        wakeup.signal()
                     }
                 }
             }
@@ -209,10 +229,12 @@ public final class BroadcastDispatcher: Service {
             if dueTimes, let due = sender.dueTimes.withLock({ $0.earliest }) { end = min(end, due + .milliseconds(2)) }
             let left = end - ContinuousClock.now
             if left <= .zero { return }
+            loopState.withLock { $0.waiting = true }
             await wakeup.wait(upTo: left)
-            if claimRequested.withLock({ requested in
-                defer { requested = false }
-                return requested
+            if loopState.withLock({ state in
+                defer { state.claimRequested = false }
+                state.waiting = false
+                return state.claimRequested
             }) {
                 return
             }

@@ -185,7 +185,7 @@ final class ClientPeerProcess: @unchecked Sendable {
             guard process.isRunning, Date() < deadline else {
                 throw ClientPeerError(description: "\(executable) did not start: \(self.log)")
             }
-            usleep(20_000)
+            usleep(20_000)  // a poll for the port (synchronous code), not a fixed wait
         }
     }
 

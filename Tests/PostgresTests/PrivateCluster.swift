@@ -1,24 +1,5 @@
 import Foundation
-import Postgres
 import Testing
-
-/// Databases and clusters for tests: a fresh database per test on the shared test cluster
-/// (MARQUEE_TEST_DATABASE_URL, set by Scripts/test), or a private cluster from Scripts/pg.
-enum TestDatabase {
-    static let url = ProcessInfo.processInfo.environment["MARQUEE_TEST_DATABASE_URL"]
-    static let available = url != nil
-
-    /// The shared test database (for tests that need no isolation).
-    static var shared: PostgresConfiguration { PostgresConfiguration(url: url!) }
-
-    /// Creates an empty database with a unique name and returns its configuration.
-    static func fresh() async throws -> PostgresConfiguration {
-        let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-        let admin = try await PostgresConnection.connect(shared)
-        try await admin.executeScript("CREATE DATABASE \(identifier: name)")
-        return shared.database(name)
-    }
-}
 
 /// A throwaway cluster of the test's own (Scripts/pg), for tests that restart the server.
 struct PrivateCluster: Sendable {
