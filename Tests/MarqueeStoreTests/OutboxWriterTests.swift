@@ -1,10 +1,11 @@
 import Foundation
+import MarqueeTestSupport
 import Testing
 
 /// `OutboxWriter` is the one writer of `updates` and `outbox`: no other source file inserts into either table.
 @Suite struct OutboxWriterTests {
     @Test func noSQLOutsideTheWriterInsertsIntoUpdatesOrOutbox() throws {
-        let sources = TestDatabase.repositoryRoot.appending(path: "Sources")
+        let sources = RepositoryCheckout.root.appending(path: "Sources")
         let insert = try Regex(#"(?i)insert\s+into\s+(outbox|updates)\b"#)
         var writers: [String] = []
         let files = try #require(FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil))
