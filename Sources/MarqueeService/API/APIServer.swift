@@ -18,10 +18,14 @@ public final class APIServer: Sendable {
     private let logger: Logger
     private let requests: Counter
     private let durations: Histogram
+    /// Refuses keyed requests while the database is behind (nil: every request is let in).
+    private let admission: APIAdmission?
+    /// The `Retry-After` of a 503 for a database that could not be reached.
+    static let databaseRetryAfter = 1
 
     public init(
         routes: [any APIRoutes], keys: APIKeyVerifier, metrics: MetricsRegistry, logger: Logger,
-        maxBodySize: Int = APIServer.defaultMaxBodySize
+        maxBodySize: Int = APIServer.defaultMaxBodySize, admission: APIAdmission? = nil
     ) {
         var table = RouteTable()
         for group in routes { group.register(in: &table) }
@@ -29,6 +33,7 @@ public final class APIServer: Sendable {
         self.keys = keys
         self.logger = logger
         self.maxBodySize = maxBodySize
+        self.admission = admission
         requests = metrics.counter(
             "marquee_http_requests_total", help: "HTTP API requests by method, route template and status.",
             labels: ["method", "route", "status"])
@@ -55,6 +60,8 @@ public final class APIServer: Sendable {
                 response = answer
             case .found(let route, let matched, let parameters):
                 template = matched
+                // Before the key is checked: that may read the database too.
+                if route.access != .open, let refusal = admission?.refusal() { throw refusal }
                 let (key, body) = try await admit(request, to: route)
                 keyID = key?.keyID
                 response = try await route.handler(APIRequest(http: request, parameters: parameters, key: key, body: body))
@@ -66,9 +73,12 @@ public final class APIServer: Sendable {
             if error.status == 401 || error.status == 403 {
                 keyID = APIKeyText(authorization: request.headers["authorization"] ?? "")?.id
             }
+        } catch let error as PostgresError where error.kind == .checkoutTimeout {
+            logger.warning("no database connection in time", ["route": .string(template), "error": .string("\(error)")])
+            response = APIError.unavailable("the database did not answer in time; retry later", retryAfter: Self.databaseRetryAfter).response
         } catch let error as PostgresError where error.kind == .connectionFailed || error.kind == .connectionLost || error.kind == .poolClosed {
             logger.error("database unavailable", ["route": .string(template), "error": .string("\(error)")])
-            response = APIError.unavailable("the database cannot be reached; retry later").response
+            response = APIError.unavailable("the database cannot be reached; retry later", retryAfter: Self.databaseRetryAfter).response
         } catch {
             logger.error("request failed", ["route": .string(template), "error": .string("\(error)")])
             response = APIError.internalError.response
