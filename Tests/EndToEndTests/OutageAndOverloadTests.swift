@@ -1,0 +1,103 @@
+import Foundation
+import MarqueeCore
+import MarqueeTestSupport
+import Testing
+
+/// What serve owes its callers when the database goes away and when more is offered than it sustains (issue 54):
+/// an answer that says to come back (503 or 429, with `Retry-After`, in the API's error format), never a hang, and
+/// nothing accepted lost. Behaviour only: the bounds below are generous, not measurements.
+@Suite(.serialized, .enabled(if: MarqueeProcess.available))
+struct OutageAndOverloadTests {
+    /// A refusal in the API's format with `Retry-After` in whole seconds.
+    static func expectRetryLater(_ answer: BroadcastHarness.Response, status: Int, code: String, _ what: String) {
+        #expect(answer.status == status, "\(what): \(answer.status) \(answer.text)")
+        #expect(answer.errorCode == code, "\(what): \(answer.text)")
+        #expect(answer.json["error"]?["message"]?.stringValue?.isEmpty == false, "\(what): \(answer.text)")
+        #expect(answer.json["error"]?["field"] == .null, "\(what): \(answer.text)")
+        #expect(answer.headers["retry-after"].flatMap(Int.init).map { $0 >= 1 } == true, "\(what): Retry-After \(answer.headers)")
+    }
+
+    /// PostgreSQL stopped under serve: writes and registrations answer 503 with Retry-After within --database-wait (2 s
+    /// here; checked against 20 s), /readyz fails, /healthz does not; once it is back, the next write is accepted and the
+    /// event's newest state reaches APNs.
+    @Test func whileTheDatabaseIsDownWritesAnswer503WithRetryAfterAndNothingIsLostOnceItIsBack() async throws {
+        try await ScratchCluster.with { cluster in
+            try await BroadcastHarness.run(serveArguments: ["--database-wait", "2"], database: cluster.url) { h in
+                let event = try await h.createEvent("outage", startsAt: Date().addingTimeInterval(-60))
+                let channel = try await h.openChannel(of: event)
+                let before = MatchState(homeScore: 1, period: .firstHalf, minute: 10)
+                #expect(try await h.update(event, before).status == 202)
+                try await h.waitForState(before, on: channel)
+                let tokensKey = try await h.key(scope: "tokens")
+
+                try await cluster.halt()
+                for attempt in 1...3 {
+                    let started = Date()
+                    let answer = try await h.update(event, MatchState(homeScore: 2, period: .firstHalf, minute: 20 + attempt))
+                    let took = Date().timeIntervalSince(started)
+                    Self.expectRetryLater(answer, status: 503, code: "unavailable", "update \(attempt) while the database is down")
+                    #expect(took < 20, "update \(attempt) took \(took) s")
+                }
+                let registration = try await h.api(
+                    "PUT", "/v1/installations/outage-fan",
+                    ["app": .int(Int64(h.appID)), "pushToStartToken": .string(String(repeating: "ab", count: 32)), "osVersion": "18.2"],
+                    key: tokensKey)
+                Self.expectRetryLater(registration, status: 503, code: "unavailable", "a registration while the database is down")
+                #expect(try await h.api("GET", "/readyz").status == 503)
+                #expect(try await h.api("GET", "/healthz").status == 200)
+
+                try await cluster.resume()
+                // A feeder retries its update (same Idempotency-Key) until it is accepted.
+                let newest = MatchState(homeScore: 3, period: .secondHalf, minute: 60)
+                var accepted = false
+                let back = Date()
+                while !accepted && Date().timeIntervalSince(back) < 60 {
+                    let answer = try await h.update(event, newest, headers: ["Idempotency-Key": "after-the-outage"])
+                    accepted = answer.status == 202
+                    if !accepted {
+                        #expect(answer.status == 503 && answer.headers["retry-after"] != nil, "\(answer.status) \(answer.text)")
+                        try await Task.sleep(for: .milliseconds(200))
+                    }
+                }
+                #expect(accepted, "no update was accepted within 60 s of the database's return")
+                try await h.waitForState(newest, on: channel, timeout: 60)
+                try await h.waitUntil("/readyz answers 200 again") { try await h.api("GET", "/readyz").status == 200 }
+                let counts = try await h.settledDispositions(of: event)
+                #expect(counts["pending", default: 0] == 0, "\(counts)")
+            }
+        }
+    }
+
+    /// More requests at once than one connection serves, with a queue bound of zero: some are refused 429 with
+    /// Retry-After in the API's format, the rest accepted, and every accepted update settles.
+    @Test func anOverloadedServeAnswers429WithRetryAfter() async throws {
+        try await BroadcastHarness.run(serveArguments: ["--max-connections", "1", "--max-queue-wait", "0"]) { h in
+            let event = try await h.createEvent("overload", startsAt: Date().addingTimeInterval(-60))
+            _ = try await h.openChannel(of: event)
+            let ingestKey = try await h.key(scope: "ingest")
+            var refused: [BroadcastHarness.Response] = []
+            var accepted = 0
+            for round in 0..<5 where refused.isEmpty {
+                let answers = try await withThrowingTaskGroup(of: BroadcastHarness.Response.self) { group in
+                    for index in 0..<48 {
+                        group.addTask {
+                            let body: JSONValue = ["contentState": MatchState(homeScore: index, period: .firstHalf, minute: round).input]
+                            return try await h.api("POST", "/v1/events/\(event)/updates", body, key: ingestKey)
+                        }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                refused += answers.filter { $0.status == 429 }
+                accepted += answers.filter { $0.status == 202 }.count
+                let unexpected = answers.filter { ![202, 429].contains($0.status) }.map { "\($0.status) \($0.text)" }
+                #expect(unexpected.isEmpty, "answers neither 202 nor 429: \(unexpected)")
+            }
+            let first = try #require(refused.first, "48 requests at once on one connection, five times, and none was refused")
+            Self.expectRetryLater(first, status: 429, code: "overloaded", "a refused update")
+            #expect(accepted > 0)
+            #expect(try await h.metric("marquee_http_requests_total", ["status": "429"]) >= 1)
+            let counts = try await h.settledDispositions(of: event)
+            #expect(counts["pending", default: 0] == 0, "\(counts)")
+        }
+    }
+}
