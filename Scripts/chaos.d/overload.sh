@@ -2,7 +2,7 @@
 # channel is open: back-pressure (docs/operations.md#back-pressure). wrk (pinned with taskset to the last CPU) posts
 # updates to the events at random, first closed-loop with twice as many connections as serve's API pool
 # (--max-connections, 16) to measure the rate serve and PostgreSQL sustain, then, in the same run, at 5 times that rate
-# (many connections, each pausing between requests). It prints, per phase: the rate offered and accepted, the shed share
+# (many connections, each pausing between requests; at most 8000). It prints, per phase: the rate offered and accepted, the shed share
 # (429 and 503, each of which must carry Retry-After), the p99 of accepted work (the 202s' durations in serve's own
 # request log) next to wrk's p99 of every answer, serve's peak RSS (VmHWM), the generator's own CPU; and the time the
 # pipeline took to drain after the burst (outbox empty, no update pending). It exits 1 when a refusal lacked
@@ -60,8 +60,12 @@ report_phase sustain "sustainable rate (closed loop, $sustain_connections connec
 echo "overload: drained ${sustain_drain} s after the sustained phase"
 
 target=$((5 * sustained))
-burst_connections=$(( target / 20 > 400 ? 400 : (target / 20 < 64 ? 64 : target / 20) ))
-pause=$(( burst_connections * 1000 / target ))
+# Each connection's cycle is its pause plus the answer's latency (about 150 ms on average when most are refused and
+# the rest wait up to --max-queue-wait): connections = 0.4 x target with a pause of 400 - 150 ms offer it, unless
+# serve's answers (refusals included) slow down more than that; the rate offered is printed.
+burst_connections=$(( target * 4 / 10 > 8000 ? 8000 : (target * 4 / 10 < 64 ? 64 : target * 4 / 10) ))
+pause=$(( burst_connections * 1000 / target - 150 ))
+((pause >= 0)) || pause=0
 say "overload: offering 5 x $sustained = $target updates/s ($burst_connections connections, $pause ms between requests) for ${overload_seconds} s"
 phase burst "$burst_connections" "$pause"
 burst_end=$EPOCHREALTIME

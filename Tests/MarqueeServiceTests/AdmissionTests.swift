@@ -22,6 +22,17 @@ struct AdmissionTests {
         #expect(policy.decide(Self.load(waiting: 4 * AdmissionPolicy.waitingPerConnection, oldest: .zero)) == .overloaded(retryAfter: 1))
     }
 
+    @Test func thePolicyRefusesOnceMoreAreInFlightThanCompleteWithinItsBound() {
+        let policy = AdmissionPolicy.forPool(connections: 1, maxQueueWait: 0.5)
+        let idle = PostgresPoolLoad(capacity: 1, waiting: 0, oldestWait: .zero, unreachable: false)
+        // 2,000 completed a second: 250 in flight wait an eighth of a second on average, a quarter of the bound.
+        #expect(policy.decide(idle, inFlight: 249, completionRate: 2000) == .admit)
+        #expect(policy.decide(idle, inFlight: 250, completionRate: 2000) == .overloaded(retryAfter: 1))
+        // With no rate yet (or a slow one), 64 per connection may be in flight.
+        #expect(policy.decide(idle, inFlight: 63, completionRate: 0) == .admit)
+        #expect(policy.decide(idle, inFlight: 64, completionRate: 10) == .overloaded(retryAfter: 1))
+    }
+
     @Test func aZeroBoundRefusesAsSoonAsOneRequestWaits() {
         let policy = AdmissionPolicy.forPool(connections: 1, maxQueueWait: 0)
         #expect(policy.decide(Self.load(waiting: 0, oldest: .zero)) == .admit)

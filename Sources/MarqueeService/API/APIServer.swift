@@ -61,10 +61,17 @@ public final class APIServer: Sendable {
             case .found(let route, let matched, let parameters):
                 template = matched
                 // Before the key is checked: that may read the database too.
-                if route.access != .open, let refusal = admission?.refusal() { throw refusal }
-                let (key, body) = try await admit(request, to: route)
-                keyID = key?.keyID
-                response = try await route.handler(APIRequest(http: request, parameters: parameters, key: key, body: body))
+                if route.access != .open, let admission {
+                    if let refusal = admission.refusal() { throw refusal }
+                    defer { admission.finished() }
+                    let (key, body) = try await admit(request, to: route)
+                    keyID = key?.keyID
+                    response = try await route.handler(APIRequest(http: request, parameters: parameters, key: key, body: body))
+                } else {
+                    let (key, body) = try await admit(request, to: route)
+                    keyID = key?.keyID
+                    response = try await route.handler(APIRequest(http: request, parameters: parameters, key: key, body: body))
+                }
             }
         } catch let error as APIError {
             response = error.response
