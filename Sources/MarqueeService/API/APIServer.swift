@@ -1,5 +1,5 @@
 // The API as a function from request to response, testable without sockets. In order: route (404, 405),
-// body size (413), key and scope (401, 403), content type (415), JSON syntax (400), then the handler
+// admission of a keyed route (429, or 503 while the database is down: APIAdmission), body size (413), key and scope (401, 403), content type (415), JSON syntax (400), then the handler
 // (422 and the rest). Each request is counted and timed by route template and status, and logged on one
 // line without the Authorization header or the body.
 import Foundation
@@ -60,18 +60,13 @@ public final class APIServer: Sendable {
                 response = answer
             case .found(let route, let matched, let parameters):
                 template = matched
-                // Before the key is checked: that may read the database too.
-                if route.access != .open, let admission {
-                    if let refusal = admission.refusal() { throw refusal }
-                    defer { admission.finished() }
-                    let (key, body) = try await admit(request, to: route)
-                    keyID = key?.keyID
-                    response = try await route.handler(APIRequest(http: request, parameters: parameters, key: key, body: body))
-                } else {
-                    let (key, body) = try await admit(request, to: route)
-                    keyID = key?.keyID
-                    response = try await route.handler(APIRequest(http: request, parameters: parameters, key: key, body: body))
-                }
+                // Keyed routes need the database: refused before the key is checked (that may read it too).
+                let admitted = route.access == .open ? nil : admission
+                if let refusal = admitted?.refusal() { throw refusal }
+                defer { admitted?.finished() }
+                let (key, body) = try await admit(request, to: route)
+                keyID = key?.keyID
+                response = try await route.handler(APIRequest(http: request, parameters: parameters, key: key, body: body))
             }
         } catch let error as APIError {
             response = error.response
