@@ -77,6 +77,13 @@ struct OutageAndOverloadTests {
         try await BroadcastHarness.run(serveArguments: arguments) { h in
             let blocked = try await h.createEvent("blocked", startsAt: Date().addingTimeInterval(-60))
             let other = try await h.createEvent("other", startsAt: Date().addingTimeInterval(-60))
+            // Nothing but the ingest may wait for the lock below: the scheduler plans a channel and the start service
+            // records an audience start for each event (a foreign key of each shares the event's row), so both are
+            // done first.
+            _ = try await h.openChannel(of: blocked)
+            try await h.waitUntil("the locked event's audience start is recorded") {
+                try await h.count("SELECT count(*) AS n FROM start_runs WHERE event_id = \(blocked)") > 0
+            }
             let locker = try await PostgresConnection.connect(url: h.databaseURL)
             try await locker.execute("BEGIN")
             try await locker.execute("SELECT 1 FROM events WHERE id = \(blocked) FOR UPDATE")
@@ -91,7 +98,8 @@ struct OutageAndOverloadTests {
                 return try await send()
             }
             let holding = Task { try await admitted { try await h.update(blocked, MatchState(period: .firstHalf, minute: 1)) } }
-            try await h.waitUntil("serve's only connection waits for the locked event") {
+            // Generous: a full parallel run on two shared cores has starved serve for tens of seconds.
+            try await h.waitUntil("serve's only connection waits for the locked event", timeout: 120) {
                 try await h.count(
                     "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") == 1
             }
