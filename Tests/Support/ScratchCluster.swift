@@ -54,7 +54,8 @@ public struct ScratchCluster: Sendable {
                 let cArguments = argv.map { strdup($0) } + [nil]
                 let cEnvironment = environment.map { strdup($0) } + [nil]
                 defer { for pointer in cArguments + cEnvironment { free(pointer) } }
-                let spawned = posix_spawn(&pid, "/bin/bash", nil, nil, cArguments, cEnvironment)
+                // One launch at a time with Foundation's Process.run (ProcessLaunch), which crashed beside others.
+                let spawned = ProcessLaunch.launches.withLock { _ in posix_spawn(&pid, "/bin/bash", nil, nil, cArguments, cEnvironment) }
                 guard spawned == 0 else {
                     continuation.resume(throwing: ScratchClusterError(message: "posix_spawn failed: \(spawned)"))
                     return
