@@ -3,7 +3,7 @@
 # (Python 3 standard library only). Prints them (text, or JSON with --json) on stdout; exits 1 when something
 # was lost (an accepted update missing or not broadcast, work left in the outbox, an update the feed gave up).
 #
-#   report.py --work DIR --mode kill|pg-restart --events N --interval S [--json]
+#   report.py --work DIR --mode kill|pg-restart|pg-stop --events N --interval S [--json]
 #
 # DIR holds: faults.tsv (index, fault epoch, back epoch, settled epoch, outbox rows claimed just after), end (epoch), broadcasts.csv
 # (channel id, event id, epoch of each broadcast APNs accepted), channels.csv (channel id, event id: the
@@ -179,7 +179,8 @@ def main():
         print()
         return 0 if ok else 1
 
-    what = {"kill": "SIGKILL of serve, a new serve on the same port", "pg-restart": "PostgreSQL restarted -m immediate"}
+    what = {"kill": "SIGKILL of serve, a new serve on the same port", "pg-restart": "PostgreSQL restarted -m immediate",
+            "pg-stop": "PostgreSQL stopped -m fast, then started again"}
     print(f"chaos {args.mode}: {args.events} events ({len(channels)} open channels), {len(faults)} fault{'s' if len(faults) != 1 else ''} "
           f"({what.get(args.mode, args.mode)}{', each while a broadcast was in flight' if args.aimed else ''}), "
           f"a whole state per event every {args.interval:g} s (jittered), APNs latency {args.apns_latency} ms")

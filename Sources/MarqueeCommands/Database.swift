@@ -34,7 +34,7 @@ enum Database {
 
     static func failure(_ error: PostgresError) -> CommandFailure {
         switch error.kind {
-        case .connectionFailed, .connectionLost, .poolClosed:
+        case .connectionFailed, .connectionLost, .poolClosed, .checkoutTimeout:
             CommandFailure("cannot reach the database: \(error.message)", exitCode: .unavailable, code: "database_unavailable")
         default:
             CommandFailure("database error: \(error)", exitCode: .failure, code: "database_error")

@@ -262,6 +262,14 @@ enum ServeCommand {
                 "pipeline-connections", value: "N", help: "Database connections of the broadcast pipeline's own pool (dispatcher, scheduler).",
                 environment: "MARQUEE_PIPELINE_CONNECTIONS", default: "\(ServeConfiguration.defaultPipelineConnections)"),
             .option(
+                "database-wait", value: "SECONDS",
+                help: "While the database is down or unreachable, a request is answered 503 with Retry-After within this.",
+                environment: "MARQUEE_DATABASE_WAIT", default: seconds(ServeConfiguration.defaultDatabaseWait)),
+            .option(
+                "max-queue-wait", value: "SECONDS",
+                help: "Refuse requests 429 with Retry-After while the oldest one waiting for a database connection has waited this long.",
+                environment: "MARQUEE_MAX_QUEUE_WAIT", default: seconds(AdmissionPolicy.defaultMaxQueueWait)),
+            .option(
                 "apns-push-url", value: "URL", help: "APNs push host (default: Apple's for each app's environment).",
                 environment: "MARQUEE_APNS_PUSH_URL"),
             .option(
@@ -292,7 +300,7 @@ enum ServeCommand {
         } catch {
             throw listenFailure(host: listen.host, port: listen.port, error)
         }
-        let configuration = ServeConfiguration(
+        var configuration = ServeConfiguration(
             databaseURL: try Database.url(arguments), host: listen.host, port: listen.port,
             migrate: !arguments.flag("no-migrate"),
             gracePeriod: .seconds(try arguments.int("grace-period", in: 0...3600) ?? ServeConfiguration.defaultGracePeriodSeconds),
@@ -300,6 +308,8 @@ enum ServeCommand {
             pipelineConnections: try arguments.int("pipeline-connections", in: 1...50) ?? ServeConfiguration.defaultPipelineConnections,
             apnsPushURL: arguments.string("apns-push-url"), apnsManageURL: arguments.string("apns-manage-url"),
             apnsCAFile: arguments.string("apns-ca-file"), pipeline: try pipelineSettings(arguments))
+        configuration.databaseWait = try arguments.seconds("database-wait", in: 1...60) ?? ServeConfiguration.defaultDatabaseWait
+        configuration.maxQueueWait = try arguments.seconds("max-queue-wait", in: 0...60) ?? AdmissionPolicy.defaultMaxQueueWait
         let logger = Logger(
             level: Logger.Level(rawValue: try arguments.required("log-level")) ?? ServeConfiguration.defaultLogLevel,
             format: Logger.Format(rawValue: try arguments.required("log-format")) ?? ServeConfiguration.defaultLogFormat,

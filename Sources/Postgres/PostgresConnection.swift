@@ -27,6 +27,15 @@ public struct PostgresConfiguration: Sendable {
         return copy
     }
 
+    /// The same server, with libpq's timeouts set so that a server gone away is noticed within about `seconds`:
+    /// `connect_timeout` (at least 2 s, libpq's minimum) for a connect nobody answers, `tcp_user_timeout` for a
+    /// statement whose packets nobody acknowledges, and keepalives for an idle connection (LISTEN) that went silent.
+    public func noticingOutagesWithin(seconds: Int) -> PostgresConfiguration {
+        let bound = max(1, seconds)
+        return setting("connect_timeout", "\(max(2, bound))").setting("tcp_user_timeout", "\(bound * 1000)")
+            .setting("keepalives_idle", "\(bound)").setting("keepalives_interval", "1").setting("keepalives_count", "3")
+    }
+
     /// The same server and credentials, another database.
     public func database(_ name: String) -> PostgresConfiguration {
         setting("dbname", name)

@@ -77,6 +77,9 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         case misuse
         /// The pool was closed.
         case poolClosed
+        /// No connection of the pool came free (or could be opened) within its checkout deadline: the server is
+        /// down, unreachable or overloaded. Nothing was sent; retry after a backoff.
+        case checkoutTimeout
     }
 
     public let kind: Kind
@@ -102,7 +105,7 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     /// True when the same work may succeed if retried (after a backoff, in a new transaction).
     public var isRetryable: Bool {
         switch kind {
-        case .connectionLost, .connectionFailed: return true
+        case .connectionLost, .connectionFailed, .checkoutTimeout: return true
         case .server: return sqlState?.isRetryable ?? false
         case .decoding, .misuse, .poolClosed: return false
         }

@@ -1,6 +1,10 @@
 // A bounded pool. Its bookkeeping is a value-type state machine (PoolState) whose event methods
 // return actions; PostgresPool performs them outside the lock. A connection found dead is dropped
 // on check-in and its slot reused for a fresh one, which is how the pool recovers after a restart.
+// A checkout waits at most the pool's deadline: while the server is down or unreachable a caller learns it
+// within that bound (a retryable `checkoutTimeout`) instead of queueing behind connects that cannot succeed.
+// The pool's load (tasks waiting, how long the oldest has waited, whether connects fail) is what callers
+// measure to refuse work before it queues (the API's admission).
 import Synchronization
 
 /// The pool's bookkeeping, free of I/O: which connections are idle, lent or being opened, and who waits.
@@ -23,7 +27,11 @@ struct PoolState<Connection> {
     private(set) var lent = 0
     private(set) var connecting = 0
     private(set) var waiters: [Int] = []
+    /// When each waiter queued; the oldest is `waiters.first`.
+    private(set) var queuedAt: [Int: ContinuousClock.Instant] = [:]
     private(set) var closed = false
+    /// The last attempt to open a connection failed and none opened since: the server looks down or unreachable.
+    private(set) var unreachable = false
 
     /// Connections open or being opened; never above `capacity`.
     var open: Int { idle.count + lent + connecting }
@@ -31,14 +39,33 @@ struct PoolState<Connection> {
     init(capacity: Int) { self.capacity = capacity }
 
     /// A task asks for a connection.
-    mutating func checkout(waiter: Int) -> [Action] {
+    mutating func checkout(waiter: Int, at now: ContinuousClock.Instant = .now) -> [Action] {
         if closed { return [.fail([waiter], PostgresError(kind: .poolClosed, message: "the pool is closed"))] }
         if let connection = idle.popLast() {
             lent += 1
             return [.lend(connection, to: waiter)]
         }
         waiters.append(waiter)
+        queuedAt[waiter] = now
         return connectIfNeeded()
+    }
+
+    /// A waiter's checkout deadline passed: it fails with `checkoutTimeout` unless it was served meanwhile.
+    mutating func expire(waiter: Int, after limit: Duration) -> [Action] {
+        guard let index = waiters.firstIndex(of: waiter) else { return [] }
+        waiters.remove(at: index)
+        queuedAt[waiter] = nil
+        let cause = unreachable ? "the database server cannot be reached" : "every connection stayed busy"
+        var error = PostgresError(kind: .checkoutTimeout, message: "no database connection within \(limit) (\(cause))")
+        error.hint = "retry after a backoff; nothing was sent"
+        error.notSent = true
+        return [.fail([waiter], error)]
+    }
+
+    /// How long the oldest waiter has waited (zero when none waits).
+    func oldestWait(now: ContinuousClock.Instant = .now) -> Duration {
+        guard let first = waiters.first, let since = queuedAt[first] else { return .zero }
+        return now - since
     }
 
     /// A task gives its connection back; `alive` is false when it broke.
@@ -51,6 +78,7 @@ struct PoolState<Connection> {
     /// A connection opened.
     mutating func connected(_ connection: Connection) -> [Action] {
         connecting -= 1
+        unreachable = false
         if closed { return [.close([connection])] }
         return offer(connection)
     }
@@ -59,14 +87,16 @@ struct PoolState<Connection> {
     /// connections are being opened, another attempt starts (so no waiter waits forever).
     mutating func connectFailed(_ error: PostgresError) -> [Action] {
         connecting -= 1
-        guard !waiters.isEmpty else { return [] }
-        return [.fail([waiters.removeFirst()], error)] + connectIfNeeded()
+        unreachable = true
+        guard let first = takeFirstWaiter() else { return [] }
+        return [.fail([first], error)] + connectIfNeeded()
     }
 
     /// A waiting task was cancelled.
     mutating func cancel(waiter: Int) -> [Action] {
         guard let index = waiters.firstIndex(of: waiter) else { return [] }
         waiters.remove(at: index)
+        queuedAt[waiter] = nil
         return [.cancelled(waiter)]
     }
 
@@ -76,6 +106,7 @@ struct PoolState<Connection> {
         let failed = waiters
         let closing = idle
         waiters = []
+        queuedAt = [:]
         idle = []
         return [.fail(failed, PostgresError(kind: .poolClosed, message: "the pool is closed")), .close(closing)]
     }
@@ -86,7 +117,14 @@ struct PoolState<Connection> {
             return []
         }
         lent += 1
-        return [.lend(connection, to: waiters.removeFirst())]
+        return [.lend(connection, to: takeFirstWaiter()!)]
+    }
+
+    private mutating func takeFirstWaiter() -> Int? {
+        guard !waiters.isEmpty else { return nil }
+        let first = waiters.removeFirst()
+        queuedAt[first] = nil
+        return first
     }
 
     private mutating func connectIfNeeded() -> [Action] {
@@ -104,15 +142,21 @@ public final class PostgresPool: Sendable {
         /// Waiters whose cancellation ran before they queued (the handler can run first).
         var cancelledEarly: Set<Int> = []
         var nextWaiter = 0
+        /// The deadline timers of queued waiters (`checkoutTimeout`).
+        var timers: [Int: Task<Void, Never>] = [:]
     }
 
     private let configuration: PostgresConfiguration
     private let locked: Mutex<Locked>
+    /// The longest a task waits for a connection before `checkoutTimeout` (nil: as long as it takes).
+    public let checkoutTimeout: Duration?
 
-    /// A pool that opens at most `maxConnections` connections, lazily.
-    public init(configuration: PostgresConfiguration, maxConnections: Int = 10) {
+    /// A pool that opens at most `maxConnections` connections, lazily. A task waits at most `checkoutTimeout`
+    /// for one (nil: without a bound).
+    public init(configuration: PostgresConfiguration, maxConnections: Int = 10, checkoutTimeout: Duration? = nil) {
         precondition(maxConnections > 0, "a pool needs at least one connection")
         self.configuration = configuration
+        self.checkoutTimeout = checkoutTimeout
         self.locked = Mutex(Locked(state: PoolState(capacity: maxConnections)))
     }
 
@@ -183,6 +227,16 @@ public final class PostgresPool: Sendable {
         locked.withLock { ($0.state.open, $0.state.idle.count, $0.state.waiters.count) }
     }
 
+    /// What waits on the pool now: read on every request by an admission check, so it costs one lock.
+    public var load: PostgresPoolLoad {
+        let now = ContinuousClock.now
+        return locked.withLock {
+            PostgresPoolLoad(
+                capacity: $0.state.capacity, waiting: $0.state.waiters.count, oldestWait: $0.state.oldestWait(now: now),
+                unreachable: $0.state.unreachable)
+        }
+    }
+
     // MARK: Internals
 
     private func checkout() async throws -> PostgresConnection {
@@ -195,7 +249,14 @@ public final class PostgresPool: Sendable {
                 let actions = locked.withLock { locked -> [PoolState<PostgresConnection>.Action] in
                     locked.continuations[waiter] = continuation
                     if locked.cancelledEarly.remove(waiter) != nil { return [.cancelled(waiter)] }
-                    return locked.state.checkout(waiter: waiter)
+                    let actions = locked.state.checkout(waiter: waiter)
+                    if let limit = checkoutTimeout, locked.state.queuedAt[waiter] != nil {
+                        locked.timers[waiter] = Task { [weak self] in
+                            guard (try? await Task.sleep(for: limit)) != nil, let self else { return }
+                            perform(self.locked.withLock { $0.state.expire(waiter: waiter, after: limit) })
+                        }
+                    }
+                    return actions
                 }
                 perform(actions)
             }
@@ -230,13 +291,19 @@ public final class PostgresPool: Sendable {
         case .close:
             break  // a connection closes when its last reference goes
         case .lend(let connection, let waiter):
-            let continuation = locked.withLock { $0.continuations.removeValue(forKey: waiter) }
+            let (continuation, timer) = locked.withLock { ($0.continuations.removeValue(forKey: waiter), $0.timers.removeValue(forKey: waiter)) }
+            timer?.cancel()
             continuation?.resume(returning: connection)
         case .fail(let waiters, let error):
-            let continuations = locked.withLock { locked in waiters.compactMap { locked.continuations.removeValue(forKey: $0) } }
+            let (continuations, timers) = locked.withLock { locked in
+                (waiters.compactMap { locked.continuations.removeValue(forKey: $0) }, waiters.compactMap { locked.timers.removeValue(forKey: $0) })
+            }
+            for timer in timers { timer.cancel() }
             for continuation in continuations { continuation.resume(throwing: error) }
         case .cancelled(let waiter):
-            locked.withLock { $0.continuations.removeValue(forKey: waiter) }?.resume(throwing: CancellationError())
+            let (continuation, timer) = locked.withLock { ($0.continuations.removeValue(forKey: waiter), $0.timers.removeValue(forKey: waiter)) }
+            timer?.cancel()
+            continuation?.resume(throwing: CancellationError())
         case .connect:
             let configuration = self.configuration
             Task {
@@ -253,5 +320,24 @@ public final class PostgresPool: Sendable {
                 perform(actions)
             }
         }
+    }
+}
+
+/// What waits on a pool at one moment.
+public struct PostgresPoolLoad: Sendable, Equatable {
+    /// The most connections the pool opens.
+    public let capacity: Int
+    /// Tasks waiting for a connection.
+    public let waiting: Int
+    /// How long the oldest of them has waited (zero when none waits).
+    public let oldestWait: Duration
+    /// The last attempt to open a connection failed and none opened since.
+    public let unreachable: Bool
+
+    public init(capacity: Int, waiting: Int, oldestWait: Duration, unreachable: Bool) {
+        self.capacity = capacity
+        self.waiting = waiting
+        self.oldestWait = oldestWait
+        self.unreachable = unreachable
     }
 }

@@ -79,15 +79,16 @@ final class BroadcastHarness: Sendable {
     /// Builds the world, runs `body` and always tears the world down (serve gets SIGTERM and must exit 0).
     /// `simulator` adjusts the simulator's configuration (quota, faults) before it starts.
     /// With `appBackend`, the simulated devices register the activities they start with serve (one
-    /// instance, on a port chosen ahead), as an app's backend would.
+    /// instance, on a port chosen ahead), as an app's backend would. `database` is an empty database's URL (default: a
+    /// new database on the test cluster), e.g. on a cluster of the test's own that it stops.
     static func run<T>(
         simulator: (inout SimulatorConfiguration) -> Void = { _ in }, instances: Int = 1, serveArguments: [String] = [],
-        appBackend: Bool = false, _ body: (BroadcastHarness) async throws -> T
+        appBackend: Bool = false, database: String? = nil, _ body: (BroadcastHarness) async throws -> T
     ) async throws -> T {
         let harness =
             appBackend
             ? try await startWithAppBackend(simulator: simulator, instances: instances, serveArguments: serveArguments)
-            : try await start(simulator: simulator, instances: instances, serveArguments: serveArguments, backendKey: nil)
+            : try await start(simulator: simulator, instances: instances, serveArguments: serveArguments, backendKey: nil, database: database)
         do {
             let registered = try await harness.api("POST", "/v1/attribute-types", MatchState.attributeType(app: harness.appID))
             try #require(registered.status == 201, "POST /v1/attribute-types: \(registered.text)")
@@ -129,7 +130,8 @@ final class BroadcastHarness: Sendable {
     }
 
     private static func start(
-        simulator adjust: (inout SimulatorConfiguration) -> Void, instances: Int, serveArguments: [String], backendKey: NewAPIKey?
+        simulator adjust: (inout SimulatorConfiguration) -> Void, instances: Int, serveArguments: [String], backendKey: NewAPIKey?,
+        database: String? = nil
     ) async throws -> BroadcastHarness {
         let state = FileManager.default.temporaryDirectory.appending(path: "marquee-e2e-sim-\(UUID().uuidString)").path
         var configuration = SimulatorConfiguration(stateDirectory: state)
@@ -137,7 +139,8 @@ final class BroadcastHarness: Sendable {
         adjust(&configuration)
         let simulator = try await APNsSimulator.start(configuration: configuration)
         do {
-            let url = try await TestDatabase.freshURL("e2e")
+            var url = database ?? ""
+            if database == nil { url = try await TestDatabase.freshURL("e2e") }
             let migrated = try await MarqueeProcess.run(["migrate"], databaseURL: url)
             try #require(migrated.status == 0, "marquee migrate: \(migrated.stderr)")
             let files = simulator.files
@@ -207,6 +210,8 @@ final class BroadcastHarness: Sendable {
     struct Response {
         let status: Int
         let body: [UInt8]
+        /// Header names in lower case.
+        var headers: [String: String] = [:]
         var json: JSONValue { (try? JSONValue(parsing: body)) ?? .null }
         var text: String { String(decoding: body, as: UTF8.self) }
         var errorCode: String? { json["error"]?["code"]?.stringValue }
@@ -221,7 +226,7 @@ final class BroadcastHarness: Sendable {
         if body != nil { all["Content-Type"] = "application/json" }
         all.merge(headers) { $1 }
         let response = try await LoopbackHTTP.request(port: ports[instance], method, path, headers: all, body: body?.jsonBytes ?? [])
-        return Response(status: response.status, body: response.body)
+        return Response(status: response.status, body: response.body, headers: response.headers)
     }
 
     /// The sum of a Prometheus counter's samples on serve number `instance` whose labels contain every `labels` pair.

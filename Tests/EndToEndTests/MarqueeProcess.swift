@@ -37,13 +37,16 @@ enum MarqueeProcess {
     /// `arguments`) and waits for its `listening`
     /// line; returns the process and the port it bound. Unless told otherwise it keeps 6 database connections
     /// for the API and 2 for the broadcast pipeline, so that the many serve processes of a parallel run stay within the
-    /// test cluster's connection limit.
+    /// test cluster's connection limit, and refuses requests only after 30 s in its pool's queue.
     static func serve(databaseURL: String, arguments: [String] = [], environment extra: [String: String] = [:]) async throws
         -> (process: Running, port: Int)
     {
         let pool =
             (arguments.contains("--max-connections") ? [] : ["--max-connections", "6"])
             + (arguments.contains("--pipeline-connections") ? [] : ["--pipeline-connections", "2"])
+            // A parallel run starves every serve of CPU for seconds at times: that is not the overload that
+            // --max-queue-wait sheds, which its own tests set.
+            + (arguments.contains("--max-queue-wait") ? [] : ["--max-queue-wait", "30"])
         let listen = arguments.contains("--listen") ? [] : ["--listen", "127.0.0.1:0"]
         let serve = try start(
             ["serve", "--log-format", "json"] + listen + pool + arguments,

@@ -55,6 +55,37 @@ struct PoolStateTests {
         #expect(state.waiters.isEmpty)
     }
 
+    @Test func aWaiterPastItsDeadlineFailsAndOnlyIt() {
+        var state = State(capacity: 1)
+        let start = ContinuousClock.now
+        _ = state.checkout(waiter: 1, at: start)
+        _ = state.connected(10)
+        _ = state.checkout(waiter: 2, at: start)
+        _ = state.checkout(waiter: 3, at: start + .seconds(1))
+        #expect(state.oldestWait(now: start + .seconds(2)) == .seconds(2))
+        let expired = state.expire(waiter: 2, after: .seconds(5))
+        #expect(Self.summary(expired) == ["fail [2]"])
+        if case .fail(_, let error) = expired.first {
+            #expect(error.kind == .checkoutTimeout)
+            #expect(error.isRetryable)
+        }
+        #expect(state.oldestWait(now: start + .seconds(2)) == .seconds(1))
+        #expect(Self.summary(state.expire(waiter: 2, after: .seconds(5))) == [])  // once
+        #expect(Self.summary(state.checkin(10, alive: true)) == ["lend 10 to 3"])
+        #expect(Self.summary(state.expire(waiter: 3, after: .seconds(5))) == [])  // served before its deadline
+        #expect(state.oldestWait() == .zero)
+    }
+
+    @Test func failedConnectsMarkTheServerUnreachableUntilOneOpens() {
+        var state = State(capacity: 1)
+        _ = state.checkout(waiter: 1)
+        _ = state.connectFailed(PostgresError(kind: .connectionFailed, message: "down"))
+        #expect(state.unreachable)
+        _ = state.checkout(waiter: 2)
+        _ = state.connected(10)
+        #expect(!state.unreachable)
+    }
+
     @Test func cancelAndClose() {
         var state = State(capacity: 1)
         _ = state.checkout(waiter: 1)

@@ -87,6 +87,34 @@ struct PoolTests {
         #expect(pool.statistics.open == 0)
     }
 
+    @Test func aCheckoutWaitsNoLongerThanItsDeadline() async throws {
+        let pool = PostgresPool(configuration: TestDatabase.shared, maxConnections: 1, checkoutTimeout: .milliseconds(300))
+        defer { pool.close() }
+        let holding = AsyncStream.makeStream(of: Void.self)
+        let release = AsyncStream.makeStream(of: Void.self)
+        let holder = Task {
+            // Opening the first connection can take longer than the deadline on a loaded machine: try again then.
+            while true {
+                do {
+                    return try await pool.withConnection { _ in
+                        holding.continuation.yield()
+                        for await _ in release.stream { break }
+                    }
+                } catch let error as PostgresError where error.kind == .checkoutTimeout {
+                    continue
+                }
+            }
+        }
+        for await _ in holding.stream { break }
+        let error = try await #require(throws: PostgresError.self) { try await pool.query("SELECT 1") }
+        #expect(error.kind == .checkoutTimeout)
+        #expect(error.isRetryable)
+        #expect(pool.load.waiting == 0)
+        release.continuation.yield()
+        try await holder.value
+        #expect(try await pool.query("SELECT 1 AS n")[0].decode(Int.self, column: "n") == 1)  // the pool serves again
+    }
+
     @Test func cancelledWaiterLeavesTheQueue() async throws {
         let pool = PostgresPool(configuration: TestDatabase.shared, maxConnections: 1)
         defer { pool.close() }

@@ -8,7 +8,8 @@ import Synchronization
 
 /// Launches a test's child process while no other test launches one.
 public enum ProcessLaunch {
-    private static let launches = Mutex(())
+    /// Held while a child process is launched (`ScratchCluster`'s posix_spawn takes it too).
+    static let launches = Mutex(())
 
     /// `process.run()`, one launch at a time across the test binary.
     public static func run(_ process: Process) throws { try launches.withLock { _ in try process.run() } }

@@ -1,5 +1,5 @@
 // The API as a function from request to response, testable without sockets. In order: route (404, 405),
-// body size (413), key and scope (401, 403), content type (415), JSON syntax (400), then the handler
+// admission of a keyed route (429, or 503 while the database is down: APIAdmission), body size (413), key and scope (401, 403), content type (415), JSON syntax (400), then the handler
 // (422 and the rest). Each request is counted and timed by route template and status, and logged on one
 // line without the Authorization header or the body.
 import Foundation
@@ -18,10 +18,14 @@ public final class APIServer: Sendable {
     private let logger: Logger
     private let requests: Counter
     private let durations: Histogram
+    /// Refuses keyed requests while the database is behind (nil: every request is let in).
+    private let admission: APIAdmission?
+    /// The `Retry-After` of a 503 for a database that could not be reached.
+    static let databaseRetryAfter = 1
 
     public init(
         routes: [any APIRoutes], keys: APIKeyVerifier, metrics: MetricsRegistry, logger: Logger,
-        maxBodySize: Int = APIServer.defaultMaxBodySize
+        maxBodySize: Int = APIServer.defaultMaxBodySize, admission: APIAdmission? = nil
     ) {
         var table = RouteTable()
         for group in routes { group.register(in: &table) }
@@ -29,6 +33,7 @@ public final class APIServer: Sendable {
         self.keys = keys
         self.logger = logger
         self.maxBodySize = maxBodySize
+        self.admission = admission
         requests = metrics.counter(
             "marquee_http_requests_total", help: "HTTP API requests by method, route template and status.",
             labels: ["method", "route", "status"])
@@ -55,6 +60,10 @@ public final class APIServer: Sendable {
                 response = answer
             case .found(let route, let matched, let parameters):
                 template = matched
+                // Keyed routes need the database: refused before the key is checked (that may read it too).
+                let admitted = route.access == .open ? nil : admission
+                if let refusal = admitted?.refusal() { throw refusal }
+                defer { admitted?.finished() }
                 let (key, body) = try await admit(request, to: route)
                 keyID = key?.keyID
                 response = try await route.handler(APIRequest(http: request, parameters: parameters, key: key, body: body))
@@ -66,9 +75,12 @@ public final class APIServer: Sendable {
             if error.status == 401 || error.status == 403 {
                 keyID = APIKeyText(authorization: request.headers["authorization"] ?? "")?.id
             }
+        } catch let error as PostgresError where error.kind == .checkoutTimeout {
+            logger.warning("no database connection in time", ["route": .string(template), "error": .string("\(error)")])
+            response = APIError.unavailable("the database did not answer in time; retry later", retryAfter: Self.databaseRetryAfter).response
         } catch let error as PostgresError where error.kind == .connectionFailed || error.kind == .connectionLost || error.kind == .poolClosed {
             logger.error("database unavailable", ["route": .string(template), "error": .string("\(error)")])
-            response = APIError.unavailable("the database cannot be reached; retry later").response
+            response = APIError.unavailable("the database cannot be reached; retry later", retryAfter: Self.databaseRetryAfter).response
         } catch {
             logger.error("request failed", ["route": .string(template), "error": .string("\(error)")])
             response = APIError.internalError.response

@@ -70,6 +70,9 @@ final class ChunkWorker: Sendable {
     /// 5 s at most, since the park may end sooner (another sender's probe succeeded).
     static func parkedDelay(until: Date, now: Date) -> TimeInterval { max(0.1, min(until.timeIntervalSince(now), 5)) }
 
+    /// The longest wait between two turns that failed.
+    static let outageBackoff: Duration = .seconds(2)
+
     /// Work was made in this process: take a turn now.
     func wake() { wakeup.signal() }
 
@@ -107,7 +110,8 @@ final class ChunkWorker: Sendable {
                     failures += 1
                     if failures % 10 == 1 { logger.error("\(name) turn failed", ["error": .string("\(error)"), "failures": .int(failures)]) }
                 }
-                let wait = failures == 0 ? pollInterval : min(pollInterval * (1 << min(failures, 5)), .seconds(10))
+                // While the database is away: back off to 2 s, so the work resumes within that once it is back.
+                let wait = failures == 0 ? pollInterval : min(pollInterval * (1 << min(failures, 5)), Self.outageBackoff)
                 await wakeup.wait(upTo: wait)
             }
         }

@@ -221,7 +221,11 @@ public final class MirrorService: Service, ChunkJob {
             }
         } catch {
             logger.error("mirroring chunk failed; it is claimed again later", ["error": .string("\(error)")])
-            try? await repository.release(chunk, instance: instance, after: chunkBackoff.delay(attempt: chunk.attempts), now: databaseNow)
+            // After a database outage the chunk is given back once it answers again, not left for its lease.
+            let delay = (error as? PostgresError)?.isRetryable == true ? 0.5 : chunkBackoff.delay(attempt: chunk.attempts)
+            try? await DurableWrite.run(until: .now + .seconds(settings.chunkLease), logger: logger) {
+                try await repository.release(chunk, instance: instance, after: delay, now: databaseNow)
+            }
         }
     }
 

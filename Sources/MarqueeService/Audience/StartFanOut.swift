@@ -316,8 +316,13 @@ public final class StartFanOut: Service, ChunkJob {
             }
         } catch {
             logger.error("start chunk failed; it is claimed again later", ["error": .string("\(error)")])
-            try? await repository.release(
-                chunk, instance: configuration.instance, after: configuration.chunkBackoff.delay(attempt: chunk.attempts), now: databaseNow)
+            // The database went away: the chunk is given back as soon as it answers again (else it would wait for its
+            // lease, this instance being alive), and claimed again shortly after.
+            let outage = (error as? PostgresError)?.isRetryable == true
+            let delay = outage ? Self.outageDelay : configuration.chunkBackoff.delay(attempt: chunk.attempts)
+            try? await DurableWrite.run(until: .now + .seconds(configuration.chunkLease), logger: logger) {
+                try await repository.release(chunk, instance: configuration.instance, after: delay, now: databaseNow)
+            }
         }
     }
 
@@ -434,6 +439,9 @@ public final class StartFanOut: Service, ChunkJob {
             }
         }
     }
+
+    /// How long a chunk that met a database outage waits before it is claimed again.
+    static let outageDelay: TimeInterval = 0.5
 
     /// How long a window of channel starts waits for a broadcast in flight to be recorded.
     private static let raceWait: Duration = .seconds(2)

@@ -39,6 +39,18 @@ public struct ServeConfiguration: Sendable {
     /// 20 connections in all: a pool small enough that few backends plan again after each autovacuum pass.
     public static let defaultMaxConnections = 16
     public static let defaultPipelineConnections = 4
+    /// How long a request waits for the database before it is answered 503 with `Retry-After` (the API pool's
+    /// checkout deadline), and the bound of libpq's connect and unacknowledged-send timeouts on every connection;
+    /// default `defaultDatabaseWait`.
+    public var databaseWait: TimeInterval = defaultDatabaseWait
+    public static let defaultDatabaseWait: TimeInterval = 5
+    /// Keyed requests are refused 429 with `Retry-After` while the oldest request waiting for one of the API's
+    /// connections has waited this long (`AdmissionPolicy`); default `AdmissionPolicy.defaultMaxQueueWait`.
+    public var maxQueueWait: TimeInterval = AdmissionPolicy.defaultMaxQueueWait
+    /// Every connection's settings: the URL with libpq's timeouts bound by `databaseWait`.
+    public var database: PostgresConfiguration {
+        PostgresConfiguration(url: databaseURL).noticingOutagesWithin(seconds: Int(databaseWait.rounded(.up)))
+    }
     /// The start fan-out's and mirroring's own pool (run and pass steps, chunk claims, marks and records): one
     /// connection per chunk in flight (`--start-chunks`, `--mirror-chunks`).
     public var audienceConnections: Int { pipeline.starts.chunksInFlight + pipeline.mirroring.chunksInFlight }
@@ -198,12 +210,11 @@ public final class MarqueeDaemon: Sendable {
     public init(configuration: ServeConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
+        // The API's pool has a checkout deadline: while the database is away a request answers 503 within it.
         let pool = PostgresPool(
-            configuration: PostgresConfiguration(url: configuration.databaseURL),
-            maxConnections: configuration.maxConnections)
-        let pipelinePool = PostgresPool(
-            configuration: PostgresConfiguration(url: configuration.databaseURL),
-            maxConnections: configuration.pipelineConnections)
+            configuration: configuration.database, maxConnections: configuration.maxConnections,
+            checkoutTimeout: .milliseconds(Int64((configuration.databaseWait * 1000).rounded())))
+        let pipelinePool = PostgresPool(configuration: configuration.database, maxConnections: configuration.pipelineConnections)
         self.pipelinePool = pipelinePool
         let metrics = MetricsRegistry()
         let keys = APIKeyVerifier(lookup: APIKeyRepository(pool: pool))
@@ -225,7 +236,7 @@ public final class MarqueeDaemon: Sendable {
         // creates at once, and the parks are read once per refresh for the whole process.
         let parking = CredentialsParking(pool: pipelinePool, metrics: pipelineMetrics, logger: logger)
         let dispatcher = BroadcastDispatcher(
-            pool: pipelinePool, listenTo: PostgresConfiguration(url: configuration.databaseURL), apns: apns,
+            pool: pipelinePool, listenTo: configuration.database, apns: apns,
             catalog: catalog,
             configuration: configuration.pipeline.dispatcher(instance: instance),
             metrics: pipelineMetrics, logger: logger, parking: parking)
@@ -233,12 +244,11 @@ public final class MarqueeDaemon: Sendable {
         notifier.onCommitted { [dispatcher] dueIn in dispatcher.wake(dueIn: dueIn) }
         self.dispatcher = dispatcher
         heartbeat = InstanceHeartbeat(
-            instance: instance, database: PostgresConfiguration(url: configuration.databaseURL),
+            instance: instance, database: configuration.database,
             configuration: configuration.heartbeat, logger: logger)
         // The audience's own connections (the start fan-out and mirroring), so a kick-off's million starts never
         // make a broadcast wait for one.
-        let audiencePool = PostgresPool(
-            configuration: PostgresConfiguration(url: configuration.databaseURL), maxConnections: configuration.audienceConnections)
+        let audiencePool = PostgresPool(configuration: configuration.database, maxConnections: configuration.audienceConnections)
         self.audiencePool = audiencePool
         mirroring = MirrorService(
             pool: audiencePool, apns: apns, instance: instance,
@@ -265,7 +275,9 @@ public final class MarqueeDaemon: Sendable {
                 adminTimeout: .seconds(configuration.pipeline.adminTimeout),
                 maxClockSkew: configuration.pipeline.maxClockSkew,
                 settings: configuration.pipeline, starts: starts, startRuns: startMetrics.runs),
-            keys: keys, metrics: metrics, logger: logger.with(["component": "api"]))
+            keys: keys, metrics: metrics, logger: logger.with(["component": "api"]),
+            admission: APIAdmission(
+                policy: .forPool(connections: configuration.maxConnections, maxQueueWait: configuration.maxQueueWait), pool: pool))
     }
 
     /// The API's feature areas. A new area adds its `APIRoutes` here (and its paths to the OpenAPI document).

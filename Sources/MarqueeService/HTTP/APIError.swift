@@ -11,12 +11,15 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     public let message: String
     /// The input at fault as a path, e.g. `contentState.homeScore`, or a header or query name.
     public let field: String?
+    /// Seconds a client should wait before it tries again (`Retry-After`), for 429 and 503.
+    public let retryAfter: Int?
 
-    public init(status: Int, code: String, message: String, field: String? = nil) {
+    public init(status: Int, code: String, message: String, field: String? = nil, retryAfter: Int? = nil) {
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.retryAfter = retryAfter
     }
 
     public var description: String { "\(status) \(code): \(message)" + (field.map { " (\($0))" } ?? "") }
@@ -34,6 +37,7 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     public var response: HTTPResponse {
         var headers: HTTPHeaders = ["content-type": "application/json"]
         if status == 401 { headers.add("www-authenticate", "Bearer") }
+        if let retryAfter { headers.add("retry-after", "\(retryAfter)") }
         return HTTPResponse(status: status, headers: headers, body: json.jsonBytes)
     }
 
@@ -93,7 +97,14 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
         APIError(status: 504, code: "apns_timeout", message: message, field: nil)
     }
 
-    public static func unavailable(_ message: String) -> APIError {
-        APIError(status: 503, code: "unavailable", message: message, field: nil)
+    public static func unavailable(_ message: String, retryAfter: Int? = nil) -> APIError {
+        APIError(status: 503, code: "unavailable", message: message, field: nil, retryAfter: retryAfter)
+    }
+
+    /// 429: the server is behind (its database queue is past `--max-queue-wait`); the request did nothing.
+    public static func overloaded(retryAfter: Int) -> APIError {
+        APIError(
+            status: 429, code: "overloaded", message: "the server is behind; nothing was done, retry after \(retryAfter) s", field: nil,
+            retryAfter: retryAfter)
     }
 }

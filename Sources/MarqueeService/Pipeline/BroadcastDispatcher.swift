@@ -76,6 +76,9 @@ public final class BroadcastDispatcher: Service {
             wakeup: wakeup)
     }
 
+    /// The longest wait between two claims that failed (the database is away).
+    static let outageBackoff: Duration = .seconds(2)
+
     /// The time passed to the database instead of its `now()`: the injected clock's with
     /// `clockDrivesDatabase` (tests), else nil. One closure, shared with the record batcher.
     private let databaseClock: @Sendable () -> Date?
@@ -192,7 +195,8 @@ public final class BroadcastDispatcher: Service {
                             }
                         }
                     } catch {
-                        // The database is away: back off up to 5 s, logging the first failure and every tenth.
+                        // The database is away: back off up to 2 s (so sends resume within that once it is back),
+                        // logging the first failure and every tenth.
                         // The claim may have run without its answer reaching us: its rows are freed before the next.
                         mayHoldOrphans.withLock { $0 = true }
                         claimFailures += 1
@@ -204,7 +208,7 @@ public final class BroadcastDispatcher: Service {
                 let backoff =
                     claimFailures == 0
                     ? configuration.pollInterval
-                    : min(configuration.pollInterval * (1 << min(claimFailures, 6)), .seconds(5))
+                    : min(configuration.pollInterval * (1 << min(claimFailures, 6)), Self.outageBackoff)
                 // Short of slots, due times wait too: a finished send asks for the next claim.
                 if !full {
                     await waitForWork(until: ContinuousClock.now + backoff, dueTimes: claimFailures == 0 && free > 0, shutdown: shutdown)
