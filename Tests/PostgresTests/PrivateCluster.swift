@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Testing
 
 /// A throwaway cluster of the test's own (Scripts/pg), for tests that restart the server.
@@ -33,34 +34,13 @@ struct PrivateCluster: Sendable {
 
     func restart() async throws { _ = try await Self.pg(["restart", directory]) }
 
-    /// Runs Scripts/pg on a thread of its own (waitpid blocks). Not Foundation's Process: it waits for
-    /// a descriptor that the server started by pg_ctl inherits, so it never sees the script exit.
+    /// Runs Scripts/pg to completion; returns what it printed. The server that pg_ctl starts inherits no descriptor
+    /// of the script's but its output file, and the wait is for the script's own exit.
     static func pg(_ arguments: [String]) async throws -> String {
-        let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("pg-\(UUID().uuidString).out").path
-        defer { try? FileManager.default.removeItem(atPath: outputPath) }
         let script = repositoryRoot.appendingPathComponent("Scripts/pg").path
-        let argv = ["/bin/bash", "-c", "exec bash \"$0\" \"$@\" >\"$MARQUEE_PG_OUTPUT\" </dev/null", script] + arguments
-        let environment =
-            ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" }
-            + ["MARQUEE_PG_OUTPUT=\(outputPath)"]
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            Thread.detachNewThread {
-                var pid: pid_t = 0
-                let cArguments = argv.map { strdup($0) } + [nil]
-                let cEnvironment = environment.map { strdup($0) } + [nil]
-                defer { for pointer in cArguments + cEnvironment { free(pointer) } }
-                let spawned = posix_spawn(&pid, "/bin/bash", nil, nil, cArguments, cEnvironment)
-                guard spawned == 0 else {
-                    continuation.resume(throwing: TestSetupError(message: "posix_spawn failed: \(spawned)"))
-                    return
-                }
-                var status: Int32 = 0
-                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-                continuation.resume(returning: status)
-            }
-        }
-        guard status == 0 else { throw TestSetupError(message: "Scripts/pg \(arguments) exited with status \(status)") }
-        return try String(contentsOfFile: outputPath, encoding: .utf8)
+        let run = try await ChildProcess.run("/bin/bash", [script] + arguments)
+        guard run.status == 0 else { throw TestSetupError(message: "Scripts/pg \(arguments) exited with status \(run.status): \(run.stderr)") }
+        return run.stdout
     }
 }
 
