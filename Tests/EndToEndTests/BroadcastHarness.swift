@@ -55,6 +55,11 @@ final class BroadcastHarness: Sendable {
     /// `environment` adjusts the new process's variables (the simulator's hosts and CA, by default).
     func killAndRestart(instance: Int = 0, environment adjust: (inout [String: String]) -> Void = { _ in }) async throws {
         await kill(instance: instance)
+        try await restart(instance: instance, environment: adjust)
+    }
+
+    /// Starts a serve as number `instance` (after `kill(instance:)`).
+    func restart(instance: Int = 0, environment adjust: (inout [String: String]) -> Void = { _ in }) async throws {
         var environment = simulator.environmentVariables
         adjust(&environment)
         let (process, port) = try await MarqueeProcess.serve(
