@@ -37,28 +37,7 @@ import Testing
     /// Runs a tool from PATH to completion on a thread outside the cooperative pool; returns its standard output.
     static func run(_ name: String, _ arguments: [String], input: [UInt8] = []) async throws -> String {
         let path = try #require(tool(name), "\(name) is not on PATH: run Scripts/bootstrap")
-        return try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                do {
-                    let process = Process()
-                    process.executableURL = URL(fileURLWithPath: path)
-                    process.arguments = arguments
-                    let output = Pipe()
-                    let stdin = Pipe()
-                    process.standardOutput = output
-                    process.standardError = FileHandle.nullDevice
-                    process.standardInput = stdin
-                    try ProcessLaunch.run(process)
-                    stdin.fileHandleForWriting.write(Data(input))
-                    try stdin.fileHandleForWriting.close()
-                    let data = output.fileHandleForReading.readDataToEndOfFile()
-                    process.waitUntilExit()
-                    continuation.resume(returning: String(decoding: data, as: UTF8.self))
-                } catch {
-                    continuation.resume(throwing: error)
-                }
-            }
-        }
+        return try await ChildProcess.run(path, arguments, input: .bytes(input), stderr: .discarded).stdout
     }
 
     struct CurlAnswer {

@@ -127,37 +127,13 @@ import Testing
     /// True when the built binary's root help lists `apns` (the command is wired into the root).
     static let binaryHasAPNs: Bool = {
         guard FileManager.default.isExecutableFile(atPath: binary) else { return false }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["--help"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        guard (try? ProcessLaunch.run(process)) != nil else { return false }
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return process.terminationStatus == 0 && text.contains("Send one request to APNs")
+        guard let help = try? ChildProcess.runBlocking(binary, ["--help"], stderr: .discarded) else { return false }
+        return help.status == 0 && help.stdout.contains("Send one request to APNs")
     }()
 
     static func runBinary(_ arguments: [String], environment: [String: String]) async throws -> (status: Int32, output: String) {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread.detachNewThread {
-                do {
-                    let process = Process()
-                    process.executableURL = URL(fileURLWithPath: binary)
-                    process.arguments = arguments
-                    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-                    let output = Pipe()
-                    process.standardOutput = output
-                    process.standardError = FileHandle.nullDevice
-                    try ProcessLaunch.run(process)
-                    let data = output.fileHandleForReading.readDataToEndOfFile()
-                    process.waitUntilExit()
-                    continuation.resume(returning: (process.terminationStatus, String(decoding: data, as: UTF8.self)))
-                } catch {
-                    continuation.resume(throwing: error)
-                }
-            }
-        }
+        let outcome = try await ChildProcess.run(
+            binary, arguments, environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }, stderr: .discarded)
+        return (outcome.status, outcome.stdout)
     }
 }

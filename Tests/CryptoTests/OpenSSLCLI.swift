@@ -30,16 +30,7 @@ struct OpenSSLCLI {
 
     @discardableResult
     func run(_ arguments: [String]) throws -> Outcome {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["openssl"] + arguments
-        process.currentDirectoryURL = folder
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try ProcessLaunch.run(process)
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Outcome(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))
+        let outcome = try ChildProcess.runBlocking("openssl", arguments, directory: folder.path, stderr: .standardOutput)
+        return Outcome(status: outcome.status, output: outcome.stdout)
     }
 }

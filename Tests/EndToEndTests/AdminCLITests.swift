@@ -11,7 +11,7 @@ import Testing
     static let binaryBuilt = FileManager.default.isExecutableFile(atPath: MarqueeProcess.binary)
 
     /// Runs the CLI with no database, no inherited API settings, and `environment` on top.
-    static func cli(_ arguments: [String], _ environment: [String: String] = [:]) async throws -> MarqueeProcess.Result {
+    static func cli(_ arguments: [String], _ environment: [String: String] = [:]) async throws -> ChildProcess.Outcome {
         try await MarqueeProcess.run(
             arguments, databaseURL: nil,
             environment: ["MARQUEE_URL": "", "MARQUEE_API_KEY": "", "MARQUEE_CA_FILE": ""].merging(environment) { $1 })
@@ -205,7 +205,7 @@ import Testing
 
     /// A serve process on a fresh database, an admin key, and one app.
     struct Server {
-        let serve: MarqueeProcess.Running
+        let serve: ChildProcess
         let port: Int
         var url: String { "http://127.0.0.1:\(port)" }
         let databaseURL: String
@@ -222,7 +222,7 @@ import Testing
             return Server(serve: serve, port: port, databaseURL: databaseURL, key: key, folder: folder)
         }
 
-        func cli(_ arguments: [String], key: String? = nil) async throws -> MarqueeProcess.Result {
+        func cli(_ arguments: [String], key: String? = nil) async throws -> ChildProcess.Outcome {
             try await AdminCLITests.cli(arguments, ["MARQUEE_URL": url, "MARQUEE_API_KEY": key ?? self.key])
         }
 
@@ -324,7 +324,7 @@ import Testing
         try await server.registerMatchAttributes(app: app)
         #expect(try await server.cli(["event", "list"], key: "").status == 77)
 
-        func create(_ externalID: String, contentState: String = #"{"homeScore":0,"awayScore":0}"#) async throws -> MarqueeProcess.Result {
+        func create(_ externalID: String, contentState: String = #"{"homeScore":0,"awayScore":0}"#) async throws -> ChildProcess.Outcome {
             try await server.cli([
                 "event", "create", "--app", String(app), "--external-id", externalID, "--kind", "match",
                 "--attribute-type", "MatchAttributes", "--starts-at", "2031-05-01T19:45:00+02:00",

@@ -32,12 +32,12 @@ final class BroadcastHarness: Sendable {
     private let stateDirectory: String
     private let serveArguments: [String]
     /// The serve processes and their ports; `killAndRestart` replaces one.
-    private let processes: Mutex<(serves: [MarqueeProcess.Running], ports: [Int])>
-    var serves: [MarqueeProcess.Running] { processes.withLock { $0.serves } }
+    private let processes: Mutex<(serves: [ChildProcess], ports: [Int])>
+    var serves: [ChildProcess] { processes.withLock { $0.serves } }
     var ports: [Int] { processes.withLock { $0.ports } }
 
     private init(
-        simulator: APNsSimulator, databaseURL: String, pool: PostgresPool, serves: [MarqueeProcess.Running], ports: [Int],
+        simulator: APNsSimulator, databaseURL: String, pool: PostgresPool, serves: [ChildProcess], ports: [Int],
         adminKey: String, appID: Int, stateDirectory: String, serveArguments: [String]
     ) {
         self.simulator = simulator
@@ -55,6 +55,11 @@ final class BroadcastHarness: Sendable {
     /// `environment` adjusts the new process's variables (the simulator's hosts and CA, by default).
     func killAndRestart(instance: Int = 0, environment adjust: (inout [String: String]) -> Void = { _ in }) async throws {
         await kill(instance: instance)
+        try await restart(instance: instance, environment: adjust)
+    }
+
+    /// Starts a serve as number `instance` (after `kill(instance:)`).
+    func restart(instance: Int = 0, environment adjust: (inout [String: String]) -> Void = { _ in }) async throws {
         var environment = simulator.environmentVariables
         adjust(&environment)
         let (process, port) = try await MarqueeProcess.serve(
@@ -161,7 +166,7 @@ final class BroadcastHarness: Sendable {
                     keyID: backendKey.id, name: "app-backend", scopes: ["tokens"], salt: backendKey.salt, hash: backendKey.hash)
             }
 
-            var serves: [MarqueeProcess.Running] = []
+            var serves: [ChildProcess] = []
             var ports: [Int] = []
             for _ in 0..<instances {
                 let (process, port) = try await MarqueeProcess.serve(
@@ -181,7 +186,7 @@ final class BroadcastHarness: Sendable {
 
     /// SIGTERM to every serve (each must exit 0 within 20 s, else it is killed), then the simulator stops.
     func stop() async {
-        for serve in serves where serve.process.isRunning { serve.signal(SIGTERM) }
+        for serve in serves where serve.isRunning { serve.signal(SIGTERM) }
         for serve in serves {
             // A guard, not a wait: only a serve that does not stop reaches it (and fails the expectation below).
             let exited = Task {

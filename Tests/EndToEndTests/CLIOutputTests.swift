@@ -1,6 +1,7 @@
 import Foundation
 import MarqueeCore
 import MarqueeStore
+import MarqueeTestSupport
 import Postgres
 import Testing
 
@@ -22,7 +23,7 @@ struct CLIOutputTests {
             ]) { $1 }
         }
 
-        func run(_ words: [String]) async throws -> MarqueeProcess.Result {
+        func run(_ words: [String]) async throws -> ChildProcess.Outcome {
             try await MarqueeProcess.run(words, databaseURL: h.databaseURL, environment: environment)
         }
 
@@ -179,7 +180,7 @@ struct CLIOutputTests {
     @Test func stdoutCarriesOnlyTheData() async throws {
         try await BroadcastHarness.run { h in
             let cli = CLI(h: h)
-            func lines(_ result: MarqueeProcess.Result) -> [Substring] { result.stdout.split(separator: "\n") }
+            func lines(_ result: ChildProcess.Outcome) -> [Substring] { result.stdout.split(separator: "\n") }
 
             // KEY=$(marquee key create ...): the key alone, and it works.
             let created = try await cli.run(["key", "create", "--scope", "admin", "--name", "ops"])

@@ -9,11 +9,11 @@ import Testing
 /// `--json` error has the API's shape, `field` included (`null` when no argument is at fault).
 @Suite(.serialized, .enabled(if: MarqueeProcess.available))
 struct CLIStdoutTests {
-    static func lines(_ result: MarqueeProcess.Result) -> [Substring] { result.stdout.split(separator: "\n") }
+    static func lines(_ result: ChildProcess.Outcome) -> [Substring] { result.stdout.split(separator: "\n") }
 
     /// Exit 0, standard output exactly `stdout` (nothing when empty), and `note` on standard error.
     static func expectData(
-        _ result: MarqueeProcess.Result, _ words: [String], stdout: (String) -> Bool, note: String,
+        _ result: ChildProcess.Outcome, _ words: [String], stdout: (String) -> Bool, note: String,
         sourceLocation: SourceLocation = #_sourceLocation
     ) {
         #expect(result.status == 0, "\(words): exit \(result.status): \(result.stderr)", sourceLocation: sourceLocation)
@@ -29,7 +29,7 @@ struct CLIStdoutTests {
     @Test func eachCommandPrintsItsDataOnStdoutAndWhatItDidOnStderr() async throws {
         try await BroadcastHarness.run { h in
             let cli = CLIOutputTests.CLI(h: h)
-            func run(_ words: [String]) async throws -> MarqueeProcess.Result { try await cli.run(words) }
+            func run(_ words: [String]) async throws -> ChildProcess.Outcome { try await cli.run(words) }
 
             // migrate: the names it applied (none here) on stdout; "schema is current" is a note.
             var words = ["migrate"]
@@ -130,7 +130,7 @@ struct CLIStdoutTests {
     @Test func jsonErrorsAlwaysCarryField() async throws {
         try await BroadcastHarness.run { h in
             let cli = CLIOutputTests.CLI(h: h)
-            func error(_ result: MarqueeProcess.Result) -> JSONObject? { (try? JSONValue(parsing: result.stdout))?["error"]?.objectValue }
+            func error(_ result: ChildProcess.Outcome) -> JSONObject? { (try? JSONValue(parsing: result.stdout))?["error"]?.objectValue }
 
             let missing = try await cli.run(["event", "show", "999", "--json"])
             #expect(missing.status == 66)

@@ -271,7 +271,7 @@ struct ChannelOperationsTests {
             func holder() async throws -> Int? {
                 let rows = try await h.pool.query("SELECT holder FROM leader_leases WHERE expires_at > now()")
                 guard let holder = try rows.first?.decode(String.self, column: "holder") else { return nil }
-                return h.serves.firstIndex { holder.contains("-\($0.process.processIdentifier)-") }
+                return h.serves.firstIndex { holder.contains("-\($0.processIdentifier)-") }
             }
             let leader = try #require(try await holder(), "no instance holds the scheduler lease")
             let other = 1 - leader

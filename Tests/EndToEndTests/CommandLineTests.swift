@@ -7,7 +7,7 @@ import Testing
 /// `marquee migrate`, `key ...` and `app ...` as an operator runs them, against the test database.
 @Suite(.enabled(if: MarqueeProcess.available))
 struct CommandLineTests {
-    func json(_ result: MarqueeProcess.Result) throws -> JSONValue {
+    func json(_ result: ChildProcess.Outcome) throws -> JSONValue {
         try JSONValue(parsing: result.stdout)
     }
 

@@ -2,7 +2,6 @@ import Foundation
 import MarqueeCore
 import MarqueeTestSupport
 import Postgres
-import Synchronization
 
 /// The built `marquee` binary (Scripts/test builds it first), run as a process.
 enum MarqueeProcess {
@@ -11,26 +10,26 @@ enum MarqueeProcess {
     static let binary = repositoryRoot.appending(path: ".build/debug/marquee").path
     static let available = TestDatabase.available && FileManager.default.isExecutableFile(atPath: binary)
 
-    struct Result {
-        let status: Int32
-        let stdout: String
-        let stderr: String
-    }
-
     /// Runs `marquee arguments...` to completion.
-    static func run(_ arguments: [String], databaseURL: String?, environment extra: [String: String] = [:]) async throws -> Result {
-        let running = try start(arguments, databaseURL: databaseURL, environment: extra)
-        let status = await running.wait()
-        return Result(status: status, stdout: running.stdout, stderr: running.stderr)
+    static func run(_ arguments: [String], databaseURL: String?, environment extra: [String: String] = [:]) async throws
+        -> ChildProcess.Outcome
+    {
+        try await ChildProcess.run(binary, arguments, environment: environment(databaseURL: databaseURL, extra))
     }
 
-    static func start(_ arguments: [String], databaseURL: String?, environment extra: [String: String] = [:]) throws -> Running {
+    /// Starts `marquee arguments...`; its output goes to files of its own (no pipe can fill up).
+    static func start(_ arguments: [String], databaseURL: String?, environment extra: [String: String] = [:]) throws -> ChildProcess {
+        try ChildProcess(binary, arguments, environment: environment(databaseURL: databaseURL, extra))
+    }
+
+    /// The test process's environment without serve's database and listen settings, then `databaseURL` and `extra`.
+    static func environment(databaseURL: String?, _ extra: [String: String]) -> [String: String] {
         var environment = ProcessInfo.processInfo.environment
         environment.removeValue(forKey: "MARQUEE_DATABASE_URL")
         environment.removeValue(forKey: "MARQUEE_LISTEN")
         if let databaseURL { environment["MARQUEE_DATABASE_URL"] = databaseURL }
         environment.merge(extra) { $1 }
-        return try Running(arguments: arguments, environment: environment)
+        return environment
     }
 
     /// Starts `marquee serve --listen 127.0.0.1:0 --log-format json arguments...` (or the `--listen` of
@@ -39,7 +38,7 @@ enum MarqueeProcess {
     /// for the API and 2 for the broadcast pipeline, so that the many serve processes of a parallel run stay within the
     /// test cluster's connection limit, and refuses requests only after 30 s in its pool's queue.
     static func serve(databaseURL: String, arguments: [String] = [], environment extra: [String: String] = [:]) async throws
-        -> (process: Running, port: Int)
+        -> (process: ChildProcess, port: Int)
     {
         let pool =
             (arguments.contains("--max-connections") ? [] : ["--max-connections", "6"])
@@ -61,68 +60,11 @@ enum MarqueeProcess {
                     guard let record = try? JSONValue(parsing: String(line)), record["msg"] == "listening" else { return nil }
                     return record["port"]?.intValue.map(Int.init)
                 }.first
-            return port != nil || !serve.process.isRunning
+            return port != nil || !serve.isRunning
         }
         if let port { return (serve, port) }
-        let ended = serve.process.isRunning ? "still running" : "exited with \(serve.process.terminationStatus)"
+        let ended = serve.terminationStatus.map { "exited with \($0)" } ?? "still running"
         throw LoopbackHTTP.Failure(
             description: "serve did not start (\(ended) after \(Int(Date().timeIntervalSince(started))) s): \(serve.stderr)")
-    }
-
-    /// A running process whose output goes to temporary files (no pipe can fill up).
-    final class Running: Sendable {
-        let process: Process
-        let stdoutURL: URL
-        let stderrURL: URL
-        private final class ExitState: Sendable {
-            let state = Mutex<(status: Int32?, waiters: [CheckedContinuation<Int32, Never>])>((nil, []))
-        }
-        private let exit = ExitState()
-
-        init(arguments: [String], environment: [String: String]) throws {
-            let folder = FileManager.default.temporaryDirectory.appending(path: "marquee-e2e-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            stdoutURL = folder.appending(path: "stdout")
-            stderrURL = folder.appending(path: "stderr")
-            _ = FileManager.default.createFile(atPath: stdoutURL.path, contents: nil)
-            _ = FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: MarqueeProcess.binary)
-            process.arguments = arguments
-            process.environment = environment
-            process.standardOutput = try FileHandle(forWritingTo: stdoutURL)
-            process.standardError = try FileHandle(forWritingTo: stderrURL)
-            self.process = process
-            process.terminationHandler = { [exit] process in
-                let waiters = exit.state.withLock { state in
-                    state.status = process.terminationStatus
-                    defer { state.waiters = [] }
-                    return state.waiters
-                }
-                for waiter in waiters { waiter.resume(returning: process.terminationStatus) }
-            }
-            // One launch at a time across the test binary (ProcessLaunch).
-            try ProcessLaunch.run(process)
-        }
-
-        var stdout: String { (try? String(contentsOf: stdoutURL, encoding: .utf8)) ?? "" }
-        var stderr: String { (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "" }
-
-        func wait() async -> Int32 {
-            await withCheckedContinuation { continuation in
-                let status = exit.state.withLock { state -> Int32? in
-                    if state.status == nil { state.waiters.append(continuation) }
-                    return state.status
-                }
-                if let status { continuation.resume(returning: status) }
-            }
-        }
-
-        func signal(_ number: Int32) { kill(process.processIdentifier, number) }
-
-        deinit {
-            if process.isRunning { process.terminate() }
-            try? FileManager.default.removeItem(at: stdoutURL.deletingLastPathComponent())
-        }
     }
 }

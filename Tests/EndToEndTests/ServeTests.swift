@@ -9,7 +9,7 @@ import Testing
 @Suite(.enabled(if: MarqueeProcess.available))
 struct ServeTests {
     /// Starts `marquee serve` on a free port and waits for its `listening` line; returns the process and port.
-    static func startServe(databaseURL: String, extra: [String] = []) async throws -> (MarqueeProcess.Running, Int) {
+    static func startServe(databaseURL: String, extra: [String] = []) async throws -> (ChildProcess, Int) {
         try await MarqueeProcess.serve(databaseURL: databaseURL, arguments: extra)
     }
 
@@ -41,23 +41,13 @@ struct ServeTests {
         let huge = FileManager.default.temporaryDirectory.appending(path: "marquee-huge-\(UUID().uuidString)")
         try Data(repeating: 0x20, count: 1_100_000).write(to: huge)
         defer { try? FileManager.default.removeItem(at: huge) }
-        let curl = Process()
-        curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        curl.arguments = [
-            "-s", "-H", "Authorization: Bearer \(key)", "-H", "Content-Type: application/json",
-            "--data-binary", "@\(huge.path)", "-w", "\n%{http_code}", "http://127.0.0.1:\(port)/v1/attribute-types",
-        ]
-        let pipe = Pipe()
-        curl.standardOutput = pipe
-        try ProcessLaunch.run(curl)
-        // Read on a thread of its own, never on the cooperative pool.
-        let output = await withCheckedContinuation { continuation in
-            Thread.detachNewThread {
-                let data = pipe.fileHandleForReading.readDataToEndOfFile()
-                curl.waitUntilExit()
-                continuation.resume(returning: String(decoding: data, as: UTF8.self))
-            }
-        }
+        let curl = try await ChildProcess.run(
+            "/usr/bin/curl",
+            [
+                "-s", "-H", "Authorization: Bearer \(key)", "-H", "Content-Type: application/json",
+                "--data-binary", "@\(huge.path)", "-w", "\n%{http_code}", "http://127.0.0.1:\(port)/v1/attribute-types",
+            ])
+        let output = curl.stdout
         let (answer, code) = (output.split(separator: "\n").first.map(String.init) ?? "", output.split(separator: "\n").last)
         #expect(code == "413", "\(output)")
         #expect((try? JSONValue(parsing: answer))?["error"]?["code"] == "payload_too_large", "\(output)")
@@ -96,7 +86,7 @@ struct ServeTests {
         serve.signal(SIGTERM)
         let refused = try await eventually { await !LoopbackHTTP.canConnect(port: port) }
         #expect(refused, "new connections are still accepted after SIGTERM")
-        #expect(serve.process.isRunning, "the process must wait for requests in flight")
+        #expect(serve.isRunning, "the process must wait for requests in flight")
 
         try await blocker.executeScript("COMMIT")
         for request in requests {

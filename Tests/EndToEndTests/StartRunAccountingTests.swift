@@ -87,15 +87,15 @@ struct StartRunAccountingTests {
             let follow = try MarqueeProcess.start(
                 ["event", "starts", String(event), "--follow", "--interval", "0.2"], databaseURL: nil, environment: environment)
             try await harness.waitUntil("--follow waits for a run") { follow.stderr.contains("has no start run yet: waiting for one") }
-            #expect(follow.process.isRunning, "\(follow.stderr)")
+            #expect(follow.isRunning, "\(follow.stderr)")
 
             #expect(try await harness.api("POST", "/v1/events/\(event)/starts", [:]).status == 202)
             try await harness.waitUntil("--follow shows the rolling run") { follow.stderr.contains(" rolling ") }
             // It looked again (every 0.2 s) and is still following: three looks at the rolling run, not a fixed time.
             try await harness.waitUntil("--follow looked at the rolling run three times") {
-                follow.stderr.components(separatedBy: " rolling ").count > 3 || !follow.process.isRunning
+                follow.stderr.components(separatedBy: " rolling ").count > 3 || !follow.isRunning
             }
-            #expect(follow.process.isRunning, "--follow returned on a rolling run: \(follow.stderr)")
+            #expect(follow.isRunning, "--follow returned on a rolling run: \(follow.stderr)")
 
             // The event ends: the run is done, and --follow prints it and exits 0.
             #expect(try await harness.api("POST", "/v1/events/\(event)/end", ["contentState": MatchState().input]).status == 202)

@@ -8,23 +8,8 @@ struct VersionAndCompletionTests {
     /// Runs a program to completion, waiting on a thread of its own (never on the cooperative pool); its standard
     /// output, and its exit status.
     static func run(_ program: String, _ arguments: [String]) async throws -> (String, Int32) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: program)
-        process.arguments = arguments
-        process.currentDirectoryURL = MarqueeProcess.repositoryRoot
-        let output = FileManager.default.temporaryDirectory.appending(path: "marquee-run-\(UUID().uuidString)")
-        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-        defer { try? FileManager.default.removeItem(at: output) }
-        process.standardOutput = try FileHandle(forWritingTo: output)
-        process.standardError = FileHandle.nullDevice
-        try ProcessLaunch.run(process)
-        let status = await withCheckedContinuation { continuation in
-            Thread.detachNewThread {
-                process.waitUntilExit()
-                continuation.resume(returning: process.terminationStatus)
-            }
-        }
-        return (try String(contentsOf: output, encoding: .utf8), status)
+        let run = try await ChildProcess.run(program, arguments, directory: MarqueeProcess.repositoryRoot.path, stderr: .discarded)
+        return (run.stdout, run.status)
     }
 
     @Test func versionIsTheVersionFileAndTheCommitBuilt() async throws {

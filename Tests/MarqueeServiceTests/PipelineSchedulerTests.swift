@@ -5,6 +5,7 @@ import MarqueeService
 import MarqueeStore
 import MarqueeTestSupport
 import Postgres
+import Synchronization
 import Testing
 
 /// The channel scheduler against a real PostgreSQL and an in-memory APNs, on a manual clock.
@@ -383,14 +384,28 @@ struct PipelineSchedulerTests {
         }
         _ = try await f.makeEvent(startsAt: f.clock.now)
         f.apns.state.withLock { $0.createsHeld = true }
-        let sweep = Task { try await scheduler.runOnce() }
+        let sweepEnded = SweepEnded()
+        let sweep = Task {
+            defer { sweepEnded.value.withLock { $0 = true } }
+            return try await scheduler.runOnce()
+        }
         // The sweep holds the lease once its create is in flight; the create is held there (a fixed sleep, then a
-        // 1 s create, lost that race on a busy machine), and the service starts during it.
-        #expect(try await eventually { f.apns.state.withLock { $0.createsInFlight } == 1 })
+        // 1 s create, lost that race on a busy machine), and the service starts during it. The wait ends at the
+        // create or at the sweep's end: a sweep that threw or made no create fails here at once, with what it
+        // said. Beside two CPU hogs and the whole suite, the sweep's few statements before its create once took
+        // over a minute, so the bound (10 minutes) only guards against a hang; it is not what the test checks.
+        try await waitUntil("the sweep's create is in flight or the sweep ended", within: .seconds(600)) {
+            f.apns.state.withLock { $0.createsInFlight } == 1 || sweepEnded.value.withLock { $0 }
+        }
+        if f.apns.state.withLock({ $0.createsInFlight }) != 1 {
+            Issue.record("the sweep ended before its create: \(await sweep.result); log: \(f.log.all.suffix(20).joined(separator: "\n"))")
+            return
+        }
         let shutdown = ShutdownSignal()
         let running = Task { try await scheduler.run(until: shutdown) }
-        // The service's first look at the lease (it renews the sweep's: same holder), then the create answers.
-        _ = try await eventually { f.metrics.schedulerLeader.value() == 1 }
+        // The service's first look at the lease (it renews the sweep's: same holder), then the create answers. The
+        // bound only guards against a hang, as above.
+        try await waitUntil("the service leads", within: .seconds(600)) { f.metrics.schedulerLeader.value() == 1 }
         f.apns.state.withLock { $0.createsHeld = false }
         #expect(try await sweep.value.opened.count == 1)
         #expect(scheduler.isLeader)
@@ -588,4 +603,9 @@ extension PipelineSchedulerTests {
         // An event that never had a channel has none to recreate.
         await #expect(throws: ChannelSchedulerError.self) { _ = try await scheduler.recreateChannel(eventID: try await f.makeEvent().id) }
     }
+}
+
+/// Set once a test's sweep task has ended, however it ended.
+private final class SweepEnded: Sendable {
+    let value = Mutex(false)
 }

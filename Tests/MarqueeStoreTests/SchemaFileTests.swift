@@ -22,7 +22,7 @@ struct SchemaFileTests {
         let pool = PostgresPool(configuration: PostgresConfiguration(url: url), maxConnections: 1)
         defer { pool.close() }
         try await MigrationRunner(pool: pool).migrate()
-        let schema = Self.header + Self.normalized(try Self.dump(url: url))
+        let schema = Self.header + Self.normalized(try await Self.dump(url: url))
         let file = RepositoryCheckout.root.appending(path: "Sql/schema.sql")
         if ProcessInfo.processInfo.environment["MARQUEE_WRITE_SCHEMA"] == "1" { try schema.write(to: file, atomically: true, encoding: .utf8) }
         let current = (try? String(contentsOf: file, encoding: .utf8)) ?? ""
@@ -30,17 +30,11 @@ struct SchemaFileTests {
     }
 
     /// `pg_dump --schema-only` of the database at `url`.
-    static func dump(url: String) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["pg_dump", "--schema-only", "--no-owner", "--no-privileges", "--no-comments", "--dbname=\(url)"]
-        let output = Pipe()
-        process.standardOutput = output
-        try ProcessLaunch.run(process)
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "pg_dump failed")
-        return String(decoding: data, as: UTF8.self)
+    static func dump(url: String) async throws -> String {
+        let dump = try await ChildProcess.run(
+            "pg_dump", ["--schema-only", "--no-owner", "--no-privileges", "--no-comments", "--dbname=\(url)"])
+        #expect(dump.status == 0, "pg_dump failed: \(dump.stderr)")
+        return dump.stdout
     }
 
     /// The dump without what differs from one run to the next or says nothing of the tables: comment lines, `SET`

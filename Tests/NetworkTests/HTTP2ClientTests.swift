@@ -327,8 +327,8 @@ func clientMaxConcurrentStreams(inNGHTTPDLog log: String) -> Int {
         #expect(await connection.queuedRequests == 0)
         #expect(!harness.events.sawClose)
         // A stopped peer keeps the socket open but answers nothing.
-        kill(peer.process.processIdentifier, SIGSTOP)
-        defer { kill(peer.process.processIdentifier, SIGCONT) }
+        peer.process.signal(SIGSTOP)
+        defer { peer.process.signal(SIGCONT) }
         #expect(try await eventually { harness.events.all.contains(.closed(.connectionClosed)) }, "\(harness.events.all)")
     }
 }

@@ -30,28 +30,8 @@ enum ServerTestTools {
             defer { try? FileManager.default.removeItem(at: scratch) }
             return try await run(executable, arguments, in: scratch)
         }
-        let id = UUID().uuidString
-        let outURL = folder.appendingPathComponent("\(id).out")
-        let errURL = folder.appendingPathComponent("\(id).err")
-        _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
-        _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [executable] + arguments
-        process.currentDirectoryURL = folder
-        process.standardOutput = try FileHandle(forWritingTo: outURL)
-        process.standardError = try FileHandle(forWritingTo: errURL)
-        process.standardInput = FileHandle.nullDevice
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-            do { try process.run() } catch {
-                process.terminationHandler = nil
-                continuation.resume(throwing: error)
-            }
-        }
-        let output = (try? String(contentsOf: outURL, encoding: .utf8)) ?? ""
-        let errors = (try? String(contentsOf: errURL, encoding: .utf8)) ?? ""
-        return ServerTestProcessResult(status: status, output: output, errors: errors)
+        let run = try await ChildProcess.run(executable, arguments, directory: folder.path)
+        return ServerTestProcessResult(status: run.status, output: run.stdout, errors: run.stderr)
     }
 }
 

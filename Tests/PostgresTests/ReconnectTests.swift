@@ -7,10 +7,10 @@ import Testing
 @Suite(.enabled(if: TestDatabase.available))
 struct ReconnectTests {
     @Test func poolConnectionsAndListenerSurviveAServerRestart() async throws {
-        try await PrivateCluster.with { cluster in try await Self.survivesRestart(cluster) }
+        try await ScratchCluster.with { cluster in try await Self.survivesRestart(cluster) }
     }
 
-    static func survivesRestart(_ cluster: PrivateCluster) async throws {
+    static func survivesRestart(_ cluster: ScratchCluster) async throws {
         let configuration = PostgresConfiguration(url: cluster.url)
         let direct = try await PostgresConnection.connect(configuration)
         let pool = PostgresPool(configuration: configuration, maxConnections: 1)

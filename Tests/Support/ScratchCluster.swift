@@ -40,33 +40,18 @@ public struct ScratchCluster: Sendable {
     /// Starts the halted server again, on the same port.
     public func resume() async throws { _ = try await Self.pg(["resume", directory]) }
 
-    /// Runs Scripts/pg on a thread of its own (waitpid blocks). Not Foundation's Process: it waits for a descriptor
-    /// that the server started by pg_ctl inherits, so it never sees the script exit.
+    /// Stops the server (fast shutdown) and starts it again on the same port.
+    public func restart() async throws { _ = try await Self.pg(["restart", directory]) }
+
+    /// Runs Scripts/pg to completion; returns what it printed. The server that pg_ctl starts inherits no descriptor
+    /// of the script's but its output file (ChildProcess closes the others), and the wait is for the script's own exit.
     static func pg(_ arguments: [String]) async throws -> String {
-        let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("pg-\(UUID().uuidString).out").path
-        defer { try? FileManager.default.removeItem(atPath: outputPath) }
         let script = repositoryRoot.appendingPathComponent("Scripts/pg").path
-        let argv = ["/bin/bash", "-c", "exec bash \"$0\" \"$@\" >\"$MARQUEE_PG_OUTPUT\" </dev/null", script] + arguments
-        let environment = ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" } + ["MARQUEE_PG_OUTPUT=\(outputPath)"]
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            Thread.detachNewThread {
-                var pid: pid_t = 0
-                let cArguments = argv.map { strdup($0) } + [nil]
-                let cEnvironment = environment.map { strdup($0) } + [nil]
-                defer { for pointer in cArguments + cEnvironment { free(pointer) } }
-                // One launch at a time with Foundation's Process.run (ProcessLaunch), which crashed beside others.
-                let spawned = ProcessLaunch.launches.withLock { _ in posix_spawn(&pid, "/bin/bash", nil, nil, cArguments, cEnvironment) }
-                guard spawned == 0 else {
-                    continuation.resume(throwing: ScratchClusterError(message: "posix_spawn failed: \(spawned)"))
-                    return
-                }
-                var status: Int32 = 0
-                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-                continuation.resume(returning: status)
-            }
+        let run = try await ChildProcess.run("/bin/bash", [script] + arguments)
+        guard run.status == 0 else {
+            throw ScratchClusterError(message: "Scripts/pg \(arguments) exited with status \(run.status): \(run.stderr)")
         }
-        guard status == 0 else { throw ScratchClusterError(message: "Scripts/pg \(arguments) exited with status \(status)") }
-        return try String(contentsOfFile: outputPath, encoding: .utf8)
+        return run.stdout
     }
 }
 

@@ -6,6 +6,7 @@ internal import COpenSSL
 // a throwaway CA and server certificate made by the openssl command line in a temporary folder.
 // Process launches and waits are blocking, so they run on a Dispatch thread, never on the Swift pool.
 import Foundation
+import MarqueeTestSupport
 
 @testable import Network
 
@@ -23,26 +24,9 @@ struct ClientPeerError: Error, CustomStringConvertible {
 /// Runs a command to completion; throws with its output when it fails.
 @discardableResult
 func clientRun(_ executable: String, _ arguments: [String], in directory: URL? = nil) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    if let directory { process.currentDirectoryURL = directory }
-    // The output goes to a file, read once the process has exited: a pipe's end of file never comes while a
-    // process spawned at the same moment by another test holds an inherited copy of its write end (seen once:
-    // every test waited on ClientCertificates.shared, whose openssl had exited).
-    let outputFile = FileManager.default.temporaryDirectory.appendingPathComponent("marquee-run-\(UUID().uuidString).out")
-    guard FileManager.default.createFile(atPath: outputFile.path, contents: nil) else {
-        throw ClientPeerError(description: "cannot create \(outputFile.path)")
-    }
-    defer { try? FileManager.default.removeItem(at: outputFile) }
-    let handle = try FileHandle(forWritingTo: outputFile)
-    process.standardOutput = handle
-    process.standardError = handle
-    try process.run()
-    process.waitUntilExit()
-    try handle.close()
-    let output = String(decoding: (try? Data(contentsOf: outputFile)) ?? Data(), as: UTF8.self)
-    guard process.terminationStatus == 0 else {
+    let run = try ChildProcess.runBlocking(executable, arguments, directory: directory?.path, stderr: .standardOutput)
+    let output = run.stdout
+    guard run.status == 0 else {
         throw ClientPeerError(description: "\(executable) \(arguments.joined(separator: " ")) failed: \(output)")
     }
     return output
@@ -158,7 +142,7 @@ func clientPortAccepts(_ port: Int, host: String = "127.0.0.1") -> Bool {
 
 /// A server process on a loopback port, stopped (SIGKILL) when the test lets go of it.
 final class ClientPeerProcess: @unchecked Sendable {
-    let process: Process
+    let process: ChildProcess
     let host: String
     let port: Int
     let directory: URL
@@ -172,14 +156,8 @@ final class ClientPeerProcess: @unchecked Sendable {
         self.directory = directory
         logFile = directory.appendingPathComponent("server.log")
         _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
-        let log = try FileHandle(forWritingTo: logFile)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.currentDirectoryURL = directory
-        process.standardOutput = log
-        process.standardError = log
-        try process.run()
+        process = try ChildProcess(
+            executable, arguments, directory: directory.path, stdout: .file(logFile.path), stderr: .standardOutput)
         let deadline = Date().addingTimeInterval(10)
         while !clientPortAccepts(port, host: host) {
             guard process.isRunning, Date() < deadline else {
@@ -194,8 +172,8 @@ final class ClientPeerProcess: @unchecked Sendable {
 
     /// SIGKILL: the peer dies without a word.
     func kill() {
-        if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        process.signal(SIGKILL)
+        _ = process.waitBlocking()
     }
 
     deinit {
