@@ -4,11 +4,11 @@ import MarqueeTestSupport
 import Postgres
 import Synchronization
 
-/// The built `marquee` binary (Scripts/test builds it first), run as a process.
+/// The built `marquee` binary (Scripts/test builds it first; `BuiltProducts` says where), run as a process.
 enum MarqueeProcess {
     static let repositoryRoot = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    static let binary = repositoryRoot.appending(path: ".build/debug/marquee").path
+    static let binary = BuiltProducts.path(of: "marquee")
     static let testDatabaseURL = ProcessInfo.processInfo.environment["MARQUEE_TEST_DATABASE_URL"]
     static let available = testDatabaseURL != nil && FileManager.default.isExecutableFile(atPath: binary)
 
