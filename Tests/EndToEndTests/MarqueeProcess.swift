@@ -3,6 +3,7 @@ import MarqueeCore
 import MarqueeTestSupport
 import Postgres
 import Synchronization
+import Testing
 
 /// The built `marquee` binary (Scripts/test builds it first; `BuiltProducts` says where), run as a process.
 enum MarqueeProcess {
@@ -83,6 +84,8 @@ enum MarqueeProcess {
         let process: Process
         let stdoutURL: URL
         let stderrURL: URL
+        /// Whether this is `serve`, whose output is scanned for secrets (LogSecretScan) when the test lets go of it.
+        let isServe: Bool
         private final class ExitState: Sendable {
             let state = Mutex<(status: Int32?, waiters: [CheckedContinuation<Int32, Never>])>((nil, []))
         }
@@ -93,6 +96,7 @@ enum MarqueeProcess {
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             stdoutURL = folder.appending(path: "stdout")
             stderrURL = folder.appending(path: "stderr")
+            isServe = arguments.first == "serve"
             _ = FileManager.default.createFile(atPath: stdoutURL.path, contents: nil)
             _ = FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
             let process = Process()
@@ -131,6 +135,9 @@ enum MarqueeProcess {
 
         deinit {
             if process.isRunning { process.terminate() }
+            if isServe {
+                for finding in LogSecretScan.findings(in: stdout + stderr) { Issue.record("serve's output holds a secret: \(finding)") }
+            }
             try? FileManager.default.removeItem(at: stdoutURL.deletingLastPathComponent())
         }
     }
