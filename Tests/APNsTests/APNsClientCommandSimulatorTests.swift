@@ -121,8 +121,7 @@ import Testing
         #expect(error?["requestId"]?.stringValue?.count == 36 && error?["attempts"]?.intValue == 1)
     }
 
-    static let binary = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent(".build/debug/marquee").path
+    static let binary = BuiltProducts.path(of: "marquee")
 
     /// True when the built binary's root help lists `apns` (the command is wired into the root).
     static let binaryHasAPNs: Bool = {

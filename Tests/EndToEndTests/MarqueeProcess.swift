@@ -3,11 +3,11 @@ import MarqueeCore
 import MarqueeTestSupport
 import Postgres
 
-/// The built `marquee` binary (Scripts/test builds it first), run as a process.
+/// The built `marquee` binary (Scripts/test builds it first; `BuiltProducts` says where), run as a process.
 enum MarqueeProcess {
     static let repositoryRoot = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    static let binary = repositoryRoot.appending(path: ".build/debug/marquee").path
+    static let binary = BuiltProducts.path(of: "marquee")
     static let available = TestDatabase.available && FileManager.default.isExecutableFile(atPath: binary)
 
     /// Runs `marquee arguments...` to completion.
@@ -17,9 +17,12 @@ enum MarqueeProcess {
         try await ChildProcess.run(binary, arguments, environment: environment(databaseURL: databaseURL, extra))
     }
 
-    /// Starts `marquee arguments...`; its output goes to files of its own (no pipe can fill up).
+    /// Starts `marquee arguments...`; its output goes to files of its own (no pipe can fill up), and
+    /// `serve`'s output is scanned for secrets (LogSecretScan) when the test lets go of it.
     static func start(_ arguments: [String], databaseURL: String?, environment extra: [String: String] = [:]) throws -> ChildProcess {
-        try ChildProcess(binary, arguments, environment: environment(databaseURL: databaseURL, extra))
+        try ChildProcess(
+            binary, arguments, environment: environment(databaseURL: databaseURL, extra),
+            checkingOutput: arguments.first == "serve" ? LogSecretScan.recordFindings(in:) : nil)
     }
 
     /// The test process's environment without serve's database and listen settings, then `databaseURL` and `extra`.

@@ -30,7 +30,7 @@ struct VersionAndCompletionTests {
 
     /// The embedding tool reads a branch from a loose ref, from packed-refs, a detached HEAD, and says `unknown` without .git.
     @Test func theEmbeddedCommitComesFromHeadAndTheRefItNames() async throws {
-        let tool = MarqueeProcess.repositoryRoot.appending(path: ".build/debug/SourceEmbedder").path
+        let tool = BuiltProducts.path(of: "SourceEmbedder")
         let folder = FileManager.default.temporaryDirectory.appending(path: "marquee-version-\(UUID().uuidString)")
         let git = folder.appending(path: "git")
         try FileManager.default.createDirectory(at: git.appending(path: "refs/heads"), withIntermediateDirectories: true)

@@ -398,7 +398,8 @@ struct PipelineDispatchTests {
         }
         let other = f.secondPool()
         defer { other.close() }
-        let ingesting = Task {
+        // A copy of the ids: a build with -sanitize=thread captures the var itself and refuses to send it to the task.
+        let ingesting = Task { [eventIDs] in
             var generator = SystemRandomNumberGenerator()
             for step in 0..<60 {
                 let eventID = eventIDs[step % eventIDs.count]

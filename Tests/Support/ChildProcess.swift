@@ -59,13 +59,18 @@ public final class ChildProcess: Sendable {
     private let folder: URL?
     private let stdoutPath: String?
     private let stderrPath: String?
+    /// Given the captured output when the test lets go of the child (before it is deleted).
+    private let outputCheck: (@Sendable (String) -> Void)?
 
     /// Starts `executable` (a path, or a name looked up on PATH) with `arguments`, in `directory` (the test
-    /// process's own without it) with `environment` (the test process's without it).
+    /// process's own without it) with `environment` (the test process's without it). `checkingOutput` is given the
+    /// captured stdout and stderr when the child is released.
     public init(
         _ executable: String, _ arguments: [String] = [], environment: [String: String]? = nil, directory: String? = nil,
-        input: Input = .null, stdout: Output = .captured, stderr: Output = .captured
+        input: Input = .null, stdout: Output = .captured, stderr: Output = .captured,
+        checkingOutput: (@Sendable (String) -> Void)? = nil
     ) throws {
+        outputCheck = checkingOutput
         let needsFolder: Bool
         switch (input, stdout, stderr) {
         case (.bytes, _, _), (_, .captured, _), (_, _, .captured): needsFolder = true
@@ -205,6 +210,7 @@ public final class ChildProcess: Sendable {
     /// A child still running when its test lets go of it gets SIGTERM.
     deinit {
         signal(SIGTERM)
+        outputCheck?(stdout + stderr)
         if let folder { try? FileManager.default.removeItem(at: folder) }
     }
 
