@@ -4,7 +4,7 @@ import Testing
 
 /// `Scripts/demo` checks its arguments before it installs or builds anything: a bad one is a message and 64.
 @Suite struct DemoArgumentTests {
-    static let script = MarqueeProcess.repositoryRoot.appending(path: "Scripts/demo").path
+    static let script = RepositoryCheckout.root.appending(path: "Scripts/demo").path
 
     /// Runs `Scripts/demo arguments...` and returns its exit status and standard error.
     static func demo(_ arguments: [String]) async throws -> (status: Int32, stderr: String) {

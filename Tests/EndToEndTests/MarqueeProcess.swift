@@ -5,8 +5,6 @@ import Postgres
 
 /// The built `marquee` binary (Scripts/test builds it first; `BuiltProducts` says where), run as a process.
 enum MarqueeProcess {
-    static let repositoryRoot = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     static let binary = BuiltProducts.path(of: "marquee")
     static let available = TestDatabase.available && FileManager.default.isExecutableFile(atPath: binary)
 

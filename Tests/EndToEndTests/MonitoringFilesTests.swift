@@ -6,7 +6,7 @@ import Testing
 /// (Grafana is not packaged in Debian; promtool checks the rules themselves in Scripts/monitoring-check.)
 @Suite(.enabled(if: MarqueeProcess.available))
 struct MonitoringFilesTests {
-    static let folder = MarqueeProcess.repositoryRoot.appending(path: "docs/monitoring")
+    static let folder = RepositoryCheckout.root.appending(path: "docs/monitoring")
 
     /// Every metric name in the dashboard's and the rules' expressions (`marquee_…`, `process_…`), by file.
     static func metricNames() throws -> [String: Set<String>] {

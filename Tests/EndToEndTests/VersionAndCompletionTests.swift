@@ -8,12 +8,12 @@ struct VersionAndCompletionTests {
     /// Runs a program to completion, waiting on a thread of its own (never on the cooperative pool); its standard
     /// output, and its exit status.
     static func run(_ program: String, _ arguments: [String]) async throws -> (String, Int32) {
-        let run = try await ChildProcess.run(program, arguments, directory: MarqueeProcess.repositoryRoot.path, stderr: .discarded)
+        let run = try await ChildProcess.run(program, arguments, directory: RepositoryCheckout.root.path, stderr: .discarded)
         return (run.stdout, run.status)
     }
 
     @Test func versionIsTheVersionFileAndTheCommitBuilt() async throws {
-        let root = MarqueeProcess.repositoryRoot
+        let root = RepositoryCheckout.root
         let version = try String(contentsOf: root.appending(path: "VERSION"), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(version.wholeMatch(of: /[0-9]+\.[0-9]+\.[0-9]+/) != nil)
         var commit = "unknown"

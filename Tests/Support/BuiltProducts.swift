@@ -5,16 +5,12 @@ import Foundation
 
 /// Where the tests find the package's built executables.
 public enum BuiltProducts {
-    /// The repository's root folder.
-    public static let repositoryRoot = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
     /// The folder of the built executables: `MARQUEE_TEST_BIN_PATH`, else `.build/debug` under the root.
     public static let folder: URL = {
         if let path = ProcessInfo.processInfo.environment["MARQUEE_TEST_BIN_PATH"], !path.isEmpty {
             return URL(fileURLWithPath: path)
         }
-        return repositoryRoot.appending(path: ".build/debug")
+        return RepositoryCheckout.root.appending(path: ".build/debug")
     }()
 
     /// The path of the built executable `product`.

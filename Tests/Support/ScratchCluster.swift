@@ -9,9 +9,6 @@ public struct ScratchCluster: Sendable {
     /// The URL of its empty database `marquee`.
     public let url: String
 
-    static let repositoryRoot = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
     /// Starts a cluster, runs `body` with it and always stops and deletes it.
     public static func with<T>(_ body: (ScratchCluster) async throws -> T) async throws -> T {
         let output = try await pg(["start", "--fast"])
@@ -46,7 +43,7 @@ public struct ScratchCluster: Sendable {
     /// Runs Scripts/pg to completion; returns what it printed. The server that pg_ctl starts inherits no descriptor
     /// of the script's but its output file (ChildProcess closes the others), and the wait is for the script's own exit.
     static func pg(_ arguments: [String]) async throws -> String {
-        let script = repositoryRoot.appendingPathComponent("Scripts/pg").path
+        let script = RepositoryCheckout.root.appendingPathComponent("Scripts/pg").path
         let run = try await ChildProcess.run("/bin/bash", [script] + arguments)
         guard run.status == 0 else {
             throw ScratchClusterError(message: "Scripts/pg \(arguments) exited with status \(run.status): \(run.stderr)")
