@@ -1,9 +1,10 @@
 import Foundation
+import MarqueeTestSupport
 import Testing
 
 /// Code comments and docs cite the APNs facts as `docs/apns.md#anchor`: every cited anchor exists there.
 @Suite struct APNsDocumentationTests {
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let root = RepositoryCheckout.root
 
     @Test func everyCitedAnchorOfDocsAPNsExists() throws {
         let document = try String(contentsOf: Self.root.appending(path: "docs/apns.md"), encoding: .utf8)

@@ -116,11 +116,6 @@ enum Fixtures {
     static var flight: ActivityType { try! ActivityType(jsonText: flightSchema) }
 
     static func json(_ text: String) -> JSONValue { try! JSONValue(parsing: text) }
-
-    /// The repository root, found from this file's path.
-    static var repositoryRoot: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    }
 }
 
 /// Unix milliseconds of a date, the precision Marquee promises.

@@ -1,4 +1,5 @@
 import Foundation
+import MarqueeTestSupport
 import Testing
 
 @testable import MarqueeCore
@@ -34,7 +35,7 @@ import Testing
 
     /// Every schema in docs/schemas.md is a valid schema, so the documentation cannot drift from the code.
     @Test func documentedSchemasParse() throws {
-        let text = try String(contentsOf: Fixtures.repositoryRoot.appending(path: "docs/schemas.md"), encoding: .utf8)
+        let text = try String(contentsOf: RepositoryCheckout.root.appending(path: "docs/schemas.md"), encoding: .utf8)
         let blocks = text.components(separatedBy: "```json\n").dropFirst().map { $0.components(separatedBy: "```")[0] }
         let schemas = blocks.filter { $0.contains("\"contentState\": {\n") }
         #expect(schemas.count == 2)

@@ -2,14 +2,12 @@ import Foundation
 import MarqueeCore
 import MarqueeService
 import MarqueeStore
+import MarqueeTestSupport
 import Postgres
 import Testing
 
 /// The OpenAPI document and the route table describe the same API.
 @Suite struct OpenAPITests {
-    static let repositoryRoot = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
     /// "METHOD /template" for every operation in the document.
     static func documentedOperations() throws -> Set<String> {
         let document = try JSONValue(parsing: OpenAPIDocument.text)
@@ -40,7 +38,7 @@ import Testing
 
     @Test func theServedDocumentIsDocsOpenAPIJSON() throws {
         // docs/openapi.json is the source, compiled in by the EmbedServedFiles plugin: the binary serves the file as it is.
-        let file = try String(contentsOf: Self.repositoryRoot.appending(path: "docs/openapi.json"), encoding: .utf8)
+        let file = try String(contentsOf: RepositoryCheckout.root.appending(path: "docs/openapi.json"), encoding: .utf8)
         #expect(file == OpenAPIDocument.text)
         let document = try JSONValue(parsing: OpenAPIDocument.text)
         #expect(document["openapi"] == "3.1.0")

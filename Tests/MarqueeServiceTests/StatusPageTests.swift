@@ -1,6 +1,7 @@
 import Foundation
 import MarqueeCore
 import MarqueeService
+import MarqueeTestSupport
 import Testing
 
 /// The status page's files and headers, and the JSON it reads, through APIServer.respond (the page in a real
@@ -41,7 +42,7 @@ struct StatusPageTests {
             #expect(script.contains("sessionStorage") && !script.contains("localStorage") && !script.contains("document.cookie"))
         }
         // The page's file in the repository is what is served.
-        let file = try String(contentsOf: OpenAPITests.repositoryRoot.appending(path: "StatusPage/status.js"), encoding: .utf8)
+        let file = try String(contentsOf: RepositoryCheckout.root.appending(path: "StatusPage/status.js"), encoding: .utf8)
         #expect(scripts == [file])
     }
 
