@@ -357,8 +357,9 @@ final class BroadcastHarness: Sendable {
     }
 
     /// Polls `condition` (MarqueeTestSupport's `eventually`) until it holds; after `timeout` seconds throws, naming
-    /// what did not happen and showing the end of each serve's log.
-    func waitUntil(_ what: String, timeout: Double = 30, _ condition: () async throws -> Bool) async throws {
+    /// what did not happen and showing the end of each serve's log. The default is a hang guard, not a timing check: in a
+    /// fresh clone's full run on two cores, claims and a scheduled end have taken over 30 s to appear.
+    func waitUntil(_ what: String, timeout: Double = 120, _ condition: () async throws -> Bool) async throws {
         if try await eventually(within: .seconds(timeout), every: .milliseconds(50), condition) { return }
         throw Timeout(
             description: "timed out after \(timeout) s waiting until \(what)\n"
